@@ -1,0 +1,43 @@
+# One place for the commands a newcomer needs: `make run` starts the bot, `make test` checks everything.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: install run test lint typecheck unit bench check clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+## Run the bot over HTTP on 127.0.0.1:3000 (reads configuration from the environment or .env).
+run: install
+	$(BIN)/approval-bot serve --http --host $${HOST:-127.0.0.1} --port $${PORT:-3000}
+
+## Validate configuration and policy without starting the bot.
+check: install
+	$(BIN)/approval-bot check
+
+lint: install
+	$(BIN)/ruff check bot tests benchmarks
+	$(BIN)/ruff format --check bot tests benchmarks
+
+typecheck: install
+	$(BIN)/mypy
+
+unit: install
+	$(BIN)/python -m pytest -q
+
+## Everything CI runs: lint, types, and the test suite against a real redis-server.
+test: lint typecheck unit
+
+bench: install
+	$(BIN)/python benchmarks/approval_loop.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,63 @@
+"""Process configuration, read once from the environment (and an optional `.env` file).
+
+Secrets are `SecretStr` so that printing or logging the settings never shows them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_REJECTION_TEXT = (
+    "A human reviewer rejected this tool call. Do not retry it; "
+    "continue without it or explain what you could not do."
+)
+
+
+class Settings(BaseSettings):
+    """Everything the bot reads from its environment."""
+
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
+
+    slack_bot_token: SecretStr | None = Field(default=None, alias="SLACK_BOT_TOKEN")
+    slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
+    slack_app_token: SecretStr | None = Field(default=None, alias="SLACK_APP_TOKEN")
+    slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
+
+    agents: str = Field(default="bot.examples.agents:agents", alias="APPROVAL_BOT_AGENTS")
+    policy_file: Path = Field(default=Path("policy.yml"), alias="APPROVAL_BOT_POLICY")
+    rejection_text: str = Field(
+        default=DEFAULT_REJECTION_TEXT, alias="APPROVAL_BOT_REJECTION_TEXT", min_length=1
+    )
+
+    redis_url: str | None = Field(default=None, alias="REDIS_URL")
+    redis_max_connections: int = Field(default=64, alias="APPROVAL_BOT_REDIS_MAX_CONNECTIONS", ge=4)
+    data_dir: Path = Field(default=Path(".approval-bot"), alias="APPROVAL_BOT_DATA_DIR")
+    run_retention_days: int = Field(default=30, alias="APPROVAL_BOT_RUN_RETENTION_DAYS", ge=1)
+    max_turns: int = Field(default=20, alias="APPROVAL_BOT_MAX_TURNS", ge=1)
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _trailing_slash(cls, value: str) -> str:
+        # slack_sdk joins base_url and method names by plain concatenation.
+        return value if value.endswith("/") else value + "/"
+
+    def problems(self, *, socket_mode: bool) -> list[str]:
+        """Everything missing for the chosen transport, in words a person can act on."""
+        found: list[str] = []
+        if self.slack_bot_token is None:
+            found.append("SLACK_BOT_TOKEN is not set (the app's Bot User OAuth Token, xoxb-...).")
+        if socket_mode:
+            if self.slack_app_token is None:
+                found.append(
+                    "SLACK_APP_TOKEN is not set: Socket Mode needs an app-level token (xapp-...) "
+                    "with the connections:write scope."
+                )
+        elif self.slack_signing_secret is None:
+            found.append(
+                "SLACK_SIGNING_SECRET is not set: HTTP mode needs it to verify Slack's requests "
+                "(Basic Information > App Credentials)."
+            )
+        return found

@@ -1,0 +1,106 @@
+"""Turn the SDK's `ToolApprovalItem`s into plain descriptions a reviewer can judge.
+
+Each kind of approval the SDK raises is shown for what it is: function tools and agents used as
+tools (JSON arguments), shell commands, patches (as a diff), local MCP tools and hosted MCP
+approval requests (server label and tool). The text here is untrusted: the Slack layer escapes it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agents import ToolApprovalItem
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    """One call waiting for a human, as the engine reports it."""
+
+    index: int  # position in the SDK's interruption list, used to match the decision back
+    call_id: str
+    agent: str
+    tool: str
+    kind: str  # function | shell | apply_patch | mcp | hosted_mcp
+    sticky: str  # the SDK's identity for always-approve / always-reject decisions
+    arguments: str  # display text: pretty JSON, shell commands or a diff
+
+
+def _get(value: Any, key: str) -> Any:
+    if isinstance(value, dict):
+        return value.get(key)
+    return getattr(value, key, None)
+
+
+def pretty_json(text: str | None) -> str:
+    """Pretty-print JSON arguments; text that is not JSON is shown as it came."""
+    if text is None or text == "":
+        return "{}"
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=False)
+    except (ValueError, TypeError):
+        return text
+
+
+def _shell_text(raw: Any) -> str:
+    action = _get(raw, "action")
+    commands = _get(action, "commands") or _get(action, "command") or _get(raw, "commands")
+    if isinstance(commands, list | tuple):
+        return "\n".join(str(c) for c in commands)
+    if commands:
+        return str(commands)
+    return pretty_json(json.dumps(_plain(raw), default=str))
+
+
+def _patch_text(raw: Any) -> str:
+    operation = _get(raw, "operation")
+    kind = _get(operation, "type") or "operation"
+    path = _get(operation, "path") or "?"
+    diff = _get(operation, "diff")
+    header = f"{kind} {path}"
+    return f"{header}\n{diff}" if diff else header
+
+
+def _plain(raw: Any) -> Any:
+    if hasattr(raw, "model_dump"):
+        return raw.model_dump(exclude_none=True)
+    return raw
+
+
+def describe(item: ToolApprovalItem, index: int) -> PendingApproval:
+    """Describe one interruption for storage and display."""
+    raw = item.raw_item
+    raw_type = _get(raw, "type")
+    agent = item.agent.name if item.agent is not None else "?"
+    call_id = str(item.call_id or f"call-{index}")
+    tool = item.qualified_name or item.name or str(raw_type or "tool")
+    origin = getattr(item, "tool_origin", None)
+    origin_type = str(_get(origin, "type") or "")
+
+    if raw_type == "mcp_approval_request" or (
+        isinstance(raw, dict) and raw.get("type") == "hosted_tool_call"
+    ):
+        label = str(_get(raw, "server_label") or "?")
+        name = str(_get(raw, "name") or tool)
+        return PendingApproval(
+            index, call_id, agent, f"{label}/{name}", "hosted_mcp",
+            f"hosted_mcp:{label}:{name}", pretty_json(_get(raw, "arguments")),
+        )  # fmt: skip
+    if raw_type in ("shell_call", "local_shell_call"):
+        # The SDK keys sticky shell and patch decisions by tool alone, not by agent.
+        return PendingApproval(
+            index, call_id, agent, tool, "shell", f"shell:{tool}", _shell_text(raw)
+        )
+    if raw_type == "apply_patch_call":
+        return PendingApproval(
+            index, call_id, agent, tool, "apply_patch", f"apply_patch:{tool}", _patch_text(raw)
+        )
+    kind = "function"
+    server = _get(origin, "mcp_server_name")
+    if server or "mcp" in origin_type:
+        kind = "mcp"
+        tool = f"{server}/{tool}" if server else tool
+    namespace = item.tool_namespace or ""
+    text = pretty_json(item.arguments)
+    return PendingApproval(index, call_id, agent, tool, kind, f"{agent}:{namespace}:{tool}", text)

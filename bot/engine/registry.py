@@ -1,0 +1,164 @@
+"""The agents a deployment serves, loaded from `APPROVAL_BOT_AGENTS=package.module:attr`.
+
+The registry also computes a fingerprint of the agent definitions (agent names, tool names,
+approval settings, handoffs, nested agent tools). It is stored beside each snapshot so that a
+resume after the definitions changed is refused with a clear message instead of guessing.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import inspect
+import json
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+from agents import Agent, Handoff
+
+log = logging.getLogger(__name__)
+
+
+class AgentLoadError(Exception):
+    """APPROVAL_BOT_AGENTS does not name a usable agent definition."""
+
+
+class AgentRegistry:
+    """Named top-level agents, in order; the first is the default."""
+
+    def __init__(self, agents: dict[str, Agent[Any]]) -> None:
+        if not agents:
+            raise AgentLoadError("no agents defined: the mapping is empty")
+        for name, agent in agents.items():
+            if not isinstance(name, str) or not name or any(ch.isspace() for ch in name):
+                raise AgentLoadError(f"agent key {name!r} must be a non-empty word without spaces")
+            if not isinstance(agent, Agent):
+                raise AgentLoadError(f"{name!r} is a {type(agent).__name__}, not an agents.Agent")
+        self.agents = dict(agents)
+        self.default_name = next(iter(self.agents))
+        self.fingerprints = {name: fingerprint(agent) for name, agent in self.agents.items()}
+        for agent in self.agents.values():
+            for each in walk(agent):
+                _fail_closed_approvals(each)
+
+    def get(self, name: str) -> Agent[Any] | None:
+        return self.agents.get(name)
+
+    @classmethod
+    def from_value(cls, value: Any) -> AgentRegistry:
+        if callable(value) and not isinstance(value, Agent):
+            value = value()
+        if isinstance(value, Agent):
+            return cls({value.name: value})
+        if isinstance(value, dict):
+            return cls(value)
+        raise AgentLoadError(
+            f"expected an Agent, a dict[str, Agent] or a callable returning one; got "
+            f"{type(value).__name__}"
+        )
+
+    @classmethod
+    def load(cls, spec: str) -> AgentRegistry:
+        module_name, _, attr = spec.partition(":")
+        if not module_name or not attr:
+            raise AgentLoadError(
+                f"APPROVAL_BOT_AGENTS={spec!r} must look like package.module:attribute"
+            )
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise AgentLoadError(f"cannot import {module_name!r}: {exc}") from exc
+        try:
+            value = functools.reduce(getattr, attr.split("."), module)
+        except AttributeError:
+            raise AgentLoadError(f"module {module_name!r} has no attribute {attr!r}") from None
+        return cls.from_value(value)
+
+
+def walk(root: Agent[Any]) -> Iterator[Agent[Any]]:
+    """Every agent reachable from `root` through handoffs and `Agent.as_tool`, once each."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        agent = stack.pop()
+        if id(agent) in seen:
+            continue
+        seen.add(id(agent))
+        yield agent
+        for tool in agent.tools:
+            nested = getattr(tool, "_agent_instance", None)
+            if isinstance(nested, Agent):
+                stack.append(nested)
+        for handoff in agent.handoffs:
+            if isinstance(handoff, Agent):
+                stack.append(handoff)
+            elif isinstance(handoff, Handoff):
+                target = getattr(handoff, "_agent_ref", None) or getattr(handoff, "agent", None)
+                target = target() if callable(target) and not isinstance(target, Agent) else target
+                if isinstance(target, Agent):
+                    stack.append(target)
+
+
+def _approval_setting(value: Any) -> Any:
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _approval_setting(v) for k, v in sorted(value.items())}
+    original = inspect.unwrap(value) if callable(value) else value
+    return f"callable:{getattr(original, '__qualname__', type(original).__name__)}"
+
+
+def _describe(agent: Agent[Any]) -> dict[str, Any]:
+    tools = []
+    for tool in agent.tools:
+        tools.append(
+            {
+                "type": type(tool).__name__,
+                "name": getattr(tool, "name", None),
+                "needs_approval": _approval_setting(getattr(tool, "needs_approval", None)),
+                "agent": getattr(getattr(tool, "_agent_instance", None), "name", None),
+                "server_label": (getattr(tool, "tool_config", None) or {}).get("server_label")
+                if isinstance(getattr(tool, "tool_config", None), dict)
+                else None,
+            }
+        )
+    handoffs = sorted(
+        h.name if isinstance(h, Agent) else getattr(h, "agent_name", str(h)) for h in agent.handoffs
+    )
+    mcp = [getattr(server, "name", type(server).__name__) for server in agent.mcp_servers]
+    return {"name": agent.name, "tools": tools, "handoffs": handoffs, "mcp_servers": mcp}
+
+
+def fingerprint(root: Agent[Any]) -> str:
+    """A short digest of everything a paused run depends on in the agent definitions."""
+    described = sorted((_describe(a) for a in walk(root)), key=lambda d: str(d["name"]))
+    canonical = json.dumps(described, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _fail_closed_approvals(agent: Agent[Any]) -> None:
+    """Wrap `needs_approval` callables so that one that raises means "needs approval"."""
+    for tool in agent.tools:
+        check = getattr(tool, "needs_approval", None)
+        if not callable(check) or getattr(check, "_approval_bot_fail_closed", False):
+            continue
+        tool_name = getattr(tool, "name", "?")
+        cast(Any, tool).needs_approval = _fail_closed(check, tool_name)
+
+
+def _fail_closed(check: Callable[..., Any], tool_name: str) -> Callable[..., Any]:
+    @functools.wraps(check)
+    async def guarded(*args: Any, **kwargs: Any) -> bool:
+        try:
+            result = check(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+            return bool(result)
+        except Exception:
+            log.exception("needs_approval of tool %r raised; asking a human instead", tool_name)
+            return True
+
+    guarded._approval_bot_fail_closed = True  # type: ignore[attr-defined]
+    return guarded

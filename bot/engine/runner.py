@@ -1,0 +1,234 @@
+"""Start and resume agent runs with the SDK; knows nothing of Slack or Redis.
+
+A run either finishes, fails (with a sentence a person can read), or pauses on approvals; a pause
+comes back as a checkpoint (the compressed RunState JSON plus the SDK version and the agent
+fingerprint it was written with) and the calls to decide.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import agents
+from agents import (
+    Agent,
+    MaxTurnsExceeded,
+    RunConfig,
+    RunContextWrapper,
+    RunHooks,
+    Runner,
+    RunResult,
+    RunState,
+    Tool,
+)
+
+from bot.engine.approvals import PendingApproval, describe
+from bot.engine.context import RunContext, deserialize_context, serialize_context
+from bot.engine.registry import AgentRegistry
+
+log = logging.getLogger(__name__)
+
+SDK_VERSION: str = getattr(agents, "__version__", "unknown")
+
+Progress = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What must be stored to resume a paused run."""
+
+    state: bytes  # zlib-compressed RunState JSON
+    sdk_version: str
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class Paused:
+    checkpoint: Checkpoint
+    approvals: list[PendingApproval]
+
+
+@dataclass(frozen=True)
+class Finished:
+    output: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: str  # plain words for the run's thread; never includes secrets
+
+
+Outcome = Paused | Finished | Failed
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A human decision on one pending call, matched back to the restored state by call id."""
+
+    call_id: str
+    approve: bool
+    always: bool = False
+    message: str | None = None
+
+
+class _ProgressHooks(RunHooks[Any]):
+    """Reports tool calls and handoffs as they happen, in plain text."""
+
+    def __init__(self, progress: Progress | None) -> None:
+        self.progress = progress
+
+    async def _say(self, text: str) -> None:
+        if self.progress is None:
+            return
+        try:
+            await self.progress(text)
+        except Exception:  # progress is best effort; never let it break a run
+            log.exception("progress callback failed")
+
+    async def on_tool_start(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool
+    ) -> None:
+        await self._say(f"{agent.name} is running tool {tool.name}")
+
+    async def on_handoff(
+        self, context: RunContextWrapper[Any], from_agent: Agent[Any], to_agent: Agent[Any]
+    ) -> None:
+        await self._say(f"{from_agent.name} handed off to {to_agent.name}")
+
+
+def _describe_error(exc: BaseException) -> str:
+    if isinstance(exc, MaxTurnsExceeded):
+        return f"The agent stopped after reaching its limit of turns ({exc})."
+    text = str(exc).strip() or "no details"
+    if len(text) > 500:
+        text = text[:500] + "…"
+    return f"The run failed: {type(exc).__name__}: {text}"
+
+
+class Engine:
+    """Runs the registry's agents; every method returns an Outcome and never raises."""
+
+    def __init__(self, registry: AgentRegistry, *, rejection_text: str, max_turns: int) -> None:
+        self.registry = registry
+        self.rejection_text = rejection_text
+        self.max_turns = max_turns
+
+    def run_config(self) -> RunConfig:
+        # RunConfig is not serialized with the state: it is rebuilt for every start and resume.
+        text = self.rejection_text
+
+        def rejection(_: Any) -> str:
+            return text
+
+        return RunConfig(tool_error_formatter=rejection)
+
+    def fingerprint(self, agent_name: str) -> str:
+        return self.registry.fingerprints.get(agent_name, "")
+
+    async def start(
+        self, agent_name: str, task: str, context: RunContext, progress: Progress | None = None
+    ) -> Outcome:
+        agent = self.registry.get(agent_name)
+        if agent is None:
+            return Failed(f"No agent named {agent_name!r} is defined any more.")
+        try:
+            result = await Runner.run(
+                agent,
+                task,
+                context=context,
+                max_turns=self.max_turns,
+                run_config=self.run_config(),
+                hooks=_ProgressHooks(progress),
+            )
+        except Exception as exc:
+            log.warning("run %s failed: %s", context.run_id, type(exc).__name__, exc_info=True)
+            return Failed(_describe_error(exc))
+        return self._outcome(agent_name, result)
+
+    async def resume(
+        self,
+        agent_name: str,
+        checkpoint: Checkpoint,
+        decisions: list[Decision],
+        progress: Progress | None = None,
+    ) -> Outcome:
+        agent = self.registry.get(agent_name)
+        if agent is None:
+            return Failed(
+                f"The agent {agent_name!r} that this run paused in is no longer defined, so the "
+                "run cannot resume. Restore that agent, or start a new run."
+            )
+        if checkpoint.sdk_version != SDK_VERSION:
+            return Failed(
+                f"This run paused under openai-agents {checkpoint.sdk_version}, but the bot now "
+                f"runs {SDK_VERSION}. It was not resumed: run the earlier version to finish it, "
+                "or start a new run."
+            )
+        if checkpoint.fingerprint != self.fingerprint(agent_name):
+            return Failed(
+                "The agent definitions (agents, tools or approval settings) changed since this run "
+                "paused, so it was not resumed: the decisions were made about calls that may no "
+                "longer mean the same thing. Start a new run."
+            )
+        try:
+            data = json.loads(zlib.decompress(checkpoint.state))
+            state = await RunState.from_json(
+                agent, data, context_deserializer=deserialize_context, strict_context=True
+            )
+        except Exception as exc:
+            log.warning("cannot restore state of %s: %s", agent_name, exc, exc_info=True)
+            return Failed(
+                "The stored state of this run could not be read, so it was not resumed "
+                f"({type(exc).__name__}). Start a new run."
+            )
+        by_call = {str(item.call_id): item for item in state.get_interruptions()}
+        for decision in decisions:
+            item = by_call.get(decision.call_id)
+            if item is None:
+                return Failed(
+                    "The stored state does not contain the call that was decided, so the run was "
+                    "not resumed. Start a new run."
+                )
+            if decision.approve:
+                state.approve(item, always_approve=decision.always)
+            else:
+                state.reject(
+                    item, always_reject=decision.always, rejection_message=decision.message or None
+                )
+        try:
+            result = await Runner.run(
+                agent,
+                state,
+                max_turns=self.max_turns,
+                run_config=self.run_config(),
+                hooks=_ProgressHooks(progress),
+            )
+        except Exception as exc:
+            log.warning("resume of %s failed: %s", agent_name, type(exc).__name__, exc_info=True)
+            return Failed(_describe_error(exc))
+        return self._outcome(agent_name, result)
+
+    def _outcome(self, agent_name: str, result: RunResult) -> Outcome:
+        if not result.interruptions:
+            output = result.final_output
+            text = output if isinstance(output, str) else json.dumps(output, default=str, indent=2)
+            return Finished(text)
+        try:
+            state_json = result.to_state().to_json(
+                context_serializer=serialize_context, strict_context=True
+            )
+        except Exception as exc:
+            log.warning("cannot serialize paused run: %s", exc, exc_info=True)
+            return Failed(
+                f"The run paused for approval but its state could not be saved "
+                f"({type(exc).__name__}: {exc}). Nothing further was executed."
+            )
+        blob = zlib.compress(json.dumps(state_json, separators=(",", ":")).encode(), 6)
+        checkpoint = Checkpoint(blob, SDK_VERSION, self.fingerprint(agent_name))
+        approvals = [describe(item, i) for i, item in enumerate(result.interruptions)]
+        return Paused(checkpoint, approvals)

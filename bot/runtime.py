@@ -1,0 +1,148 @@
+"""The composition root: builds Redis, store, engine, service and the Slack app from Settings,
+and serves them over HTTP (`/slack/events`, `/healthz`) or Socket Mode."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.config import Settings
+from bot.engine.registry import AgentRegistry
+from bot.engine.runner import Engine
+from bot.service.approvals import ApprovalService
+from bot.service.policy import Policy, load_policy
+from bot.slack.app import build_app
+from bot.slack.notifier import SlackNotifier
+from bot.store.connection import EmbeddedRedis, connect
+from bot.store.runs import RunStore
+
+log = logging.getLogger(__name__)
+
+DRAIN_SECONDS = 30.0
+
+
+class BotRuntime:
+    """One bot process: call `start()`, serve, then `stop()`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        registry: AgentRegistry | None = None,
+        policy: Policy | None = None,
+        socket_mode: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.socket_mode = socket_mode
+        self.registry = registry or AgentRegistry.load(settings.agents)
+        self._policy = policy or load_policy(settings.policy_file)
+        self.embedded: EmbeddedRedis | None = None
+        self._keep_alive: asyncio.Task[None] | None = None
+        self.service: ApprovalService
+        self.app: AsyncApp
+
+    def policy(self) -> Policy:
+        return self._policy
+
+    async def start(self) -> None:
+        s = self.settings
+        url = s.redis_url
+        if url is None:
+            self.embedded = EmbeddedRedis(s.data_dir)
+            await self.embedded.start()
+            url = self.embedded.url
+        self.redis = connect(url, max_connections=s.redis_max_connections)
+        store = RunStore(self.redis, retention_seconds=s.run_retention_days * 86400)
+        token = s.slack_bot_token.get_secret_value() if s.slack_bot_token else None
+        self.client = AsyncWebClient(token=token, base_url=s.slack_api_url)
+        engine = Engine(self.registry, rejection_text=s.rejection_text, max_turns=s.max_turns)
+        self.service = ApprovalService(
+            store=store, engine=engine, notifier=SlackNotifier(self.client), policy=self.policy
+        )
+        secret = s.slack_signing_secret.get_secret_value() if s.slack_signing_secret else None
+        self.app = build_app(
+            client=self.client,
+            signing_secret=secret,
+            service=self.service,
+            socket_mode=self.socket_mode,
+        )
+        self._keep_alive = asyncio.create_task(self.service.keep_alive(), name="keep-alive")
+
+    async def stop(self) -> None:
+        if self._keep_alive is not None:
+            self._keep_alive.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keep_alive
+        await self.service.drain(DRAIN_SECONDS)
+        await self.redis.aclose()
+        if self.embedded is not None:
+            self.embedded.stop()
+
+    # HTTP ---------------------------------------------------------------------------------
+
+    def web_app(self) -> web.Application:
+        """`POST /slack/events` for everything Slack sends; `GET /healthz` for load balancers."""
+
+        async def events(request: web.Request) -> web.Response:
+            bolt_response = await self.app.async_dispatch(await to_bolt_request(request))
+            return await to_aiohttp_response(bolt_response)
+
+        async def healthz(_: web.Request) -> web.Response:
+            if await self.service.store.ping():
+                return web.json_response({"ok": True, "redis": "up"})
+            return web.json_response({"ok": False, "redis": "unreachable"}, status=503)
+
+        web_app = web.Application(client_max_size=1024 * 1024)
+        web_app.add_routes([web.post("/slack/events", events), web.get("/healthz", healthz)])
+        return web_app
+
+
+async def serve_http(runtime: BotRuntime, host: str, port: int, stop: asyncio.Event) -> None:
+    await runtime.start()
+    runner = web.AppRunner(runtime.web_app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    log.info("serving Slack on http://%s:%d/slack/events (health: /healthz)", host, port)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await runtime.stop()
+
+
+async def serve_socket(runtime: BotRuntime, stop: asyncio.Event) -> None:
+    from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+
+    await runtime.start()
+    token = runtime.settings.slack_app_token
+    assert token is not None
+    handler = AsyncSocketModeHandler(runtime.app, token.get_secret_value())
+    await handler.connect_async()  # type: ignore[no-untyped-call]
+    log.info("connected to Slack in Socket Mode")
+    try:
+        await stop.wait()
+    finally:
+        await handler.close_async()  # type: ignore[no-untyped-call]
+        await runtime.stop()
+
+
+def install_signal_handlers(stop: asyncio.Event) -> Callable[[], None]:
+    import signal
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    def remove() -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+    return remove

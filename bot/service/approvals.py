@@ -1,0 +1,446 @@
+"""The application service: start runs, authorize and apply decisions, resume exactly once.
+
+This is where the rules live. Slack handlers call it with an `Actor` taken from the signed request
+and an opaque approval id; it answers with what to tell that person. Runs execute in background
+tasks so that Slack gets its acknowledgement within three seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import secrets
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from bot.engine.context import RunContext
+from bot.engine.runner import Checkpoint, Decision, Engine, Failed, Finished, Outcome, Paused
+from bot.service.policy import Policy, Verdict, may_decide, may_start
+from bot.service.ports import Actor, Notifier
+from bot.store import keys
+from bot.store.records import AlreadyDecided, CallRecord, Decided, Gone, RunRecord, Snapshot
+from bot.store.runs import RunStore, StoreError, now
+
+log = logging.getLogger(__name__)
+
+REJECT_REPLY = re.compile(r"^\s*(reject|deny)(?::|\s|$)\s*(.*)$", re.IGNORECASE | re.DOTALL)
+
+HEARTBEAT_SECONDS = 5
+HEARTBEAT_TTL = 20
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What to tell the person who acted; `ok` is False when nothing changed because of them."""
+
+    ok: bool
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class RejectForm:
+    """What the reject modal needs: the call it is for and the reason to pre-fill."""
+
+    call: CallRecord
+    prefill: str
+
+
+def when(timestamp: str) -> str:
+    """A decision time as people read it (UTC)."""
+    try:
+        moment = datetime.fromtimestamp(float(timestamp), tz=UTC)
+    except ValueError:
+        return timestamp
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def already_text(result: AlreadyDecided) -> str:
+    verb = "approved" if result.status == "approved" else "rejected"
+    who = f"<@{result.decided_by}>" if result.decided_by else "someone"
+    return f"This call was already {verb} by {who} at {when(result.decided_at)}. Nothing changed."
+
+
+class ApprovalService:
+    """Runs and decisions, for one bot process (any number of processes may share Redis)."""
+
+    def __init__(
+        self,
+        *,
+        store: RunStore,
+        engine: Engine,
+        notifier: Notifier,
+        policy: Callable[[], Policy],
+    ) -> None:
+        self.store = store
+        self.engine = engine
+        self.notifier = notifier
+        self.policy = policy
+        self.process_id = secrets.token_hex(6)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # Background work ----------------------------------------------------------------------
+
+    def _owner(self) -> str:
+        return f"{self.process_id}:{secrets.token_hex(4)}"
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self, timeout: float) -> None:  # noqa: ASYNC109
+        """Wait for background runs to finish (on shutdown), up to `timeout` seconds."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)
+
+    async def _safely(self, what: str, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run a notifier call; a failure to show something never breaks a transition."""
+        try:
+            return await coro
+        except Exception:
+            log.exception("could not %s", what)
+            return None
+
+    # Starting runs ------------------------------------------------------------------------
+
+    def agent_names(self) -> list[str]:
+        return list(self.engine.registry.agents)
+
+    def start_run(
+        self, actor: Actor, channel: str, agent_name: str | None, task: str, delivery_id: str = ""
+    ) -> Reply:
+        """Authorize a run and start it in the background. Touches no I/O, so that a command
+        can be answered within Slack's three seconds whatever Redis is doing.
+
+        `delivery_id` (the command's trigger id) makes a replayed request start nothing.
+        """
+        verdict = may_start(self.policy(), user=actor.user_id, channel=channel)
+        if not verdict.allowed:
+            return Reply(False, verdict.reason)
+        name = agent_name or self.engine.registry.default_name
+        if self.engine.registry.get(name) is None:
+            known = ", ".join(f"`{n}`" for n in self.agent_names())
+            return Reply(False, f"There is no agent named `{name}`. Agents here: {known}.")
+        if not task.strip():
+            return Reply(False, "Tell the agent what to do: `/agent <task>`.")
+        stamp = now()
+        run = RunRecord(
+            run_id=keys.new_run_id(),
+            team_id=actor.team_id,
+            enterprise_id=actor.enterprise_id,
+            user_id=actor.user_id,
+            channel_id=channel,
+            agent_name=name,
+            task=task,
+            status="running",
+            created_at=stamp,
+            updated_at=stamp,
+            owner=self._owner(),
+        )
+        self.spawn(self._start(run, delivery_id), name=f"run-{run.run_id}")
+        return Reply(True)
+
+    async def _start(self, run: RunRecord, delivery_id: str) -> None:
+        try:
+            if delivery_id and not await self.store.first_delivery("command", delivery_id):
+                log.info("ignored a replayed command (trigger %s)", delivery_id)
+                return
+            await self.store.create_run(run)
+        except Exception:
+            log.exception("could not store new run %s", run.run_id)
+            await self._safely(
+                "tell the starter",
+                self.notifier.tell(
+                    run.channel_id,
+                    run.user_id,
+                    "The bot could not reach its database, so the "
+                    "run did not start. Try again in a moment.",
+                ),
+            )
+            return
+        try:
+            ts = await self.notifier.post_run(run)
+            run.message_ts = ts
+            await self.store.set_run_message(run.run_id, ts)
+        except Exception:
+            log.exception("could not post the message of run %s", run.run_id)
+            await self.store.finish(
+                run.run_id, run.owner, status="failed", text="could not post", drop_snapshot=True
+            )
+            await self._safely(
+                "tell the starter",
+                self.notifier.tell(
+                    run.channel_id,
+                    run.user_id,
+                    "The bot could not post in this channel; "
+                    "is it a member? Invite it with `/invite @approval-bot` and try again.",
+                ),
+            )
+            return
+        context = self._context(run)
+        outcome = await self.engine.start(
+            run.agent_name, run.task, context, progress=self._progress(run)
+        )
+        await self._settle(run, run.owner, outcome)
+
+    def _context(self, run: RunRecord) -> RunContext:
+        return RunContext(
+            run_id=run.run_id,
+            team_id=run.team_id,
+            enterprise_id=run.enterprise_id,
+            user_id=run.user_id,
+            channel_id=run.channel_id,
+            thread_ts=run.message_ts,
+        )
+
+    def _progress(self, run: RunRecord) -> Callable[[str], Coroutine[Any, Any, None]]:
+        async def progress(text: str) -> None:
+            await self.notifier.post_in_run_thread(run, text)
+
+        return progress
+
+    async def _settle(self, run: RunRecord, owner: str, outcome: Outcome) -> None:
+        """Store and show what a start or resume ended with. Never raises."""
+        try:
+            await self._settle_unsafe(run, owner, outcome)
+        except Exception as exc:
+            log.exception("could not record the outcome of run %s", run.run_id)
+            await self._fail(run, owner, f"The bot could not record the run's result ({exc}).")
+
+    async def _settle_unsafe(self, run: RunRecord, owner: str, outcome: Outcome) -> None:
+        if isinstance(outcome, Finished):
+            if await self.store.finish(
+                run.run_id, owner, status="finished", text=outcome.output, drop_snapshot=True
+            ):
+                await self._safely(
+                    "post output", self.notifier.post_run_output(run, outcome.output)
+                )
+                await self._refresh_run(run.run_id)
+            return
+        if isinstance(outcome, Failed):
+            await self._fail(run, owner, outcome.error)
+            return
+        await self._pause(run, owner, outcome)
+
+    async def _pause(self, run: RunRecord, owner: str, outcome: Paused) -> None:
+        calls = [
+            CallRecord(
+                approval_id=keys.new_approval_id(run.run_id),
+                run_id=run.run_id,
+                index=a.index,
+                call_id=a.call_id,
+                agent=a.agent,
+                tool=a.tool,
+                kind=a.kind,
+                sticky=a.sticky,
+                arguments=a.arguments,
+                channel_id=run.channel_id,
+            )
+            for a in outcome.approvals
+        ]
+        cp = outcome.checkpoint
+        try:
+            await self.store.save_pause(
+                run.run_id, owner, Snapshot(cp.state, cp.sdk_version, cp.fingerprint), calls
+            )
+        except StoreError:
+            log.error("run %s is no longer owned by this execution; pause not saved", run.run_id)
+            return
+        current = await self.store.get_run(run.run_id) or run
+        for call in calls:
+            ts = await self._safely("post approval", self.notifier.post_approval(current, call))
+            if ts:
+                await self.store.set_call_message(call.approval_id, run.channel_id, ts)
+        await self._refresh_run(run.run_id)
+
+    async def _fail(self, run: RunRecord, owner: str, error: str) -> None:
+        if await self.store.finish(
+            run.run_id, owner, status="failed", text=error, drop_snapshot=False
+        ):
+            await self._safely(
+                "post failure", self.notifier.post_in_run_thread(run, f":x: {error}")
+            )
+            await self._refresh_run(run.run_id)
+
+    async def _refresh_run(self, run_id: str) -> None:
+        run = await self.store.get_run(run_id)
+        if run is not None and run.message_ts:
+            await self._safely("update run message", self.notifier.update_run(run))
+
+    # Deciding -----------------------------------------------------------------------------
+
+    async def _authorize(self, actor: Actor, call: CallRecord) -> tuple[RunRecord | None, Verdict]:
+        run = await self.store.get_run(call.run_id)
+        if run is None:
+            return None, Verdict(False, "This run no longer exists.")
+        verdict = may_decide(
+            self.policy(),
+            actor_team=actor.team_id,
+            actor_user=actor.user_id,
+            run_team=run.team_id,
+            run_starter=run.user_id,
+            channel=run.channel_id,
+        )
+        return run, verdict
+
+    async def reject_form(self, actor: Actor, approval_id: str) -> RejectForm | Reply:
+        """Check a reject click before its modal opens: the modal only opens for a live call."""
+        call = await self.store.get_call(approval_id)
+        if call is None:
+            return Reply(False, Gone().why)
+        if call.decided:
+            return Reply(
+                False,
+                already_text(AlreadyDecided(call.status, call.decided_by, call.decided_at)),
+            )
+        _, verdict = await self._authorize(actor, call)
+        if not verdict.allowed:
+            return Reply(False, verdict.reason)
+        comments = await self.store.comments(approval_id)
+        return RejectForm(call, "\n".join(text for _, text in comments))
+
+    async def decide(
+        self, actor: Actor, approval_id: str, *, approve: bool, always: bool, reason: str = ""
+    ) -> Reply:
+        """Authorize and record one decision; resume the run if it was the pause's last."""
+        call = await self.store.get_call(approval_id)
+        if call is None:
+            return Reply(False, Gone().why)
+        if call.decided:
+            earlier = AlreadyDecided(call.status, call.decided_by, call.decided_at, call.via)
+            return Reply(False, already_text(earlier))
+        run, verdict = await self._authorize(actor, call)
+        if run is None or not verdict.allowed:
+            return Reply(False, verdict.reason)
+        owner = self._owner()
+        result = await self.store.decide(
+            approval_id,
+            approve=approve,
+            always=always,
+            team=actor.team_id,
+            user=actor.user_id,
+            reason=reason.strip(),
+            owner=owner,
+        )
+        if isinstance(result, AlreadyDecided):
+            return Reply(False, already_text(result))
+        if isinstance(result, Gone):
+            return Reply(False, result.why)
+        self.spawn(self._after_decision(run, result, owner), name=f"decided-{run.run_id}")
+        return Reply(True)
+
+    async def _after_decision(self, run: RunRecord, result: Decided, owner: str) -> None:
+        """Show the decision on its message(s), then resume if it completed the pause."""
+        try:
+            for approval_id in result.settled:
+                call = await self.store.get_call(approval_id)
+                if call is not None:
+                    await self._safely("update approval", self.notifier.update_approval(run, call))
+            await self._refresh_run(run.run_id)
+        except Exception:
+            log.exception("could not show the decision on run %s", run.run_id)
+        if result.resume:
+            await self._resume(run.run_id, owner)
+
+    async def thread_reply(
+        self, actor: Actor, channel: str, thread_ts: str, text: str
+    ) -> Reply | None:
+        """A reply in an approval message's thread: a rejection with a reason, or a comment.
+
+        Returns None when the thread is not an approval message's (nothing to do).
+        """
+        approval_id = await self.store.approval_for_message(channel, thread_ts)
+        if approval_id is None:
+            return None
+        match = REJECT_REPLY.match(text)
+        if match:
+            return await self.decide(
+                actor, approval_id, approve=False, always=False, reason=match.group(2)
+            )
+        call = await self.store.get_call(approval_id)
+        if call is not None and not call.decided:
+            await self.store.add_comment(approval_id, actor.user_id, text)
+        return Reply(True)
+
+    # Resuming -----------------------------------------------------------------------------
+
+    async def _resume(self, run_id: str, owner: str) -> None:
+        run = await self.store.get_run(run_id)
+        if run is None:
+            return
+        try:
+            calls = await self.store.pause_calls(run_id)
+            snapshot = await self.store.load_snapshot(run_id)
+        except Exception as exc:
+            await self._fail(run, owner, f"The bot could not load the run's state ({exc}).")
+            return
+        if snapshot is None:
+            await self._fail(run, owner, "The run's stored state is missing, so it cannot resume.")
+            return
+        await self._refresh_run(run_id)
+        approved = sum(c.status == "approved" for c in calls)
+        await self._safely(
+            "post resume note",
+            self.notifier.post_in_run_thread(
+                run, f"Resuming: {approved} approved, {len(calls) - approved} rejected."
+            ),
+        )
+        decisions = [
+            Decision(
+                call_id=c.call_id,
+                approve=c.status == "approved",
+                always=c.always,
+                message=c.reason or None,
+            )
+            for c in calls
+        ]
+        checkpoint = Checkpoint(snapshot.state, snapshot.sdk_version, snapshot.fingerprint)
+        outcome = await self.engine.resume(
+            run.agent_name, checkpoint, decisions, progress=self._progress(run)
+        )
+        await self._settle(run, owner, outcome)
+
+    # Liveness -----------------------------------------------------------------------------
+
+    async def keep_alive(self) -> None:
+        """Heartbeat this process and fail runs whose executing process died. Runs forever."""
+        while True:
+            try:
+                await self.store.heartbeat(self.process_id, HEARTBEAT_TTL)
+                await self.sweep_orphans()
+            except Exception:
+                log.warning("liveness check failed", exc_info=True)
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+
+    async def sweep_orphans(self) -> int:
+        """Fail runs left executing by a process that stopped; returns how many.
+
+        Such a run is never re-executed automatically: a tool may already have had its side
+        effect. Its thread says what happened so that a person can check and start again.
+        """
+        failed = 0
+        for run_id in await self.store.active_runs():
+            run = await self.store.get_run(run_id)
+            if run is None or run.status in ("finished", "failed"):
+                await self.store.forget_active(run_id)
+                continue
+            if run.status not in ("running", "resuming") or not run.owner:
+                continue
+            process = run.owner.partition(":")[0]
+            if process == self.process_id or await self.store.is_alive(process):
+                continue
+            error = (
+                "The bot process running this run stopped before it finished. The run was not "
+                "restarted, because a tool may already have run: check what it did, then start "
+                "a new run if needed."
+            )
+            if await self.store.finish(
+                run_id, run.owner, status="failed", text=error, drop_snapshot=False
+            ):
+                failed += 1
+                await self._safely("post failure", self.notifier.post_in_run_thread(run, error))
+                await self._refresh_run(run_id)
+        return failed

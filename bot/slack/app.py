@@ -1,0 +1,184 @@
+"""The Bolt app: Slack's requests in, service calls out.
+
+Identity (team, enterprise, user) is read only from the signed request through Bolt's context.
+Every listener acknowledges first and then works inside a guard that cannot leak an exception
+into Bolt (an exception after `ack()` can turn into a spurious "unhandled request").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.service.approvals import ApprovalService, RejectForm
+from bot.service.ports import Actor
+from bot.slack import blocks
+from bot.slack.commands import help_text, parse
+from bot.slack.text import unescape
+
+log = logging.getLogger(__name__)
+
+COMMAND = "/agent"
+TRY_AGAIN = "Something went wrong on the bot's side and nothing was changed. Try again in a moment."
+
+
+def _actor(context: AsyncBoltContext) -> Actor:
+    """Who acted, from Bolt's context: filled from the signed request, never from free text."""
+    return Actor(
+        team_id=str(context.team_id or ""),
+        user_id=str(context.user_id or ""),
+        enterprise_id=str(context.enterprise_id or ""),
+    )
+
+
+async def _guard(what: str, work: Awaitable[Any], tell: Callable[[str], Awaitable[Any]]) -> None:
+    try:
+        await work
+    except Exception:
+        log.exception("failed to handle %s", what)
+        try:
+            await tell(TRY_AGAIN)
+        except Exception:
+            log.exception("could not report the failure of %s", what)
+
+
+def build_app(
+    *,
+    client: AsyncWebClient,
+    signing_secret: str | None,
+    service: ApprovalService,
+    socket_mode: bool = False,
+) -> AsyncApp:
+    """Wire Slack's commands, button clicks, modal submissions and thread replies."""
+    app = AsyncApp(
+        client=client,
+        signing_secret=signing_secret,
+        request_verification_enabled=not socket_mode,
+        process_before_response=False,
+        raise_error_for_unhandled_request=False,
+        ignoring_self_events_enabled=True,
+    )
+    store = service.store
+    notifier = service.notifier
+
+    @app.middleware
+    async def drop_duplicate_events(
+        body: dict[str, Any], next: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        event_id = body.get("event_id") if body.get("type") == "event_callback" else None
+        if event_id and not await store.first_delivery("event", str(event_id)):
+            log.info("ignored duplicate delivery of event %s", event_id)
+            return None
+        return await next()
+
+    @app.command(COMMAND)
+    async def on_command(ack: AsyncAck, command: dict[str, Any], context: AsyncBoltContext) -> None:
+        parsed = parse(str(command.get("text", "")))
+        if parsed.help:
+            await ack(
+                response_type="ephemeral",
+                text=help_text(service.agent_names(), service.engine.registry.default_name),
+            )
+            return
+        try:
+            reply = service.start_run(
+                _actor(context),
+                str(command.get("channel_id", "")),
+                parsed.agent,
+                parsed.task,
+                delivery_id=str(command.get("trigger_id", "")),
+            )
+        except Exception:
+            log.exception("could not start a run")
+            await ack(response_type="ephemeral", text=TRY_AGAIN)
+            return
+        if reply.ok:
+            await ack()
+        else:
+            await ack(response_type="ephemeral", text=reply.text)
+
+    async def on_decision(ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext) -> None:
+        await ack()
+        action = (body.get("actions") or [{}])[0]
+        approval_id = str(action.get("value", ""))
+        action_id = str(action.get("action_id", ""))
+        actor = _actor(context)
+        channel = str((body.get("channel") or {}).get("id", "")) or str(context.channel_id or "")
+
+        async def tell(text: str) -> None:
+            await notifier.tell(channel, actor.user_id, text)
+
+        async def work() -> None:
+            if action_id in (blocks.REJECT, blocks.ALWAYS_REJECT):
+                form = await service.reject_form(actor, approval_id)
+                if isinstance(form, RejectForm):
+                    view = blocks.reject_modal(
+                        form.call, always=action_id == blocks.ALWAYS_REJECT, prefill=form.prefill
+                    )
+                    await client.views_open(trigger_id=body["trigger_id"], view=view.to_dict())
+                    return
+                reply = form
+            else:
+                reply = await service.decide(
+                    actor, approval_id, approve=True, always=action_id == blocks.ALWAYS_APPROVE
+                )
+            if not reply.ok:
+                await tell(reply.text)
+
+        await _guard(action_id, work(), tell)
+
+    for action_id in blocks.DECISION_ACTIONS:
+        app.action(action_id)(on_decision)
+
+    @app.view(blocks.REJECT_MODAL)
+    async def on_reject_submit(
+        ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        try:
+            meta = json.loads(view.get("private_metadata") or "{}")
+            approval_id = str(meta.get("approval_id", ""))
+            always = meta.get("always") is True
+            values = view.get("state", {}).get("values", {})
+            reason = values.get(blocks.REASON_BLOCK, {}).get(blocks.REASON_INPUT, {}).get("value")
+            reply = await service.decide(
+                _actor(context), approval_id, approve=False, always=always, reason=reason or ""
+            )
+        except Exception:
+            log.exception("could not apply a rejection")
+            await ack(response_action="errors", errors={blocks.REASON_BLOCK: TRY_AGAIN})
+            return
+        if reply.ok:
+            await ack()
+        else:
+            await ack(response_action="errors", errors={blocks.REASON_BLOCK: reply.text})
+
+    @app.event("message")
+    async def on_message(event: dict[str, Any], context: AsyncBoltContext) -> None:
+        thread_ts = event.get("thread_ts")
+        if (
+            not thread_ts
+            or event.get("bot_id")
+            or event.get("subtype") not in (None, "thread_broadcast")
+        ):
+            return
+        actor = _actor(context)
+        channel = str(event.get("channel", ""))
+
+        async def tell(text: str) -> None:
+            await notifier.tell(channel, actor.user_id, text, thread_ts=str(thread_ts))
+
+        async def work() -> None:
+            reply = await service.thread_reply(
+                actor, channel, str(thread_ts), unescape(str(event.get("text", "")))
+            )
+            if reply is not None and not reply.ok:
+                await tell(reply.text)
+
+        await _guard("thread reply", work(), tell)
+
+    return app

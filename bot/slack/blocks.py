@@ -1,0 +1,186 @@
+"""Block Kit for run messages, approval messages and the reject modal.
+
+Built with slack_sdk's block models, which check Block Kit's limits where the blocks are made.
+All untrusted text goes through `bot.slack.text`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    Block,
+    ButtonElement,
+    ContextBlock,
+    InputBlock,
+    MarkdownTextObject,
+    PlainTextInputElement,
+    PlainTextObject,
+    SectionBlock,
+)
+from slack_sdk.models.views import View
+
+from bot.slack.text import code_block, escape, inline, quote, truncate
+from bot.store.records import CallRecord, RunRecord
+
+APPROVE = "approval_approve"
+REJECT = "approval_reject"
+ALWAYS_APPROVE = "approval_always_approve"
+ALWAYS_REJECT = "approval_always_reject"
+DECISION_ACTIONS = (APPROVE, REJECT, ALWAYS_APPROVE, ALWAYS_REJECT)
+
+REJECT_MODAL = "approval_reject_modal"
+REASON_BLOCK = "reason"
+REASON_INPUT = "reason_input"
+
+SECTION_LIMIT = 3000
+ARGUMENTS_LIMIT = 2900
+KIND_LABELS = {
+    "function": "tool",
+    "mcp": "MCP tool",
+    "hosted_mcp": "hosted MCP tool",
+    "shell": "shell",
+    "apply_patch": "patch",
+}
+ARGUMENT_LABELS = {"shell": "Commands", "apply_patch": "Patch"}
+
+
+def permalink(channel: str, ts: str) -> str:
+    """A link to a message that Slack clients resolve without an API call."""
+    return f"https://slack.com/archives/{channel}/p{ts.replace('.', '')}"
+
+
+def status_text(run: RunRecord) -> str:
+    if run.status == "paused":
+        n = run.undecided
+        return f":raised_hand: waiting for {n} approval{'s' if n != 1 else ''}"
+    return {
+        "running": ":hourglass_flowing_sand: running",
+        "resuming": ":hourglass_flowing_sand: running",
+        "finished": ":white_check_mark: finished",
+        "failed": ":x: failed",
+    }.get(run.status, run.status)
+
+
+def _md(text: str) -> MarkdownTextObject:
+    return MarkdownTextObject(text=text)
+
+
+def run_message(run: RunRecord) -> tuple[str, list[Block]]:
+    """The run's own message: who started which agent on what, and where it stands."""
+    task = quote(run.task, SECTION_LIMIT - 200)
+    header = f"<@{run.user_id}> started agent *{inline(run.agent_name)}*"
+    status = status_text(run)
+    blocks: list[Block] = [
+        SectionBlock(text=_md(f"{header}\n>{task.replace(chr(10), chr(10) + '>')}")),
+        ContextBlock(elements=[_md(f"*Status:* {status}  ·  run `{run.run_id}`")]),
+    ]
+    return f"Agent run by <@{run.user_id}>: {status}", blocks
+
+
+def _decision_line(call: CallRecord, decided_at: str) -> str:
+    verb = ":white_check_mark: Approved" if call.status == "approved" else ":no_entry: Rejected"
+    line = f"{verb} by <@{call.decided_by}> at {decided_at}"
+    if call.always:
+        line += " (always, for the rest of this run)"
+    if call.via:
+        line += " through an *Always* decision on another call"
+    return line
+
+
+def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple[str, list[Block]]:
+    """One pending call: what would run, for which run, and the four decision buttons."""
+    what = KIND_LABELS.get(call.kind, "tool")
+    title = (
+        f":warning: *Approval needed*: agent *{inline(call.agent)}* wants to run "
+        f"{what} `{inline(call.tool)}`"
+    )
+    task, _ = truncate(escape(" ".join(run.task.split())), 300)
+    origin = (
+        f"Run started by <@{run.user_id}>: _{task}_  ·  "
+        f"<{permalink(run.channel_id, run.message_ts)}|run thread>"
+        if run.message_ts
+        else f"Run started by <@{run.user_id}>: _{task}_"
+    )
+    label = ARGUMENT_LABELS.get(call.kind, "Arguments")
+    blocks: list[Block] = [
+        SectionBlock(text=_md(title)),
+        ContextBlock(elements=[_md(origin)]),
+        SectionBlock(text=_md(f"*{label}:*\n{code_block(call.arguments, ARGUMENTS_LIMIT)}")),
+    ]
+    if call.decided:
+        text = _decision_line(call, decided_at)
+        if call.reason:
+            text += f"\n*Reason:* {quote(call.reason, 2500)}"
+        blocks.append(SectionBlock(text=_md(text)))
+        fallback = f"{inline(call.tool)}: {call.status} by <@{call.decided_by}>"
+    else:
+        blocks.append(
+            ActionsBlock(
+                block_id="decision",
+                elements=[
+                    ButtonElement(
+                        text="Approve", action_id=APPROVE, value=call.approval_id, style="primary"
+                    ),
+                    ButtonElement(
+                        text="Reject", action_id=REJECT, value=call.approval_id, style="danger"
+                    ),
+                    ButtonElement(
+                        text="Always approve", action_id=ALWAYS_APPROVE, value=call.approval_id
+                    ),
+                    ButtonElement(
+                        text="Always reject", action_id=ALWAYS_REJECT, value=call.approval_id
+                    ),
+                ],
+            )
+        )
+        blocks.append(
+            ContextBlock(
+                elements=[
+                    _md(
+                        "Reply in this thread to comment, or start a reply with `reject:` "
+                        "to reject with a reason."
+                    )
+                ]
+            )
+        )
+        fallback = f"Approval needed: {inline(call.agent)} wants to run {inline(call.tool)}"
+    return fallback, blocks
+
+
+def reject_modal(call: CallRecord, *, always: bool, prefill: str) -> View:
+    """The modal behind Reject and Always reject: an optional, multi-line reason."""
+    title = "Always reject" if always else "Reject"
+    initial, _ = truncate(prefill, 3000)
+    element = PlainTextInputElement(
+        action_id=REASON_INPUT,
+        multiline=True,
+        max_length=3000,
+        initial_value=initial or None,
+        placeholder="Why? The agent receives this text as the result of its call.",
+    )
+    return View(
+        type="modal",
+        callback_id=REJECT_MODAL,
+        title=PlainTextObject(text=title),
+        submit=PlainTextObject(text=title),
+        close=PlainTextObject(text="Cancel"),
+        private_metadata=json.dumps({"approval_id": call.approval_id, "always": always}),
+        blocks=[
+            SectionBlock(
+                text=_md(f"Reject `{inline(call.tool)}` requested by agent *{inline(call.agent)}*.")
+            ),
+            InputBlock(
+                block_id=REASON_BLOCK,
+                label=PlainTextObject(text="Reason (optional)"),
+                element=element,
+                optional=True,
+            ),
+        ],
+    )
+
+
+def as_dicts(blocks: list[Block]) -> list[dict[str, Any]]:
+    return [block.to_dict() for block in blocks]

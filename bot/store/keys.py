@@ -1,0 +1,67 @@
+"""Redis key names and the opaque ids that point at them.
+
+Every key of one run shares the hash tag `{<run id>}`, so a transition script that touches a run's
+keys works unchanged on Redis Cluster. An approval id is `<run id>.<random>`: a click can address
+its run's keys directly, without a lookup, and guessing one is as hard as guessing 96 random bits.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+PREFIX = "ab"
+
+RUN_ID_RE = re.compile(r"^[0-9a-f]{16}$")
+APPROVAL_ID_RE = re.compile(r"^([0-9a-f]{16})\.([A-Za-z0-9_-]{16})$")
+
+# Keys outside any run (each is used alone, never inside a multi-key script).
+EXECUTING_RUNS = f"{PREFIX}:runs:active"
+
+
+def new_run_id() -> str:
+    return secrets.token_hex(8)
+
+
+def new_approval_id(run_id: str) -> str:
+    return f"{run_id}.{secrets.token_urlsafe(12)}"
+
+
+def run_of(approval_id: str) -> str | None:
+    """The run id inside a well-formed approval id, or None for anything else."""
+    match = APPROVAL_ID_RE.match(approval_id)
+    return match.group(1) if match else None
+
+
+def run_key(run_id: str) -> str:
+    return f"{PREFIX}:{{{run_id}}}:run"
+
+
+def snapshot_key(run_id: str) -> str:
+    return f"{PREFIX}:{{{run_id}}}:snapshot"
+
+
+def pause_key(run_id: str) -> str:
+    return f"{PREFIX}:{{{run_id}}}:pause"
+
+
+def call_key(approval_id: str) -> str:
+    run_id, _, token = approval_id.partition(".")
+    return f"{PREFIX}:{{{run_id}}}:call:{token}"
+
+
+def comments_key(approval_id: str) -> str:
+    return call_key(approval_id) + ":comments"
+
+
+def message_key(channel: str, ts: str) -> str:
+    """Maps an approval message (channel, ts) to its approval id, for thread replies."""
+    return f"{PREFIX}:msg:{channel}:{ts}"
+
+
+def delivery_key(kind: str, delivery_id: str) -> str:
+    return f"{PREFIX}:seen:{kind}:{delivery_id}"
+
+
+def process_key(process_id: str) -> str:
+    return f"{PREFIX}:proc:{process_id}"

@@ -1,0 +1,29 @@
+-- End a run (finished or failed). Only the owner of its current execution may end it; the
+-- sweeper of dead processes passes the dead owner's token, so a live owner is never overruled.
+-- KEYS[1] run hash, KEYS[2] snapshot hash, KEYS[3] pause set
+-- ARGV[1] owner token, ARGV[2] final status, ARGV[3] text (output or error), ARGV[4] now,
+-- ARGV[5] retention seconds, ARGV[6] '1' to drop the snapshot
+local run = KEYS[1]
+local status = redis.call('HGET', run, 'status')
+if status == false then
+  return {'missing'}
+end
+if status == 'finished' or status == 'failed' then
+  return {'already', status}
+end
+if ARGV[1] == '' or redis.call('HGET', run, 'owner') ~= ARGV[1] then
+  return {'not_owner'}
+end
+local field = 'output'
+if ARGV[2] == 'failed' then
+  field = 'error'
+end
+redis.call('HSET', run, 'status', ARGV[2], field, ARGV[3], 'owner', '', 'undecided', 0,
+           'updated_at', ARGV[4])
+if ARGV[6] == '1' then
+  redis.call('DEL', KEYS[2])
+end
+for i = 1, 3 do
+  redis.call('EXPIRE', KEYS[i], ARGV[5])
+end
+return {'ok', status}

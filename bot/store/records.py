@@ -1,0 +1,152 @@
+"""What the store keeps about runs and pending calls, as plain typed records.
+
+Redis hashes hold strings; these records convert at the edge so the rest of the bot sees types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+RunStatus = Literal["running", "paused", "resuming", "finished", "failed"]
+CallStatus = Literal["pending", "approved", "rejected"]
+
+_R = TypeVar("_R", "RunRecord", "CallRecord")
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
+
+
+def _decode(raw: Mapping[Any, Any]) -> dict[str, str]:
+    return {_text(k): _text(v) for k, v in raw.items()}
+
+
+def _from_hash(cls: type[_R], raw: Mapping[Any, Any]) -> _R:
+    values = _decode(raw)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in values:
+            continue
+        value: Any = values[f.name]
+        if f.type in ("int", int):
+            value = int(value or 0)
+        elif f.type in ("bool", bool):
+            value = value == "1"
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def _to_hash(record: RunRecord | CallRecord) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in dataclasses.asdict(record).items():
+        if isinstance(value, bool):
+            out[key] = "1" if value else "0"
+        else:
+            out[key] = str(value)
+    return out
+
+
+@dataclass
+class RunRecord:
+    """One agent run started from Slack."""
+
+    run_id: str
+    team_id: str
+    user_id: str
+    channel_id: str
+    agent_name: str
+    task: str
+    enterprise_id: str = ""
+    status: str = "running"
+    created_at: str = ""
+    updated_at: str = ""
+    message_ts: str = ""
+    pause: int = 0
+    undecided: int = 0
+    owner: str = ""
+    output: str = ""
+    error: str = ""
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[Any, Any]) -> RunRecord:
+        return _from_hash(cls, raw)
+
+    def to_hash(self) -> dict[str, str]:
+        return _to_hash(self)
+
+
+@dataclass
+class CallRecord:
+    """One tool call waiting for (or given) a human decision."""
+
+    approval_id: str
+    run_id: str
+    index: int
+    call_id: str
+    agent: str
+    tool: str
+    kind: str
+    sticky: str
+    arguments: str
+    pause: int = 0
+    status: str = "pending"
+    always: bool = False
+    decided_team: str = ""
+    decided_by: str = ""
+    decided_at: str = ""
+    reason: str = ""
+    via: str = ""
+    channel_id: str = ""
+    message_ts: str = ""
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[Any, Any]) -> CallRecord:
+        return _from_hash(cls, raw)
+
+    def to_hash(self) -> dict[str, str]:
+        return _to_hash(self)
+
+    @property
+    def decided(self) -> bool:
+        return self.status != "pending"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A paused run's serialized state and the versions it was written with."""
+
+    state: bytes
+    sdk_version: str
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class Decided:
+    """The caller's decision was recorded; `settled` lists every call it decided."""
+
+    settled: list[str]
+    resume: bool
+    undecided: int
+
+
+@dataclass(frozen=True)
+class AlreadyDecided:
+    """Someone decided this call before; nothing changed."""
+
+    status: str
+    decided_by: str
+    decided_at: str
+    via: str = ""
+
+
+@dataclass(frozen=True)
+class Gone:
+    """The call or its pause no longer exists (expired, or the run moved on)."""
+
+    why: str = field(default="This approval request no longer exists.")
+
+
+DecideResult = Decided | AlreadyDecided | Gone

@@ -1,0 +1,234 @@
+"""Runs, pending calls and snapshots in Redis, changed only through owner-checked transitions.
+
+Each transition that must be atomic (`save_pause`, `decide`, `finish`) is one Lua script over
+keys of a single run, all sharing that run's hash tag.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from importlib import resources
+from typing import Any
+
+import redis.asyncio as redis
+
+from bot.store import keys
+from bot.store.records import (
+    AlreadyDecided,
+    CallRecord,
+    Decided,
+    DecideResult,
+    Gone,
+    RunRecord,
+    Snapshot,
+)
+
+MAX_COMMENTS = 20
+
+
+def _script(name: str) -> str:
+    return (resources.files("bot.store") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+
+
+def _s(value: Any) -> str:
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
+
+
+def now() -> str:
+    """Timestamps are Unix seconds with millisecond precision, as strings (Redis-native)."""
+    return f"{time.time():.3f}"
+
+
+class StoreError(Exception):
+    """A transition was refused because the run is not in the state the caller believed."""
+
+
+class RunStore:
+    """All reads and writes of run data. Knows Redis; knows nothing of Slack or the SDK."""
+
+    def __init__(self, client: redis.Redis, *, retention_seconds: int) -> None:
+        self.redis = client
+        self.retention = retention_seconds
+        self._save_pause = client.register_script(_script("save_pause"))
+        self._decide = client.register_script(_script("decide"))
+        self._finish = client.register_script(_script("finish"))
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self.redis.ping())
+        except (redis.RedisError, OSError):
+            return False
+
+    # Runs ---------------------------------------------------------------------------------
+
+    async def create_run(self, run: RunRecord) -> None:
+        """Store a new run, owned by `run.owner` until it pauses or ends."""
+        await self.redis.sadd(keys.EXECUTING_RUNS, run.run_id)
+        key = keys.run_key(run.run_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping=run.to_hash())  # type: ignore[arg-type]
+            pipe.expire(key, self.retention)
+            await pipe.execute()
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        raw = await self.redis.hgetall(keys.run_key(run_id))
+        return RunRecord.from_hash(raw) if raw else None
+
+    async def set_run_message(self, run_id: str, ts: str) -> None:
+        await self.redis.hset(keys.run_key(run_id), "message_ts", ts)
+
+    async def save_pause(
+        self, run_id: str, owner: str, snapshot: Snapshot, calls: list[CallRecord]
+    ) -> int:
+        """Store the snapshot and the pause's calls; the run becomes `paused`. Returns the pause."""
+        call_keys = [keys.call_key(c.approval_id) for c in calls]
+        reply = await self._save_pause(
+            keys=[
+                keys.run_key(run_id),
+                keys.snapshot_key(run_id),
+                keys.pause_key(run_id),
+                *call_keys,
+            ],
+            args=[
+                owner,
+                now(),
+                self.retention,
+                snapshot.state,
+                snapshot.sdk_version,
+                snapshot.fingerprint,
+                *(json.dumps(c.to_hash()) for c in calls),
+            ],
+        )
+        if _s(reply[0]) != "ok":
+            raise StoreError(f"cannot save pause of run {run_id}: {[_s(r) for r in reply]}")
+        return int(reply[1])
+
+    async def load_snapshot(self, run_id: str) -> Snapshot | None:
+        raw = await self.redis.hgetall(keys.snapshot_key(run_id))
+        if not raw or b"state" not in raw:
+            return None
+        return Snapshot(
+            state=raw[b"state"],  # type: ignore[arg-type]
+            sdk_version=_s(raw.get(b"sdk_version", b"")),
+            fingerprint=_s(raw.get(b"fingerprint", b"")),
+        )
+
+    async def finish(
+        self, run_id: str, owner: str, *, status: str, text: str, drop_snapshot: bool
+    ) -> bool:
+        """End a run. Returns False when it was already ended or is owned by someone else."""
+        reply = await self._finish(
+            keys=[keys.run_key(run_id), keys.snapshot_key(run_id), keys.pause_key(run_id)],
+            args=[owner, status, text, now(), self.retention, "1" if drop_snapshot else "0"],
+        )
+        ended = _s(reply[0]) == "ok"
+        if ended:
+            await self.redis.srem(keys.EXECUTING_RUNS, run_id)
+        return ended
+
+    # Pending calls ------------------------------------------------------------------------
+
+    async def get_call(self, approval_id: str) -> CallRecord | None:
+        if keys.run_of(approval_id) is None:
+            return None
+        raw = await self.redis.hgetall(keys.call_key(approval_id))
+        return CallRecord.from_hash(raw) if raw else None
+
+    async def pause_calls(self, run_id: str) -> list[CallRecord]:
+        """The calls of the run's latest pause, in the order the SDK listed them."""
+        ids = sorted(_s(i) for i in await self.redis.smembers(keys.pause_key(run_id)))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for approval_id in ids:
+                pipe.hgetall(keys.call_key(approval_id))
+            raws = await pipe.execute()
+        calls = [CallRecord.from_hash(raw) for raw in raws if raw]
+        return sorted(calls, key=lambda c: c.index)
+
+    async def set_call_message(self, approval_id: str, channel: str, ts: str) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(keys.call_key(approval_id), mapping={"channel_id": channel, "message_ts": ts})
+            pipe.set(keys.message_key(channel, ts), approval_id, ex=self.retention)
+            await pipe.execute()
+
+    async def approval_for_message(self, channel: str, ts: str) -> str | None:
+        value = await self.redis.get(keys.message_key(channel, ts))
+        return _s(value) if value is not None else None
+
+    async def add_comment(self, approval_id: str, user: str, text: str) -> None:
+        key = keys.comments_key(approval_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(key, json.dumps({"user": user, "text": text}))
+            pipe.ltrim(key, -MAX_COMMENTS, -1)
+            pipe.expire(key, self.retention)
+            await pipe.execute()
+
+    async def comments(self, approval_id: str) -> list[tuple[str, str]]:
+        items = await self.redis.lrange(keys.comments_key(approval_id), 0, -1)
+        parsed = [json.loads(item) for item in items]
+        return [(c["user"], c["text"]) for c in parsed]
+
+    async def decide(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        always: bool,
+        team: str,
+        user: str,
+        reason: str,
+        owner: str,
+    ) -> DecideResult:
+        """Record one decision atomically; see decide.lua for the rules."""
+        run_id = keys.run_of(approval_id)
+        if run_id is None:
+            return Gone()
+        others = [
+            keys.call_key(_s(i))
+            for i in await self.redis.smembers(keys.pause_key(run_id))
+            if _s(i) != approval_id
+        ]
+        reply = await self._decide(
+            keys=[keys.run_key(run_id), keys.call_key(approval_id), *others],
+            args=[
+                "approved" if approve else "rejected",
+                "1" if always else "0",
+                team,
+                user,
+                now(),
+                reason,
+                owner,
+            ],
+        )
+        kind = _s(reply[0])
+        if kind == "decided":
+            return Decided(
+                settled=[_s(r) for r in reply[3:]],
+                resume=int(reply[1]) == 1,
+                undecided=int(reply[2]),
+            )
+        if kind == "already":
+            return AlreadyDecided(*(_s(r) for r in reply[1:5]))
+        if kind == "stale":
+            return Gone("This run is no longer waiting for this decision.")
+        return Gone()
+
+    # Deliveries and liveness --------------------------------------------------------------
+
+    async def first_delivery(self, kind: str, delivery_id: str, ttl: int = 3600) -> bool:
+        """True the first time a (kind, id) is seen within `ttl` seconds: drops duplicates."""
+        return bool(
+            await self.redis.set(keys.delivery_key(kind, delivery_id), "1", nx=True, ex=ttl)
+        )
+
+    async def heartbeat(self, process_id: str, ttl: int) -> None:
+        await self.redis.set(keys.process_key(process_id), "1", ex=ttl)
+
+    async def is_alive(self, process_id: str) -> bool:
+        return bool(await self.redis.exists(keys.process_key(process_id)))
+
+    async def active_runs(self) -> list[str]:
+        return sorted(_s(r) for r in await self.redis.smembers(keys.EXECUTING_RUNS))
+
+    async def forget_active(self, run_id: str) -> None:
+        await self.redis.srem(keys.EXECUTING_RUNS, run_id)
