@@ -13,8 +13,8 @@ from typing import Annotated
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-CHANNEL_ID = r"^[CGD][A-Z0-9]{2,}$"
-USER_ID = r"^([UW][A-Z0-9]{2,}|\*)$"
+CHANNEL_ID = r"^[CGD][A-Z0-9]+$"
+USER_ID = r"^([UW][A-Z0-9]+|\*)$"
 
 UserId = Annotated[str, StringConstraints(pattern=USER_ID)]
 

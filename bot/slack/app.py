@@ -166,7 +166,12 @@ def build_app(
             or event.get("subtype") not in (None, "thread_broadcast")
         ):
             return
-        actor = _actor(context)
+        signed = _actor(context)
+        # In shared channels the author's own workspace is the event's `user_team`/`team`.
+        team = str(event.get("user_team") or event.get("team") or signed.team_id)
+        actor = Actor(
+            team_id=team, user_id=str(event.get("user", "")), enterprise_id=signed.enterprise_id
+        )
         channel = str(event.get("channel", ""))
 
         async def tell(text: str) -> None:

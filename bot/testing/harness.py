@@ -1,0 +1,158 @@
+"""Run the whole bot in-process against a real Redis and the fake Slack Web API.
+
+    async with BotHarness(redis_url, agents, policy) as bot:
+        await bot.slack.command("delete the logs", user="U1", channel="C1")
+        approval = await bot.wait_for_approvals(1)
+        await bot.slack.click("approval_approve", approval.button_value("approval_approve"), ...)
+
+Everything between the signed HTTP request and the Web API call is the real bot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from pydantic import SecretStr
+
+from bot.config import Settings
+from bot.engine.registry import AgentRegistry
+from bot.runtime import BotRuntime
+from bot.service.policy import Policy, parse_policy
+from bot.testing.requests import SlackRequests
+from bot.testing.slack_api import FakeSlackAPI, Message
+
+SIGNING_SECRET = "test-signing-secret"
+BOT_TOKEN = "xoxb-test-token"
+
+
+async def wait_until(
+    condition: Callable[[], Any], *, timeout: float = 10.0, what: str = "condition"
+) -> Any:
+    """Poll `condition` (sync or async) until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def status_line(message: Message) -> str:
+    """The `Status: ...` line of a run message."""
+    for line in message.all_text().splitlines():
+        if line.startswith("*Status:*"):
+            return line
+    return ""
+
+
+class BotHarness:
+    """One bot process (in-process), its HTTP endpoint, and the fake Slack it talks to."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        agents: Any,
+        policy: Policy | str,
+        *,
+        slack: FakeSlackAPI | None = None,
+        rejection_text: str | None = None,
+        data_dir: Path | None = None,
+    ) -> None:
+        self.redis_url = redis_url
+        self.registry = agents if isinstance(agents, AgentRegistry) else None
+        self.agents = agents
+        self.policy = parse_policy(policy) if isinstance(policy, str) else policy
+        self.slack_api = slack or FakeSlackAPI()
+        self._own_slack = slack is None
+        self.rejection_text = rejection_text
+        self.data_dir = data_dir
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+        self.runtime: BotRuntime
+        self.slack: SlackRequests
+
+    def settings(self) -> Settings:
+        extra: dict[str, Any] = {}
+        if self.rejection_text is not None:
+            extra["rejection_text"] = self.rejection_text
+        if self.data_dir is not None:
+            extra["data_dir"] = self.data_dir
+        return Settings(
+            _env_file=None,  # type: ignore[call-arg]
+            slack_bot_token=SecretStr(BOT_TOKEN),
+            slack_signing_secret=SecretStr(SIGNING_SECRET),
+            slack_api_url=self.slack_api.url,
+            redis_url=self.redis_url,
+            **extra,
+        )
+
+    async def __aenter__(self) -> BotHarness:
+        if self._own_slack:
+            await self.slack_api.start()
+        registry = self.registry or AgentRegistry.from_value(self.agents)
+        self.runtime = BotRuntime(self.settings(), registry=registry, policy=self.policy)
+        await self.runtime.start()
+        self._runner = web.AppRunner(self.runtime.web_app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        self.slack = await SlackRequests(
+            f"{self.url}/slack/events", SIGNING_SECRET, team_id=self.slack_api.team_id
+        ).__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.slack.__aexit__()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.runtime.stop()
+        if self._own_slack:
+            await self.slack_api.stop()
+
+    # Waiting for what people would see ----------------------------------------------------
+
+    async def wait_for_approvals(self, count: int, *, timeout: float = 10.0) -> list[Message]:
+        """Wait until `count` approval messages with buttons are showing; return them."""
+
+        def pending() -> list[Message] | None:
+            found = [m for m in self.slack_api.approval_messages() if m.action_ids()]
+            return found if len(found) >= count else None
+
+        result: list[Message] = await wait_until(
+            pending, timeout=timeout, what=f"{count} pending approval message(s)"
+        )
+        return result
+
+    def run_message(self) -> Message:
+        runs = [m for m in self.slack_api.top_level() if "started agent" in m.all_text()]
+        assert runs, "no run message was posted"
+        return runs[-1]
+
+    async def wait_for_status(self, word: str, *, timeout: float = 10.0) -> Message:
+        """Wait until the latest run message's status contains `word` (finished, failed...)."""
+
+        def status() -> Message | None:
+            runs = [m for m in self.slack_api.top_level() if "started agent" in m.all_text()]
+            return runs[-1] if runs and word in status_line(runs[-1]) else None
+
+        result: Message = await wait_until(status, timeout=timeout, what=f"run status {word!r}")
+        return result
+
+    def run_thread(self) -> list[Message]:
+        run = self.run_message()
+        return self.slack_api.thread(run.channel, run.ts)
+
+    async def idle(self) -> None:
+        """Wait for the bot's background work (runs, resumes, message updates) to finish."""
+        await self.runtime.service.drain(30)

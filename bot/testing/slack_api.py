@@ -1,0 +1,204 @@
+"""A stand-in for Slack's Web API, for tests: the network edge, nothing more.
+
+Point the bot's `SLACK_API_URL` at `FakeSlackAPI.url`. It answers the methods the bot uses,
+records every call, and keeps the latest version of every message so tests can read what people
+would see. Use it to test your own agents and policies too:
+
+    async with FakeSlackAPI() as slack:
+        ...  # run the bot with SLACK_API_URL=slack.url, then inspect slack.calls / slack.messages
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class ApiCall:
+    """One Web API request as the bot sent it."""
+
+    method: str
+    params: dict[str, Any]
+    token: str = ""
+
+
+@dataclass
+class Message:
+    """A message as it currently stands in the fake workspace."""
+
+    channel: str
+    ts: str
+    text: str
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    thread_ts: str | None = None
+    updates: int = 0
+
+    def all_text(self) -> str:
+        """The fallback text and every text field of every block, concatenated."""
+        found: list[str] = [self.text]
+
+        def visit(value: Any) -> None:
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    if key == "text" and isinstance(item, str):
+                        found.append(item)
+                    else:
+                        visit(item)
+            elif isinstance(value, list):
+                for item in value:
+                    visit(item)
+
+        visit(self.blocks)
+        return "\n".join(found)
+
+    def action_ids(self) -> list[str]:
+        return [
+            element["action_id"]
+            for block in self.blocks
+            if block.get("type") == "actions"
+            for element in block.get("elements", [])
+        ]
+
+    def button_value(self, action_id: str) -> str:
+        for block in self.blocks:
+            for element in block.get("elements", []) if block.get("type") == "actions" else []:
+                if element.get("action_id") == action_id:
+                    return str(element["value"])
+        raise KeyError(action_id)
+
+
+class FakeSlackAPI:
+    """An aiohttp server on loopback that behaves like the parts of Slack's Web API we call."""
+
+    def __init__(self, *, team_id: str = "T0TEST", bot_user_id: str = "UBOT") -> None:
+        self.team_id = team_id
+        self.bot_user_id = bot_user_id
+        self.calls: list[ApiCall] = []
+        self.messages: dict[tuple[str, str], Message] = {}
+        self.ephemeral: list[dict[str, Any]] = []
+        self.views: list[dict[str, Any]] = []
+        self.fail_methods: set[str] = set()
+        self._ts = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+        self.changed = asyncio.Event()
+
+    async def __aenter__(self) -> FakeSlackAPI:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=10 * 1024 * 1024)
+        app.router.add_post("/api/{method}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}/api/"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # Queries used by tests ----------------------------------------------------------------
+
+    def calls_to(self, method: str) -> list[ApiCall]:
+        return [c for c in self.calls if c.method == method]
+
+    def top_level(self, channel: str | None = None) -> list[Message]:
+        return [
+            m
+            for m in self.messages.values()
+            if m.thread_ts is None and (channel is None or m.channel == channel)
+        ]
+
+    def thread(self, channel: str, ts: str) -> list[Message]:
+        return [m for m in self.messages.values() if m.channel == channel and m.thread_ts == ts]
+
+    def approval_messages(self) -> list[Message]:
+        return [m for m in self.top_level() if "Approval needed" in m.all_text()]
+
+    def ephemeral_to(self, user: str) -> list[str]:
+        return [str(e.get("text", "")) for e in self.ephemeral if e.get("user") == user]
+
+    # The API ------------------------------------------------------------------------------
+
+    async def _params(self, request: web.Request) -> dict[str, Any]:
+        if request.content_type == "application/json":
+            data = await request.json()
+            return dict(data) if isinstance(data, dict) else {}
+        form = await request.post()
+        params: dict[str, Any] = {k: v for k, v in form.items() if isinstance(v, str)}
+        params.update(request.query)
+        for key in ("blocks", "view"):
+            if isinstance(params.get(key), str):
+                params[key] = json.loads(params[key])
+        return params
+
+    def _next_ts(self) -> str:
+        return f"1700000000.{next(self._ts):06d}"
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        params = await self._params(request)
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        self.calls.append(ApiCall(method, params, token))
+        if method in self.fail_methods:
+            return web.json_response({"ok": False, "error": "fatal_error"})
+        handler = getattr(self, "_" + method.replace(".", "_"), None)
+        if handler is None:
+            return web.json_response({"ok": False, "error": "unknown_method"})
+        result: dict[str, Any] = handler(params)
+        self.changed.set()
+        self.changed = asyncio.Event()
+        return web.json_response({"ok": True, **result})
+
+    def _auth_test(self, _: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": "BBOT",
+            "url": "https://example.slack.com/",
+        }
+
+    def _chat_postMessage(self, p: dict[str, Any]) -> dict[str, Any]:
+        ts = self._next_ts()
+        message = Message(
+            channel=str(p["channel"]),
+            ts=ts,
+            text=str(p.get("text", "")),
+            blocks=list(p.get("blocks") or []),
+            thread_ts=p.get("thread_ts"),
+        )
+        self.messages[(message.channel, ts)] = message
+        return {"channel": message.channel, "ts": ts, "message": {"text": message.text}}
+
+    def _chat_update(self, p: dict[str, Any]) -> dict[str, Any]:
+        key = (str(p["channel"]), str(p["ts"]))
+        message = self.messages[key]
+        message.text = str(p.get("text", message.text))
+        message.blocks = list(p.get("blocks") or message.blocks)
+        message.updates += 1
+        return {"channel": key[0], "ts": key[1]}
+
+    def _chat_postEphemeral(self, p: dict[str, Any]) -> dict[str, Any]:
+        self.ephemeral.append(p)
+        return {"message_ts": self._next_ts()}
+
+    def _views_open(self, p: dict[str, Any]) -> dict[str, Any]:
+        self.views.append(p)
+        return {"view": {"id": f"V{len(self.views)}", **(p.get("view") or {})}}
+
+    def _chat_getPermalink(self, p: dict[str, Any]) -> dict[str, Any]:
+        ts = str(p.get("message_ts", "")).replace(".", "")
+        return {"permalink": f"https://example.slack.com/archives/{p.get('channel')}/p{ts}"}

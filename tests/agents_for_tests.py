@@ -1,0 +1,66 @@
+"""Agents for the tests: scripted models (no network) and tools that record what they did."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents import Agent, RunContextWrapper, function_tool
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+POLICY = """
+defaults:
+  allow_self_approval: false
+channels:
+  C1:
+    starters: ["*"]
+    approvers: [U2, U3]
+"""
+
+
+@dataclass
+class Ledger:
+    """What the tools really did, in order."""
+
+    executed: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    contexts: list[Any] = field(default_factory=list)
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.executed]
+
+
+def ops_agent(
+    steps: list[Any], ledger: Ledger, *, name: str = "ops", extra_tools: list[Any] | None = None
+) -> tuple[Agent[Any], ScriptedModel]:
+    """An agent with a gated `delete_logs`, a gated `restart_service` and an ungated `read_logs`."""
+
+    @function_tool(needs_approval=True)
+    def delete_logs(ctx: RunContextWrapper[Any], path: str) -> str:
+        """Delete log files under a path."""
+        ledger.executed.append(("delete_logs", {"path": path}))
+        ledger.contexts.append(ctx.context)
+        return f"deleted {path}"
+
+    @function_tool(needs_approval=True)
+    def restart_service(service: str) -> str:
+        """Restart a service."""
+        ledger.executed.append(("restart_service", {"service": service}))
+        return f"restarted {service}"
+
+    @function_tool
+    def read_logs(path: str) -> str:
+        """Read logs (no approval needed)."""
+        ledger.executed.append(("read_logs", {"path": path}))
+        return f"logs of {path}"
+
+    model = ScriptedModel(steps)
+    agent = Agent(
+        name=name,
+        instructions="You operate servers.",
+        model=model,
+        tools=[delete_logs, restart_service, read_logs, *(extra_tools or [])],
+    )
+    return agent, model
+
+
+__all__ = ["POLICY", "Ledger", "assistant_message", "function_call", "ops_agent"]
