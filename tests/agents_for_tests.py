@@ -63,4 +63,17 @@ def ops_agent(
     return agent, model
 
 
-__all__ = ["POLICY", "Ledger", "assistant_message", "function_call", "ops_agent"]
+__all__ = ["POLICY", "Ledger", "assistant_message", "function_call", "ops_agent", "tool_outputs"]
+
+
+def tool_outputs(model: ScriptedModel) -> dict[str, str]:
+    """call_id -> the tool output text the model received in its latest call."""
+    last = model.last_call
+    assert last is not None, "the model was never called"
+    items = last.input if isinstance(last.input, list) else []
+    found: dict[str, str] = {}
+    for item in items:
+        data = item if isinstance(item, dict) else item.model_dump()
+        if data.get("type") == "function_call_output":
+            found[str(data["call_id"])] = str(data["output"])
+    return found

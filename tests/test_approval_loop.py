@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import json
 
-from bot.slack.blocks import APPROVE
+from bot.slack.blocks import ALWAYS_APPROVE, APPROVE, REJECT
 from bot.testing.harness import BotHarness, status_line
-from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+from tests.agents_for_tests import (
+    POLICY,
+    Ledger,
+    assistant_message,
+    function_call,
+    ops_agent,
+    tool_outputs,
+)
 
 
 async def test_approve_runs_the_tool_and_posts_the_output(redis_url: str) -> None:
@@ -59,3 +66,144 @@ async def test_approve_runs_the_tool_and_posts_the_output(redis_url: str) -> Non
     # The tool saw who asked.
     [ctx] = ledger.contexts
     assert (ctx.user_id, ctx.channel_id, ctx.team_id) == ("U1", "C1", "T0TEST")
+
+
+def two_step(call: object, final: str = "ok") -> list[object]:
+    return [[call], [assistant_message(final)]]
+
+
+async def test_reject_with_modal_reason_reaches_the_model_exactly(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, model = ops_agent(
+        two_step(function_call("delete_logs", {"path": "/"}, call_id="c1"), "Understood."), ledger
+    )
+    reason = "Not the root directory!\nUse /var/log/app <only> & nothing else."
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await bot.slack.command("clean", user="U1", channel="C1")
+        [approval] = await bot.wait_for_approvals(1)
+        sent = await bot.reject(approval, user="U2", reason=reason)
+        assert sent.status == 200 and sent.text == ""  # the modal closes
+        await bot.wait_for_status("finished")
+        await bot.idle()
+    assert ledger.executed == []
+    assert tool_outputs(model) == {"c1": reason}
+    decided = bot.slack_api.messages[(approval.channel, approval.ts)]
+    text = decided.all_text()
+    assert "Rejected by <@U2>" in text
+    assert "&lt;only&gt; &amp; nothing else" in text
+    assert decided.action_ids() == []
+
+
+async def test_empty_reason_falls_back_to_the_configured_text(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, model = ops_agent(two_step(function_call("delete_logs", {"path": "/"}, call_id="c1")), ledger)
+    async with BotHarness(redis_url, agent, POLICY, rejection_text="Denied by the on-call human.") as bot:
+        await bot.slack.command("clean", user="U1", channel="C1")
+        [approval] = await bot.wait_for_approvals(1)
+        await bot.reject(approval, user="U2", reason="")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+    assert tool_outputs(model) == {"c1": "Denied by the on-call human."}
+
+
+async def test_thread_reply_rejects_with_the_rest_as_reason(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, model = ops_agent(two_step(function_call("delete_logs", {"path": "/"}, call_id="c1")), ledger)
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await bot.slack.command("clean", user="U1", channel="C1")
+        [approval] = await bot.wait_for_approvals(1)
+        # Slack encodes & < > in message text; the reason is decoded back.
+        sent = await bot.slack.thread_reply(
+            "DENY: wrong host &amp; wrong day", user="U3", channel="C1", thread_ts=approval.ts
+        )
+        assert sent.status == 200
+        await bot.wait_for_status("finished")
+        await bot.idle()
+    assert ledger.executed == []
+    assert tool_outputs(model) == {"c1": "wrong host & wrong day"}
+    assert "Rejected by <@U3>" in bot.slack_api.messages[(approval.channel, approval.ts)].all_text()
+
+
+async def test_thread_comments_prefill_the_reject_modal(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, model = ops_agent(two_step(function_call("delete_logs", {"path": "/"}, call_id="c1")), ledger)
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await bot.slack.command("clean", user="U1", channel="C1")
+        [approval] = await bot.wait_for_approvals(1)
+        await bot.slack.thread_reply("rejecting is wise here", user="U3", channel="C1", thread_ts=approval.ts)
+        await bot.slack.thread_reply("Check the backups first", user="U2", channel="C1", thread_ts=approval.ts)
+        await bot.click(approval, REJECT, user="U2")
+        await bot.idle()
+        [opened] = bot.slack_api.views
+        element = opened["view"]["blocks"][1]["element"]
+        assert element["initial_value"] == "rejecting is wise here\nCheck the backups first"
+        assert element["multiline"] is True
+        # Comments changed nothing: the call is still pending, the tool has not run.
+        assert bot.slack_api.messages[(approval.channel, approval.ts)].action_ids()
+        await bot.slack.submit(
+            opened["view"],
+            {"reason": {"reason_input": {"type": "plain_text_input", "value": element["initial_value"]}}},
+            user="U2",
+        )
+        await bot.wait_for_status("finished")
+        await bot.idle()
+    assert tool_outputs(model) == {"c1": "rejecting is wise here\nCheck the backups first"}
+
+
+async def test_always_approve_lets_later_calls_of_that_tool_through(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, model = ops_agent(
+        [
+            [function_call("delete_logs", {"path": "/a"}, call_id="c1")],
+            [function_call("delete_logs", {"path": "/b"}, call_id="c2")],
+            [function_call("restart_service", {"service": "web"}, call_id="c3")],
+            [assistant_message("done")],
+        ],
+        ledger,
+    )
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await bot.slack.command("clean", user="U1", channel="C1")
+        [first] = await bot.wait_for_approvals(1)
+        await bot.click(first, ALWAYS_APPROVE, user="U2")
+        # The second delete_logs call needs no click; restart_service still does.
+        await bot.idle()
+        pending = await bot.wait_for_approvals(1)
+        assert len(pending) == 1 and "restart_service" in pending[0].all_text()
+        assert len(bot.slack_api.approval_messages()) == 2
+        assert ledger.names() == ["delete_logs", "delete_logs"]
+        await bot.click(pending[0], APPROVE, user="U3")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+    assert ledger.names() == ["delete_logs", "delete_logs", "restart_service"]
+    assert "always" in bot.slack_api.messages[(first.channel, first.ts)].all_text()
+
+
+async def test_two_parallel_calls_are_decided_separately_and_resume_once(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, model = ops_agent(
+        [
+            [
+                function_call("delete_logs", {"path": "/a"}, call_id="c1"),
+                function_call("restart_service", {"service": "db"}, call_id="c2"),
+            ],
+            [assistant_message("done")],
+        ],
+        ledger,
+    )
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await bot.slack.command("clean", user="U1", channel="C1")
+        approvals = await bot.wait_for_approvals(2)
+        assert "waiting for 2 approvals" in status_line(bot.run_message())
+        by_tool = {("delete_logs" if "delete_logs" in m.all_text() else "restart"): m for m in approvals}
+        await bot.click(by_tool["delete_logs"], APPROVE, user="U2")
+        await bot.idle()
+        # One decision of two: nothing runs yet, the run still waits.
+        assert ledger.executed == []
+        assert len(model.calls) == 1
+        assert "waiting for 1 approval" in status_line(bot.run_message())
+        await bot.reject(by_tool["restart"], user="U3", reason="not now")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+    assert ledger.executed == [("delete_logs", {"path": "/a"})]
+    assert tool_outputs(model) == {"c1": "deleted /a", "c2": "not now"}
+    assert len(model.calls) == 2  # exactly one resume

@@ -91,7 +91,7 @@ class ApprovalService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def drain(self, timeout: float) -> None:  # noqa: ASYNC109
+    async def drain(self, timeout: float) -> None:
         """Wait for background runs to finish (on shutdown), up to `timeout` seconds."""
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout)

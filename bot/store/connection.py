@@ -79,7 +79,7 @@ class EmbeddedRedis:
             "--logfile", "redis.log",
         ]  # fmt: skip
 
-    async def start(self, timeout: float = 10.0) -> None:  # noqa: ASYNC109
+    async def start(self, timeout: float = 10.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL)  # noqa: ASYNC220
         client = redis.Redis.from_url(self.url)

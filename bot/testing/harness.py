@@ -23,7 +23,8 @@ from bot.config import Settings
 from bot.engine.registry import AgentRegistry
 from bot.runtime import BotRuntime
 from bot.service.policy import Policy, parse_policy
-from bot.testing.requests import SlackRequests
+from bot.slack.blocks import ALWAYS_REJECT, REASON_BLOCK, REASON_INPUT, REJECT
+from bot.testing.requests import SlackRequests, Sent
 from bot.testing.slack_api import FakeSlackAPI, Message
 
 SIGNING_SECRET = "test-signing-secret"
@@ -152,6 +153,30 @@ class BotHarness:
     def run_thread(self) -> list[Message]:
         run = self.run_message()
         return self.slack_api.thread(run.channel, run.ts)
+
+    # Acting as people would ----------------------------------------------------------------
+
+    async def click(self, message: Message, action_id: str, *, user: str) -> Sent:
+        """`user` clicks the button `action_id` of a message the bot posted."""
+        return await self.slack.click(
+            action_id,
+            message.button_value(action_id),
+            user=user,
+            channel=message.channel,
+            message_ts=message.ts,
+        )
+
+    async def reject(
+        self, message: Message, *, user: str, reason: str = "", always: bool = False
+    ) -> Sent:
+        """`user` clicks Reject (or Always reject), then submits the modal with `reason`."""
+        opened = len(self.slack_api.views)
+        sent = await self.click(message, ALWAYS_REJECT if always else REJECT, user=user)
+        assert sent.status == 200, sent
+        await wait_until(lambda: len(self.slack_api.views) > opened, what="the reject modal")
+        view = self.slack_api.views[-1]["view"]
+        values = {REASON_BLOCK: {REASON_INPUT: {"type": "plain_text_input", "value": reason}}}
+        return await self.slack.submit(view, values, user=user)
 
     async def idle(self) -> None:
         """Wait for the bot's background work (runs, resumes, message updates) to finish."""
