@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import Any
+
+from agents import Agent, function_tool
+from agents.testing import ScriptedModel
 
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE, REJECT
 from bot.testing.harness import BotHarness, status_line
+from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import (
     POLICY,
     Ledger,
@@ -96,8 +101,12 @@ async def test_reject_with_modal_reason_reaches_the_model_exactly(redis_url: str
 
 async def test_empty_reason_falls_back_to_the_configured_text(redis_url: str) -> None:
     ledger = Ledger()
-    agent, model = ops_agent(two_step(function_call("delete_logs", {"path": "/"}, call_id="c1")), ledger)
-    async with BotHarness(redis_url, agent, POLICY, rejection_text="Denied by the on-call human.") as bot:
+    agent, model = ops_agent(
+        two_step(function_call("delete_logs", {"path": "/"}, call_id="c1")), ledger
+    )
+    async with BotHarness(
+        redis_url, agent, POLICY, rejection_text="Denied by the on-call human."
+    ) as bot:
         await bot.slack.command("clean", user="U1", channel="C1")
         [approval] = await bot.wait_for_approvals(1)
         await bot.reject(approval, user="U2", reason="")
@@ -108,7 +117,9 @@ async def test_empty_reason_falls_back_to_the_configured_text(redis_url: str) ->
 
 async def test_thread_reply_rejects_with_the_rest_as_reason(redis_url: str) -> None:
     ledger = Ledger()
-    agent, model = ops_agent(two_step(function_call("delete_logs", {"path": "/"}, call_id="c1")), ledger)
+    agent, model = ops_agent(
+        two_step(function_call("delete_logs", {"path": "/"}, call_id="c1")), ledger
+    )
     async with BotHarness(redis_url, agent, POLICY) as bot:
         await bot.slack.command("clean", user="U1", channel="C1")
         [approval] = await bot.wait_for_approvals(1)
@@ -126,12 +137,18 @@ async def test_thread_reply_rejects_with_the_rest_as_reason(redis_url: str) -> N
 
 async def test_thread_comments_prefill_the_reject_modal(redis_url: str) -> None:
     ledger = Ledger()
-    agent, model = ops_agent(two_step(function_call("delete_logs", {"path": "/"}, call_id="c1")), ledger)
+    agent, model = ops_agent(
+        two_step(function_call("delete_logs", {"path": "/"}, call_id="c1")), ledger
+    )
     async with BotHarness(redis_url, agent, POLICY) as bot:
         await bot.slack.command("clean", user="U1", channel="C1")
         [approval] = await bot.wait_for_approvals(1)
-        await bot.slack.thread_reply("rejecting is wise here", user="U3", channel="C1", thread_ts=approval.ts)
-        await bot.slack.thread_reply("Check the backups first", user="U2", channel="C1", thread_ts=approval.ts)
+        await bot.slack.thread_reply(
+            "rejecting is wise here", user="U3", channel="C1", thread_ts=approval.ts
+        )
+        await bot.slack.thread_reply(
+            "Check the backups first", user="U2", channel="C1", thread_ts=approval.ts
+        )
         await bot.click(approval, REJECT, user="U2")
         await bot.idle()
         [opened] = bot.slack_api.views
@@ -142,7 +159,11 @@ async def test_thread_comments_prefill_the_reject_modal(redis_url: str) -> None:
         assert bot.slack_api.messages[(approval.channel, approval.ts)].action_ids()
         await bot.slack.submit(
             opened["view"],
-            {"reason": {"reason_input": {"type": "plain_text_input", "value": element["initial_value"]}}},
+            {
+                "reason": {
+                    "reason_input": {"type": "plain_text_input", "value": element["initial_value"]}
+                }
+            },
             user="U2",
         )
         await bot.wait_for_status("finished")
@@ -194,7 +215,9 @@ async def test_two_parallel_calls_are_decided_separately_and_resume_once(redis_u
         await bot.slack.command("clean", user="U1", channel="C1")
         approvals = await bot.wait_for_approvals(2)
         assert "waiting for 2 approvals" in status_line(bot.run_message())
-        by_tool = {("delete_logs" if "delete_logs" in m.all_text() else "restart"): m for m in approvals}
+        by_tool = {
+            ("delete_logs" if "delete_logs" in m.all_text() else "restart"): m for m in approvals
+        }
         await bot.click(by_tool["delete_logs"], APPROVE, user="U2")
         await bot.idle()
         # One decision of two: nothing runs yet, the run still waits.
@@ -207,3 +230,152 @@ async def test_two_parallel_calls_are_decided_separately_and_resume_once(redis_u
     assert ledger.executed == [("delete_logs", {"path": "/a"})]
     assert tool_outputs(model) == {"c1": "deleted /a", "c2": "not now"}
     assert len(model.calls) == 2  # exactly one resume
+
+
+async def test_approval_inside_a_handoff(redis_url: str) -> None:
+    ledger = Ledger()
+    specialist, specialist_model = ops_agent(
+        two_step(function_call("restart_service", {"service": "api"}, call_id="s1"), "restarted"),
+        ledger,
+        name="specialist",
+    )
+    triage = Agent(
+        name="triage",
+        model=ScriptedModel([[function_call("transfer_to_specialist", {}, call_id="h1")]]),
+        handoffs=[specialist],
+    )
+    async with BotHarness(redis_url, {"triage": triage}, POLICY) as bot:
+        await bot.slack.command("restart the api", user="U1", channel="C1")
+        [approval] = await bot.wait_for_approvals(1)
+        text = approval.all_text()
+        assert "*specialist*" in text and "restart_service" in text
+        await bot.click(approval, APPROVE, user="U2")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+    assert ledger.executed == [("restart_service", {"service": "api"})]
+    assert "restarted" in [m.text for m in bot.run_thread()]
+    assert any("handed off to specialist" in m.text for m in bot.run_thread())
+
+
+async def test_approval_inside_a_nested_agent_tool(redis_url: str) -> None:
+    ledger = Ledger()
+    inner, _ = ops_agent(
+        two_step(function_call("delete_logs", {"path": "/tmp/x"}, call_id="i1"), "inner done"),
+        ledger,
+        name="janitor",
+    )
+    outer = Agent(
+        name="lead",
+        model=ScriptedModel(
+            [
+                [function_call("janitor", {"input": "clean /tmp/x"}, call_id="o1")],
+                [assistant_message("all clean")],
+            ]
+        ),
+        tools=[inner.as_tool(tool_name="janitor", tool_description="Cleans things")],
+    )
+    async with BotHarness(redis_url, outer, POLICY) as bot:
+        await bot.slack.command("clean tmp", user="U1", channel="C1")
+        [approval] = await bot.wait_for_approvals(1)
+        assert "*janitor*" in approval.all_text() and "delete_logs" in approval.all_text()
+        await bot.click(approval, APPROVE, user="U3")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+    assert ledger.executed == [("delete_logs", {"path": "/tmp/x"})]
+    assert "all clean" in [m.text for m in bot.run_thread()]
+
+
+async def test_resume_after_the_bot_restarts_while_waiting(redis_url: str) -> None:
+    slack = FakeSlackAPI()
+    await slack.start()
+    try:
+        first_ledger = Ledger()
+        agent, _ = ops_agent(
+            two_step(function_call("delete_logs", {"path": "/a"}, call_id="c1")), first_ledger
+        )
+        async with BotHarness(redis_url, agent, POLICY, slack=slack) as bot:
+            await bot.slack.command("clean", user="U1", channel="C1")
+            [approval] = await bot.wait_for_approvals(1)
+        # A new process: new agent objects, nothing in memory but what Redis kept.
+        ledger = Ledger()
+        agent, model = ops_agent([[assistant_message("finished after restart")]], ledger)
+        async with BotHarness(redis_url, agent, POLICY, slack=slack) as bot:
+            await bot.click(approval, APPROVE, user="U2")
+            await bot.wait_for_status("finished")
+            await bot.idle()
+        assert first_ledger.executed == []
+        assert ledger.executed == [("delete_logs", {"path": "/a"})]
+        assert tool_outputs(model) == {"c1": "deleted /a"}
+        assert "finished after restart" in [m.text for m in bot.run_thread()]
+    finally:
+        await slack.stop()
+
+
+async def test_changed_agent_definitions_refuse_the_resume(redis_url: str) -> None:
+    slack = FakeSlackAPI()
+    await slack.start()
+    try:
+        ledger = Ledger()
+        agent, _ = ops_agent(
+            two_step(function_call("delete_logs", {"path": "/a"}, call_id="c1")), ledger
+        )
+        async with BotHarness(redis_url, agent, POLICY, slack=slack) as bot:
+            await bot.slack.command("clean", user="U1", channel="C1")
+            [approval] = await bot.wait_for_approvals(1)
+
+        @function_tool(needs_approval=True)
+        def wipe_disk(device: str) -> str:
+            """A tool that did not exist when the run paused."""
+            ledger.executed.append(("wipe_disk", {"device": device}))
+            return "wiped"
+
+        changed, model = ops_agent([[assistant_message("never")]], ledger, extra_tools=[wipe_disk])
+        async with BotHarness(redis_url, changed, POLICY, slack=slack) as bot:
+            sent = await bot.click(approval, APPROVE, user="U2")
+            assert sent.status == 200
+            await bot.wait_for_status("failed")
+            await bot.idle()
+        assert ledger.executed == []
+        assert model.calls == ()
+        thread = " ".join(m.text for m in bot.run_thread())
+        assert "agent definitions" in thread and "changed since this run paused" in thread
+    finally:
+        await slack.stop()
+
+
+async def test_a_failing_model_marks_the_run_failed_in_plain_words(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent([RuntimeError("the model provider is down")], ledger)
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await bot.slack.command("clean", user="U1", channel="C1")
+        await bot.wait_for_status("failed")
+        await bot.idle()
+    thread = " ".join(m.text for m in bot.run_thread())
+    assert "RuntimeError: the model provider is down" in thread
+
+
+async def test_a_raising_needs_approval_check_fails_closed(redis_url: str) -> None:
+    ledger = Ledger()
+
+    async def broken_policy(ctx: Any, params: Any, call_id: str) -> bool:
+        raise ConnectionError("policy service unreachable")
+
+    @function_tool(needs_approval=broken_policy)
+    def transfer_money(amount: int) -> str:
+        """Move money."""
+        ledger.executed.append(("transfer_money", {"amount": amount}))
+        return "sent"
+
+    agent, _ = ops_agent(
+        two_step(function_call("transfer_money", {"amount": 5}, call_id="m1")),
+        ledger,
+        extra_tools=[transfer_money],
+    )
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await bot.slack.command("pay", user="U1", channel="C1")
+        [approval] = await bot.wait_for_approvals(1)
+        assert ledger.executed == []
+        await bot.click(approval, APPROVE, user="U2")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+    assert ledger.executed == [("transfer_money", {"amount": 5})]
