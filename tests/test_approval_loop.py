@@ -173,7 +173,7 @@ async def test_thread_comments_prefill_the_reject_modal(redis_url: str) -> None:
 
 async def test_always_approve_lets_later_calls_of_that_tool_through(redis_url: str) -> None:
     ledger = Ledger()
-    agent, model = ops_agent(
+    agent, _model = ops_agent(
         [
             [function_call("delete_logs", {"path": "/a"}, call_id="c1")],
             [function_call("delete_logs", {"path": "/b"}, call_id="c2")],
@@ -234,7 +234,7 @@ async def test_two_parallel_calls_are_decided_separately_and_resume_once(redis_u
 
 async def test_approval_inside_a_handoff(redis_url: str) -> None:
     ledger = Ledger()
-    specialist, specialist_model = ops_agent(
+    specialist, _specialist_model = ops_agent(
         two_step(function_call("restart_service", {"service": "api"}, call_id="s1"), "restarted"),
         ledger,
         name="specialist",

@@ -24,7 +24,7 @@ from bot.engine.registry import AgentRegistry
 from bot.runtime import BotRuntime
 from bot.service.policy import Policy, parse_policy
 from bot.slack.blocks import ALWAYS_REJECT, REASON_BLOCK, REASON_INPUT, REJECT
-from bot.testing.requests import SlackRequests, Sent
+from bot.testing.requests import Sent, SlackRequests
 from bot.testing.slack_api import FakeSlackAPI, Message
 
 SIGNING_SECRET = "test-signing-secret"
