@@ -91,6 +91,14 @@ class ApprovalService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def later(self, what: str, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run a best-effort call (a Slack message) in the background; failures are logged."""
+
+        async def run() -> None:
+            await self._safely(what, coro)
+
+        self.spawn(run(), name=what)
+
     async def drain(self, timeout: float) -> None:
         """Wait for background runs to finish (on shutdown), up to `timeout` seconds."""
         if self._tasks:

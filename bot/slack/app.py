@@ -59,7 +59,9 @@ def build_app(
         client=client,
         signing_secret=signing_secret,
         request_verification_enabled=not socket_mode,
-        process_before_response=False,
+        # Listeners only authorize, record and schedule: they finish well within Slack's three
+        # seconds, so the response can wait for them and nothing runs untracked after it.
+        process_before_response=True,
         raise_error_for_unhandled_request=False,
         ignoring_self_events_enabled=True,
     )
@@ -111,7 +113,7 @@ def build_app(
         channel = str((body.get("channel") or {}).get("id", "")) or str(context.channel_id or "")
 
         async def tell(text: str) -> None:
-            await notifier.tell(channel, actor.user_id, text)
+            service.later("answer privately", notifier.tell(channel, actor.user_id, text))
 
         async def work() -> None:
             if action_id in (blocks.REJECT, blocks.ALWAYS_REJECT):
@@ -175,7 +177,10 @@ def build_app(
         channel = str(event.get("channel", ""))
 
         async def tell(text: str) -> None:
-            await notifier.tell(channel, actor.user_id, text, thread_ts=str(thread_ts))
+            service.later(
+                "answer privately",
+                notifier.tell(channel, actor.user_id, text, thread_ts=str(thread_ts)),
+            )
 
         async def work() -> None:
             reply = await service.thread_reply(
