@@ -247,7 +247,7 @@ async def test_mentions_and_links_in_arguments_never_reach_slack_unescaped(redis
 async def test_a_hundred_kilobytes_of_arguments_are_truncated_visibly(redis_url: str) -> None:
     ledger = Ledger()
     big = {"path": "/a", "payload": "x" * 100_000}
-    agent, model = ops_agent(
+    agent, _model = ops_agent(
         two_step(function_call("delete_logs", {"path": json.dumps(big)}, call_id="c1")), ledger
     )
     async with BotHarness(redis_url, agent, POLICY) as bot:

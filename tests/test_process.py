@@ -1,0 +1,189 @@
+"""The bot as a real process: `approval-bot serve`, killed and restarted while a run waits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from bot.slack.blocks import APPROVE
+from bot.store.connection import EmbeddedRedis
+from bot.testing.harness import BOT_TOKEN, SIGNING_SECRET, BotHarness, wait_until
+from bot.testing.requests import SlackRequests
+from bot.testing.slack_api import FakeSlackAPI
+from tests.agents_for_tests import POLICY, Ledger, assistant_message, ops_agent
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlackAPI]:
+    async with FakeSlackAPI() as api:
+        yield api
+
+
+@pytest.fixture
+def policy_file(tmp_path: Path) -> Path:
+    path = tmp_path / "policy.yml"
+    path.write_text(POLICY)
+    return path
+
+
+def bot_env(slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLACK_", "APPROVAL_BOT_", "REDIS"))
+    }
+    env.update(
+        SLACK_BOT_TOKEN=BOT_TOKEN,
+        SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        SLACK_API_URL=slack.url,
+        APPROVAL_BOT_AGENTS="tests.stateless_agents:agents",
+        APPROVAL_BOT_POLICY=str(policy_file),
+        APPROVAL_BOT_DATA_DIR=str(tmp_path / "data"),
+        TEST_LEDGER=str(tmp_path / "ledger.jsonl"),
+        PYTHONPATH=str(ROOT),
+        OPENAI_API_KEY="unused",
+    )
+    env.update(extra)
+    return env
+
+
+@asynccontextmanager
+async def running_bot(env: dict[str, str], port: int) -> AsyncIterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bot",
+            "serve",
+            "--http",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def healthy() -> bool:
+                if process.poll() is not None:
+                    raise RuntimeError(f"the bot exited with {process.returncode}")
+                try:
+                    async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
+                        return response.status == 200
+                except aiohttp.ClientError:
+                    return False
+
+            await wait_until(healthy, timeout=30, what="the bot's /healthz")
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=30)
+
+
+def ledger_lines(tmp_path: Path) -> list[dict[str, str]]:
+    path = tmp_path / "ledger.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+async def test_sigkill_while_waiting_then_a_new_process_resumes(
+    slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, redis_url: str
+) -> None:
+    env = bot_env(slack, policy_file, tmp_path, REDIS_URL=redis_url)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/slack/events"
+    async with running_bot(env, port) as first, SlackRequests(url, SIGNING_SECRET) as requests:
+        assert (await requests.command("/var/log/app", user="U1", channel="C1")).status == 200
+        [approval] = await wait_until(lambda: slack.approval_messages(), what="approval message")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+    async with running_bot(env, port), SlackRequests(url, SIGNING_SECRET) as requests:
+        sent = await requests.click(
+            APPROVE, approval.button_value(APPROVE), user="U2", channel="C1"
+        )
+        assert sent.status == 200
+        await wait_until(
+            lambda: any(
+                "tool said: deleted /var/log/app" in m.text for m in slack.messages.values()
+            ),
+            timeout=20,
+            what="the resumed run's output",
+        )
+    assert ledger_lines(tmp_path) == [{"tool": "delete_logs", "path": "/var/log/app"}]
+
+
+async def test_embedded_redis_keeps_pending_approvals_across_a_restart(
+    slack: FakeSlackAPI, policy_file: Path, tmp_path: Path
+) -> None:
+    """Without REDIS_URL the bot runs its own redis-server with AOF in the data directory."""
+    env = bot_env(slack, policy_file, tmp_path)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/slack/events"
+    async with running_bot(env, port) as first, SlackRequests(url, SIGNING_SECRET) as requests:
+        await requests.command("/srv/old", user="U1", channel="C1")
+        [approval] = await wait_until(lambda: slack.approval_messages(), what="approval message")
+        first.send_signal(signal.SIGTERM)  # a clean stop also stops the embedded redis-server
+        assert first.wait(timeout=30) == 0
+    assert (tmp_path / "data" / "appendonlydir").is_dir()
+    async with running_bot(env, port), SlackRequests(url, SIGNING_SECRET) as requests:
+        await requests.click(APPROVE, approval.button_value(APPROVE), user="U3", channel="C1")
+        await wait_until(
+            lambda: any("tool said: deleted /srv/old" in m.text for m in slack.messages.values()),
+            timeout=20,
+            what="the resumed run's output",
+        )
+    assert ledger_lines(tmp_path) == [{"tool": "delete_logs", "path": "/srv/old"}]
+
+
+async def test_serve_refuses_to_start_without_a_valid_policy(
+    slack: FakeSlackAPI, tmp_path: Path
+) -> None:
+    bad = tmp_path / "policy.yml"
+    bad.write_text("channels:\n  general:\n    approvers: []\n")
+    env = bot_env(slack, bad, tmp_path, REDIS_URL="redis://127.0.0.1:1/0")
+    env.pop("SLACK_SIGNING_SECRET")
+    result = subprocess.run(
+        [sys.executable, "-m", "bot", "serve", "--http", "--port", str(free_port())],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "'general' is not a channel id" in result.stderr
+    assert "approvers: List should have at least 1 item" in result.stderr
+    assert "SLACK_SIGNING_SECRET is not set" in result.stderr
+    assert BOT_TOKEN not in result.stderr + result.stdout
+
+
+async def test_healthz_reports_redis_down(tmp_path: Path) -> None:
+    own = EmbeddedRedis(tmp_path / "redis")
+    await own.start()
+    ledger = Ledger()
+    agent, _ = ops_agent([[assistant_message("hi")]], ledger)
+    async with BotHarness(own.url, agent, POLICY) as bot, aiohttp.ClientSession() as session:
+        async with session.get(f"{bot.url}/healthz") as response:
+            assert response.status == 200
+        own.stop()
+        async with session.get(f"{bot.url}/healthz") as response:
+            assert response.status == 503
+            assert (await response.json())["redis"] == "unreachable"
