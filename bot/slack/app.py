@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from slack_bolt import BoltResponse
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -75,7 +76,7 @@ def build_app(
         event_id = body.get("event_id") if body.get("type") == "event_callback" else None
         if event_id and not await store.first_delivery("event", str(event_id)):
             log.info("ignored duplicate delivery of event %s", event_id)
-            return None
+            return BoltResponse(status=200, body="")  # acknowledged, and nothing else
         return await next()
 
     @app.command(COMMAND)

@@ -1,0 +1,102 @@
+"""`approval-bot check`, the policy file and the agents setting: every problem, said plainly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.engine.registry import AgentLoadError, AgentRegistry
+from bot.service.policy import PolicyError, load_policy, may_decide, may_start, parse_policy
+from tests.agents_for_tests import POLICY
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def check(tmp_path: Path, policy: str | None, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVAL_BOT_"))}
+    policy_path = tmp_path / "policy.yml"
+    if policy is not None:
+        policy_path.write_text(policy)
+    base.update(APPROVAL_BOT_POLICY=str(policy_path), PYTHONPATH=str(ROOT), **env)
+    return subprocess.run(
+        [sys.executable, "-m", "bot", "check"],
+        cwd=tmp_path, env=base, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_check_passes_a_good_configuration(tmp_path: Path) -> None:
+    result = check(
+        tmp_path, POLICY, SLACK_BOT_TOKEN="xoxb-secret-value", SLACK_SIGNING_SECRET="shh"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "OK: agents ops, janitor (default ops)" in result.stdout
+    assert "xoxb-secret-value" not in result.stdout + result.stderr
+
+
+def test_check_lists_every_problem(tmp_path: Path) -> None:
+    policy = "defaults:\n  allow_self_approval: maybe\nchannels:\n  C1:\n    approvers: [bob]\n"
+    result = check(tmp_path, policy, APPROVAL_BOT_AGENTS="no_such_module:agents")
+    assert result.returncode == 1
+    err = result.stderr
+    assert "5 problem(s) found" in err
+    assert "SLACK_BOT_TOKEN is not set" in err
+    assert "SLACK_SIGNING_SECRET is not set" in err
+    assert "defaults.allow_self_approval" in err
+    assert "'bob' is not a user id" in err
+    assert "cannot import 'no_such_module'" in err
+
+
+def test_check_explains_a_missing_policy_file(tmp_path: Path) -> None:
+    result = check(tmp_path, None, SLACK_BOT_TOKEN="x", SLACK_APP_TOKEN="y")
+    assert result.returncode == 1
+    assert "not found" in result.stderr and "approvers: [U111, U222]" in result.stderr
+
+
+def test_policy_rejects_typos_and_empty_files(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError) as typo:
+        parse_policy("channels:\n  C1:\n    aprovers: [U1]\n")
+    assert any("aprovers" in p for p in typo.value.problems)
+    with pytest.raises(PolicyError):
+        parse_policy("")
+    with pytest.raises(PolicyError):
+        parse_policy("channels: {}\n")
+    with pytest.raises(PolicyError):
+        load_policy(tmp_path / "absent.yml")
+
+
+def test_policy_rules() -> None:
+    policy = parse_policy(
+        POLICY + "  C2:\n    starters: [U5]\n    approvers: ['*']\n    allow_self_approval: true\n"
+    )
+    assert may_start(policy, user="U9", channel="C1").allowed
+    assert not may_start(policy, user="U9", channel="C2").allowed
+    assert not may_start(policy, user="U5", channel="C3").allowed
+
+    def decide(user: str, channel: str, starter: str = "U1", team: str = "T1") -> bool:
+        return may_decide(
+            policy, actor_team=team, actor_user=user, run_team="T1",
+            run_starter=starter, channel=channel,
+        ).allowed  # fmt: skip
+
+    assert decide("U2", "C1") and not decide("U9", "C1")
+    assert not decide("U2", "C1", starter="U2")  # self-approval off by default
+    assert decide("U5", "C2", starter="U5")  # ... but allowed in C2
+    assert decide("U9", "C2") and not decide("U9", "C2", team="T2")
+
+
+def test_agents_setting_errors_are_plain() -> None:
+    with pytest.raises(AgentLoadError, match="package.module:attribute"):
+        AgentRegistry.load("bot.examples.agents")
+    with pytest.raises(AgentLoadError, match="has no attribute 'nope'"):
+        AgentRegistry.load("bot.examples.agents:nope")
+    with pytest.raises(AgentLoadError, match="not an agents.Agent"):
+        AgentRegistry.from_value({"x": 42})
+    with pytest.raises(AgentLoadError, match="without spaces"):
+        AgentRegistry.from_value({"two words": AgentRegistry.load("bot.examples.agents:ops")})
+    registry = AgentRegistry.load("bot.examples.agents:agents")
+    assert registry.default_name == "ops"
+    assert AgentRegistry.from_value(lambda: registry.agents).fingerprints == registry.fingerprints
