@@ -89,11 +89,11 @@ def test_policy_rules() -> None:
 
 
 def test_agents_setting_errors_are_plain() -> None:
-    with pytest.raises(AgentLoadError, match="package.module:attribute"):
+    with pytest.raises(AgentLoadError, match=r"package\.module:attribute"):
         AgentRegistry.load("bot.examples.agents")
     with pytest.raises(AgentLoadError, match="has no attribute 'nope'"):
         AgentRegistry.load("bot.examples.agents:nope")
-    with pytest.raises(AgentLoadError, match="not an agents.Agent"):
+    with pytest.raises(AgentLoadError, match=r"not an agents\.Agent"):
         AgentRegistry.from_value({"x": 42})
     with pytest.raises(AgentLoadError, match="without spaces"):
         AgentRegistry.from_value({"two words": AgentRegistry.load("bot.examples.agents:ops")})

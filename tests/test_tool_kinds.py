@@ -104,11 +104,14 @@ async def test_shell_commands_are_shown_as_commands(redis_url: str) -> None:
     assert done == ["ls -la /srv", "rm -rf /srv/build", "ls -la /srv", "rm -rf /srv/build"]
 
 
+DIFF = "@@\n-debug = True\n+debug = False\n"
+
+
 async def test_patches_are_shown_as_a_diff(redis_url: str) -> None:
     done.clear()
     patch = ResponseApplyPatchToolCall(
         id="ap1", call_id="ap1", type="apply_patch_call", status="completed",
-        operation={"type": "update_file", "path": "src/app.py", "diff": "@@\n-debug = True\n+debug = False\n"},
+        operation={"type": "update_file", "path": "src/app.py", "diff": DIFF},
     )  # fmt: skip
     agent = Agent(
         name="coder",
