@@ -29,6 +29,7 @@ lint: install
 
 typecheck: install
 	$(BIN)/mypy
+	$(BIN)/mypy benchmarks
 
 unit: install
 	$(BIN)/python -m pytest -q

@@ -1,0 +1,155 @@
+"""Benchmarks of the approval loop, printed as figures (run: `make bench`).
+
+- click -> resume latency: from sending a signed Approve click over HTTP to the resumed run's
+  first model call (the scripted model notes the time), p50 / p99 over N runs;
+- decision throughput: concurrent Approve clicks on distinct pending calls, decisions per second;
+- storage: Redis bytes per paused run (run hash, snapshot, call record) and the snapshot's
+  compression ratio.
+
+Everything is real but the model (ScriptedModel) and Slack's Web API (the local stand-in).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+from agents import Agent, function_tool, set_tracing_disabled
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+from bot.slack.blocks import APPROVE
+from bot.store import keys
+from bot.store.connection import EmbeddedRedis
+from bot.testing.harness import BotHarness, wait_until
+from bot.testing.slack_api import Message
+
+POLICY = "channels:\n  C1:\n    approvers: [U2]\n"
+
+
+def build_agent(resumed_at: dict[str, float], runs: int) -> Agent[Any]:
+    @function_tool(needs_approval=True)
+    def deploy(version: str) -> str:
+        """Deploy a version."""
+        return f"deployed {version}"
+
+    def respond(call: Any) -> list[Any]:
+        """Answers from the input alone, so runs may start and resume in any order."""
+        items = call.input if isinstance(call.input, list) else [call.input]
+        for item in items:
+            data = item if isinstance(item, dict) else getattr(item, "model_dump", dict)()
+            if data.get("type") == "function_call_output":
+                resumed_at[str(data["call_id"])] = time.perf_counter()
+                return [assistant_message("done")]
+        task = str(items[0] if isinstance(items[0], str) else items[0].get("content"))
+        version = task.split()[-1]
+        return [function_call("deploy", {"version": version}, call_id=f"call-{version[1:]}")]
+
+    model = ScriptedModel([ModelStep.respond(respond) for _ in range(2 * runs)])
+    return Agent(name="deployer", model=model, tools=[deploy])
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def pending(bot: BotHarness, count: int) -> list[Message]:
+    return await bot.wait_for_approvals(count, timeout=120)
+
+
+async def latency(redis_url: str, runs: int) -> None:
+    resumed_at: dict[str, float] = {}
+    async with BotHarness(redis_url, build_agent(resumed_at, runs), POLICY) as bot:
+        samples = []
+        for i in range(runs):
+            await bot.slack.command(f"deploy v{i}", user="U1", channel="C1")
+            [message] = [m for m in await pending(bot, 1) if m.action_ids()]
+            started = time.perf_counter()
+            await bot.click(message, APPROVE, user="U2")
+            call_id = f"call-{i}"
+            await wait_until(lambda cid=call_id: cid in resumed_at, timeout=30)  # type: ignore[misc]
+            samples.append((resumed_at[call_id] - started) * 1000)
+            await bot.idle()
+    print(f"click -> resumed model call, {runs} runs (ms):")
+    print(
+        f"  p50 {statistics.median(samples):.2f}  p99 {percentile(samples, 0.99):.2f}  "
+        f"min {min(samples):.2f}  max {max(samples):.2f}"
+    )
+
+
+async def throughput(redis_url: str, runs: int) -> None:
+    resumed_at: dict[str, float] = {}
+    async with BotHarness(redis_url, build_agent(resumed_at, runs), POLICY) as bot:
+        for i in range(runs):
+            await bot.slack.command(f"deploy v{i}", user="U1", channel="C1")
+        messages = await pending(bot, runs)
+        await bot.idle()
+        started = time.perf_counter()
+        responses = await asyncio.gather(*(bot.click(m, APPROVE, user="U2") for m in messages))
+        acked = time.perf_counter() - started
+        await wait_until(lambda: len(resumed_at) == runs, timeout=120)
+        finished = time.perf_counter() - started
+        await bot.idle()
+        assert {r.status for r in responses} == {200}
+    print(f"{runs} concurrent Approve clicks on distinct calls:")
+    print(
+        f"  all acknowledged in {acked * 1000:.0f} ms ({runs / acked:.0f} decisions/s); "
+        f"all {runs} runs resumed in {finished * 1000:.0f} ms ({runs / finished:.0f} resumes/s)"
+    )
+
+
+async def storage(redis_url: str) -> None:
+    resumed_at: dict[str, float] = {}
+    async with BotHarness(redis_url, build_agent(resumed_at, 1), POLICY) as bot:
+        await bot.slack.command("deploy v0", user="U1", channel="C1")
+        [message] = await pending(bot, 1)
+        await bot.idle()
+        approval_id = message.button_value(APPROVE)
+        run_id = keys.run_of(approval_id)
+        assert run_id is not None
+        client = aioredis.Redis.from_url(redis_url)
+        sizes = {
+            "run": await client.memory_usage(keys.run_key(run_id)),
+            "snapshot": await client.memory_usage(keys.snapshot_key(run_id)),
+            "call": await client.memory_usage(keys.call_key(approval_id)),
+            "pause set": await client.memory_usage(keys.pause_key(run_id)),
+        }
+        blob = await client.hget(keys.snapshot_key(run_id), "state")
+        await client.aclose()
+    assert isinstance(blob, bytes)
+    raw = zlib.decompress(blob)
+    total = sum(v or 0 for v in sizes.values())
+    print("Redis memory for one paused run with one pending call (bytes):")
+    print("  " + "  ".join(f"{k} {v}" for k, v in sizes.items()) + f"  total {total}")
+    print(f"  snapshot {len(raw)} B of JSON stored as {len(blob)} B ({len(raw) / len(blob):.1f}x)")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=100)
+    args = parser.parse_args()
+    set_tracing_disabled(True)
+    with tempfile.TemporaryDirectory() as tmp:
+        server = EmbeddedRedis(Path(tmp))
+        await server.start()
+        try:
+            await latency(server.url, min(args.runs, 200))
+            client = aioredis.Redis.from_url(server.url)
+            await client.flushall()
+            await throughput(server.url, args.runs)
+            await client.flushall()
+            await client.aclose()
+            await storage(server.url)
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
