@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from bot.config import Settings
 from bot.engine.registry import AgentLoadError, AgentRegistry
 from bot.service.policy import PolicyError, load_policy
+from bot.store.connection import RedisUnavailable
 
 
 def _settings_problems() -> tuple[Settings | None, list[str]]:
@@ -74,7 +75,11 @@ def _serve(args: argparse.Namespace) -> int:
         else:
             await serve_http(runtime, args.host, args.port, stop)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except RedisUnavailable as exc:
+        print(f"The bot cannot start: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

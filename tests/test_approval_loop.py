@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any
 
+import redis.asyncio as aioredis
 from agents import Agent, function_tool
 from agents.testing import ScriptedModel
 
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE, REJECT
+from bot.store import keys
 from bot.testing.harness import BotHarness, status_line
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import (
@@ -379,3 +382,49 @@ async def test_a_raising_needs_approval_check_fails_closed(redis_url: str) -> No
         await bot.wait_for_status("finished")
         await bot.idle()
     assert ledger.executed == [("transfer_money", {"amount": 5})]
+
+
+async def test_a_tool_exception_that_propagates_fails_the_run(redis_url: str) -> None:
+    @function_tool(needs_approval=True, failure_error_function=None)
+    def flaky_migration(name: str) -> str:
+        """Run a migration; raises instead of reporting errors to the model."""
+        raise OSError(f"migration {name} lost its database connection")
+
+    ledger = Ledger()
+    agent, model = ops_agent(
+        two_step(function_call("flaky_migration", {"name": "m42"}, call_id="c1")),
+        ledger,
+        extra_tools=[flaky_migration],
+    )
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await bot.slack.command("migrate", user="U1", channel="C1")
+        [approval] = await bot.wait_for_approvals(1)
+        await bot.click(approval, APPROVE, user="U2")
+        await bot.wait_for_status("failed")
+        await bot.idle()
+    thread = " ".join(m.text for m in bot.run_thread())
+    assert "migration m42 lost its database connection" in thread
+    assert len(model.calls) == 1  # the model was not called again after the failure
+
+
+async def test_an_unreadable_snapshot_fails_the_run_and_runs_nothing(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, model = ops_agent(
+        two_step(function_call("delete_logs", {"path": "/"}, call_id="c1")), ledger
+    )
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await bot.slack.command("clean", user="U1", channel="C1")
+        [approval] = await bot.wait_for_approvals(1)
+        run_id = keys.run_of(approval.button_value(APPROVE))
+        assert run_id is not None
+        client = aioredis.Redis.from_url(redis_url)
+        await client.hset(
+            keys.snapshot_key(run_id), "state", zlib.compress(b'{"$schemaVersion": "1.21"}')
+        )
+        await client.aclose()
+        await bot.click(approval, APPROVE, user="U2")
+        await bot.wait_for_status("failed")
+        await bot.idle()
+    assert ledger.executed == []
+    assert len(model.calls) == 1
+    assert any("could not be read" in m.text for m in bot.run_thread())

@@ -187,3 +187,17 @@ async def test_healthz_reports_redis_down(tmp_path: Path) -> None:
         async with session.get(f"{bot.url}/healthz") as response:
             assert response.status == 503
             assert (await response.json())["redis"] == "unreachable"
+
+
+async def test_serve_without_redis_says_how_to_get_one(
+    slack: FakeSlackAPI, policy_file: Path, tmp_path: Path
+) -> None:
+    env = bot_env(slack, policy_file, tmp_path)
+    env["PATH"] = str(tmp_path / "empty-bin")  # no redis-server anywhere
+    result = subprocess.run(
+        [sys.executable, "-m", "bot", "serve", "--http", "--port", str(free_port())],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "no `redis-server` is on PATH" in result.stderr
+    assert "apt-get install redis-server" in result.stderr and "REDIS_URL" in result.stderr
