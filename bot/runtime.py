@@ -17,9 +17,12 @@ from bot.config import Settings
 from bot.engine.registry import AgentRegistry
 from bot.engine.runner import Engine
 from bot.service.approvals import ApprovalService
-from bot.service.policy import Policy, load_policy
+from bot.service.authorize import Authorizer
+from bot.service.policy_source import PolicySource
 from bot.slack.app import build_app
+from bot.slack.groups import SlackGroups
 from bot.slack.notifier import SlackNotifier
+from bot.store.audit import AuditLog
 from bot.store.connection import EmbeddedRedis, connect
 from bot.store.runs import RunStore
 
@@ -36,20 +39,17 @@ class BotRuntime:
         settings: Settings,
         *,
         registry: AgentRegistry | None = None,
-        policy: Policy | None = None,
+        policies: PolicySource | None = None,
         socket_mode: bool = False,
     ) -> None:
         self.settings = settings
         self.socket_mode = socket_mode
         self.registry = registry or AgentRegistry.load(settings.agents)
-        self._policy = policy or load_policy(settings.policy_file)
+        self.policies = policies or PolicySource.from_file(settings.policy_file)
         self.embedded: EmbeddedRedis | None = None
         self._keep_alive: asyncio.Task[None] | None = None
         self.service: ApprovalService
         self.app: AsyncApp
-
-    def policy(self) -> Policy:
-        return self._policy
 
     async def start(self) -> None:
         s = self.settings
@@ -64,7 +64,12 @@ class BotRuntime:
         self.client = AsyncWebClient(token=token, base_url=s.slack_api_url)
         engine = Engine(self.registry, rejection_text=s.rejection_text, max_turns=s.max_turns)
         self.service = ApprovalService(
-            store=store, engine=engine, notifier=SlackNotifier(self.client), policy=self.policy
+            store=store,
+            engine=engine,
+            notifier=SlackNotifier(self.client),
+            policies=self.policies,
+            authorizer=Authorizer(SlackGroups(self.client)),
+            audit=AuditLog(self.redis, retention_days=s.audit_retention_days),
         )
         secret = s.slack_signing_secret.get_secret_value() if s.slack_signing_secret else None
         self.app = build_app(

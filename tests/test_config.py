@@ -8,9 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.engine.registry import AgentLoadError, AgentRegistry
-from bot.service.policy import PolicyError, load_policy, may_decide, may_start, parse_policy
+from bot.service.authorize import Authorizer
+from bot.service.policy import PolicyError, load_policy, parse_policy
+from bot.service.ports import Actor
+from bot.slack.groups import SlackGroups
+from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import POLICY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,24 +73,33 @@ def test_policy_rejects_typos_and_empty_files(tmp_path: Path) -> None:
         load_policy(tmp_path / "absent.yml")
 
 
-def test_policy_rules() -> None:
+async def test_policy_rules() -> None:
     policy = parse_policy(
         POLICY + "  C2:\n    starters: [U5]\n    approvers: ['*']\n    allow_self_approval: true\n"
     )
-    assert may_start(policy, user="U9", channel="C1").allowed
-    assert not may_start(policy, user="U9", channel="C2").allowed
-    assert not may_start(policy, user="U5", channel="C3").allowed
+    async with FakeSlackAPI() as slack:
+        authorizer = Authorizer(SlackGroups(AsyncWebClient(token="xoxb-t", base_url=slack.url)))
 
-    def decide(user: str, channel: str, starter: str = "U1", team: str = "T1") -> bool:
-        return may_decide(
-            policy, actor_team=team, actor_user=user, run_team="T1",
-            run_starter=starter, channel=channel,
-        ).allowed  # fmt: skip
+        async def start(user: str, channel: str) -> bool:
+            actor = Actor(team_id="T1", user_id=user)
+            return (await authorizer.may_start(policy, actor, channel, "ops")).allowed
 
-    assert decide("U2", "C1") and not decide("U9", "C1")
-    assert not decide("U2", "C1", starter="U2")  # self-approval off by default
-    assert decide("U5", "C2", starter="U5")  # ... but allowed in C2
-    assert decide("U9", "C2") and not decide("U9", "C2", team="T2")
+        assert await start("U9", "C1")
+        assert not await start("U9", "C2")
+        assert not await start("U5", "C3")
+
+        async def decide(user: str, channel: str, starter: str = "U1", team: str = "T1") -> bool:
+            rule = policy.rule_for(channel=channel, agent="ops", tool="t")
+            verdict = await authorizer.may_decide(
+                policy, Actor(team_id=team, user_id=user), run_team="T1", run_starter=starter,
+                channel=channel, tool="t", rule=rule,
+            )  # fmt: skip
+            return verdict.allowed
+
+        assert await decide("U2", "C1") and not await decide("U9", "C1")
+        assert not await decide("U2", "C1", starter="U2")  # self-approval off by default
+        assert await decide("U5", "C2", starter="U5")  # ... but allowed in C2
+        assert await decide("U9", "C2") and not await decide("U9", "C2", team="T2")
 
 
 def test_agents_setting_errors_are_plain() -> None:

@@ -74,6 +74,8 @@ class Decision:
     approve: bool
     always: bool = False
     message: str | None = None
+    # (agent, tool, arguments) as shown to the reviewer: the call must still be exactly this.
+    shown: tuple[str, str, str] | None = None
 
 
 class _ProgressHooks(RunHooks[Any]):
@@ -193,6 +195,16 @@ class Engine:
                 return Failed(
                     "The stored state does not contain the call that was decided, so the run was "
                     "not resumed. Start a new run."
+                )
+            now_shown = describe(item, 0)
+            if decision.shown is not None and decision.shown != (
+                now_shown.agent,
+                now_shown.tool,
+                now_shown.arguments,
+            ):
+                return Failed(
+                    "A decided call no longer matches what its reviewer was shown (this call "
+                    "changed since it was posted), so the run was not resumed. Start a new run."
                 )
             if decision.approve:
                 state.approve(item, always_approve=decision.always)

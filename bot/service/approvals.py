@@ -8,6 +8,7 @@ tasks so that Slack gets its acknowledgement within three seconds.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import secrets
@@ -18,11 +19,24 @@ from typing import Any
 
 from bot.engine.context import RunContext
 from bot.engine.runner import Checkpoint, Decision, Engine, Failed, Finished, Outcome, Paused
-from bot.service.policy import Policy, Verdict, may_decide, may_start
+from bot.service.authorize import Authorizer
+from bot.service.digest import call_digest
+from bot.service.policy import Verdict
+from bot.service.policy_source import PolicySource
 from bot.service.ports import Actor, Notifier
 from bot.store import keys
-from bot.store.records import AlreadyDecided, CallRecord, Decided, Gone, RunRecord, Snapshot
+from bot.store.audit import AuditLog
+from bot.store.records import (
+    AlreadyDecided,
+    CallRecord,
+    Decided,
+    Gone,
+    RunRecord,
+    Snapshot,
+    Voted,
+)
 from bot.store.runs import RunStore, StoreError, now
+from bot.untrusted import inline
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +86,16 @@ class ApprovalService:
         store: RunStore,
         engine: Engine,
         notifier: Notifier,
-        policy: Callable[[], Policy],
+        policies: PolicySource,
+        authorizer: Authorizer,
+        audit: AuditLog,
     ) -> None:
         self.store = store
         self.engine = engine
         self.notifier = notifier
-        self.policy = policy
+        self.policies = policies
+        self.authorizer = authorizer
+        self.audit_log = audit
         self.process_id = secrets.token_hex(6)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -112,28 +130,59 @@ class ApprovalService:
             log.exception("could not %s", what)
             return None
 
+    async def audit(
+        self,
+        kind: str,
+        *,
+        run: RunRecord | None = None,
+        call: CallRecord | None = None,
+        actor: Actor | None = None,
+        decision: str = "",
+        detail: str = "",
+    ) -> None:
+        """Append to the audit trail; a failure is logged loudly but never breaks a flow."""
+        fields = {"decision": decision, "detail": detail}
+        if run is not None:
+            fields.update(run_id=run.run_id, channel=run.channel_id, agent=run.agent_name)
+            fields.update(team=run.team_id, user=run.user_id, enterprise=run.enterprise_id)
+        if call is not None:
+            fields.update(approval_id=call.approval_id, run_id=call.run_id, agent=call.agent)
+            fields.update(tool=call.tool, digest=call.digest, channel=call.channel_id)
+        if actor is not None:
+            fields.update(team=actor.team_id, user=actor.user_id, enterprise=actor.enterprise_id)
+        try:
+            await self.audit_log.append(kind, **fields)
+        except Exception:
+            log.exception("could not append %s to the audit trail", kind)
+
     # Starting runs ------------------------------------------------------------------------
 
     def agent_names(self) -> list[str]:
         return list(self.engine.registry.agents)
 
-    def start_run(
+    async def start_run(
         self, actor: Actor, channel: str, agent_name: str | None, task: str, delivery_id: str = ""
     ) -> Reply:
-        """Authorize a run and start it in the background. Touches no I/O, so that a command
-        can be answered within Slack's three seconds whatever Redis is doing.
+        """Authorize a run and start it in the background; answers within Slack's 3 seconds.
 
         `delivery_id` (the command's trigger id) makes a replayed request start nothing.
         """
-        verdict = may_start(self.policy(), user=actor.user_id, channel=channel)
-        if not verdict.allowed:
-            return Reply(False, verdict.reason)
         name = agent_name or self.engine.registry.default_name
-        if self.engine.registry.get(name) is None:
+        policy = self.policies.current().policy
+        verdict = await self.authorizer.may_start(policy, actor, channel, name)
+        if verdict.allowed and self.engine.registry.get(name) is None:
             known = ", ".join(f"`{n}`" for n in self.agent_names())
-            return Reply(False, f"There is no agent named `{name}`. Agents here: {known}.")
-        if not task.strip():
-            return Reply(False, "Tell the agent what to do: `/agent <task>`.")
+            verdict = Verdict(
+                False, f"There is no agent named `{inline(name)}`. Agents here: {known}."
+            )
+        if verdict.allowed and not task.strip():
+            verdict = Verdict(False, "Tell the agent what to do: `/agent <task>`.")
+        if not verdict.allowed:
+            self.spawn(
+                self.audit("start_refused", actor=actor, detail=verdict.reason),
+                name="audit",
+            )
+            return Reply(False, verdict.reason)
         stamp = now()
         run = RunRecord(
             run_id=keys.new_run_id(),
@@ -157,6 +206,7 @@ class ApprovalService:
                 log.info("ignored a replayed command (trigger %s)", delivery_id)
                 return
             await self.store.create_run(run)
+            await self.audit("run_started", run=run, detail=run.task)
         except Exception:
             log.exception("could not store new run %s", run.run_id)
             await self._safely(
@@ -233,22 +283,51 @@ class ApprovalService:
             return
         await self._pause(run, owner, outcome)
 
-    async def _pause(self, run: RunRecord, owner: str, outcome: Paused) -> None:
-        calls = [
-            CallRecord(
-                approval_id=keys.new_approval_id(run.run_id),
-                run_id=run.run_id,
-                index=a.index,
-                call_id=a.call_id,
-                agent=a.agent,
-                tool=a.tool,
-                kind=a.kind,
-                sticky=a.sticky,
-                arguments=a.arguments,
-                channel_id=run.channel_id,
+    def _new_call(self, run: RunRecord, approval: Any, version: str) -> CallRecord:
+        """A pending call, with what the policy says about it and the digest that binds it."""
+        policy = self.policies.current().policy
+        rule = policy.rule_for(channel=run.channel_id, agent=approval.agent, tool=approval.tool)
+        approval_id = keys.new_approval_id(run.run_id)
+        call = CallRecord(
+            approval_id=approval_id,
+            run_id=run.run_id,
+            index=approval.index,
+            call_id=approval.call_id,
+            agent=approval.agent,
+            tool=approval.tool,
+            kind=approval.kind,
+            sticky=approval.sticky,
+            arguments=approval.arguments,
+            channel_id=run.channel_id,
+            policy_version=version,
+        )
+        if rule is None:  # the channel left the policy while the run was going: fail closed
+            call.auto, call.rule, call.allow_always = "reject", "channel not in policy", False
+        else:
+            call.required, call.allow_always, call.rule = (
+                rule.required,
+                rule.allow_always,
+                rule.source,
             )
-            for a in outcome.approvals
-        ]
+            call.approvers = json.dumps(list(rule.approvers))
+            call.auto = rule.auto or ""
+        call.digest = self._digest(call)
+        return call
+
+    @staticmethod
+    def _digest(call: CallRecord) -> str:
+        return call_digest(
+            agent=call.agent,
+            tool=call.tool,
+            arguments=call.arguments,
+            run_id=call.run_id,
+            call_id=call.call_id,
+            policy_version=call.policy_version,
+        )
+
+    async def _pause(self, run: RunRecord, owner: str, outcome: Paused) -> None:
+        version = self.policies.current().version
+        calls = [self._new_call(run, a, version) for a in outcome.approvals]
         cp = outcome.checkpoint
         try:
             await self.store.save_pause(
@@ -257,17 +336,42 @@ class ApprovalService:
         except StoreError:
             log.error("run %s is no longer owned by this execution; pause not saved", run.run_id)
             return
-        current = await self.store.get_run(run.run_id) or run
+        # Calls the policy decides by itself are decided (and recorded) before anyone sees them.
+        resume_owner = ""
         for call in calls:
+            if not call.auto:
+                continue
+            token = self._owner()
+            result = await self.store.decide(
+                call.approval_id,
+                approve=call.auto == "approve",
+                always=False,
+                team="",
+                user="policy",
+                reason=f"automatic decision of policy rule {call.rule}",
+                owner=token,
+            )
+            if isinstance(result, Decided):
+                await self.audit(
+                    "decided", call=call, decision=f"auto_{call.auto}", detail=call.rule
+                )
+                if result.resume:
+                    resume_owner = token
+        current = await self.store.get_run(run.run_id) or run
+        for call in await self.store.pause_calls(run.run_id):
             ts = await self._safely("post approval", self.notifier.post_approval(current, call))
             if ts:
                 await self.store.set_call_message(call.approval_id, run.channel_id, ts)
+        await self.audit("paused", run=run, detail=f"{len(calls)} call(s) need a decision")
         await self._refresh_run(run.run_id)
+        if resume_owner:
+            await self._resume(run.run_id, resume_owner)
 
     async def _fail(self, run: RunRecord, owner: str, error: str) -> None:
         if await self.store.finish(
             run.run_id, owner, status="failed", text=error, drop_snapshot=False
         ):
+            await self.audit("run_failed", run=run, detail=error)
             await self._safely(
                 "post failure", self.notifier.post_in_run_thread(run, f":x: {error}")
             )
@@ -284,29 +388,55 @@ class ApprovalService:
         run = await self.store.get_run(call.run_id)
         if run is None:
             return None, Verdict(False, "This run no longer exists.")
-        verdict = may_decide(
-            self.policy(),
-            actor_team=actor.team_id,
-            actor_user=actor.user_id,
+        policy = self.policies.current().policy
+        rule = policy.rule_for(channel=run.channel_id, agent=call.agent, tool=call.tool)
+        verdict = await self.authorizer.may_decide(
+            policy,
+            actor,
             run_team=run.team_id,
             run_starter=run.user_id,
             channel=run.channel_id,
+            tool=call.tool,
+            rule=rule,
         )
         return run, verdict
 
-    async def reject_form(self, actor: Actor, approval_id: str) -> RejectForm | Reply:
-        """Check a reject click before its modal opens: the modal only opens for a live call."""
+    async def _check(
+        self, actor: Actor, approval_id: str, *, approve: bool, always: bool
+    ) -> tuple[CallRecord, RunRecord] | Reply:
+        """Everything that must hold before a decision is recorded; a Reply when it does not."""
         call = await self.store.get_call(approval_id)
         if call is None:
             return Reply(False, Gone().why)
         if call.decided:
-            return Reply(
-                False,
-                already_text(AlreadyDecided(call.status, call.decided_by, call.decided_at)),
-            )
-        _, verdict = await self._authorize(actor, call)
-        if not verdict.allowed:
-            return Reply(False, verdict.reason)
+            earlier = AlreadyDecided(call.status, call.decided_by, call.decided_at, call.via)
+            reply = Reply(False, already_text(earlier))
+        else:
+            run, verdict = await self._authorize(actor, call)
+            if run is None or not verdict.allowed:
+                reply = Reply(False, verdict.reason)
+            elif always and (not call.allow_always or (approve and call.required > 1)):
+                reply = Reply(
+                    False,
+                    f"Always decisions are not allowed for tool `{inline(call.tool)}`: "
+                    "decide this call on its own.",
+                )
+            elif self._digest(call) != call.digest:
+                reply = Reply(
+                    False, "This call changed since it was posted, so no decision can apply to it."
+                )
+            else:
+                return call, run
+        decision = ("always_" if always else "") + ("approve" if approve else "reject")
+        await self.audit("refused", call=call, actor=actor, decision=decision, detail=reply.text)
+        return reply
+
+    async def reject_form(self, actor: Actor, approval_id: str) -> RejectForm | Reply:
+        """Check a reject click before its modal opens: the modal only opens for a live call."""
+        checked = await self._check(actor, approval_id, approve=False, always=False)
+        if isinstance(checked, Reply):
+            return checked
+        call, _ = checked
         comments = await self.store.comments(approval_id)
         return RejectForm(call, "\n".join(text for _, text in comments))
 
@@ -314,15 +444,10 @@ class ApprovalService:
         self, actor: Actor, approval_id: str, *, approve: bool, always: bool, reason: str = ""
     ) -> Reply:
         """Authorize and record one decision; resume the run if it was the pause's last."""
-        call = await self.store.get_call(approval_id)
-        if call is None:
-            return Reply(False, Gone().why)
-        if call.decided:
-            earlier = AlreadyDecided(call.status, call.decided_by, call.decided_at, call.via)
-            return Reply(False, already_text(earlier))
-        run, verdict = await self._authorize(actor, call)
-        if run is None or not verdict.allowed:
-            return Reply(False, verdict.reason)
+        checked = await self._check(actor, approval_id, approve=approve, always=always)
+        if isinstance(checked, Reply):
+            return checked
+        call, run = checked
         owner = self._owner()
         result = await self.store.decide(
             approval_id,
@@ -333,20 +458,51 @@ class ApprovalService:
             reason=reason.strip(),
             owner=owner,
         )
+        decision = ("always_" if always else "") + ("approve" if approve else "reject")
         if isinstance(result, AlreadyDecided):
-            return Reply(False, already_text(result))
-        if isinstance(result, Gone):
-            return Reply(False, result.why)
+            reply = Reply(False, already_text(result))
+        elif isinstance(result, Gone):
+            reply = Reply(False, result.why)
+        elif isinstance(result, Voted) and result.repeated:
+            reply = Reply(
+                False,
+                f"You already approved this call. It needs {result.required} different "
+                f"approvers; {result.votes} so far.",
+            )
+        else:
+            reply = Reply(True)
+        if not reply.ok:
+            await self.audit(
+                "refused", call=call, actor=actor, decision=decision, detail=reply.text
+            )
+            return reply
+        if isinstance(result, Voted):
+            await self.audit(
+                "approval_vote", call=call, actor=actor, decision=decision,
+                detail=f"{result.votes} of {result.required}",
+            )  # fmt: skip
+            self.later("show vote", self._show_call(run, approval_id))
+            return reply
+        assert isinstance(result, Decided)
+        for settled in result.settled:
+            via = "" if settled == approval_id else f"always decision on {approval_id}"
+            target = call if settled == approval_id else await self.store.get_call(settled)
+            await self.audit(
+                "decided", call=target, actor=actor, decision=decision, detail=reason.strip() or via
+            )
         self.spawn(self._after_decision(run, result, owner), name=f"decided-{run.run_id}")
-        return Reply(True)
+        return reply
+
+    async def _show_call(self, run: RunRecord, approval_id: str) -> None:
+        call = await self.store.get_call(approval_id)
+        if call is not None:
+            await self.notifier.update_approval(run, call)
 
     async def _after_decision(self, run: RunRecord, result: Decided, owner: str) -> None:
         """Show the decision on its message(s), then resume if it completed the pause."""
         try:
             for approval_id in result.settled:
-                call = await self.store.get_call(approval_id)
-                if call is not None:
-                    await self._safely("update approval", self.notifier.update_approval(run, call))
+                await self._safely("update approval", self._show_call(run, approval_id))
             await self._refresh_run(run.run_id)
         except Exception:
             log.exception("could not show the decision on run %s", run.run_id)
@@ -376,32 +532,43 @@ class ApprovalService:
     # Resuming -----------------------------------------------------------------------------
 
     async def _resume(self, run_id: str, owner: str) -> None:
+        """Resume a run whose pause is fully decided; `owner` won that resume in Redis."""
         run = await self.store.get_run(run_id)
         if run is None:
             return
         try:
-            calls = await self.store.pause_calls(run_id)
-            snapshot = await self.store.load_snapshot(run_id)
+            await self._resume_owned(run, owner)
         except Exception as exc:
-            await self._fail(run, owner, f"The bot could not load the run's state ({exc}).")
-            return
+            log.exception("resume of run %s failed", run_id)
+            await self._fail(run, owner, f"The bot failed while resuming this run ({exc}).")
+
+    async def _resume_owned(self, run: RunRecord, owner: str) -> None:
+        calls = await self.store.pause_calls(run.run_id)
+        snapshot = await self.store.load_snapshot(run.run_id)
         if snapshot is None:
             await self._fail(run, owner, "The run's stored state is missing, so it cannot resume.")
             return
-        await self._refresh_run(run_id)
+        changed = [c for c in calls if self._digest(c) != c.digest]
+        if changed:
+            await self._fail(
+                run,
+                owner,
+                f"{len(changed)} decided call(s) changed since they were posted, so the run was "
+                "not resumed and none of them ran.",
+            )
+            return
+        await self._refresh_run(run.run_id)
         approved = sum(c.status == "approved" for c in calls)
-        await self._safely(
-            "post resume note",
-            self.notifier.post_in_run_thread(
-                run, f"Resuming: {approved} approved, {len(calls) - approved} rejected."
-            ),
-        )
+        summary = f"Resuming: {approved} approved, {len(calls) - approved} rejected."
+        await self.audit("resumed", run=run, detail=summary)
+        await self._safely("post resume note", self.notifier.post_in_run_thread(run, summary))
         decisions = [
             Decision(
                 call_id=c.call_id,
                 approve=c.status == "approved",
                 always=c.always,
                 message=c.reason or None,
+                shown=(c.agent, c.tool, c.arguments),
             )
             for c in calls
         ]

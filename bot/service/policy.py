@@ -1,22 +1,31 @@
 """Who may start runs and decide tool calls, read from the policy YAML file.
 
-The policy is deliberately closed by default: channels that are not listed accept no runs, and a
-run's starter may not decide its own calls unless the file says so.
+The policy is closed by default: channels that are not listed accept no runs, and a run's starter
+may not decide its own calls unless the file says so. Per-tool rules (matched by tool name glob,
+and optionally agent name glob and channel) refine what a channel allows: their own approvers,
+a quorum of distinct approvers, whether Always is offered, or an automatic decision.
+
+The first version of the file (only `defaults` and `channels`) is still valid as it was.
 """
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 CHANNEL_ID = r"^[CGD][A-Z0-9]+$"
-USER_ID = r"^([UW][A-Z0-9]+|\*)$"
+# A user id (U…/W…), a user group id (S…), a user group handle (@name) or "*" (anyone).
+PRINCIPAL = r"^([UW][A-Z0-9]+|S[A-Z0-9]+|@[a-z0-9][a-z0-9._-]*|\*)$"
+TEAM_ID = r"^T[A-Z0-9]+$"
+ENTERPRISE_ID = r"^E[A-Z0-9]+$"
 
-UserId = Annotated[str, StringConstraints(pattern=USER_ID)]
+Principal = Annotated[str, StringConstraints(pattern=PRINCIPAL)]
+ChannelId = Annotated[str, StringConstraints(pattern=CHANNEL_ID)]
 
 POLICY_EXAMPLE = """\
 defaults:
@@ -36,29 +45,98 @@ class PolicyError(Exception):
         self.problems = problems
 
 
-class Defaults(BaseModel):
+class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+
+class Workspace(_Strict):
+    """The Slack workspace (and Enterprise Grid org) this bot serves; others are refused."""
+
+    team_id: Annotated[str, StringConstraints(pattern=TEAM_ID)] | None = None
+    enterprise_id: Annotated[str, StringConstraints(pattern=ENTERPRISE_ID)] | None = None
+
+
+class Defaults(_Strict):
     allow_self_approval: bool = False
+    allow_always: bool = True
 
 
-class ChannelRule(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    starters: list[UserId] = Field(default_factory=lambda: ["*"])
-    approvers: list[UserId] = Field(min_length=1)
+class ChannelRule(_Strict):
+    starters: list[Principal] = Field(default_factory=lambda: ["*"])
+    approvers: list[Principal] = Field(min_length=1)
+    agents: list[str] | None = None  # agent names that may be started here; None = all
     allow_self_approval: bool | None = None
 
 
-class Policy(BaseModel):
+class ToolRule(_Strict):
+    """A rule for calls whose tool name matches `match` (a glob), optionally narrowed."""
+
+    match: str = Field(min_length=1)
+    agent: str | None = None  # glob on the agent name
+    channel: ChannelId | None = None
+    approvers: list[Principal] | None = Field(default=None, min_length=1)
+    required_approvals: int = Field(default=1, ge=1, le=20)
+    allow_self_approval: bool | None = None
+    allow_always: bool | None = None
+    auto: Literal["approve", "reject"] | None = None
+
+
+class Policy(_Strict):
     """The parsed policy file."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+    workspace: Workspace = Field(default_factory=Workspace)
     defaults: Defaults = Field(default_factory=Defaults)
-    channels: dict[Annotated[str, StringConstraints(pattern=CHANNEL_ID)], ChannelRule] = Field(
-        min_length=1
-    )
+    channels: dict[ChannelId, ChannelRule] = Field(min_length=1)
+    tools: list[ToolRule] = Field(default_factory=list)
+
+    def rule_for(self, *, channel: str, agent: str, tool: str) -> CallRule | None:
+        """The rule that governs a call of `tool` by `agent` in `channel` (None: not allowed)."""
+        base = self.channels.get(channel)
+        if base is None:
+            return None
+        for index, rule in enumerate(self.tools):
+            if not fnmatch.fnmatchcase(tool, rule.match):
+                continue
+            if rule.agent is not None and not fnmatch.fnmatchcase(agent, rule.agent):
+                continue
+            if rule.channel is not None and rule.channel != channel:
+                continue
+            return CallRule(
+                approvers=tuple(rule.approvers or base.approvers),
+                required=rule.required_approvals,
+                allow_self=_first(
+                    rule.allow_self_approval,
+                    base.allow_self_approval,
+                    self.defaults.allow_self_approval,
+                ),
+                allow_always=_first(rule.allow_always, self.defaults.allow_always),
+                auto=rule.auto,
+                source=f"tools[{index}] ({rule.match})",
+            )
+        return CallRule(
+            approvers=tuple(base.approvers),
+            required=1,
+            allow_self=_first(base.allow_self_approval, self.defaults.allow_self_approval),
+            allow_always=self.defaults.allow_always,
+            auto=None,
+            source=f"channels.{channel}",
+        )
+
+
+def _first(*values: bool | None) -> bool:
+    return next(v for v in values if v is not None)
+
+
+@dataclass(frozen=True)
+class CallRule:
+    """What the policy says about one call: who decides, how many, and what is offered."""
+
+    approvers: tuple[str, ...]
+    required: int
+    allow_self: bool
+    allow_always: bool
+    auto: str | None
+    source: str
 
 
 @dataclass(frozen=True)
@@ -72,58 +150,16 @@ class Verdict:
 ALLOWED = Verdict(True)
 
 
-def _lists(user: str, members: list[str]) -> bool:
-    return "*" in members or user in members
-
-
-def may_start(policy: Policy, *, user: str, channel: str) -> Verdict:
-    """May `user` start a run in `channel`?"""
-    rule = policy.channels.get(channel)
-    if rule is None:
-        return Verdict(
-            False,
-            "Agent runs are not enabled in this channel. Ask an admin to add it to the "
-            "bot's policy file, or use a channel where the bot is set up.",
-        )
-    if not _lists(user, rule.starters):
-        return Verdict(False, "You are not among the people allowed to start agent runs here.")
-    return ALLOWED
-
-
-def may_decide(
-    policy: Policy,
-    *,
-    actor_team: str,
-    actor_user: str,
-    run_team: str,
-    run_starter: str,
-    channel: str,
-) -> Verdict:
-    """May this Slack user decide a call of a run started by `run_starter` in `channel`?"""
-    if actor_team != run_team:
-        return Verdict(False, "This run belongs to another Slack workspace.")
-    rule = policy.channels.get(channel)
-    if rule is None:
-        return Verdict(
-            False, "This channel is no longer in the bot's policy, so nobody may decide."
-        )
-    if not _lists(actor_user, rule.approvers):
-        return Verdict(False, "You are not among the approvers for agent runs in this channel.")
-    self_ok = (
-        rule.allow_self_approval
-        if rule.allow_self_approval is not None
-        else policy.defaults.allow_self_approval
-    )
-    if actor_user == run_starter and not self_ok:
-        return Verdict(
-            False,
-            "You started this run, and self-approval is not allowed here: ask another approver.",
-        )
-    return ALLOWED
-
-
 def _location(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(part) for part in loc) or "(top level)"
+
+
+_WHAT = {
+    CHANNEL_ID: "a channel id like C0123ABC",
+    PRINCIPAL: 'a user id (U0123ABC), a user group id (S0123ABC), a group handle (@oncall) or "*"',
+    TEAM_ID: "a team id like T0123ABC",
+    ENTERPRISE_ID: "an enterprise id like E0123ABC",
+}
 
 
 def parse_policy(text: str, *, source: str = "policy") -> Policy:
@@ -142,9 +178,7 @@ def parse_policy(text: str, *, source: str = "policy") -> Policy:
             message = error["msg"]
             if error["type"] == "string_pattern_mismatch":
                 pattern = error.get("ctx", {}).get("pattern", "")
-                what = "a channel id like C0123ABC" if pattern == CHANNEL_ID else None
-                what = what or 'a user id like U0123ABC, or "*"'
-                message = f"{error['input']!r} is not {what}"
+                message = f"{error['input']!r} is not {_WHAT.get(pattern, pattern)}"
             problems.append(f"{source}: {_location(error['loc'])}: {message}")
         raise PolicyError(problems) from None
 

@@ -20,6 +20,17 @@ class Actor:
     enterprise_id: str = ""
 
 
+class GroupLookupError(Exception):
+    """A user group could not be resolved (unknown handle, API error); the message says which."""
+
+
+class GroupDirectory(Protocol):
+    """Resolves user groups (`S...` ids or `@handles`) to member user ids."""
+
+    async def members(self, team_id: str, ref: str) -> frozenset[str]:
+        """The group's members; raises GroupLookupError when it cannot say."""
+
+
 class Notifier(Protocol):
     """Shows runs and approvals to people. Every method may raise; callers log and go on."""
 

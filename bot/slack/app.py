@@ -89,7 +89,7 @@ def build_app(
             )
             return
         try:
-            reply = service.start_run(
+            reply = await service.start_run(
                 _actor(context),
                 str(command.get("channel_id", "")),
                 parsed.agent,

@@ -22,6 +22,8 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
+from bot.service.authorize import describe_principals
+from bot.service.digest import short
 from bot.slack.text import code_block, escape, inline, quote, truncate
 from bot.store.records import CallRecord, RunRecord
 
@@ -82,12 +84,44 @@ def run_message(run: RunRecord) -> tuple[str, list[Block]]:
 
 def _decision_line(call: CallRecord, decided_at: str) -> str:
     verb = ":white_check_mark: Approved" if call.status == "approved" else ":no_entry: Rejected"
-    line = f"{verb} by <@{call.decided_by}> at {decided_at}"
+    if call.decided_by == "policy":
+        return f"{verb} automatically by policy rule `{inline(call.rule)}` at {decided_at}"
+    voters = call.voter_ids()
+    if call.status == "approved" and len(voters) > 1:
+        line = f"{verb} by " + ", ".join(f"<@{v}>" for v in voters) + f" at {decided_at}"
+    else:
+        line = f"{verb} by <@{call.decided_by}> at {decided_at}"
     if call.always:
         line += " (always, for the rest of this run)"
     if call.via:
         line += " through an *Always* decision on another call"
     return line
+
+
+def _approvers(call: CallRecord) -> str:
+    try:
+        principals = json.loads(call.approvers) if call.approvers else []
+    except ValueError:
+        principals = []
+    return describe_principals([str(p) for p in principals]) or "the channel's approvers"
+
+
+def quorum_text(call: CallRecord) -> str:
+    """E.g. "1 of 2 approvals: approved by @a; waiting for 1 more from `@sre-oncall`"."""
+    voters = call.voter_ids()
+    text = f":busts_in_silhouette: *{len(voters)} of {call.required} approvals*"
+    if voters:
+        text += ": approved by " + ", ".join(f"<@{v}>" for v in voters)
+    missing = call.required - len(voters)
+    return text + f"; waiting for {missing} more from {_approvers(call)}"
+
+
+def _binding(call: CallRecord) -> str:
+    """The short digest that binds a decision to this exact call, and the rule in force."""
+    return (
+        f"Call digest `{short(call.digest)}` · policy `{call.policy_version}` · "
+        f"rule `{inline(call.rule)}` · approvers: {_approvers(call)}"
+    )
 
 
 def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple[str, list[Block]]:
@@ -110,6 +144,7 @@ def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
         ContextBlock(elements=[_md(origin)]),
         SectionBlock(text=_md(f"*{label}:*\n{code_block(call.arguments, ARGUMENTS_LIMIT)}")),
     ]
+    blocks.append(ContextBlock(elements=[_md(_binding(call))]))
     if call.decided:
         text = _decision_line(call, decided_at)
         if call.reason:
@@ -117,25 +152,25 @@ def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
         blocks.append(SectionBlock(text=_md(text)))
         fallback = f"{inline(call.tool)}: {call.status} by <@{call.decided_by}>"
     else:
-        blocks.append(
-            ActionsBlock(
-                block_id="decision",
-                elements=[
-                    ButtonElement(
-                        text="Approve", action_id=APPROVE, value=call.approval_id, style="primary"
-                    ),
-                    ButtonElement(
-                        text="Reject", action_id=REJECT, value=call.approval_id, style="danger"
-                    ),
-                    ButtonElement(
-                        text="Always approve", action_id=ALWAYS_APPROVE, value=call.approval_id
-                    ),
-                    ButtonElement(
-                        text="Always reject", action_id=ALWAYS_REJECT, value=call.approval_id
-                    ),
-                ],
+        if call.required > 1:
+            blocks.append(SectionBlock(text=_md(quorum_text(call))))
+        buttons = [
+            ButtonElement(
+                text="Approve", action_id=APPROVE, value=call.approval_id, style="primary"
+            ),
+            ButtonElement(text="Reject", action_id=REJECT, value=call.approval_id, style="danger"),
+        ]
+        if call.allow_always and call.required == 1:
+            buttons.append(
+                ButtonElement(
+                    text="Always approve", action_id=ALWAYS_APPROVE, value=call.approval_id
+                )
             )
-        )
+        if call.allow_always:
+            buttons.append(
+                ButtonElement(text="Always reject", action_id=ALWAYS_REJECT, value=call.approval_id)
+            )
+        blocks.append(ActionsBlock(block_id="decision", elements=buttons))
         blocks.append(
             ContextBlock(
                 elements=[

@@ -54,6 +54,10 @@ def comments_key(approval_id: str) -> str:
     return call_key(approval_id) + ":comments"
 
 
+def votes_key(approval_id: str) -> str:
+    return call_key(approval_id) + ":votes"
+
+
 def message_key(channel: str, ts: str) -> str:
     """Maps an approval message (channel, ts) to its approval id, for thread replies."""
     return f"{PREFIX}:msg:{channel}:{ts}"

@@ -101,6 +101,19 @@ class CallRecord:
     via: str = ""
     channel_id: str = ""
     message_ts: str = ""
+    # What the policy said when the call was posted, and what binds the decision to the call.
+    required: int = 1
+    votes: int = 0
+    voters: str = ""  # comma-separated user ids of approvals counted towards `required`
+    allow_always: bool = True
+    approvers: str = ""  # JSON list of the rule's principals, for display
+    rule: str = ""
+    auto: str = ""
+    policy_version: str = ""
+    digest: str = ""
+
+    def voter_ids(self) -> list[str]:
+        return [v for v in self.voters.split(",") if v]
 
     @classmethod
     def from_hash(cls, raw: Mapping[Any, Any]) -> CallRecord:
@@ -133,6 +146,15 @@ class Decided:
 
 
 @dataclass(frozen=True)
+class Voted:
+    """An approval counted towards a quorum; the call is still pending."""
+
+    votes: int
+    required: int
+    repeated: bool = False  # this person had already approved: counted once
+
+
+@dataclass(frozen=True)
 class AlreadyDecided:
     """Someone decided this call before; nothing changed."""
 
@@ -149,4 +171,4 @@ class Gone:
     why: str = field(default="This approval request no longer exists.")
 
 
-DecideResult = Decided | AlreadyDecided | Gone
+DecideResult = Decided | Voted | AlreadyDecided | Gone

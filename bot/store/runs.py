@@ -22,6 +22,7 @@ from bot.store.records import (
     Gone,
     RunRecord,
     Snapshot,
+    Voted,
 )
 
 MAX_COMMENTS = 20
@@ -189,7 +190,12 @@ class RunStore:
             if _s(i) != approval_id
         ]
         reply = await self._decide(
-            keys=[keys.run_key(run_id), keys.call_key(approval_id), *others],
+            keys=[
+                keys.run_key(run_id),
+                keys.call_key(approval_id),
+                keys.votes_key(approval_id),
+                *others,
+            ],
             args=[
                 "approved" if approve else "rejected",
                 "1" if always else "0",
@@ -207,6 +213,8 @@ class RunStore:
                 resume=int(reply[1]) == 1,
                 undecided=int(reply[2]),
             )
+        if kind in ("vote", "voted"):
+            return Voted(int(reply[1]), int(reply[2]), repeated=kind == "voted")
         if kind == "already":
             return AlreadyDecided(*(_s(r) for r in reply[1:5]))
         if kind == "stale":

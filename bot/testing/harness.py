@@ -22,7 +22,7 @@ from pydantic import SecretStr
 from bot.config import Settings
 from bot.engine.registry import AgentRegistry
 from bot.runtime import BotRuntime
-from bot.service.policy import Policy, parse_policy
+from bot.service.policy_source import PolicySource
 from bot.slack.blocks import ALWAYS_REJECT, REASON_BLOCK, REASON_INPUT, REJECT
 from bot.testing.requests import Sent, SlackRequests
 from bot.testing.slack_api import FakeSlackAPI, Message
@@ -62,7 +62,7 @@ class BotHarness:
         self,
         redis_url: str,
         agents: Any,
-        policy: Policy | str,
+        policy: PolicySource | str,
         *,
         slack: FakeSlackAPI | None = None,
         rejection_text: str | None = None,
@@ -71,7 +71,7 @@ class BotHarness:
         self.redis_url = redis_url
         self.registry = agents if isinstance(agents, AgentRegistry) else None
         self.agents = agents
-        self.policy = parse_policy(policy) if isinstance(policy, str) else policy
+        self.policies = PolicySource.from_text(policy) if isinstance(policy, str) else policy
         self.slack_api = slack or FakeSlackAPI()
         self._own_slack = slack is None
         self.rejection_text = rejection_text
@@ -100,7 +100,7 @@ class BotHarness:
         if self._own_slack:
             await self.slack_api.start()
         registry = self.registry or AgentRegistry.from_value(self.agents)
-        self.runtime = BotRuntime(self.settings(), registry=registry, policy=self.policy)
+        self.runtime = BotRuntime(self.settings(), registry=registry, policies=self.policies)
         await self.runtime.start()
         self._runner = web.AppRunner(self.runtime.web_app(), access_log=None)
         await self._runner.setup()

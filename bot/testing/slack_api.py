@@ -84,6 +84,8 @@ class FakeSlackAPI:
         self.ephemeral: list[dict[str, Any]] = []
         self.views: list[dict[str, Any]] = []
         self.fail_methods: set[str] = set()
+        # User groups for usergroups.list: id -> (handle, member ids).
+        self.usergroups: dict[str, tuple[str, list[str]]] = {}
         self._ts = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -198,6 +200,13 @@ class FakeSlackAPI:
     def _views_open(self, p: dict[str, Any]) -> dict[str, Any]:
         self.views.append(p)
         return {"view": {"id": f"V{len(self.views)}", **(p.get("view") or {})}}
+
+    def _usergroups_list(self, p: dict[str, Any]) -> dict[str, Any]:
+        groups = [
+            {"id": gid, "handle": handle, "team_id": self.team_id, "users": list(users)}
+            for gid, (handle, users) in self.usergroups.items()
+        ]
+        return {"usergroups": groups}
 
     def _chat_getPermalink(self, p: dict[str, Any]) -> dict[str, Any]:
         ts = str(p.get("message_ts", "")).replace(".", "")

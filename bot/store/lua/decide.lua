@@ -1,10 +1,13 @@
 -- Apply one person's decision to one pending call, exactly once.
+-- A call stored with required > 1 needs that many distinct approvers: each approval is a vote
+-- (the same person twice counts once) until the quorum settles it; one rejection settles it.
 -- An `always` decision also settles the pause's other pending calls with the same sticky key.
 -- When the pause has no undecided call left, the caller becomes the owner of the one resume.
--- KEYS[1] run hash, KEYS[2] the decided call's hash, KEYS[3..] the pause's other call hashes
+-- KEYS[1] run hash, KEYS[2] the decided call's hash, KEYS[3] its votes set,
+-- KEYS[4..] the pause's other call hashes
 -- ARGV[1] decision (approved|rejected), ARGV[2] always (0|1), ARGV[3] team, ARGV[4] user,
 -- ARGV[5] now, ARGV[6] reason, ARGV[7] owner token for the resume
-local run, target = KEYS[1], KEYS[2]
+local run, target, votes = KEYS[1], KEYS[2], KEYS[3]
 if redis.call('EXISTS', target) == 0 then
   return {'missing'}
 end
@@ -17,6 +20,24 @@ local pause = redis.call('HGET', target, 'pause')
 if redis.call('HGET', run, 'status') ~= 'paused' or redis.call('HGET', run, 'pause') ~= pause then
   return {'stale'}
 end
+if ARGV[1] == 'approved' then
+  local required = tonumber(redis.call('HGET', target, 'required') or '1') or 1
+  if required > 1 then
+    if redis.call('SADD', votes, ARGV[4]) == 0 then
+      return {'voted', redis.call('SCARD', votes), required}
+    end
+    redis.call('EXPIRE', votes, redis.call('TTL', target))
+    local count = redis.call('SCARD', votes)
+    local voters = redis.call('HGET', target, 'voters') or ''
+    if voters ~= '' then
+      voters = voters .. ','
+    end
+    redis.call('HSET', target, 'votes', count, 'voters', voters .. ARGV[4])
+    if count < required then
+      return {'vote', count, required}
+    end
+  end
+end
 local function settle(key, via)
   redis.call('HSET', key, 'status', ARGV[1], 'always', ARGV[2], 'decided_team', ARGV[3],
              'decided_by', ARGV[4], 'decided_at', ARGV[5], 'reason', ARGV[6], 'via', via)
@@ -25,7 +46,7 @@ settle(target, '')
 local settled = {redis.call('HGET', target, 'approval_id')}
 if ARGV[2] == '1' then
   local sticky = redis.call('HGET', target, 'sticky')
-  for i = 3, #KEYS do
+  for i = 4, #KEYS do
     local key = KEYS[i]
     if redis.call('HGET', key, 'status') == 'pending' and redis.call('HGET', key, 'pause') == pause
        and redis.call('HGET', key, 'sticky') == sticky then

@@ -1,0 +1,126 @@
+"""Authorization: may this signed-in Slack user start this run, or decide this call?
+
+User groups are resolved through the chat surface's directory (cached briefly there). When a group
+cannot be resolved the answer is "not allowed", with the reason, never "allowed".
+"""
+
+from __future__ import annotations
+
+from bot.service.policy import ALLOWED, CallRule, Policy, Verdict
+from bot.service.ports import Actor, GroupDirectory, GroupLookupError
+from bot.untrusted import inline
+
+
+def describe_principals(principals: tuple[str, ...] | list[str]) -> str:
+    """Principals as people read them: users as mentions, groups by handle or id, never pinged."""
+    shown = []
+    for p in principals:
+        if p == "*":
+            shown.append("anyone")
+        elif p[0] in "UW":
+            shown.append(f"<@{p}>")
+        else:
+            shown.append(f"`{p}`")
+    return ", ".join(shown)
+
+
+class Authorizer:
+    """Applies the policy to an actor, resolving user groups when it must."""
+
+    def __init__(self, groups: GroupDirectory) -> None:
+        self.groups = groups
+
+    def served(self, policy: Policy, actor: Actor) -> Verdict:
+        ws = policy.workspace
+        if ws.team_id is not None and actor.team_id != ws.team_id:
+            return Verdict(False, "This workspace is not served by this bot.")
+        if ws.enterprise_id is not None and actor.enterprise_id != ws.enterprise_id:
+            return Verdict(False, "This organization is not served by this bot.")
+        return ALLOWED
+
+    async def is_among(self, actor: Actor, principals: tuple[str, ...] | list[str]) -> Verdict:
+        """Is the actor one of `principals`? Unresolvable groups never grant anything."""
+        if "*" in principals or actor.user_id in principals:
+            return ALLOWED
+        failures: list[str] = []
+        for ref in principals:
+            if ref[0] not in "S@":
+                continue
+            try:
+                members = await self.groups.members(actor.team_id, ref)
+            except GroupLookupError as exc:
+                failures.append(f"`{ref}` ({inline(str(exc))})")
+                continue
+            if actor.user_id in members:
+                return ALLOWED
+        if failures:
+            return Verdict(
+                False,
+                "The bot could not check your membership of "
+                + ", ".join(failures)
+                + ", so it cannot count you as allowed. Try again later or ask an admin.",
+            )
+        return Verdict(False, "")
+
+    async def may_start(self, policy: Policy, actor: Actor, channel: str, agent: str) -> Verdict:
+        served = self.served(policy, actor)
+        if not served.allowed:
+            return served
+        rule = policy.channels.get(channel)
+        if rule is None:
+            return Verdict(
+                False,
+                "Agent runs are not enabled in this channel. Ask an admin to add it to the "
+                "bot's policy file, or use a channel where the bot is set up.",
+            )
+        if rule.agents is not None and agent not in rule.agents:
+            allowed = ", ".join(f"`{a}`" for a in rule.agents) or "none"
+            return Verdict(
+                False,
+                f"The agent `{inline(agent)}` may not be started in this channel "
+                f"(allowed: {allowed}).",
+            )
+        member = await self.is_among(actor, rule.starters)
+        if not member.allowed:
+            return Verdict(
+                False,
+                member.reason or "You are not among the people allowed to start agent runs here.",
+            )
+        return ALLOWED
+
+    async def may_decide(
+        self,
+        policy: Policy,
+        actor: Actor,
+        *,
+        run_team: str,
+        run_starter: str,
+        channel: str,
+        tool: str,
+        rule: CallRule | None,
+    ) -> Verdict:
+        """May the actor decide a call governed by `rule` (from the current policy)?"""
+        served = self.served(policy, actor)
+        if not served.allowed:
+            return served
+        if actor.team_id != run_team:
+            return Verdict(False, "This run belongs to another Slack workspace.")
+        if rule is None:
+            return Verdict(
+                False, "This channel is no longer in the bot's policy, so nobody may decide."
+            )
+        member = await self.is_among(actor, rule.approvers)
+        if not member.allowed:
+            return Verdict(
+                False,
+                member.reason
+                or f"You are not among the approvers of tool `{inline(tool)}` in this channel "
+                f"(approvers: {describe_principals(rule.approvers)}).",
+            )
+        if actor.user_id == run_starter and not rule.allow_self:
+            return Verdict(
+                False,
+                "You started this run, and self-approval is not allowed for tool "
+                f"`{inline(tool)}`: ask another approver.",
+            )
+        return ALLOWED

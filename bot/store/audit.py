@@ -1,0 +1,63 @@
+"""The audit trail: an append-only Redis stream of every start, decision, refusal, resume, result
+and failure, with the actor, channel, call digest and time.
+
+The bot only appends (XADD). With a retention setting, XADD trims entries older than that many
+days as it appends (MINID); without one, nothing is ever removed. Entries live in Redis, so they
+survive restarts with the same persistence as runs (AOF).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis.asyncio as redis
+
+from bot.store.keys import PREFIX
+
+AUDIT_STREAM = f"{PREFIX}:audit"
+
+FIELDS = (
+    "time", "kind", "team", "enterprise", "user", "channel", "run_id", "approval_id",
+    "agent", "tool", "digest", "decision", "detail",
+)  # fmt: skip
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class AuditLog:
+    """Append and read audit entries."""
+
+    def __init__(self, client: redis.Redis, *, retention_days: int = 0) -> None:
+        self.redis = client
+        self.retention_days = retention_days
+
+    async def append(self, kind: str, **fields: str) -> str:
+        """Append one entry; returns its stream id (milliseconds-sequence)."""
+        now = time.time()
+        entry = {"time": f"{now:.3f}", "kind": kind}
+        entry.update({k: v for k, v in fields.items() if v})
+        minid = None
+        if self.retention_days > 0:
+            minid = str(int((now - self.retention_days * 86400) * 1000))
+        entry_id = await self.redis.xadd(AUDIT_STREAM, entry, minid=minid, approximate=True)  # type: ignore[arg-type]
+        return _text(entry_id)
+
+    async def read(
+        self, *, since: float = 0.0, until: float | None = None, batch: int = 500
+    ) -> AsyncIterator[dict[str, str]]:
+        """Entries from `since` to `until` (Unix seconds), oldest first."""
+        start = str(int(since * 1000))
+        end = str(int(until * 1000)) if until is not None else "+"
+        while True:
+            rows = await self.redis.xrange(AUDIT_STREAM, min=start, max=end, count=batch)
+            if not rows:
+                return
+            for entry_id, raw in rows:
+                entry = {_text(k): _text(v) for k, v in (raw or {}).items()}
+                entry["id"] = _text(entry_id)
+                yield entry
+            start = "(" + _text(rows[-1][0])

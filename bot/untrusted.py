@@ -1,0 +1,43 @@
+"""Untrusted text (from models, tools and people) made safe to show inside chat markup.
+
+The one place where `&`, `<` and `>` are escaped, lone surrogates replaced and text cut, so that
+shown text cannot mention `@channel`, ping users or forge links. Used by the service layer for
+sentences that quote untrusted values, and by the Slack layer for everything it renders.
+"""
+
+from __future__ import annotations
+
+ZWSP = "\u200b"
+
+
+def escape(text: str) -> str:
+    """Escape Slack's control characters so that text is shown, never interpreted."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def unescape(text: str) -> str:
+    """Decode what Slack encoded, giving the text exactly as the person typed it."""
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def clean(text: str) -> str:
+    """Replace lone surrogates (invalid in UTF-8, which Slack's API requires) with U+FFFD."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def truncate(text: str, limit: int) -> tuple[str, bool]:
+    """Cut escaped `text` to at most `limit` characters, never inside an `&...;` entity;
+    returns (text, was_cut)."""
+    if len(text) <= limit:
+        return text, False
+    cut = text[:limit]
+    amp = cut.rfind("&", max(0, limit - 5))
+    if amp != -1 and ";" not in cut[amp:]:
+        cut = cut[:amp]
+    return cut, True
+
+
+def inline(text: str, limit: int = 200) -> str:
+    """Untrusted text shown inline (a tool or agent name): escaped, one line, short."""
+    flat, cut = truncate(escape(" ".join(clean(text).split())), limit)
+    return flat.replace("`", "'") + ("…" if cut else "")
