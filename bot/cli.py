@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import csv
+import json
 import logging
 import sys
+import time
+from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
@@ -83,6 +87,66 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_time(text: str) -> float:
+    """`2026-11-01`, `2026-11-01T12:00`, or an age like `90m`, `24h`, `7d`; as Unix seconds."""
+    units = {"m": 60, "h": 3600, "d": 86400}
+    if text and text[-1] in units and text[:-1].isdigit():
+        return time.time() - int(text[:-1]) * units[text[-1]]
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+async def _export_audit(settings: Settings, since: float, until: float | None, fmt: str) -> int:
+    import redis.asyncio as redis
+
+    from bot.store.audit import FIELDS, AuditLog
+    from bot.store.connection import EmbeddedRedis
+
+    embedded = None
+    url = settings.redis_url or await EmbeddedRedis.running_url(settings.data_dir)
+    if url is None:
+        if not (settings.data_dir / "appendonlydir").is_dir():
+            print(
+                f"No audit trail: no REDIS_URL and no data in {settings.data_dir}.", file=sys.stderr
+            )
+            return 1
+        embedded = EmbeddedRedis(settings.data_dir)
+        await embedded.start()
+        url = embedded.url
+    client = redis.Redis.from_url(url)
+    try:
+        writer = csv.DictWriter(sys.stdout, fieldnames=["id", *FIELDS], extrasaction="ignore")
+        if fmt == "csv":
+            writer.writeheader()
+        async for entry in AuditLog(client).read(since=since, until=until):
+            if fmt == "csv":
+                writer.writerow(entry)
+            else:
+                print(json.dumps(entry, ensure_ascii=False))
+    finally:
+        await client.aclose()
+        if embedded is not None:
+            embedded.stop()
+    return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    settings, problems = _settings_problems()
+    if settings is None:
+        print("\n".join(problems), file=sys.stderr)
+        return 1
+    try:
+        since = parse_time(args.since)
+        until = parse_time(args.until) if args.until else None
+    except ValueError:
+        print("--since/--until take a date (2026-11-01), a time (2026-11-01T12:00) or an age "
+              "(90m, 24h, 7d)", file=sys.stderr)  # fmt: skip
+        return 2
+    return asyncio.run(_export_audit(settings, since, until, args.format))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="approval-bot", description=__doc__)
     parser.add_argument("--log-level", default="INFO")
@@ -97,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     check = sub.add_parser("check", help="validate configuration, agents and policy")
     check.add_argument("--socket", action="store_true", help="check for Socket Mode")
     check.set_defaults(func=_check)
+    audit = sub.add_parser("audit", help="export the audit trail")
+    audit.add_argument("--since", default="30d", help="date, time or age (default 30d)")
+    audit.add_argument("--until", default=None)
+    audit.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+    audit.set_defaults(func=_audit)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

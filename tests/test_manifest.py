@@ -16,7 +16,7 @@ SHARED_SCHEMA = REPO.parent / "shared" / "slack-app-manifest.schema.json"
 HTTP_MANIFEST = REPO / "manifest.yml"
 SOCKET_MANIFEST = REPO / "manifest.socket.yml"
 
-BOT_SCOPES = {"commands", "chat:write", "channels:history", "groups:history"}
+BOT_SCOPES = {"commands", "chat:write", "channels:history", "groups:history", "usergroups:read"}
 
 
 def schema_path() -> Path:

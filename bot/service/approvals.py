@@ -273,6 +273,7 @@ class ApprovalService:
             if await self.store.finish(
                 run.run_id, owner, status="finished", text=outcome.output, drop_snapshot=True
             ):
+                await self.audit("run_finished", run=run, detail=outcome.output[:2000])
                 await self._safely(
                     "post output", self.notifier.post_run_output(run, outcome.output)
                 )
@@ -431,9 +432,11 @@ class ApprovalService:
         await self.audit("refused", call=call, actor=actor, decision=decision, detail=reply.text)
         return reply
 
-    async def reject_form(self, actor: Actor, approval_id: str) -> RejectForm | Reply:
+    async def reject_form(
+        self, actor: Actor, approval_id: str, *, always: bool
+    ) -> RejectForm | Reply:
         """Check a reject click before its modal opens: the modal only opens for a live call."""
-        checked = await self._check(actor, approval_id, approve=False, always=False)
+        checked = await self._check(actor, approval_id, approve=False, always=always)
         if isinstance(checked, Reply):
             return checked
         call, _ = checked

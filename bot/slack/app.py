@@ -118,11 +118,10 @@ def build_app(
 
         async def work() -> None:
             if action_id in (blocks.REJECT, blocks.ALWAYS_REJECT):
-                form = await service.reject_form(actor, approval_id)
+                always = action_id == blocks.ALWAYS_REJECT
+                form = await service.reject_form(actor, approval_id, always=always)
                 if isinstance(form, RejectForm):
-                    view = blocks.reject_modal(
-                        form.call, always=action_id == blocks.ALWAYS_REJECT, prefill=form.prefill
-                    )
+                    view = blocks.reject_modal(form.call, always=always, prefill=form.prefill)
                     await client.views_open(trigger_id=body["trigger_id"], view=view.to_dict())
                     return
                 reply = form

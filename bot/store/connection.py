@@ -105,6 +105,22 @@ class EmbeddedRedis:
             "started embedded redis-server on 127.0.0.1:%d (data in %s)", self.port, self.data_dir
         )
 
+    @staticmethod
+    async def running_url(data_dir: Path) -> str | None:
+        """The URL of a bot's embedded redis-server that is running on `data_dir`, if any."""
+        try:
+            port = int((data_dir / "redis.port").read_text())
+        except (OSError, ValueError):
+            return None
+        url = f"redis://127.0.0.1:{port}/0"
+        client = redis.Redis.from_url(url, socket_connect_timeout=1)
+        try:
+            return url if await client.ping() else None
+        except (redis.RedisError, OSError):
+            return None
+        finally:
+            await client.aclose()
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()

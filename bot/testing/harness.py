@@ -178,6 +178,10 @@ class BotHarness:
         values = {REASON_BLOCK: {REASON_INPUT: {"type": "plain_text_input", "value": reason}}}
         return await self.slack.submit(view, values, user=user)
 
+    async def audit(self) -> list[dict[str, str]]:
+        """The audit trail so far, oldest first."""
+        return [entry async for entry in self.runtime.service.audit_log.read()]
+
     async def idle(self) -> None:
         """Wait for the bot's background work (runs, resumes, message updates) to finish."""
         await self.runtime.service.drain(30)

@@ -45,6 +45,7 @@ class SlackRequests:
         self.secret = signing_secret
         self.team_id = team_id
         self.session: aiohttp.ClientSession | None = None
+        self.statuses: list[int] = []  # every HTTP status the bot answered, in order
 
     async def __aenter__(self) -> SlackRequests:
         self.session = aiohttp.ClientSession()
@@ -60,6 +61,7 @@ class SlackRequests:
         assert self.session is not None, "use `async with SlackRequests(...)`"
         all_headers = {"Content-Type": content_type, **(headers or {})}
         async with self.session.post(self.url, data=body, headers=all_headers) as response:
+            self.statuses.append(response.status)
             return Sent(response.status, await response.text())
 
     async def send_form(

@@ -101,6 +101,7 @@ class FakeSlackAPI:
     async def start(self) -> None:
         app = web.Application(client_max_size=10 * 1024 * 1024)
         app.router.add_post("/api/{method}", self._handle)
+        app.router.add_get("/api/{method}", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -136,6 +137,8 @@ class FakeSlackAPI:
     # The API ------------------------------------------------------------------------------
 
     async def _params(self, request: web.Request) -> dict[str, Any]:
+        if request.method == "GET":
+            return dict(request.query)
         if request.content_type == "application/json":
             data = await request.json()
             return dict(data) if isinstance(data, dict) else {}
