@@ -47,7 +47,8 @@ class BotRuntime:
         self.registry = registry or AgentRegistry.load(settings.agents)
         self.policies = policies or PolicySource.from_file(settings.policy_file)
         self.embedded: EmbeddedRedis | None = None
-        self._keep_alive: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
         self.service: ApprovalService
         self.app: AsyncApp
 
@@ -78,14 +79,22 @@ class BotRuntime:
             service=self.service,
             socket_mode=self.socket_mode,
         )
-        self._keep_alive = asyncio.create_task(self.service.keep_alive(), name="keep-alive")
+        policy = await store.eviction_policy()
+        if policy not in (None, "noeviction"):
+            log.warning(
+                "Redis maxmemory-policy is %r: under memory pressure Redis may evict pending "
+                "approvals and run state. Set `maxmemory-policy noeviction`.",
+                policy,
+            )
+        self._heartbeat = asyncio.create_task(self.service.heartbeat(), name="heartbeat")
+        self._sweeper = asyncio.create_task(self.service.sweep_forever(), name="sweeper")
 
     async def stop(self) -> None:
-        if self._keep_alive is not None:
-            self._keep_alive.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._keep_alive
+        # Finish in-flight runs while still heartbeating, so no other process takes them for
+        # orphans; only then stop the loops.
+        await _cancel(self._sweeper)
         await self.service.drain(DRAIN_SECONDS)
+        await _cancel(self._heartbeat)
         await self.redis.aclose()
         if self.embedded is not None:
             self.embedded.stop()
@@ -107,6 +116,13 @@ class BotRuntime:
         web_app = web.Application(client_max_size=1024 * 1024)
         web_app.add_routes([web.post("/slack/events", events), web.get("/healthz", healthz)])
         return web_app
+
+
+async def _cancel(task: asyncio.Task[None] | None) -> None:
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def serve_http(runtime: BotRuntime, host: str, port: int, stop: asyncio.Event) -> None:

@@ -7,6 +7,8 @@ sentences that quote untrusted values, and by the Slack layer for everything it 
 
 from __future__ import annotations
 
+import re
+
 ZWSP = "\u200b"
 
 
@@ -41,3 +43,28 @@ def inline(text: str, limit: int = 200) -> str:
     """Untrusted text shown inline (a tool or agent name): escaped, one line, short."""
     flat, cut = truncate(escape(" ".join(clean(text).split())), limit)
     return flat.replace("`", "'") + ("…" if cut else "")
+
+
+_SECRETS = [
+    (re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@", re.IGNORECASE), r"\1***@"),
+    (
+        re.compile(
+            r"([?&;](?:access_token|api[_-]?key|key|token|secret|password|passwd|sig|signature)=)"
+            r"[^&\s]+",
+            re.IGNORECASE,
+        ),
+        r"\1***",
+    ),
+    (re.compile(r"\b(?:sk|rk|pk)-[A-Za-z0-9_-]{8,}"), "***"),
+    (re.compile(r"\bxox[abposre]-[A-Za-z0-9-]+"), "***"),
+    (re.compile(r"\bxapp-[A-Za-z0-9-]+"), "***"),
+    (re.compile(r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+", re.IGNORECASE), r"\1 ***"),
+]
+
+
+def redact(text: str) -> str:
+    """Mask what looks like a credential (URL passwords, token parameters, API keys, Slack
+    tokens, Authorization values) in error text before it is shown or stored."""
+    for pattern, replacement in _SECRETS:
+        text = pattern.sub(replacement, text)
+    return text

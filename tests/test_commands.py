@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 
 from bot.store import keys
 from bot.store.records import RunRecord
-from bot.testing.harness import BotHarness, status_line, wait_until
+from bot.testing.harness import BotHarness, wait_until
 from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
 
 
@@ -80,25 +80,46 @@ async def test_duplicate_event_deliveries_are_ignored(redis_url: str) -> None:
         assert [json.loads(c)["text"] for c in comments] == ["looks risky"]
 
 
+def orphan_of(bot: BotHarness, owner: str) -> RunRecord:
+    return RunRecord(
+        run_id=keys.new_run_id(), team_id="T0TEST", user_id="U1", channel_id="C1",
+        agent_name="ops", task="t", status="resuming", owner=owner,
+        message_ts=bot.run_message().ts,
+    )  # fmt: skip
+
+
 async def test_a_run_left_executing_by_a_dead_process_is_failed_and_said(redis_url: str) -> None:
     async with BotHarness(redis_url, agents(Ledger()), POLICY) as bot:
         await bot.slack.command("hello", user="U1", channel="C1")
         await bot.wait_for_status("finished")
         await bot.idle()
-        store = bot.runtime.service.store
-        # A run whose executing process stopped without a trace (no heartbeat any more).
-        orphan = RunRecord(
-            run_id=keys.new_run_id(), team_id="T0TEST", user_id="U1", channel_id="C1",
-            agent_name="ops", task="t", status="resuming", owner="deadbeef0000:1234",
-            message_ts=bot.run_message().ts,
-        )  # fmt: skip
-        await store.create_run(orphan)
-        assert await bot.runtime.service.sweep_orphans() == 1
-        assert await bot.runtime.service.sweep_orphans() == 0
+        service = bot.runtime.service
+        store = service.store
+        # A run whose executing process stopped without a trace (no heartbeat any more)...
+        dead = orphan_of(bot, "deadbeef0000:1234")
+        await store.create_run(dead)
+        # ... one owned by another process that is alive ...
+        await store.heartbeat("a1a1a1a1a1a1", 60)
+        alive = orphan_of(bot, "a1a1a1a1a1a1:5678")
+        await store.create_run(alive)
+        # ... and one of this process whose task is gone (crashed) without recording an end.
+        crashed = orphan_of(bot, f"{service.process_id}:9abc")
+        await store.create_run(crashed)
+        await service.sweep_orphans()  # (the background sweeper may have run first: same result)
         await bot.idle()
-        failed = await store.get_run(orphan.run_id)
-        assert failed is not None and failed.status == "failed"
-        assert "stopped before it finished" in failed.error
-        assert any("stopped before it finished" in m.text for m in bot.run_thread())
-        assert "failed" in status_line(bot.run_message())
-        assert orphan.run_id not in await store.active_runs()
+        now = {}
+        for name, record in (("dead", dead), ("alive", alive), ("crashed", crashed)):
+            current = await store.get_run(record.run_id)
+            assert current is not None
+            now[name] = current
+        assert now["dead"].status == now["crashed"].status == "failed"
+        assert now["alive"].status == "resuming"
+        assert "stopped executing this run" in now["dead"].error
+        assert sum("stopped executing this run" in m.text for m in bot.run_thread()) == 2
+        assert alive.run_id in await store.active_runs()
+        assert dead.run_id not in await store.active_runs()
+        # The failed runs are audited; the live one is never overruled, however often we sweep.
+        assert await service.sweep_orphans() == 0
+        audit = [e async for e in service.audit_log.read()]
+        failed = {e["run_id"] for e in audit if e["kind"] == "run_failed"}
+        assert failed == {dead.run_id, crashed.run_id}

@@ -30,6 +30,7 @@ from agents import (
 from bot.engine.approvals import PendingApproval, describe
 from bot.engine.context import RunContext, deserialize_context, serialize_context
 from bot.engine.registry import AgentRegistry
+from bot.untrusted import redact
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class _ProgressHooks(RunHooks[Any]):
 def _describe_error(exc: BaseException) -> str:
     if isinstance(exc, MaxTurnsExceeded):
         return f"The agent stopped after reaching its limit of turns ({exc})."
-    text = str(exc).strip() or "no details"
+    text = redact(str(exc).strip()) or "no details"
     if len(text) > 500:
         text = text[:500] + "…"
     return f"The run failed: {type(exc).__name__}: {text}"
@@ -238,7 +239,7 @@ class Engine:
             log.warning("cannot serialize paused run: %s", exc, exc_info=True)
             return Failed(
                 f"The run paused for approval but its state could not be saved "
-                f"({type(exc).__name__}: {exc}). Nothing further was executed."
+                f"({type(exc).__name__}: {redact(str(exc))}). Nothing further was executed."
             )
         blob = zlib.compress(json.dumps(state_json, separators=(",", ":")).encode(), 6)
         checkpoint = Checkpoint(blob, SDK_VERSION, self.fingerprint(agent_name))

@@ -36,7 +36,7 @@ from bot.store.records import (
     Voted,
 )
 from bot.store.runs import RunStore, StoreError, now
-from bot.untrusted import inline
+from bot.untrusted import inline, redact
 
 log = logging.getLogger(__name__)
 
@@ -98,14 +98,33 @@ class ApprovalService:
         self.audit_log = audit
         self.process_id = secrets.token_hex(6)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._executing: set[str] = set()  # owner tokens of runs executing in this process
+        self._refresh_locks: dict[str, asyncio.Lock] = {}
 
     # Background work ----------------------------------------------------------------------
 
     def _owner(self) -> str:
         return f"{self.process_id}:{secrets.token_hex(4)}"
 
-    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        task = asyncio.create_task(coro, name=name)
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str, *, executing: str = "") -> None:
+        """Run `coro` in a tracked background task that cannot die silently.
+
+        `executing` names the owner token of a run this task executes: while the task lives the
+        token is known to be in flight, and once it ends (even by a crash) the sweeper may fail
+        the run if the task did not record an outcome.
+        """
+        if executing:
+            self._executing.add(executing)
+
+        async def guarded() -> None:
+            try:
+                await coro
+            except Exception:
+                log.exception("background task %s failed", name)
+            finally:
+                self._executing.discard(executing)
+
+        task = asyncio.create_task(guarded(), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -197,7 +216,7 @@ class ApprovalService:
             updated_at=stamp,
             owner=self._owner(),
         )
-        self.spawn(self._start(run, delivery_id), name=f"run-{run.run_id}")
+        self.spawn(self._start(run, delivery_id), name=f"run-{run.run_id}", executing=run.owner)
         return Reply(True)
 
     async def _start(self, run: RunRecord, delivery_id: str) -> None:
@@ -221,8 +240,6 @@ class ApprovalService:
             return
         try:
             ts = await self.notifier.post_run(run)
-            run.message_ts = ts
-            await self.store.set_run_message(run.run_id, ts)
         except Exception:
             log.exception("could not post the message of run %s", run.run_id)
             await self.store.finish(
@@ -236,6 +253,14 @@ class ApprovalService:
                     "The bot could not post in this channel; "
                     "is it a member? Invite it with `/invite @approval-bot` and try again.",
                 ),
+            )
+            return
+        run.message_ts = ts
+        try:
+            await self.store.set_run_message(run.run_id, ts)
+        except Exception as exc:
+            await self._fail(
+                run, run.owner, f"The bot could not record the run's message ({redact(str(exc))})."
             )
             return
         context = self._context(run)
@@ -266,7 +291,9 @@ class ApprovalService:
             await self._settle_unsafe(run, owner, outcome)
         except Exception as exc:
             log.exception("could not record the outcome of run %s", run.run_id)
-            await self._fail(run, owner, f"The bot could not record the run's result ({exc}).")
+            await self._fail(
+                run, owner, f"The bot could not record the run's result ({redact(str(exc))})."
+            )
 
     async def _settle_unsafe(self, run: RunRecord, owner: str, outcome: Outcome) -> None:
         if isinstance(outcome, Finished):
@@ -343,6 +370,7 @@ class ApprovalService:
             if not call.auto:
                 continue
             token = self._owner()
+            self._executing.add(token)  # in flight from here, should this decision resume
             result = await self.store.decide(
                 call.approval_id,
                 approve=call.auto == "approve",
@@ -358,15 +386,51 @@ class ApprovalService:
                 )
                 if result.resume:
                     resume_owner = token
+            if resume_owner != token:
+                self._executing.discard(token)
         current = await self.store.get_run(run.run_id) or run
-        for call in await self.store.pause_calls(run.run_id):
-            ts = await self._safely("post approval", self.notifier.post_approval(current, call))
-            if ts:
-                await self.store.set_call_message(call.approval_id, run.channel_id, ts)
+        unposted = [
+            call
+            for call in await self.store.pause_calls(run.run_id)
+            if not await self._post_approval(current, call)
+        ]
         await self.audit("paused", run=run, detail=f"{len(calls)} call(s) need a decision")
+        if unposted and not resume_owner:
+            names = ", ".join(f"`{inline(c.tool)}`" for c in unposted)
+            error = (
+                f"The bot could not post the approval request for {names} in this channel, so "
+                "nobody could decide it; the run was stopped. Nothing further ran."
+            )
+            if await self.store.finish(
+                run.run_id, "paused", status="failed", text=error, drop_snapshot=False
+            ):
+                await self.audit("run_failed", run=run, detail=error)
+                await self._safely("post failure", self.notifier.post_in_run_thread(run, error))
+                await self._safely(
+                    "tell the starter", self.notifier.tell(run.channel_id, run.user_id, error)
+                )
         await self._refresh_run(run.run_id)
         if resume_owner:
-            await self._resume(run.run_id, resume_owner)
+            try:
+                await self._resume(run.run_id, resume_owner)
+            finally:
+                self._executing.discard(resume_owner)
+
+    async def _post_approval(self, run: RunRecord, call: CallRecord) -> bool:
+        """Post one approval message (one retry) and index it; False when it could not be."""
+        for attempt in (1, 2):
+            try:
+                ts = await self.notifier.post_approval(run, call)
+                await self.store.set_call_message(call.approval_id, run.channel_id, ts)
+                return True
+            except Exception:
+                log.warning(
+                    "posting the approval message of %s failed (attempt %d)",
+                    call.approval_id,
+                    attempt,
+                    exc_info=True,
+                )
+        return False
 
     async def _fail(self, run: RunRecord, owner: str, error: str) -> None:
         if await self.store.finish(
@@ -379,9 +443,15 @@ class ApprovalService:
             await self._refresh_run(run.run_id)
 
     async def _refresh_run(self, run_id: str) -> None:
-        run = await self.store.get_run(run_id)
-        if run is not None and run.message_ts:
-            await self._safely("update run message", self.notifier.update_run(run))
+        """Re-render the run message from the latest record; one update at a time per run, so an
+        older status never overwrites a newer one from this process."""
+        lock = self._refresh_locks.setdefault(run_id, asyncio.Lock())
+        async with lock:
+            run = await self._safely("read run", self.store.get_run(run_id))
+            if run is not None and run.message_ts:
+                await self._safely("update run message", self.notifier.update_run(run))
+            if run is None or run.status in ("finished", "failed"):
+                self._refresh_locks.pop(run_id, None)
 
     # Deciding -----------------------------------------------------------------------------
 
@@ -409,25 +479,25 @@ class ApprovalService:
         call = await self.store.get_call(approval_id)
         if call is None:
             return Reply(False, Gone().why)
-        if call.decided:
+        run, verdict = await self._authorize(actor, call)
+        # The checks, in order; who decided is told only to people allowed to decide.
+        if run is None or not verdict.allowed:
+            reply = Reply(False, verdict.reason)
+        elif call.decided:
             earlier = AlreadyDecided(call.status, call.decided_by, call.decided_at, call.via)
             reply = Reply(False, already_text(earlier))
+        elif always and (not call.allow_always or (approve and call.required > 1)):
+            reply = Reply(
+                False,
+                f"Always decisions are not allowed for tool `{inline(call.tool)}`: "
+                "decide this call on its own.",
+            )
+        elif self._digest(call) != call.digest:
+            reply = Reply(
+                False, "This call changed since it was posted, so no decision can apply to it."
+            )
         else:
-            run, verdict = await self._authorize(actor, call)
-            if run is None or not verdict.allowed:
-                reply = Reply(False, verdict.reason)
-            elif always and (not call.allow_always or (approve and call.required > 1)):
-                reply = Reply(
-                    False,
-                    f"Always decisions are not allowed for tool `{inline(call.tool)}`: "
-                    "decide this call on its own.",
-                )
-            elif self._digest(call) != call.digest:
-                reply = Reply(
-                    False, "This call changed since it was posted, so no decision can apply to it."
-                )
-            else:
-                return call, run
+            return call, run
         decision = ("always_" if always else "") + ("approve" if approve else "reject")
         await self.audit("refused", call=call, actor=actor, decision=decision, detail=reply.text)
         return reply
@@ -441,7 +511,8 @@ class ApprovalService:
             return checked
         call, _ = checked
         comments = await self.store.comments(approval_id)
-        return RejectForm(call, "\n".join(text for _, text in comments))
+        # Only comments by people who may decide the call pre-fill the reason the model gets.
+        return RejectForm(call, "\n".join(c["text"] for c in comments if c.get("approver")))
 
     async def decide(
         self, actor: Actor, approval_id: str, *, approve: bool, always: bool, reason: str = ""
@@ -493,7 +564,11 @@ class ApprovalService:
             await self.audit(
                 "decided", call=target, actor=actor, decision=decision, detail=reason.strip() or via
             )
-        self.spawn(self._after_decision(run, result, owner), name=f"decided-{run.run_id}")
+        self.spawn(
+            self._after_decision(run, result, owner),
+            name=f"decided-{run.run_id}",
+            executing=owner if result.resume else "",
+        )
         return reply
 
     async def _show_call(self, run: RunRecord, approval_id: str) -> None:
@@ -529,7 +604,10 @@ class ApprovalService:
             )
         call = await self.store.get_call(approval_id)
         if call is not None and not call.decided:
-            await self.store.add_comment(approval_id, actor.user_id, text)
+            _, verdict = await self._authorize(actor, call)
+            await self.store.add_comment(
+                approval_id, actor.user_id, text, from_approver=verdict.allowed
+            )
         return Reply(True)
 
     # Resuming -----------------------------------------------------------------------------
@@ -543,7 +621,9 @@ class ApprovalService:
             await self._resume_owned(run, owner)
         except Exception as exc:
             log.exception("resume of run %s failed", run_id)
-            await self._fail(run, owner, f"The bot failed while resuming this run ({exc}).")
+            await self._fail(
+                run, owner, f"The bot failed while resuming this run ({redact(str(exc))})."
+            )
 
     async def _resume_owned(self, run: RunRecord, owner: str) -> None:
         calls = await self.store.pause_calls(run.run_id)
@@ -583,15 +663,24 @@ class ApprovalService:
 
     # Liveness -----------------------------------------------------------------------------
 
-    async def keep_alive(self) -> None:
-        """Heartbeat this process and fail runs whose executing process died. Runs forever."""
+    async def heartbeat(self) -> None:
+        """Say this process is alive, every few seconds, until cancelled. Nothing else runs in
+        this loop, so slow sweeps or Slack calls can never make a live process look dead."""
         while True:
             try:
                 await self.store.heartbeat(self.process_id, HEARTBEAT_TTL)
+            except Exception:
+                log.warning("heartbeat failed", exc_info=True)
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+
+    async def sweep_forever(self) -> None:
+        """Fail runs whose executing process or task is gone, every few seconds."""
+        while True:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            try:
                 await self.sweep_orphans()
             except Exception:
-                log.warning("liveness check failed", exc_info=True)
-            await asyncio.sleep(HEARTBEAT_SECONDS)
+                log.warning("sweep for orphaned runs failed", exc_info=True)
 
     async def sweep_orphans(self) -> int:
         """Fail runs left executing by a process that stopped; returns how many.
@@ -608,17 +697,21 @@ class ApprovalService:
             if run.status not in ("running", "resuming") or not run.owner:
                 continue
             process = run.owner.partition(":")[0]
-            if process == self.process_id or await self.store.is_alive(process):
+            if process == self.process_id:
+                if run.owner in self._executing:
+                    continue
+            elif await self.store.is_alive(process):
                 continue
             error = (
-                "The bot process running this run stopped before it finished. The run was not "
-                "restarted, because a tool may already have run: check what it did, then start "
-                "a new run if needed."
+                "The bot stopped executing this run before it finished (its process or task "
+                "ended). The run was not restarted, because a tool may already have run: check "
+                "what it did, then start a new run if needed."
             )
             if await self.store.finish(
                 run_id, run.owner, status="failed", text=error, drop_snapshot=False
             ):
                 failed += 1
-                await self._safely("post failure", self.notifier.post_in_run_thread(run, error))
-                await self._refresh_run(run_id)
+                await self.audit("run_failed", run=run, detail=error)
+                self.later("post failure", self.notifier.post_in_run_thread(run, error))
+                self.later("update run message", self._refresh_run(run_id))
         return failed

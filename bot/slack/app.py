@@ -28,10 +28,13 @@ COMMAND = "/agent"
 TRY_AGAIN = "Something went wrong on the bot's side and nothing was changed. Try again in a moment."
 
 
-def _actor(context: AsyncBoltContext) -> Actor:
-    """Who acted, from Bolt's context: filled from the signed request, never from free text."""
+def _actor(context: AsyncBoltContext, body: dict[str, Any] | None = None) -> Actor:
+    """Who acted, from the signed request only (Bolt's context, or the signed body's `user`
+    for interactions: a modal submission's context carries the app's team, not the user's)."""
+    user = (body or {}).get("user")
+    user_team = user.get("team_id") if isinstance(user, dict) else None
     return Actor(
-        team_id=str(context.team_id or ""),
+        team_id=str(user_team or context.team_id or ""),
         user_id=str(context.user_id or ""),
         enterprise_id=str(context.enterprise_id or ""),
     )
@@ -110,7 +113,7 @@ def build_app(
         action = (body.get("actions") or [{}])[0]
         approval_id = str(action.get("value", ""))
         action_id = str(action.get("action_id", ""))
-        actor = _actor(context)
+        actor = _actor(context, body)
         channel = str((body.get("channel") or {}).get("id", "")) or str(context.channel_id or "")
 
         async def tell(text: str) -> None:
@@ -148,7 +151,11 @@ def build_app(
             values = view.get("state", {}).get("values", {})
             reason = values.get(blocks.REASON_BLOCK, {}).get(blocks.REASON_INPUT, {}).get("value")
             reply = await service.decide(
-                _actor(context), approval_id, approve=False, always=always, reason=reason or ""
+                _actor(context, body),
+                approval_id,
+                approve=False,
+                always=always,
+                reason=reason or "",
             )
         except Exception:
             log.exception("could not apply a rejection")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.service.approvals import when
 from bot.slack import blocks
 from bot.slack.text import quote
 from bot.store.records import CallRecord, RunRecord
+
+log = logging.getLogger(__name__)
 
 OUTPUT_LIMIT = 3900
 
@@ -49,12 +53,15 @@ class SlackNotifier:
             channel=run.channel_id, text=text, blocks=blocks.as_dicts(body), unfurl_links=False
         )
         ts = str(response["ts"])
-        await self.client.chat_postMessage(
-            channel=run.channel_id,
-            thread_ts=run.message_ts,
-            text=f"Waiting for approval: <{blocks.permalink(run.channel_id, ts)}|{text}>",
-            unfurl_links=False,
-        )
+        try:  # the link from the run thread is a convenience: its failure loses nothing
+            await self.client.chat_postMessage(
+                channel=run.channel_id,
+                thread_ts=run.message_ts,
+                text=f"Waiting for approval: <{blocks.permalink(run.channel_id, ts)}|{text}>",
+                unfurl_links=False,
+            )
+        except Exception:
+            log.warning("could not link approval %s from its run thread", call.approval_id)
         return ts
 
     async def update_approval(self, run: RunRecord, call: CallRecord) -> None:

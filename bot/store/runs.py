@@ -65,12 +65,13 @@ class RunStore:
 
     async def create_run(self, run: RunRecord) -> None:
         """Store a new run, owned by `run.owner` until it pauses or ends."""
-        await self.redis.sadd(keys.EXECUTING_RUNS, run.run_id)
         key = keys.run_key(run.run_id)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping=run.to_hash())  # type: ignore[arg-type]
             pipe.expire(key, self.retention)
             await pipe.execute()
+        # Indexed only once it exists, so a sweeper never sees an id without its run.
+        await self.redis.sadd(keys.EXECUTING_RUNS, run.run_id)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         raw = await self.redis.hgetall(keys.run_key(run_id))
@@ -156,18 +157,21 @@ class RunStore:
         value = await self.redis.get(keys.message_key(channel, ts))
         return _s(value) if value is not None else None
 
-    async def add_comment(self, approval_id: str, user: str, text: str) -> None:
+    async def add_comment(
+        self, approval_id: str, user: str, text: str, *, from_approver: bool
+    ) -> None:
         key = keys.comments_key(approval_id)
+        entry = {"user": user, "text": text, "approver": from_approver}
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.rpush(key, json.dumps({"user": user, "text": text}))
+            pipe.rpush(key, json.dumps(entry))
             pipe.ltrim(key, -MAX_COMMENTS, -1)
             pipe.expire(key, self.retention)
             await pipe.execute()
 
-    async def comments(self, approval_id: str) -> list[tuple[str, str]]:
+    async def comments(self, approval_id: str) -> list[dict[str, Any]]:
+        """Thread comments on a call, oldest first: {"user", "text", "approver"}."""
         items = await self.redis.lrange(keys.comments_key(approval_id), 0, -1)
-        parsed = [json.loads(item) for item in items]
-        return [(c["user"], c["text"]) for c in parsed]
+        return [json.loads(item) for item in items]
 
     async def decide(
         self,
@@ -194,6 +198,8 @@ class RunStore:
                 keys.run_key(run_id),
                 keys.call_key(approval_id),
                 keys.votes_key(approval_id),
+                keys.snapshot_key(run_id),
+                keys.pause_key(run_id),
                 *others,
             ],
             args=[
@@ -204,6 +210,7 @@ class RunStore:
                 now(),
                 reason,
                 owner,
+                self.retention,
             ],
         )
         kind = _s(reply[0])
@@ -240,3 +247,12 @@ class RunStore:
 
     async def forget_active(self, run_id: str) -> None:
         await self.redis.srem(keys.EXECUTING_RUNS, run_id)
+
+    async def eviction_policy(self) -> str | None:
+        """Redis's maxmemory-policy, or None when CONFIG is not allowed (managed Redis)."""
+        try:
+            reply = await self.redis.config_get("maxmemory-policy")
+        except redis.RedisError:
+            return None
+        values = {_s(k): _s(v) for k, v in dict(reply).items()}
+        return values.get("maxmemory-policy")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +85,8 @@ class FakeSlackAPI:
         self.ephemeral: list[dict[str, Any]] = []
         self.views: list[dict[str, Any]] = []
         self.fail_methods: set[str] = set()
+        # Fail only the calls this predicate picks: (method, params) -> True to fail.
+        self.fail_when: Callable[[str, dict[str, Any]], bool] | None = None
         # User groups for usergroups.list: id -> (handle, member ids).
         self.usergroups: dict[str, tuple[str, list[str]]] = {}
         self._ts = itertools.count(1)
@@ -158,7 +161,7 @@ class FakeSlackAPI:
         params = await self._params(request)
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         self.calls.append(ApiCall(method, params, token))
-        if method in self.fail_methods:
+        if method in self.fail_methods or (self.fail_when and self.fail_when(method, params)):
             return web.json_response({"ok": False, "error": "fatal_error"})
         handler = getattr(self, "_" + method.replace(".", "_"), None)
         if handler is None:

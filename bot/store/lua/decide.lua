@@ -4,9 +4,9 @@
 -- An `always` decision also settles the pause's other pending calls with the same sticky key.
 -- When the pause has no undecided call left, the caller becomes the owner of the one resume.
 -- KEYS[1] run hash, KEYS[2] the decided call's hash, KEYS[3] its votes set,
--- KEYS[4..] the pause's other call hashes
+-- KEYS[4] the snapshot hash, KEYS[5] the pause set, KEYS[6..] the pause's other call hashes
 -- ARGV[1] decision (approved|rejected), ARGV[2] always (0|1), ARGV[3] team, ARGV[4] user,
--- ARGV[5] now, ARGV[6] reason, ARGV[7] owner token for the resume
+-- ARGV[5] now, ARGV[6] reason, ARGV[7] owner token for the resume, ARGV[8] retention seconds
 local run, target, votes = KEYS[1], KEYS[2], KEYS[3]
 if redis.call('EXISTS', target) == 0 then
   return {'missing'}
@@ -46,7 +46,7 @@ settle(target, '')
 local settled = {redis.call('HGET', target, 'approval_id')}
 if ARGV[2] == '1' then
   local sticky = redis.call('HGET', target, 'sticky')
-  for i = 4, #KEYS do
+  for i = 6, #KEYS do
     local key = KEYS[i]
     if redis.call('HGET', key, 'status') == 'pending' and redis.call('HGET', key, 'pause') == pause
        and redis.call('HGET', key, 'sticky') == sticky then
@@ -60,6 +60,12 @@ redis.call('HSET', run, 'updated_at', ARGV[5])
 local resume = 0
 if left <= 0 then
   redis.call('HSET', run, 'status', 'resuming', 'owner', ARGV[7])
+  -- the run's records must outlive the resume that starts now
+  for i = 1, #KEYS do
+    if redis.call('EXISTS', KEYS[i]) == 1 then
+      redis.call('EXPIRE', KEYS[i], ARGV[8])
+    end
+  end
   resume = 1
 end
 local reply = {'decided', resume, left}

@@ -1,5 +1,6 @@
 -- End a run (finished or failed). Only the owner of its current execution may end it; the
 -- sweeper of dead processes passes the dead owner's token, so a live owner is never overruled.
+-- A paused run has no executing owner: ARGV[1] = 'paused' ends it (nothing of it is running).
 -- KEYS[1] run hash, KEYS[2] snapshot hash, KEYS[3] pause set
 -- ARGV[1] owner token, ARGV[2] final status, ARGV[3] text (output or error), ARGV[4] now,
 -- ARGV[5] retention seconds, ARGV[6] '1' to drop the snapshot
@@ -11,7 +12,11 @@ end
 if status == 'finished' or status == 'failed' then
   return {'already', status}
 end
-if ARGV[1] == '' or redis.call('HGET', run, 'owner') ~= ARGV[1] then
+if status == 'paused' then
+  if ARGV[1] ~= 'paused' then
+    return {'not_owner'}
+  end
+elseif ARGV[1] == '' or redis.call('HGET', run, 'owner') ~= ARGV[1] then
   return {'not_owner'}
 end
 local field = 'output'
