@@ -19,11 +19,14 @@ from bot.engine.runner import Engine
 from bot.service.approvals import ApprovalService
 from bot.service.authorize import Authorizer
 from bot.service.policy_source import PolicySource
+from bot.service.worker import Worker
 from bot.slack.app import build_app
 from bot.slack.groups import SlackGroups
 from bot.slack.notifier import SlackNotifier
 from bot.store.audit import AuditLog
 from bot.store.connection import EmbeddedRedis, connect
+from bot.store.journal import RedisJournal
+from bot.store.queue import JobQueue
 from bot.store.runs import RunStore
 
 log = logging.getLogger(__name__)
@@ -41,14 +44,17 @@ class BotRuntime:
         registry: AgentRegistry | None = None,
         policies: PolicySource | None = None,
         socket_mode: bool = False,
+        with_worker: bool = True,
     ) -> None:
         self.settings = settings
         self.socket_mode = socket_mode
+        self.with_worker = with_worker
         self.registry = registry or AgentRegistry.load(settings.agents)
         self.policies = policies or PolicySource.from_file(settings.policy_file)
         self.embedded: EmbeddedRedis | None = None
-        self._heartbeat: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._worker_task: asyncio.Task[None] | None = None
+        self.worker: Worker | None = None
         self.service: ApprovalService
         self.app: AsyncApp
 
@@ -60,7 +66,9 @@ class BotRuntime:
             await self.embedded.start()
             url = self.embedded.url
         self.redis = connect(url, max_connections=s.redis_max_connections)
-        store = RunStore(self.redis, retention_seconds=s.run_retention_days * 86400)
+        retention = s.run_retention_days * 86400
+        store = RunStore(self.redis, retention_seconds=retention)
+        self.queue = JobQueue(self.redis, lease_seconds=s.job_lease_seconds)
         token = s.slack_bot_token.get_secret_value() if s.slack_bot_token else None
         self.client = AsyncWebClient(token=token, base_url=s.slack_api_url)
         engine = Engine(self.registry, rejection_text=s.rejection_text, max_turns=s.max_turns)
@@ -71,6 +79,8 @@ class BotRuntime:
             policies=self.policies,
             authorizer=Authorizer(SlackGroups(self.client)),
             audit=AuditLog(self.redis, retention_days=s.audit_retention_days),
+            queue=self.queue,
+            journal=RedisJournal(self.redis, retention_seconds=retention),
         )
         secret = s.slack_signing_secret.get_secret_value() if s.slack_signing_secret else None
         self.app = build_app(
@@ -86,15 +96,27 @@ class BotRuntime:
                 "approvals and run state. Set `maxmemory-policy noeviction`.",
                 policy,
             )
-        self._heartbeat = asyncio.create_task(self.service.heartbeat(), name="heartbeat")
-        self._sweeper = asyncio.create_task(self.service.sweep_forever(), name="sweeper")
+        await self.queue.ensure_group()
+        self._sweeper = asyncio.create_task(
+            self.service.sweep_forever(s.job_lease_seconds), name="sweeper"
+        )
+        if self.with_worker:
+            self.worker = Worker(
+                self.service,
+                self.queue,
+                concurrency=s.worker_concurrency,
+                lease_seconds=s.job_lease_seconds,
+            )
+            self._worker_task = asyncio.create_task(self.worker.run(), name="worker")
 
     async def stop(self) -> None:
         # Finish in-flight runs while still heartbeating, so no other process takes them for
         # orphans; only then stop the loops.
         await _cancel(self._sweeper)
+        if self.worker is not None:
+            await self.worker.stop(DRAIN_SECONDS)  # jobs in hand finish; no new ones start
+        await _cancel(self._worker_task)
         await self.service.drain(DRAIN_SECONDS)
-        await _cancel(self._heartbeat)
         await self.redis.aclose()
         if self.embedded is not None:
             self.embedded.stop()

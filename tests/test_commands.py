@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import redis.asyncio as aioredis
 
@@ -80,46 +81,39 @@ async def test_duplicate_event_deliveries_are_ignored(redis_url: str) -> None:
         assert [json.loads(c)["text"] for c in comments] == ["looks risky"]
 
 
-def orphan_of(bot: BotHarness, owner: str) -> RunRecord:
-    return RunRecord(
-        run_id=keys.new_run_id(), team_id="T0TEST", user_id="U1", channel_id="C1",
-        agent_name="ops", task="t", status="resuming", owner=owner,
-        message_ts=bot.run_message().ts,
-    )  # fmt: skip
-
-
-async def test_a_run_left_executing_by_a_dead_process_is_failed_and_said(redis_url: str) -> None:
-    async with BotHarness(redis_url, agents(Ledger()), POLICY) as bot:
+async def test_a_run_whose_job_was_never_enqueued_is_picked_up(redis_url: str) -> None:
+    """The process that created a run stopped before enqueueing its job: the sweeper does."""
+    ledger = Ledger()
+    ops, _ = ops_agent([[assistant_message("one")], [assistant_message("two")]], ledger)
+    async with BotHarness(redis_url, ops, POLICY) as bot:
         await bot.slack.command("hello", user="U1", channel="C1")
         await bot.wait_for_status("finished")
         await bot.idle()
         service = bot.runtime.service
         store = service.store
-        # A run whose executing process stopped without a trace (no heartbeat any more)...
-        dead = orphan_of(bot, "deadbeef0000:1234")
-        await store.create_run(dead)
-        # ... one owned by another process that is alive ...
-        await store.heartbeat("a1a1a1a1a1a1", 60)
-        alive = orphan_of(bot, "a1a1a1a1a1a1:5678")
-        await store.create_run(alive)
-        # ... and one of this process whose task is gone (crashed) without recording an end.
-        crashed = orphan_of(bot, f"{service.process_id}:9abc")
-        await store.create_run(crashed)
-        await service.sweep_orphans()  # (the background sweeper may have run first: same result)
+        stamp = f"{time.time() - 120:.3f}"
+
+        def run(owner: str) -> RunRecord:
+            return RunRecord(
+                run_id=keys.new_run_id(), team_id="T0TEST", user_id="U1", channel_id="C1",
+                agent_name="ops", task="t", status="running", owner=owner,
+                message_ts=bot.run_message().ts, created_at=stamp, updated_at=stamp,
+            )  # fmt: skip
+
+        stalled = run("deadbeef0000:1234")  # never taken by any worker
+        taken = run("deadbeef0000:5678/worker:1")  # a worker has it: its lease decides
+        for record in (stalled, taken):
+            await store.create_run(record)
+        assert await service.requeue_stalled(older_than=60) == 1
         await bot.idle()
-        now = {}
-        for name, record in (("dead", dead), ("alive", alive), ("crashed", crashed)):
-            current = await store.get_run(record.run_id)
-            assert current is not None
-            now[name] = current
-        assert now["dead"].status == now["crashed"].status == "failed"
-        assert now["alive"].status == "resuming"
-        assert "stopped executing this run" in now["dead"].error
-        assert sum("stopped executing this run" in m.text for m in bot.run_thread()) == 2
-        assert alive.run_id in await store.active_runs()
-        assert dead.run_id not in await store.active_runs()
-        # The failed runs are audited; the live one is never overruled, however often we sweep.
-        assert await service.sweep_orphans() == 0
+        done = await store.get_run(stalled.run_id)
+        still = await store.get_run(taken.run_id)
+        assert done is not None and done.status == "finished"
+        assert still is not None and still.status == "running"
+        # A duplicate job for an execution already taken does nothing.
+        await bot.runtime.queue.enqueue("start", stalled.run_id, "deadbeef0000:1234")
+        await bot.idle()
         audit = [e async for e in service.audit_log.read()]
-        failed = {e["run_id"] for e in audit if e["kind"] == "run_failed"}
-        assert failed == {dead.run_id, crashed.run_id}
+        assert [e["run_id"] for e in audit if e["kind"] == "run_finished"].count(
+            stalled.run_id
+        ) == 1

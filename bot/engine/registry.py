@@ -18,6 +18,8 @@ from typing import Any, cast
 
 from agents import Agent, Handoff
 
+from bot.engine.journal import journal_tools
+
 log = logging.getLogger(__name__)
 
 
@@ -42,6 +44,7 @@ class AgentRegistry:
         for agent in self.agents.values():
             for each in walk(agent):
                 _fail_closed_approvals(each)
+                journal_tools(each)
 
     def get(self, name: str) -> Agent[Any] | None:
         return self.agents.get(name)

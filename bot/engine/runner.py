@@ -29,6 +29,7 @@ from agents import (
 
 from bot.engine.approvals import PendingApproval, describe
 from bot.engine.context import RunContext, deserialize_context, serialize_context
+from bot.engine.journal import CURRENT, CallNeedsReview, Execution
 from bot.engine.registry import AgentRegistry
 from bot.untrusted import redact
 
@@ -64,7 +65,26 @@ class Failed:
     error: str  # plain words for the run's thread; never includes secrets
 
 
-Outcome = Paused | Finished | Failed
+@dataclass(frozen=True)
+class NeedsReview:
+    """An earlier attempt left a call executing: a person must say what happened."""
+
+    call_id: str
+    tool: str
+
+
+Outcome = Paused | Finished | Failed | NeedsReview
+
+
+def _review_cause(exc: BaseException) -> CallNeedsReview | None:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, CallNeedsReview):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 @dataclass(frozen=True)
@@ -134,11 +154,17 @@ class Engine:
         return self.registry.fingerprints.get(agent_name, "")
 
     async def start(
-        self, agent_name: str, task: str, context: RunContext, progress: Progress | None = None
+        self,
+        agent_name: str,
+        task: str,
+        context: RunContext,
+        progress: Progress | None = None,
+        execution: Execution | None = None,
     ) -> Outcome:
         agent = self.registry.get(agent_name)
         if agent is None:
             return Failed(f"No agent named {agent_name!r} is defined any more.")
+        token = CURRENT.set(execution)
         try:
             result = await Runner.run(
                 agent,
@@ -149,9 +175,18 @@ class Engine:
                 hooks=_ProgressHooks(progress),
             )
         except Exception as exc:
-            log.warning("run %s failed: %s", context.run_id, type(exc).__name__, exc_info=True)
-            return Failed(_describe_error(exc))
+            return self._failure(exc)
+        finally:
+            CURRENT.reset(token)
         return self._outcome(agent_name, result)
+
+    @staticmethod
+    def _failure(exc: Exception) -> Outcome:
+        review = _review_cause(exc)
+        if review is not None:
+            return NeedsReview(review.call_id, review.tool)
+        log.warning("run failed: %s", type(exc).__name__, exc_info=True)
+        return Failed(_describe_error(exc))
 
     async def resume(
         self,
@@ -159,6 +194,7 @@ class Engine:
         checkpoint: Checkpoint,
         decisions: list[Decision],
         progress: Progress | None = None,
+        execution: Execution | None = None,
     ) -> Outcome:
         agent = self.registry.get(agent_name)
         if agent is None:
@@ -213,6 +249,7 @@ class Engine:
                 state.reject(
                     item, always_reject=decision.always, rejection_message=decision.message or None
                 )
+        token = CURRENT.set(execution)
         try:
             result = await Runner.run(
                 agent,
@@ -222,8 +259,9 @@ class Engine:
                 hooks=_ProgressHooks(progress),
             )
         except Exception as exc:
-            log.warning("resume of %s failed: %s", agent_name, type(exc).__name__, exc_info=True)
-            return Failed(_describe_error(exc))
+            return self._failure(exc)
+        finally:
+            CURRENT.reset(token)
         return self._outcome(agent_name, result)
 
     def _outcome(self, agent_name: str, result: RunResult) -> Outcome:

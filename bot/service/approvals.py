@@ -18,7 +18,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bot.engine.context import RunContext
-from bot.engine.runner import Checkpoint, Decision, Engine, Failed, Finished, Outcome, Paused
+from bot.engine.journal import Execution
+from bot.engine.runner import (
+    Checkpoint,
+    Decision,
+    Engine,
+    Failed,
+    Finished,
+    NeedsReview,
+    Outcome,
+    Paused,
+)
 from bot.service.authorize import Authorizer
 from bot.service.digest import call_digest
 from bot.service.policy import Verdict
@@ -26,6 +36,8 @@ from bot.service.policy_source import PolicySource
 from bot.service.ports import Actor, Notifier
 from bot.store import keys
 from bot.store.audit import AuditLog
+from bot.store.journal import RedisJournal
+from bot.store.queue import Job, JobQueue
 from bot.store.records import (
     AlreadyDecided,
     CallRecord,
@@ -41,9 +53,6 @@ from bot.untrusted import inline, redact
 log = logging.getLogger(__name__)
 
 REJECT_REPLY = re.compile(r"^\s*(reject|deny)(?::|\s|$)\s*(.*)$", re.IGNORECASE | re.DOTALL)
-
-HEARTBEAT_SECONDS = 5
-HEARTBEAT_TTL = 20
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,8 @@ class ApprovalService:
         policies: PolicySource,
         authorizer: Authorizer,
         audit: AuditLog,
+        queue: JobQueue,
+        journal: RedisJournal,
     ) -> None:
         self.store = store
         self.engine = engine
@@ -96,9 +107,10 @@ class ApprovalService:
         self.policies = policies
         self.authorizer = authorizer
         self.audit_log = audit
+        self.queue = queue
+        self.journal = journal
         self.process_id = secrets.token_hex(6)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._executing: set[str] = set()  # owner tokens of runs executing in this process
         self._refresh_locks: dict[str, asyncio.Lock] = {}
 
     # Background work ----------------------------------------------------------------------
@@ -106,23 +118,14 @@ class ApprovalService:
     def _owner(self) -> str:
         return f"{self.process_id}:{secrets.token_hex(4)}"
 
-    def spawn(self, coro: Coroutine[Any, Any, None], name: str, *, executing: str = "") -> None:
-        """Run `coro` in a tracked background task that cannot die silently.
-
-        `executing` names the owner token of a run this task executes: while the task lives the
-        token is known to be in flight, and once it ends (even by a crash) the sweeper may fail
-        the run if the task did not record an outcome.
-        """
-        if executing:
-            self._executing.add(executing)
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """Run `coro` in a tracked background task that cannot die silently."""
 
         async def guarded() -> None:
             try:
                 await coro
             except Exception:
                 log.exception("background task %s failed", name)
-            finally:
-                self._executing.discard(executing)
 
         task = asyncio.create_task(guarded(), name=name)
         self._tasks.add(task)
@@ -216,7 +219,7 @@ class ApprovalService:
             updated_at=stamp,
             owner=self._owner(),
         )
-        self.spawn(self._start(run, delivery_id), name=f"run-{run.run_id}", executing=run.owner)
+        self.spawn(self._start(run, delivery_id), name=f"start-{run.run_id}")
         return Reply(True)
 
     async def _start(self, run: RunRecord, delivery_id: str) -> None:
@@ -263,11 +266,11 @@ class ApprovalService:
                 run, run.owner, f"The bot could not record the run's message ({redact(str(exc))})."
             )
             return
-        context = self._context(run)
-        outcome = await self.engine.start(
-            run.agent_name, run.task, context, progress=self._progress(run)
-        )
-        await self._settle(run, run.owner, outcome)
+        try:
+            await self.queue.enqueue("start", run.run_id, run.owner)
+        except Exception:
+            # The sweeper enqueues runs that were never taken by a worker; nothing is lost.
+            log.exception("could not enqueue the start of run %s", run.run_id)
 
     def _context(self, run: RunRecord) -> RunContext:
         return RunContext(
@@ -308,6 +311,13 @@ class ApprovalService:
             return
         if isinstance(outcome, Failed):
             await self._fail(run, owner, outcome.error)
+            return
+        if isinstance(outcome, NeedsReview):
+            what = (
+                f"The worker executing this run stopped while tool `{inline(outcome.tool)}` "
+                f"(call `{inline(outcome.call_id)}`) was executing."
+            )
+            await self._review(run, owner, "resume" if run.pause else "start", what)
             return
         await self._pause(run, owner, outcome)
 
@@ -370,7 +380,6 @@ class ApprovalService:
             if not call.auto:
                 continue
             token = self._owner()
-            self._executing.add(token)  # in flight from here, should this decision resume
             result = await self.store.decide(
                 call.approval_id,
                 approve=call.auto == "approve",
@@ -386,8 +395,6 @@ class ApprovalService:
                 )
                 if result.resume:
                     resume_owner = token
-            if resume_owner != token:
-                self._executing.discard(token)
         current = await self.store.get_run(run.run_id) or run
         unposted = [
             call
@@ -411,10 +418,7 @@ class ApprovalService:
                 )
         await self._refresh_run(run.run_id)
         if resume_owner:
-            try:
-                await self._resume(run.run_id, resume_owner)
-            finally:
-                self._executing.discard(resume_owner)
+            await self._enqueue("resume", run.run_id, resume_owner)
 
     async def _post_approval(self, run: RunRecord, call: CallRecord) -> bool:
         """Post one approval message (one retry) and index it; False when it could not be."""
@@ -564,11 +568,7 @@ class ApprovalService:
             await self.audit(
                 "decided", call=target, actor=actor, decision=decision, detail=reason.strip() or via
             )
-        self.spawn(
-            self._after_decision(run, result, owner),
-            name=f"decided-{run.run_id}",
-            executing=owner if result.resume else "",
-        )
+        self.spawn(self._after_decision(run, result, owner), name=f"decided-{run.run_id}")
         return reply
 
     async def _show_call(self, run: RunRecord, approval_id: str) -> None:
@@ -585,7 +585,13 @@ class ApprovalService:
         except Exception:
             log.exception("could not show the decision on run %s", run.run_id)
         if result.resume:
-            await self._resume(run.run_id, owner)
+            await self._enqueue("resume", run.run_id, owner)
+
+    async def _enqueue(self, kind: str, run_id: str, execution: str) -> None:
+        try:
+            await self.queue.enqueue(kind, run_id, execution)
+        except Exception:
+            log.exception("could not enqueue %s of run %s; the sweeper will", kind, run_id)
 
     async def thread_reply(
         self, actor: Actor, channel: str, thread_ts: str, text: str
@@ -612,20 +618,131 @@ class ApprovalService:
 
     # Resuming -----------------------------------------------------------------------------
 
-    async def _resume(self, run_id: str, owner: str) -> None:
-        """Resume a run whose pause is fully decided; `owner` won that resume in Redis."""
-        run = await self.store.get_run(run_id)
+    # Jobs (run by workers) ------------------------------------------------------------------
+
+    async def run_job(self, job: Job) -> None:
+        """Execute one start or resume job. Idempotent: a delivery for a run that moved on, or
+        a duplicate message, does nothing; a redelivery after a worker stopped continues only
+        where that is safe (see `_safe_to_retry`)."""
+        run = await self.store.get_run(job.run_id)
         if run is None:
             return
+        attempt = f"{job.execution}/{self._owner()}"
+        taken = await self.store.take(job.run_id, job.execution, job.message_id, attempt)
+        if taken == "skip":
+            return
+        run.owner = attempt
+        if taken == "retry":
+            problem = await self._unsafe_to_retry(run, job, attempt)
+            if problem:
+                await self._review(run, attempt, job.kind, problem)
+                return
+            await self.audit("job_retried", run=run, detail=f"{job.kind} job {job.message_id}")
+        execution = Execution(run.run_id, attempt, self.journal)
         try:
-            await self._resume_owned(run, owner)
+            if job.kind == "start":
+                outcome = await self.engine.start(
+                    run.agent_name,
+                    run.task,
+                    self._context(run),
+                    progress=self._progress(run),
+                    execution=execution,
+                )
+                await self._settle(run, attempt, outcome)
+            else:
+                await self._resume_owned(run, attempt, execution)
         except Exception as exc:
-            log.exception("resume of run %s failed", run_id)
+            log.exception("%s of run %s failed", job.kind, run.run_id)
             await self._fail(
-                run, owner, f"The bot failed while resuming this run ({redact(str(exc))})."
+                run, attempt, f"The bot failed while running this run ({redact(str(exc))})."
             )
 
-    async def _resume_owned(self, run: RunRecord, owner: str) -> None:
+    async def _unsafe_to_retry(self, run: RunRecord, job: Job, attempt: str) -> str:
+        """Why an earlier, stopped attempt of this execution makes a retry unsafe ('' if safe).
+
+        Safe: the earlier attempt executed nothing, or only this pause's approved calls, to
+        completion (the retry reuses their recorded outputs). Unsafe: a call it left executing
+        (its effect is unknown), or a call it executed beyond those (a retried model may not
+        ask for it again under the same id).
+        """
+        approved: set[str] = set()
+        if job.kind == "resume":
+            approved = {
+                c.call_id
+                for c in await self.store.pause_calls(run.run_id)
+                if c.status == "approved"
+            }
+        problems = []
+        for call_id, entry in (await self.journal.entries(run.run_id)).items():
+            owner = str(entry.get("owner", ""))
+            if not owner.startswith(job.execution + "/") or owner == attempt:
+                continue
+            tool = inline(str(entry.get("tool", "?")))
+            if entry.get("status") != "executed":
+                problems.append(f"`{tool}` (call `{inline(call_id)}`) was executing")
+            elif call_id not in approved:
+                problems.append(f"`{tool}` (call `{inline(call_id)}`) had already run")
+        if not problems:
+            return ""
+        return "The worker executing this run stopped, and " + "; ".join(problems) + "."
+
+    async def _review(self, run: RunRecord, attempt: str, kind: str, what: str) -> None:
+        """Stop for a person: whether a call had its effect is unknown. Nothing re-runs."""
+        review_id = keys.new_approval_id(run.run_id)
+        text = (
+            f"{what} Whether it had its effect is unknown, so the bot did not run it again. "
+            "Check what happened, then choose: *Mark done* (continue; the agent is told the "
+            "call was done) or *Run again* (the call runs once more)."
+        )
+        if not await self.store.to_review(run.run_id, attempt, review_id, text, kind):
+            return
+        await self.audit("needs_review", run=run, detail=text)
+        await self._safely("post review", self.notifier.post_review(run, review_id, text))
+        await self._refresh_run(run.run_id)
+
+    async def resolve_review(self, actor: Actor, review_id: str, *, action: str) -> Reply:
+        """A person settles a review: mark the unknown calls done, or run them again."""
+        run_id = keys.run_of(review_id)
+        run = await self.store.get_run(run_id) if run_id else None
+        if run is None or run.review_id != review_id or run.status != "needs_review":
+            return Reply(False, "This review is already settled, or the run no longer exists.")
+        policy = self.policies.current().policy
+        tools = {
+            str(e.get("tool", ""))
+            for e in (await self.journal.entries(run.run_id)).values()
+            if e.get("status") == "executing"
+        } or {"*"}
+        for tool in sorted(tools):
+            rule = policy.rule_for(channel=run.channel_id, agent=run.agent_name, tool=tool)
+            verdict = await self.authorizer.may_decide(
+                policy, actor, run_team=run.team_id, run_starter=run.user_id,
+                channel=run.channel_id, tool=tool, rule=rule,
+            )  # fmt: skip
+            if not verdict.allowed:
+                await self.audit("refused", run=run, actor=actor, decision=f"review_{action}",
+                                 detail=verdict.reason)  # fmt: skip
+                return Reply(False, verdict.reason)
+        execution = self._owner()
+        status = "running" if run.review_kind == "start" else "resuming"
+        changed = await self.store.resolve_review(
+            run.run_id, review_id, action=action, execution=execution, user=actor.user_id,
+            status=status,
+        )  # fmt: skip
+        if changed is None:
+            return Reply(False, "This review is already settled.")
+        await self.audit(
+            "review_settled", run=run, actor=actor, decision=action, detail=", ".join(changed)
+        )
+        verb = "marked the unknown call(s) done" if action == "done" else "chose to run them again"
+        self.later(
+            "post review outcome",
+            self.notifier.post_in_run_thread(run, f"<@{actor.user_id}> {verb}; continuing."),
+        )
+        await self._enqueue(run.review_kind or "resume", run.run_id, execution)
+        self.later("update run message", self._refresh_run(run.run_id))
+        return Reply(True)
+
+    async def _resume_owned(self, run: RunRecord, owner: str, execution: Execution) -> None:
         calls = await self.store.pause_calls(run.run_id)
         snapshot = await self.store.load_snapshot(run.run_id)
         if snapshot is None:
@@ -657,61 +774,41 @@ class ApprovalService:
         ]
         checkpoint = Checkpoint(snapshot.state, snapshot.sdk_version, snapshot.fingerprint)
         outcome = await self.engine.resume(
-            run.agent_name, checkpoint, decisions, progress=self._progress(run)
+            run.agent_name,
+            checkpoint,
+            decisions,
+            progress=self._progress(run),
+            execution=execution,
         )
         await self._settle(run, owner, outcome)
 
     # Liveness -----------------------------------------------------------------------------
 
-    async def heartbeat(self) -> None:
-        """Say this process is alive, every few seconds, until cancelled. Nothing else runs in
-        this loop, so slow sweeps or Slack calls can never make a live process look dead."""
+    async def sweep_forever(self, every: float) -> None:
+        """Re-enqueue, every `every` seconds, executions no worker ever took."""
         while True:
+            await asyncio.sleep(every)
             try:
-                await self.store.heartbeat(self.process_id, HEARTBEAT_TTL)
+                await self.requeue_stalled(older_than=every * 2)
             except Exception:
-                log.warning("heartbeat failed", exc_info=True)
-            await asyncio.sleep(HEARTBEAT_SECONDS)
+                log.warning("sweep for stalled runs failed", exc_info=True)
 
-    async def sweep_forever(self) -> None:
-        """Fail runs whose executing process or task is gone, every few seconds."""
-        while True:
-            await asyncio.sleep(HEARTBEAT_SECONDS)
-            try:
-                await self.sweep_orphans()
-            except Exception:
-                log.warning("sweep for orphaned runs failed", exc_info=True)
-
-    async def sweep_orphans(self) -> int:
-        """Fail runs left executing by a process that stopped; returns how many.
-
-        Such a run is never re-executed automatically: a tool may already have had its side
-        effect. Its thread says what happened so that a person can check and start again.
-        """
-        failed = 0
+    async def requeue_stalled(self, *, older_than: float) -> int:
+        """Enqueue again the runs waiting for a worker that never got their job (the process
+        that should have enqueued it stopped first). A duplicate job is harmless: only one
+        delivery can take an execution. Returns how many were enqueued."""
+        count = 0
+        cutoff = float(now()) - older_than
         for run_id in await self.store.active_runs():
             run = await self.store.get_run(run_id)
             if run is None or run.status in ("finished", "failed"):
                 await self.store.forget_active(run_id)
                 continue
-            if run.status not in ("running", "resuming") or not run.owner:
+            if run.status not in ("running", "resuming") or not run.owner or "/" in run.owner:
                 continue
-            process = run.owner.partition(":")[0]
-            if process == self.process_id:
-                if run.owner in self._executing:
-                    continue
-            elif await self.store.is_alive(process):
+            if float(run.updated_at or 0) > cutoff:
                 continue
-            error = (
-                "The bot stopped executing this run before it finished (its process or task "
-                "ended). The run was not restarted, because a tool may already have run: check "
-                "what it did, then start a new run if needed."
-            )
-            if await self.store.finish(
-                run_id, run.owner, status="failed", text=error, drop_snapshot=False
-            ):
-                failed += 1
-                await self.audit("run_failed", run=run, detail=error)
-                self.later("post failure", self.notifier.post_in_run_thread(run, error))
-                self.later("update run message", self._refresh_run(run_id))
-        return failed
+            kind = "start" if run.status == "running" else "resume"
+            await self.queue.enqueue(kind, run_id, run.owner)
+            count += 1
+        return count

@@ -52,5 +52,8 @@ class Notifier(Protocol):
     async def update_approval(self, run: RunRecord, call: CallRecord) -> None:
         """Re-render an approval message from its record (decided: no buttons)."""
 
+    async def post_review(self, run: RunRecord, review_id: str, text: str) -> None:
+        """Ask, in the run's thread, for a person to settle a review (Mark done / Run again)."""
+
     async def tell(self, channel: str, user: str, text: str, thread_ts: str = "") -> None:
         """Say something only `user` can see."""

@@ -77,7 +77,12 @@ def build_app(
         body: dict[str, Any], next: Callable[[], Awaitable[Any]]
     ) -> Any:
         event_id = body.get("event_id") if body.get("type") == "event_callback" else None
-        if event_id and not await store.first_delivery("event", str(event_id)):
+        try:
+            first = not event_id or await store.first_delivery("event", str(event_id))
+        except Exception:  # Redis unreachable: handle it (decisions are idempotent anyway)
+            log.warning("could not check event %s for duplicates", event_id)
+            first = True
+        if not first:
             log.info("ignored duplicate delivery of event %s", event_id)
             return BoltResponse(status=200, body="")  # acknowledged, and nothing else
         return await next()
@@ -139,6 +144,29 @@ def build_app(
 
     for action_id in blocks.DECISION_ACTIONS:
         app.action(action_id)(on_decision)
+
+    async def on_review(ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext) -> None:
+        await ack()
+        action = (body.get("actions") or [{}])[0]
+        actor = _actor(context, body)
+        channel = str((body.get("channel") or {}).get("id", "")) or str(context.channel_id or "")
+
+        async def tell(text: str) -> None:
+            service.later("answer privately", notifier.tell(channel, actor.user_id, text))
+
+        async def work() -> None:
+            reply = await service.resolve_review(
+                actor,
+                str(action.get("value", "")),
+                action="done" if action.get("action_id") == blocks.REVIEW_DONE else "rerun",
+            )
+            if not reply.ok:
+                await tell(reply.text)
+
+        await _guard("review", work(), tell)
+
+    app.action(blocks.REVIEW_DONE)(on_review)
+    app.action(blocks.REVIEW_RERUN)(on_review)
 
     @app.view(blocks.REJECT_MODAL)
     async def on_reject_submit(

@@ -33,6 +33,9 @@ ALWAYS_APPROVE = "approval_always_approve"
 ALWAYS_REJECT = "approval_always_reject"
 DECISION_ACTIONS = (APPROVE, REJECT, ALWAYS_APPROVE, ALWAYS_REJECT)
 
+REVIEW_DONE = "review_mark_done"
+REVIEW_RERUN = "review_run_again"
+
 REJECT_MODAL = "approval_reject_modal"
 REASON_BLOCK = "reason"
 REASON_INPUT = "reason_input"
@@ -61,6 +64,7 @@ def status_text(run: RunRecord) -> str:
     return {
         "running": ":hourglass_flowing_sand: running",
         "resuming": ":hourglass_flowing_sand: running",
+        "needs_review": ":warning: needs review (see the thread)",
         "finished": ":white_check_mark: finished",
         "failed": ":x: failed",
     }.get(run.status, run.status)
@@ -183,6 +187,24 @@ def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
         )
         fallback = f"Approval needed: {inline(call.agent)} wants to run {inline(call.tool)}"
     return fallback, blocks
+
+
+def review_message(review_id: str, text: str) -> tuple[str, list[Block]]:
+    """Ask a person to settle calls whose outcome is unknown. `text` is the service's own
+    sentence, with untrusted parts already escaped."""
+    blocks: list[Block] = [
+        SectionBlock(text=_md(f":warning: *This run needs a review.*\n{text}")),
+        ActionsBlock(
+            block_id="review",
+            elements=[
+                ButtonElement(text="Mark done", action_id=REVIEW_DONE, value=review_id),
+                ButtonElement(
+                    text="Run again", action_id=REVIEW_RERUN, value=review_id, style="danger"
+                ),
+            ],
+        ),
+    ]
+    return "This run needs a review", blocks
 
 
 def reject_modal(call: CallRecord, *, always: bool, prefill: str) -> View:

@@ -45,6 +45,10 @@ def pause_key(run_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:pause"
 
 
+def journal_key(run_id: str) -> str:
+    return f"{PREFIX}:{{{run_id}}}:journal"
+
+
 def call_key(approval_id: str) -> str:
     run_id, _, token = approval_id.partition(".")
     return f"{PREFIX}:{{{run_id}}}:call:{token}"
@@ -65,7 +69,3 @@ def message_key(channel: str, ts: str) -> str:
 
 def delivery_key(kind: str, delivery_id: str) -> str:
     return f"{PREFIX}:seen:{kind}:{delivery_id}"
-
-
-def process_key(process_id: str) -> str:
-    return f"{PREFIX}:proc:{process_id}"

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-RunStatus = Literal["running", "paused", "resuming", "finished", "failed"]
+RunStatus = Literal["running", "paused", "resuming", "needs_review", "finished", "failed"]
 CallStatus = Literal["pending", "approved", "rejected"]
 
 _R = TypeVar("_R", "RunRecord", "CallRecord")
@@ -69,6 +69,9 @@ class RunRecord:
     owner: str = ""
     output: str = ""
     error: str = ""
+    job: str = ""  # the job message whose delivery holds the current execution
+    review_id: str = ""  # opaque id of the open review, while status is needs_review
+    review_kind: str = ""  # the job to run again once the review is settled
 
     @classmethod
     def from_hash(cls, raw: Mapping[Any, Any]) -> RunRecord:

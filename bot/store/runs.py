@@ -54,6 +54,9 @@ class RunStore:
         self._save_pause = client.register_script(_script("save_pause"))
         self._decide = client.register_script(_script("decide"))
         self._finish = client.register_script(_script("finish"))
+        self._take = client.register_script(_script("take_job"))
+        self._to_review = client.register_script(_script("to_review"))
+        self._resolve_review = client.register_script(_script("resolve_review"))
 
     async def ping(self) -> bool:
         try:
@@ -228,6 +231,36 @@ class RunStore:
             return Gone("This run is no longer waiting for this decision.")
         return Gone()
 
+    # Executions ---------------------------------------------------------------------------
+
+    async def take(self, run_id: str, execution: str, message_id: str, attempt: str) -> str:
+        """Take the execution a job names: 'fresh', 'retry' (an earlier attempt stopped), or
+        'skip' (nothing to do: the run moved on, or another delivery has it)."""
+        reply = await self._take(
+            keys=[keys.run_key(run_id)], args=[execution, message_id, attempt, now()]
+        )
+        return _s(reply[0])
+
+    async def to_review(
+        self, run_id: str, attempt: str, review_id: str, text: str, kind: str
+    ) -> bool:
+        reply = await self._to_review(
+            keys=[keys.run_key(run_id)], args=[attempt, review_id, text, now(), kind]
+        )
+        return int(reply) == 1
+
+    async def resolve_review(
+        self, run_id: str, review_id: str, *, action: str, execution: str, user: str, status: str
+    ) -> list[str] | None:
+        """Settle a review once; returns the call ids it changed, or None if it was not open."""
+        reply = await self._resolve_review(
+            keys=[keys.run_key(run_id), keys.journal_key(run_id)],
+            args=[review_id, action, execution, user, now(), status],
+        )
+        if _s(reply[0]) != "ok":
+            return None
+        return [_s(r) for r in reply[1:]]
+
     # Deliveries and liveness --------------------------------------------------------------
 
     async def first_delivery(self, kind: str, delivery_id: str, ttl: int = 3600) -> bool:
@@ -235,12 +268,6 @@ class RunStore:
         return bool(
             await self.redis.set(keys.delivery_key(kind, delivery_id), "1", nx=True, ex=ttl)
         )
-
-    async def heartbeat(self, process_id: str, ttl: int) -> None:
-        await self.redis.set(keys.process_key(process_id), "1", ex=ttl)
-
-    async def is_alive(self, process_id: str) -> bool:
-        return bool(await self.redis.exists(keys.process_key(process_id)))
 
     async def active_runs(self) -> list[str]:
         return sorted(_s(r) for r in await self.redis.smembers(keys.EXECUTING_RUNS))

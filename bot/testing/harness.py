@@ -130,10 +130,9 @@ class BotHarness:
             found = [m for m in self.slack_api.approval_messages() if m.action_ids()]
             return found if len(found) >= count else None
 
-        result: list[Message] = await wait_until(
-            pending, timeout=timeout, what=f"{count} pending approval message(s)"
-        )
-        return result
+        await wait_until(pending, timeout=timeout, what=f"{count} pending approval message(s)")
+        await self.idle(timeout)  # and everything that pause does after posting them
+        return pending() or []
 
     def run_message(self) -> Message:
         runs = [m for m in self.slack_api.top_level() if "started agent" in m.all_text()]
@@ -182,6 +181,16 @@ class BotHarness:
         """The audit trail so far, oldest first."""
         return [entry async for entry in self.runtime.service.audit_log.read()]
 
-    async def idle(self) -> None:
-        """Wait for the bot's background work (runs, resumes, message updates) to finish."""
-        await self.runtime.service.drain(30)
+    async def idle(self, timeout: float = 30.0) -> None:
+        """Wait until the bot is quiet: no queued or running job, no background task."""
+        service, worker, queue = self.runtime.service, self.runtime.worker, self.runtime.queue
+
+        async def quiet() -> bool:
+            await service.drain(timeout)
+            busy = worker.busy if worker is not None else 0
+            return not service._tasks and busy == 0 and await queue.backlog() == 0
+
+        async def settled() -> bool:
+            return await quiet() and await quiet()
+
+        await wait_until(settled, timeout=timeout, what="the bot to be idle")

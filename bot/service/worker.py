@@ -1,0 +1,97 @@
+"""A worker: takes start and resume jobs from the queue and runs them, several at a time.
+
+While a job runs its lease is renewed; if this process dies, the lease lapses and another
+worker reclaims the job (XAUTOCLAIM). A job is acknowledged once handled, whatever the outcome;
+one whose handler crashed is left unacknowledged, to be reclaimed and retried safely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+
+from bot.service.approvals import ApprovalService
+from bot.store.queue import Job, JobQueue
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    def __init__(
+        self,
+        service: ApprovalService,
+        queue: JobQueue,
+        *,
+        concurrency: int = 8,
+        lease_seconds: float = 30.0,
+    ) -> None:
+        self.service = service
+        self.queue = queue
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.consumer = f"worker-{service.process_id}-{secrets.token_hex(3)}"
+        self._running: set[asyncio.Task[None]] = set()
+        self._stopping = asyncio.Event()
+
+    @property
+    def busy(self) -> int:
+        return len(self._running)
+
+    async def run(self) -> None:
+        """Take jobs until `stop()`; then finish the jobs in hand."""
+        await self.queue.ensure_group()
+        next_reclaim = 0.0
+        loop = asyncio.get_running_loop()
+        while not self._stopping.is_set():
+            try:
+                free = self.concurrency - len(self._running)
+                if free <= 0:
+                    await asyncio.wait(set(self._running), return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                jobs: list[Job] = []
+                if loop.time() >= next_reclaim:
+                    jobs = await self.queue.reclaim(self.consumer, free)
+                    next_reclaim = loop.time() + self.lease_seconds / 3
+                if not jobs:
+                    jobs = await self.queue.read(self.consumer, free, block_ms=200)
+                for job in jobs:
+                    task = asyncio.create_task(self._handle(job), name=f"job-{job.message_id}")
+                    self._running.add(task)
+                    task.add_done_callback(self._running.discard)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("the worker could not read jobs; retrying", exc_info=True)
+                await asyncio.sleep(1.0)
+
+    async def _handle(self, job: Job) -> None:
+        renew = asyncio.create_task(self._renew(job))
+        try:
+            await self.service.run_job(job)
+        except Exception:
+            log.exception("job %s (%s of run %s) crashed; it will be retried", job.message_id,
+                          job.kind, job.run_id)  # fmt: skip
+            return
+        finally:
+            renew.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renew
+        try:
+            await self.queue.ack(job)
+        except Exception:
+            log.warning("could not acknowledge job %s", job.message_id, exc_info=True)
+
+    async def _renew(self, job: Job) -> None:
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                await self.queue.renew(self.consumer, job)
+            except Exception:
+                log.warning("could not renew the lease of job %s", job.message_id, exc_info=True)
+
+    async def stop(self, timeout: float) -> None:
+        self._stopping.set()
+        if self._running:
+            await asyncio.wait(set(self._running), timeout=timeout)

@@ -1,0 +1,24 @@
+-- A worker takes the execution a job names. The run's `owner` is the execution token the job
+-- was enqueued with; taking replaces it with `<execution>/<attempt>`, so every later write of
+-- the run (save_pause, finish, the call journal) is checked against this attempt alone.
+-- A redelivery of the same job message may take over from an earlier attempt (its worker
+-- stopped renewing the job's lease); any other message for a taken execution is a duplicate.
+-- KEYS[1] run hash
+-- ARGV[1] execution token, ARGV[2] job message id, ARGV[3] new attempt token, ARGV[4] now
+local run = KEYS[1]
+local status = redis.call('HGET', run, 'status')
+if status ~= 'running' and status ~= 'resuming' then
+  return {'skip', status or 'missing'}
+end
+local owner = redis.call('HGET', run, 'owner') or ''
+local execution = ARGV[1]
+if owner == execution then
+  redis.call('HSET', run, 'owner', ARGV[3], 'job', ARGV[2], 'updated_at', ARGV[4])
+  return {'fresh', ''}
+end
+if string.sub(owner, 1, #execution + 1) == execution .. '/'
+   and redis.call('HGET', run, 'job') == ARGV[2] then
+  redis.call('HSET', run, 'owner', ARGV[3], 'updated_at', ARGV[4])
+  return {'retry', owner}
+end
+return {'skip', 'taken'}

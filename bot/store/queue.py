@@ -1,0 +1,108 @@
+"""The work queue: starting and resuming runs are jobs on a Redis Streams consumer group.
+
+A worker reads jobs with XREADGROUP, renews its lease on a job while it runs (XCLAIM to itself
+resets the job's idle time), and acknowledges it with XACK when done. A job whose worker stopped
+renewing for longer than the lease is taken over by another worker with XAUTOCLAIM. Jobs are
+idempotent: the run's state in Redis (see take_job.lua) decides whether a delivery does anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as redis
+
+from bot.store.keys import PREFIX
+
+STREAM = f"{PREFIX}:jobs"
+GROUP = "workers"
+MAX_STREAM_LENGTH = 100_000
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One delivery of a job message."""
+
+    message_id: str
+    kind: str  # start | resume
+    run_id: str
+    execution: str  # the execution token the run's owner field held when it was enqueued
+
+    @classmethod
+    def parse(cls, message_id: Any, fields: dict[Any, Any]) -> Job:
+        data = {_text(k): _text(v) for k, v in fields.items()}
+        return cls(_text(message_id), data["kind"], data["run_id"], data["execution"])
+
+
+class JobQueue:
+    """Enqueue, read, renew and acknowledge jobs."""
+
+    def __init__(self, client: redis.Redis, *, lease_seconds: float) -> None:
+        self.redis = client
+        self.lease_ms = int(lease_seconds * 1000)
+
+    async def ensure_group(self) -> None:
+        try:
+            await self.redis.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def enqueue(self, kind: str, run_id: str, execution: str) -> str:
+        fields = {"kind": kind, "run_id": run_id, "execution": execution}
+        message_id = await self.redis.xadd(
+            STREAM,
+            fields,  # type: ignore[arg-type]
+            maxlen=MAX_STREAM_LENGTH,
+            approximate=True,
+        )
+        return _text(message_id)
+
+    async def read(self, consumer: str, count: int, block_ms: int) -> list[Job]:
+        """New jobs for this consumer, waiting up to `block_ms` for some."""
+        reply: Any = await self.redis.xreadgroup(
+            GROUP, consumer, {STREAM: ">"}, count=count, block=block_ms
+        )
+        jobs = []
+        for _, messages in reply or []:
+            for message_id, fields in messages:
+                if fields:
+                    jobs.append(Job.parse(message_id, fields))
+        return jobs
+
+    async def reclaim(self, consumer: str, count: int) -> list[Job]:
+        """Jobs whose worker has not renewed them for longer than the lease."""
+        reply: Any = await self.redis.xautoclaim(
+            STREAM, GROUP, consumer, min_idle_time=self.lease_ms, start_id="0-0", count=count
+        )
+        messages = reply[1] if reply else []
+        jobs = []
+        for message_id, fields in messages:
+            if fields:
+                jobs.append(Job.parse(message_id, fields))
+            else:  # trimmed away: nothing to do
+                await self.redis.xack(STREAM, GROUP, message_id)
+        return jobs
+
+    async def renew(self, consumer: str, job: Job) -> None:
+        """Reset the job's idle time: this worker is still on it."""
+        await self.redis.xclaim(STREAM, GROUP, consumer, 0, [job.message_id], justid=True)
+
+    async def ack(self, job: Job) -> None:
+        await self.redis.xack(STREAM, GROUP, job.message_id)
+
+    async def backlog(self) -> int:
+        """Jobs not yet delivered plus jobs delivered but not acknowledged."""
+        pending: Any = await self.redis.xpending(STREAM, GROUP)
+        groups: Any = await self.redis.xinfo_groups(STREAM)
+        lag = 0
+        for group in groups:
+            info = {_text(k): v for k, v in dict(group).items()}
+            if _text(info.get("name", "")) == GROUP:
+                lag = int(info.get("lag") or 0)
+        return int(pending.get("pending") or 0) + lag
