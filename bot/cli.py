@@ -26,12 +26,18 @@ def _settings_problems() -> tuple[Settings | None, list[str]]:
         return None, [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
 
 
-def collect_problems(*, socket_mode: bool) -> tuple[Settings | None, list[str]]:
-    """Every configuration, agent and policy problem found, each as one actionable line."""
+def collect_problems(
+    *, socket_mode: bool, slack_transport: bool = True
+) -> tuple[Settings | None, list[str]]:
+    """Every configuration, agent and policy problem found, each as one actionable line.
+    A worker posts to Slack but receives nothing from it: it needs no signing secret."""
     settings, problems = _settings_problems()
     if settings is None:
         return None, problems
-    problems += settings.problems(socket_mode=socket_mode)
+    found = settings.problems(socket_mode=socket_mode)
+    if not slack_transport:
+        found = [p for p in found if "SLACK_SIGNING_SECRET" not in p]
+    problems += found
     try:
         load_policy(settings.policy_file)
     except PolicyError as exc:
@@ -73,7 +79,7 @@ def _serve(args: argparse.Namespace) -> int:
     async def main() -> None:
         stop = asyncio.Event()
         install_signal_handlers(stop)
-        runtime = BotRuntime(settings, socket_mode=args.socket)
+        runtime = BotRuntime(settings, socket_mode=args.socket, with_worker=not args.no_worker)
         if args.socket:
             await serve_socket(runtime, stop)
         else:
@@ -147,6 +153,29 @@ def _audit(args: argparse.Namespace) -> int:
     return asyncio.run(_export_audit(settings, since, until, args.format))
 
 
+def _worker(args: argparse.Namespace) -> int:
+    from bot.runtime import BotRuntime, install_signal_handlers, serve_worker
+
+    settings, problems = collect_problems(socket_mode=False, slack_transport=False)
+    if problems or settings is None:
+        print("The worker cannot start:", file=sys.stderr)
+        for problem in problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 1
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        install_signal_handlers(stop)
+        await serve_worker(BotRuntime(settings, with_worker=True), stop)
+
+    try:
+        asyncio.run(main())
+    except RedisUnavailable as exc:
+        print(f"The worker cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="approval-bot", description=__doc__)
     parser.add_argument("--log-level", default="INFO")
@@ -155,9 +184,14 @@ def main(argv: list[str] | None = None) -> int:
     mode = serve.add_mutually_exclusive_group()
     mode.add_argument("--http", action="store_true", help="serve Slack over HTTP (default)")
     mode.add_argument("--socket", action="store_true", help="connect with Socket Mode")
+    serve.add_argument(
+        "--no-worker", action="store_true", help="run no worker in this process (run `worker`s)"
+    )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=3000)
     serve.set_defaults(func=_serve)
+    worker = sub.add_parser("worker", help="run a worker: executes start and resume jobs")
+    worker.set_defaults(func=_worker)
     check = sub.add_parser("check", help="validate configuration, agents and policy")
     check.add_argument("--socket", action="store_true", help="check for Socket Mode")
     check.set_defaults(func=_check)

@@ -83,12 +83,13 @@ class BotRuntime:
             journal=RedisJournal(self.redis, retention_seconds=retention),
         )
         secret = s.slack_signing_secret.get_secret_value() if s.slack_signing_secret else None
-        self.app = build_app(
-            client=self.client,
-            signing_secret=secret,
-            service=self.service,
-            socket_mode=self.socket_mode,
-        )
+        if secret is not None or self.socket_mode:  # a worker-only process receives nothing
+            self.app = build_app(
+                client=self.client,
+                signing_secret=secret,
+                service=self.service,
+                socket_mode=self.socket_mode,
+            )
         policy = await store.eviction_policy()
         if policy not in (None, "noeviction"):
             log.warning(
@@ -189,3 +190,13 @@ def install_signal_handlers(stop: asyncio.Event) -> Callable[[], None]:
             loop.remove_signal_handler(sig)
 
     return remove
+
+
+async def serve_worker(runtime: BotRuntime, stop: asyncio.Event) -> None:
+    """A process that only runs jobs (and the sweeper); Slack reaches the `serve` processes."""
+    await runtime.start()
+    log.info("worker %s taking jobs", runtime.worker.consumer if runtime.worker else "?")
+    try:
+        await stop.wait()
+    finally:
+        await runtime.stop()

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
@@ -21,14 +17,7 @@ from bot.testing.harness import BOT_TOKEN, SIGNING_SECRET, BotHarness, wait_unti
 from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import POLICY, Ledger, assistant_message, ops_agent
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.processes import ROOT, bot_env, executions, free_port, running_bot
 
 
 @pytest.fixture
@@ -42,70 +31,6 @@ def policy_file(tmp_path: Path) -> Path:
     path = tmp_path / "policy.yml"
     path.write_text(POLICY)
     return path
-
-
-def bot_env(slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("SLACK_", "APPROVAL_BOT_", "REDIS"))
-    }
-    env.update(
-        SLACK_BOT_TOKEN=BOT_TOKEN,
-        SLACK_SIGNING_SECRET=SIGNING_SECRET,
-        SLACK_API_URL=slack.url,
-        APPROVAL_BOT_AGENTS="tests.stateless_agents:agents",
-        APPROVAL_BOT_POLICY=str(policy_file),
-        APPROVAL_BOT_DATA_DIR=str(tmp_path / "data"),
-        TEST_LEDGER=str(tmp_path / "ledger.jsonl"),
-        PYTHONPATH=str(ROOT),
-        OPENAI_API_KEY="unused",
-    )
-    env.update(extra)
-    return env
-
-
-@asynccontextmanager
-async def running_bot(env: dict[str, str], port: int) -> AsyncIterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bot",
-            "serve",
-            "--http",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        async with aiohttp.ClientSession() as session:
-
-            async def healthy() -> bool:
-                if process.poll() is not None:
-                    raise RuntimeError(f"the bot exited with {process.returncode}")
-                try:
-                    async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
-                        return response.status == 200
-                except aiohttp.ClientError:
-                    return False
-
-            await wait_until(healthy, timeout=30, what="the bot's /healthz")
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=30)
-
-
-def ledger_lines(tmp_path: Path) -> list[dict[str, str]]:
-    path = tmp_path / "ledger.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 async def test_sigkill_while_waiting_then_a_new_process_resumes(
@@ -131,7 +56,7 @@ async def test_sigkill_while_waiting_then_a_new_process_resumes(
             timeout=20,
             what="the resumed run's output",
         )
-    assert ledger_lines(tmp_path) == [{"tool": "delete_logs", "path": "/var/log/app"}]
+    assert executions(tmp_path) == [("start", "/var/log/app"), ("end", "/var/log/app")]
 
 
 async def test_embedded_redis_keeps_pending_approvals_across_a_restart(
@@ -154,7 +79,7 @@ async def test_embedded_redis_keeps_pending_approvals_across_a_restart(
             timeout=20,
             what="the resumed run's output",
         )
-    assert ledger_lines(tmp_path) == [{"tool": "delete_logs", "path": "/srv/old"}]
+    assert executions(tmp_path) == [("start", "/srv/old"), ("end", "/srv/old")]
 
 
 async def test_serve_refuses_to_start_without_a_valid_policy(

@@ -14,6 +14,8 @@ import subprocess
 from pathlib import Path
 
 import redis.asyncio as redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,11 @@ def connect(url: str, *, max_connections: int, wait_seconds: float = 10.0) -> re
         socket_connect_timeout=5,
         socket_timeout=30,
         health_check_interval=30,
+        # After a Redis restart every pooled connection is dead: reconnect and retry a command
+        # a few times (briefly) instead of failing it. The transition scripts are written so
+        # that running one twice is harmless.
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
     return redis.Redis(connection_pool=pool)
 

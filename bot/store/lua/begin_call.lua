@@ -12,6 +12,9 @@ if entry then
   if data['status'] == 'executed' then
     return {'skip', data['output'] or ''}
   end
+  if data['owner'] == ARGV[2] then
+    return {'run'}  -- this very attempt's begin, retried after a lost reply
+  end
   return {'review', data['owner'] or ''}
 end
 redis.call('HSET', KEYS[2], ARGV[1], cjson.encode({status = 'executing', owner = ARGV[2],

@@ -5,6 +5,12 @@
 -- ARGV[5] sdk version, ARGV[6] fingerprint, ARGV[7..] one JSON object of fields per call key
 local run = KEYS[1]
 if redis.call('HGET', run, 'owner') ~= ARGV[1] then
+  -- the same save, retried after a lost reply, has nothing left to do
+  local first = cjson.decode(ARGV[7] or '{}')['approval_id']
+  if redis.call('HGET', run, 'status') == 'paused' and first
+     and redis.call('SISMEMBER', KEYS[3], first) == 1 then
+    return {'ok', tonumber(redis.call('HGET', run, 'pause'))}
+  end
   return {'not_owner'}
 end
 local status = redis.call('HGET', run, 'status')

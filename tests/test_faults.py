@@ -1,0 +1,238 @@
+"""Fault injection with real processes: a `serve --no-worker` process takes Slack's requests,
+`worker` processes run the jobs, and the test SIGKILLs them (or redis-server) at each stage.
+
+Each test ends with: every pending approval still decidable, no tool executed twice, and no
+run left without a message saying where it stands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from bot.slack.blocks import APPROVE, REVIEW_DONE
+from bot.store.connection import EmbeddedRedis
+from bot.testing.harness import SIGNING_SECRET, wait_until
+from bot.testing.requests import SlackRequests
+from bot.testing.slack_api import FakeSlackAPI, Message
+from tests.agents_for_tests import POLICY
+from tests.processes import (
+    bot_env,
+    executions,
+    free_port,
+    ledger,
+    running_bot,
+    start_process,
+    stop_process,
+)
+
+LEASE = "1"
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlackAPI]:
+    async with FakeSlackAPI() as api:
+        yield api
+
+
+@pytest.fixture
+def env(slack: FakeSlackAPI, tmp_path: Path, redis_url: str) -> dict[str, str]:
+    policy = tmp_path / "policy.yml"
+    policy.write_text(POLICY)
+    return bot_env(
+        slack, policy, tmp_path, REDIS_URL=redis_url, APPROVAL_BOT_JOB_LEASE_SECONDS=LEASE
+    )
+
+
+def outputs(slack: FakeSlackAPI) -> list[str]:
+    return [m.text for m in slack.messages.values() if m.text.startswith("tool said:")]
+
+
+def review_messages(slack: FakeSlackAPI) -> list[Message]:
+    return [m for m in slack.messages.values() if REVIEW_DONE in m.action_ids()]
+
+
+async def approve_one(requests: SlackRequests, slack: FakeSlackAPI, path: str) -> None:
+    await requests.command(path, user="U1", channel="C1")
+    [approval] = await wait_until(
+        lambda: [m for m in slack.approval_messages() if path in m.all_text()],
+        timeout=20,
+        what="the approval message",
+    )
+    sent = await requests.click(APPROVE, approval.button_value(APPROVE), user="U2", channel="C1")
+    assert sent.status == 200
+
+
+@pytest.mark.parametrize("stage", ["before_tool", "after_tool"])
+async def test_a_worker_killed_where_a_retry_is_safe_is_replaced(
+    stage: str, slack: FakeSlackAPI, env: dict[str, str], tmp_path: Path
+) -> None:
+    port = free_port()
+    async with (
+        running_bot(env, port, "--no-worker"),
+        SlackRequests(f"http://127.0.0.1:{port}/slack/events", SIGNING_SECRET) as requests,
+    ):
+        doomed = start_process(["worker"], {**env, "TEST_BLOCK": stage})
+        try:
+            await approve_one(requests, slack, "/var/log/a")
+            await wait_until(
+                lambda: any(e["event"] == "blocked" for e in ledger(tmp_path)),
+                timeout=20,
+                what=f"the worker to reach {stage}",
+            )
+            doomed.send_signal(signal.SIGKILL)
+        finally:
+            stop_process(doomed)
+        rescuer = start_process(["worker"], env)
+        try:
+            await wait_until(lambda: outputs(slack), timeout=30, what="the run to finish")
+        finally:
+            stop_process(rescuer)
+    assert executions(tmp_path) == [("start", "/var/log/a"), ("end", "/var/log/a")]
+    assert outputs(slack) == ["tool said: deleted /var/log/a"]
+    assert review_messages(slack) == []
+
+
+async def test_a_worker_killed_during_the_tool_leaves_it_to_a_person(
+    slack: FakeSlackAPI, env: dict[str, str], tmp_path: Path
+) -> None:
+    port = free_port()
+    async with (
+        running_bot(env, port, "--no-worker"),
+        SlackRequests(f"http://127.0.0.1:{port}/slack/events", SIGNING_SECRET) as requests,
+    ):
+        doomed = start_process(["worker"], {**env, "TEST_BLOCK": "during_tool"})
+        try:
+            await approve_one(requests, slack, "/var/log/b")
+            await wait_until(
+                lambda: any(e["event"] == "blocked" for e in ledger(tmp_path)),
+                timeout=20,
+                what="the tool to start",
+            )
+            doomed.send_signal(signal.SIGKILL)
+        finally:
+            stop_process(doomed)
+        rescuer = start_process(["worker"], env)
+        try:
+            [review] = await wait_until(
+                lambda: review_messages(slack), timeout=30, what="a review request"
+            )
+            assert "`delete_logs` (call `call_1`) was executing" in review.all_text()
+            run_status = [m for m in slack.top_level() if "started agent" in m.all_text()]
+            assert "needs review" in run_status[0].all_text()
+            # Not by someone who may not decide this tool; then by an approver.
+            denied = await requests.click(
+                REVIEW_DONE, review.button_value(REVIEW_DONE), user="U9", channel="C1"
+            )
+            assert denied.status == 200
+            await requests.click(
+                REVIEW_DONE, review.button_value(REVIEW_DONE), user="U2", channel="C1"
+            )
+            await wait_until(lambda: outputs(slack), timeout=30, what="the run to finish")
+            again = await requests.click(
+                REVIEW_DONE, review.button_value(REVIEW_DONE), user="U3", channel="C1"
+            )
+            assert again.status == 200
+            await asyncio.sleep(0.5)
+        finally:
+            stop_process(rescuer)
+    # Started once, by the killed worker; never run again.
+    assert executions(tmp_path) == [("start", "/var/log/b")]
+    assert len(outputs(slack)) == 1 and "marked it done" in outputs(slack)[0]
+    assert any("not among the approvers" in t for t in slack.ephemeral_to("U9"))
+    assert any("already settled" in t for t in slack.ephemeral_to("U3"))
+
+
+async def test_two_workers_compete_and_every_tool_runs_once(
+    slack: FakeSlackAPI, env: dict[str, str], tmp_path: Path
+) -> None:
+    port = free_port()
+    paths = [f"/srv/{i}" for i in range(12)]
+    async with (
+        running_bot(env, port, "--no-worker"),
+        SlackRequests(f"http://127.0.0.1:{port}/slack/events", SIGNING_SECRET) as requests,
+    ):
+        workers = [start_process(["worker"], env) for _ in range(2)]
+        try:
+            for path in paths:
+                await requests.command(path, user="U1", channel="C1")
+            approvals = await wait_until(
+                lambda: (
+                    (m := [a for a in slack.approval_messages() if a.action_ids()])
+                    and len(m) == len(paths)
+                    and m
+                ),
+                timeout=30,
+                what="all approval messages",
+            )
+            await asyncio.gather(
+                *(
+                    requests.click(APPROVE, a.button_value(APPROVE), user=u, channel="C1")
+                    for a in approvals
+                    for u in ("U2", "U3")
+                )
+            )
+            await wait_until(
+                lambda: len(outputs(slack)) == len(paths), timeout=60, what="all runs to finish"
+            )
+        finally:
+            for worker in workers:
+                stop_process(worker)
+    done = executions(tmp_path)
+    assert sorted(p for e, p in done if e == "start") == sorted(paths)
+    assert sorted(p for e, p in done if e == "end") == sorted(paths)
+    assert len({e["pid"] for e in ledger(tmp_path)}) == 2  # both workers took jobs
+
+
+async def test_redis_killed_and_restarted_while_runs_wait(
+    slack: FakeSlackAPI, tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.yml"
+    policy.write_text(POLICY)
+    redis_dir = tmp_path / "redis"
+    own = EmbeddedRedis(redis_dir)
+    await own.start()
+    env = bot_env(slack, policy, tmp_path, REDIS_URL=own.url, APPROVAL_BOT_JOB_LEASE_SECONDS=LEASE)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with (
+            running_bot(env, port),
+            SlackRequests(f"{url}/slack/events", SIGNING_SECRET) as requests,
+            aiohttp.ClientSession() as http,
+        ):
+            await requests.command("/var/log/c", user="U1", channel="C1")
+            [approval] = await wait_until(lambda: slack.approval_messages(), timeout=20)
+            await asyncio.sleep(1.5)  # appendfsync everysec: let the pause reach the disk
+            assert own.process is not None
+            own.process.send_signal(signal.SIGKILL)
+            own.process.wait(timeout=10)
+            # While Redis is down: clicks are answered, nothing crashes, /healthz says so.
+            sent = await requests.click(
+                APPROVE, approval.button_value(APPROVE), user="U2", channel="C1"
+            )
+            assert sent.status == 200
+            await wait_until(lambda: slack.ephemeral_to("U2"), timeout=15, what="a private reply")
+            assert "Try again in a moment" in slack.ephemeral_to("U2")[0]
+            async with http.get(f"{url}/healthz") as response:
+                assert response.status == 503
+            # Redis comes back with its AOF: the same click now works.
+            again = EmbeddedRedis(redis_dir, port=own.port)
+            await again.start()
+            own = again
+            await wait_until(lambda: _healthy(http, url), timeout=20, what="/healthz to recover")
+            await requests.click(APPROVE, approval.button_value(APPROVE), user="U2", channel="C1")
+            await wait_until(lambda: outputs(slack), timeout=30, what="the run to finish")
+    finally:
+        own.stop()
+    assert executions(tmp_path) == [("start", "/var/log/c"), ("end", "/var/log/c")]
+
+
+async def _healthy(http: aiohttp.ClientSession, url: str) -> bool:
+    async with http.get(f"{url}/healthz") as response:
+        return response.status == 200
