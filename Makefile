@@ -39,6 +39,7 @@ test: lint typecheck unit
 
 bench: install
 	$(BIN)/python benchmarks/approval_loop.py
+	$(BIN)/python benchmarks/queue_throughput.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -20,6 +20,10 @@ from typing import Any
 from aiohttp import web
 
 
+class _SlackError(Exception):
+    """An error Slack would answer with `ok: false`."""
+
+
 @dataclass
 class ApiCall:
     """One Web API request as the bot sent it."""
@@ -166,7 +170,10 @@ class FakeSlackAPI:
         handler = getattr(self, "_" + method.replace(".", "_"), None)
         if handler is None:
             return web.json_response({"ok": False, "error": "unknown_method"})
-        result: dict[str, Any] = handler(params)
+        try:
+            result: dict[str, Any] = handler(params)
+        except _SlackError as exc:
+            return web.json_response({"ok": False, "error": str(exc)})
         self.changed.set()
         self.changed = asyncio.Event()
         return web.json_response({"ok": True, **result})
@@ -193,6 +200,8 @@ class FakeSlackAPI:
 
     def _chat_update(self, p: dict[str, Any]) -> dict[str, Any]:
         key = (str(p["channel"]), str(p["ts"]))
+        if key not in self.messages:
+            raise _SlackError("message_not_found")
         message = self.messages[key]
         message.text = str(p.get("text", message.text))
         message.blocks = list(p.get("blocks") or message.blocks)
