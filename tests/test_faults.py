@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bot.slack.blocks import APPROVE, REVIEW_DONE
+from bot.slack.blocks import APPROVE, REVIEW_DONE, REVIEW_RERUN
 from bot.store.connection import EmbeddedRedis
 from bot.testing.harness import SIGNING_SECRET, wait_until
 from bot.testing.requests import SlackRequests
@@ -98,8 +98,9 @@ async def test_a_worker_killed_where_a_retry_is_safe_is_replaced(
     assert review_messages(slack) == []
 
 
+@pytest.mark.parametrize("choice", [REVIEW_DONE, REVIEW_RERUN])
 async def test_a_worker_killed_during_the_tool_leaves_it_to_a_person(
-    slack: FakeSlackAPI, env: dict[str, str], tmp_path: Path
+    choice: str, slack: FakeSlackAPI, env: dict[str, str], tmp_path: Path
 ) -> None:
     port = free_port()
     async with (
@@ -127,12 +128,10 @@ async def test_a_worker_killed_during_the_tool_leaves_it_to_a_person(
             assert "needs review" in run_status[0].all_text()
             # Not by someone who may not decide this tool; then by an approver.
             denied = await requests.click(
-                REVIEW_DONE, review.button_value(REVIEW_DONE), user="U9", channel="C1"
+                choice, review.button_value(choice), user="U9", channel="C1"
             )
             assert denied.status == 200
-            await requests.click(
-                REVIEW_DONE, review.button_value(REVIEW_DONE), user="U2", channel="C1"
-            )
+            await requests.click(choice, review.button_value(choice), user="U2", channel="C1")
             await wait_until(lambda: outputs(slack), timeout=30, what="the run to finish")
             again = await requests.click(
                 REVIEW_DONE, review.button_value(REVIEW_DONE), user="U3", channel="C1"
@@ -141,9 +140,14 @@ async def test_a_worker_killed_during_the_tool_leaves_it_to_a_person(
             await asyncio.sleep(0.5)
         finally:
             stop_process(rescuer)
-    # Started once, by the killed worker; never run again.
-    assert executions(tmp_path) == [("start", "/var/log/b")]
-    assert len(outputs(slack)) == 1 and "marked it done" in outputs(slack)[0]
+    if choice == REVIEW_DONE:  # started once, by the killed worker; never run again
+        assert executions(tmp_path) == [("start", "/var/log/b")]
+        assert len(outputs(slack)) == 1 and "marked it done" in outputs(slack)[0]
+    else:  # a person chose to run it again: exactly once more
+        assert executions(tmp_path) == [
+            ("start", "/var/log/b"), ("start", "/var/log/b"), ("end", "/var/log/b"),
+        ]  # fmt: skip
+        assert outputs(slack) == ["tool said: deleted /var/log/b"]
     assert any("not among the approvers" in t for t in slack.ephemeral_to("U9"))
     assert any("already settled" in t for t in slack.ephemeral_to("U3"))
 

@@ -14,6 +14,7 @@ from openai.types.responses import ResponseApplyPatchToolCall, ResponseFunctionS
 from openai.types.responses.response_output_item import McpApprovalRequest
 
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE
+from bot.store import keys
 from bot.testing.harness import BotHarness
 from tests.agents_for_tests import POLICY
 
@@ -73,16 +74,29 @@ class VaultMCP(MCPServer):
         raise NotImplementedError
 
 
+journal: dict[str, dict[str, Any]] = {}
+
+
 async def decide_one(redis_url: str, agent: Agent[Any], action: str = APPROVE) -> str:
-    """Start a run, approve its single pending call, wait for the end; return the approval text."""
+    """Start a run, approve its single pending call, wait for the end; return the approval text
+    (and leave the run's call journal in `journal`)."""
     async with BotHarness(redis_url, agent, POLICY) as bot:
         await bot.slack.command("go", user="U1", channel="C1")
         [approval] = await bot.wait_for_approvals(1)
         text = approval.all_text()
+        run_id = keys.run_of(approval.button_value(APPROVE))
         await bot.click(approval, action, user="U2")
         await bot.wait_for_status("finished")
         await bot.idle()
+        assert run_id is not None
+        journal.clear()
+        journal.update(await bot.runtime.service.journal.entries(run_id))
     return text
+
+
+def journaled(tool: str) -> list[str]:
+    """Statuses of the journal entries of `tool`: every execution is recorded, at most once."""
+    return [e["status"] for e in journal.values() if e["tool"] == tool]
 
 
 async def test_shell_commands_are_shown_as_commands(redis_url: str) -> None:
@@ -102,6 +116,7 @@ async def test_shell_commands_are_shown_as_commands(redis_url: str) -> None:
     assert "wants to run shell" in text
     # Always approve covered the second shell call: it ran without a second message.
     assert done == ["ls -la /srv", "rm -rf /srv/build", "ls -la /srv", "rm -rf /srv/build"]
+    assert sorted(journal) == ["sh1", "sh2"] and journaled("shell") == ["executed", "executed"]
 
 
 DIFF = "@@\n-debug = True\n+debug = False\n"
@@ -122,6 +137,7 @@ async def test_patches_are_shown_as_a_diff(redis_url: str) -> None:
     assert "*Patch:*" in text and "update_file src/app.py" in text
     assert "-debug = True\n+debug = False" in text
     assert done == ["update src/app.py"]
+    assert journaled("apply_patch") == ["executed"]
 
 
 async def test_local_mcp_tools_name_their_server(redis_url: str) -> None:
@@ -136,6 +152,7 @@ async def test_local_mcp_tools_name_their_server(redis_url: str) -> None:
     text = await decide_one(redis_url, agent)
     assert "MCP tool `vault/read_secret`" in text and '"key": "db"' in text
     assert done == ["mcp read_secret {'key': 'db'}"]
+    assert journaled("vault/read_secret") == ["executed"]
 
 
 async def test_hosted_mcp_requests_show_server_label_and_tool(redis_url: str) -> None:

@@ -1,6 +1,7 @@
 """At-most-once tool execution: every function tool call goes through a journal.
 
-Before a tool runs, the journal records that this attempt is executing the call; after, that it
+Before a tool runs (a function tool, a shell command, a patch operation or an MCP call), the
+journal records that this attempt is executing the call; after, that it
 was executed, with its output. A retried attempt skips executed calls (reusing their output)
 and stops at a call an earlier attempt left executing: whether it had its effect is unknown, so
 a person must decide (the run needs review). Tools can read `ctx.tool_call_id` as an
@@ -13,11 +14,15 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import hashlib
+import inspect
 import json
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agents import Agent, FunctionTool
+from agents import Agent, ApplyPatchTool, FunctionTool, LocalShellTool, ShellTool
+from mcp.types import CallToolResult, TextContent
 
 
 class CallNeedsReview(Exception):
@@ -50,6 +55,7 @@ class Execution:
     run_id: str
     attempt: str
     journal: Journal
+    seen: dict[str, int] = field(default_factory=dict)  # calls without an id, counted
 
 
 CURRENT: contextvars.ContextVar[Execution | None] = contextvars.ContextVar(
@@ -60,52 +66,144 @@ CURRENT: contextvars.ContextVar[Execution | None] = contextvars.ContextVar(
 def _as_text(value: Any) -> str:
     if isinstance(value, str):
         return value
+    output = getattr(value, "output", None)  # ApplyPatchResult and similar
+    if isinstance(output, str):
+        return output
+    content = getattr(value, "content", None)  # MCP CallToolResult
+    if isinstance(content, list):
+        return "\n".join(str(getattr(part, "text", part)) for part in content)
     try:
         return json.dumps(value, default=str)
     except (TypeError, ValueError):
         return str(value)
 
 
+def _content_key(kind: str, *parts: str) -> str:
+    """A key for calls that carry no call id (patches, MCP): what they do, counted per attempt,
+    so that a retry replaying the same calls in the same order meets the same keys."""
+    digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "replace")).hexdigest()[:16]
+    execution = CURRENT.get()
+    if execution is None:
+        return f"{kind}:{digest}"
+    count = execution.seen.get(digest, 0) + 1
+    execution.seen[digest] = count
+    return f"{kind}:{digest}:{count}"
+
+
+async def _through_journal(
+    key: str,
+    tool_name: str,
+    run: Callable[[], Awaitable[Any]],
+    skipped: Callable[[str], Any] = lambda text: text,
+) -> Any:
+    """Run one call at most once per execution (see the module's docstring)."""
+    execution = CURRENT.get()
+    if execution is None or not key:
+        return await run()
+    begin = await execution.journal.begin(execution.run_id, key, execution.attempt, tool_name)
+    if begin.action == "skip":
+        return skipped(begin.output)
+    if begin.action == "review":
+        raise CallNeedsReview(key, tool_name)
+    try:
+        result = await run()
+    except Exception as exc:
+        # It ran and failed: record that, so a retry does not run it again.
+        await execution.journal.end(
+            execution.run_id, key, execution.attempt, f"(the tool raised {type(exc).__name__})"
+        )
+        raise
+    await execution.journal.end(execution.run_id, key, execution.attempt, _as_text(result))
+    return result
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
 def journal_tools(agent: Agent[Any]) -> None:
-    """Route every function tool of `agent` through the journal of the current execution.
+    """Route the tools of `agent` through the journal of the current execution: function tools
+    and shell tools by call id; patch editors and MCP servers by what each call does.
 
     Agents used as tools are not journaled themselves: they are re-entered to resume nested
     runs, and the tools inside them are journaled one by one.
     """
     for tool in agent.tools:
-        if getattr(tool, "_is_agent_tool", False):
+        if getattr(tool, "_is_agent_tool", False) or getattr(
+            tool, "_approval_bot_journaled", False
+        ):
             continue
-        if isinstance(tool, FunctionTool) and not getattr(tool, "_approval_bot_journaled", False):
-            tool.on_invoke_tool = _journaled(tool.on_invoke_tool, tool.name)
-            tool._approval_bot_journaled = True  # type: ignore[attr-defined]
+        if isinstance(tool, FunctionTool):
+            tool.on_invoke_tool = _journaled_function(tool.on_invoke_tool, tool.name)
+        elif isinstance(tool, ShellTool | LocalShellTool):
+            tool.executor = _journaled_shell(tool.executor, tool.name)  # type: ignore[assignment]
+        elif isinstance(tool, ApplyPatchTool):
+            tool.editor = _JournaledEditor(tool.editor, tool.name)
+        else:
+            continue
+        tool._approval_bot_journaled = True  # type: ignore[union-attr]
+    for server in agent.mcp_servers:
+        if not getattr(server, "_approval_bot_journaled", False):
+            _journal_mcp_server(server)
 
 
-def _journaled(invoke: Any, tool_name: str) -> Any:
+def _journaled_function(invoke: Any, tool_name: str) -> Any:
     @functools.wraps(invoke)
     async def journaled(ctx: Any, arguments: str) -> Any:
-        execution = CURRENT.get()
         call_id = str(getattr(ctx, "tool_call_id", "") or "")
-        if execution is None or not call_id:
-            return await invoke(ctx, arguments)
-        begin = await execution.journal.begin(
-            execution.run_id, call_id, execution.attempt, tool_name
-        )
-        if begin.action == "skip":
-            return begin.output
-        if begin.action == "review":
-            raise CallNeedsReview(call_id, tool_name)
-        try:
-            result = await invoke(ctx, arguments)
-        except Exception as exc:
-            # It ran and failed: record that, so a retry does not run it again.
-            await execution.journal.end(
-                execution.run_id,
-                call_id,
-                execution.attempt,
-                f"(the tool raised {type(exc).__name__})",
-            )
-            raise
-        await execution.journal.end(execution.run_id, call_id, execution.attempt, _as_text(result))
-        return result
+        return await _through_journal(call_id, tool_name, lambda: invoke(ctx, arguments))
 
     return journaled
+
+
+def _journaled_shell(executor: Any, tool_name: str) -> Any:
+    @functools.wraps(executor)
+    async def journaled(request: Any) -> Any:
+        data = getattr(request, "data", None)
+        call_id = str(getattr(data, "call_id", "") or "")
+        return await _through_journal(call_id, tool_name, lambda: _maybe_await(executor(request)))
+
+    return journaled
+
+
+class _JournaledEditor:
+    """An ApplyPatchEditor whose operations each run at most once per execution."""
+
+    def __init__(self, editor: Any, tool_name: str) -> None:
+        self._editor = editor
+        self._tool_name = tool_name
+
+    async def _apply(self, kind: str, operation: Any) -> Any:
+        key = _content_key(
+            "patch", kind, str(operation.path), str(operation.diff or ""), str(operation.move_to)
+        )
+        method = getattr(self._editor, kind)
+        return await _through_journal(key, self._tool_name, lambda: _maybe_await(method(operation)))
+
+    async def create_file(self, operation: Any) -> Any:
+        return await self._apply("create_file", operation)
+
+    async def update_file(self, operation: Any) -> Any:
+        return await self._apply("update_file", operation)
+
+    async def delete_file(self, operation: Any) -> Any:
+        return await self._apply("delete_file", operation)
+
+
+def _journal_mcp_server(server: Any) -> None:
+    call_tool = server.call_tool
+
+    @functools.wraps(call_tool)
+    async def journaled(tool_name: str, arguments: Any, *args: Any, **kwargs: Any) -> Any:
+        name = f"{server.name}/{tool_name}"
+        key = _content_key("mcp", name, json.dumps(arguments, sort_keys=True, default=str))
+
+        def skipped(text: str) -> Any:
+            return CallToolResult(content=[TextContent(type="text", text=text)])
+
+        return await _through_journal(
+            key, name, lambda: call_tool(tool_name, arguments, *args, **kwargs), skipped
+        )
+
+    server.call_tool = journaled
+    server._approval_bot_journaled = True
