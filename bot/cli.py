@@ -9,6 +9,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from pydantic import ValidationError
@@ -66,12 +67,19 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from bot.runtime import BotRuntime, install_signal_handlers, serve_http, serve_socket
+def _launch(
+    what: str,
+    *,
+    socket_mode: bool,
+    slack_transport: bool,
+    body: Callable[[Settings, asyncio.Event], Awaitable[None]],
+) -> int:
+    """Validate everything, then run `body` until SIGINT/SIGTERM; say plainly why it can't."""
+    from bot.runtime import install_signal_handlers
 
-    settings, problems = collect_problems(socket_mode=args.socket)
+    settings, problems = collect_problems(socket_mode=socket_mode, slack_transport=slack_transport)
     if problems or settings is None:
-        print("The bot cannot start:", file=sys.stderr)
+        print(f"The {what} cannot start:", file=sys.stderr)
         for problem in problems:
             print(f"  - {problem}", file=sys.stderr)
         return 1
@@ -79,18 +87,36 @@ def _serve(args: argparse.Namespace) -> int:
     async def main() -> None:
         stop = asyncio.Event()
         install_signal_handlers(stop)
+        await body(settings, stop)
+
+    try:
+        asyncio.run(main())
+    except RedisUnavailable as exc:
+        print(f"The {what} cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from bot.runtime import BotRuntime, serve_http, serve_socket
+
+    async def body(settings: Settings, stop: asyncio.Event) -> None:
         runtime = BotRuntime(settings, socket_mode=args.socket, with_worker=not args.no_worker)
         if args.socket:
             await serve_socket(runtime, stop)
         else:
             await serve_http(runtime, args.host, args.port, stop)
 
-    try:
-        asyncio.run(main())
-    except RedisUnavailable as exc:
-        print(f"The bot cannot start: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return _launch("bot", socket_mode=args.socket, slack_transport=True, body=body)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from bot.runtime import BotRuntime, serve_worker
+
+    async def body(settings: Settings, stop: asyncio.Event) -> None:
+        await serve_worker(BotRuntime(settings, with_worker=True), stop)
+
+    return _launch("worker", socket_mode=False, slack_transport=False, body=body)
 
 
 def parse_time(text: str) -> float:
@@ -151,29 +177,6 @@ def _audit(args: argparse.Namespace) -> int:
               "(90m, 24h, 7d)", file=sys.stderr)  # fmt: skip
         return 2
     return asyncio.run(_export_audit(settings, since, until, args.format))
-
-
-def _worker(args: argparse.Namespace) -> int:
-    from bot.runtime import BotRuntime, install_signal_handlers, serve_worker
-
-    settings, problems = collect_problems(socket_mode=False, slack_transport=False)
-    if problems or settings is None:
-        print("The worker cannot start:", file=sys.stderr)
-        for problem in problems:
-            print(f"  - {problem}", file=sys.stderr)
-        return 1
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        install_signal_handlers(stop)
-        await serve_worker(BotRuntime(settings, with_worker=True), stop)
-
-    try:
-        asyncio.run(main())
-    except RedisUnavailable as exc:
-        print(f"The worker cannot start: {exc}", file=sys.stderr)
-        return 1
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

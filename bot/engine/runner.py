@@ -164,11 +164,23 @@ class Engine:
         agent = self.registry.get(agent_name)
         if agent is None:
             return Failed(f"No agent named {agent_name!r} is defined any more.")
+        return await self._run(agent_name, agent, task, progress, execution, context=context)
+
+    async def _run(
+        self,
+        agent_name: str,
+        agent: Agent[Any],
+        start_from: str | RunState[Any, Any],
+        progress: Progress | None,
+        execution: Execution | None,
+        context: RunContext | None = None,
+    ) -> Outcome:
+        """One `Runner.run` under `execution` (so tool calls go through its journal)."""
         token = CURRENT.set(execution)
         try:
             result = await Runner.run(
                 agent,
-                task,
+                start_from,
                 context=context,
                 max_turns=self.max_turns,
                 run_config=self.run_config(),
@@ -249,20 +261,7 @@ class Engine:
                 state.reject(
                     item, always_reject=decision.always, rejection_message=decision.message or None
                 )
-        token = CURRENT.set(execution)
-        try:
-            result = await Runner.run(
-                agent,
-                state,
-                max_turns=self.max_turns,
-                run_config=self.run_config(),
-                hooks=_ProgressHooks(progress),
-            )
-        except Exception as exc:
-            return self._failure(exc)
-        finally:
-            CURRENT.reset(token)
-        return self._outcome(agent_name, result)
+        return await self._run(agent_name, agent, state, progress, execution)
 
     def _outcome(self, agent_name: str, result: RunResult) -> Outcome:
         if not result.interruptions:
