@@ -114,8 +114,8 @@ class BotRuntime:
         # Finish in-flight runs while still heartbeating, so no other process takes them for
         # orphans; only then stop the loops.
         await _cancel(self._sweeper)
-        if self.worker is not None:
-            await self.worker.stop(DRAIN_SECONDS)  # jobs in hand finish; no new ones start
+        if self.worker is not None:  # no new jobs; the ones in hand finish
+            await self.worker.stop(self._worker_task, DRAIN_SECONDS)
         await _cancel(self._worker_task)
         await self.service.drain(DRAIN_SECONDS)
         await self.redis.aclose()

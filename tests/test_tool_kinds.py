@@ -177,3 +177,28 @@ async def test_hosted_mcp_requests_show_server_label_and_tool(redis_url: str) ->
         i for i in last.input if isinstance(i, dict) and i.get("type") == "mcp_approval_response"
     ]
     assert responses and responses[0]["approve"] is True
+
+
+async def test_identical_mcp_calls_approved_in_two_pauses_both_run(redis_url: str) -> None:
+    done.clear()
+    read = {"key": "db"}
+    agent = Agent(
+        name="keeper",
+        model=ScriptedModel(
+            [
+                [function_call("read_secret", read, call_id="m1")],
+                [function_call("read_secret", read, call_id="m2")],
+                [assistant_message("ok")],
+            ]
+        ),
+        mcp_servers=[VaultMCP()],
+    )
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await bot.slack.command("go", user="U1", channel="C1")
+        for _ in range(2):
+            [approval] = await bot.wait_for_approvals(1)
+            await bot.click(approval, APPROVE, user="U2")
+            await bot.idle()
+        await bot.wait_for_status("finished")
+    # Each approved call ran; the second was not mistaken for a replay of the first.
+    assert done == ["mcp read_secret {'key': 'db'}", "mcp read_secret {'key': 'db'}"]

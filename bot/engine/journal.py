@@ -87,7 +87,10 @@ def _content_key(kind: str, *parts: str) -> str:
         return f"{kind}:{digest}"
     count = execution.seen.get(digest, 0) + 1
     execution.seen[digest] = count
-    return f"{kind}:{digest}:{count}"
+    # Scoped to the execution (not the attempt): a retry meets the same keys, a later
+    # execution of the same run (another pause) does not meet this one's.
+    scope = execution.attempt.partition("/")[0]
+    return f"{kind}:{scope}:{digest}:{count}"
 
 
 async def _through_journal(

@@ -52,6 +52,8 @@ from bot.untrusted import inline, redact
 
 log = logging.getLogger(__name__)
 
+MAX_ATTEMPTS = 5
+
 REJECT_REPLY = re.compile(r"^\s*(reject|deny)(?::|\s|$)\s*(.*)$", re.IGNORECASE | re.DOTALL)
 
 
@@ -313,11 +315,12 @@ class ApprovalService:
             await self._fail(run, owner, outcome.error)
             return
         if isinstance(outcome, NeedsReview):
-            what = (
-                f"The worker executing this run stopped while tool `{inline(outcome.tool)}` "
-                f"(call `{inline(outcome.call_id)}`) was executing."
-            )
-            await self._review(run, owner, "resume" if run.pause else "start", what)
+            shown = f"`{inline(outcome.tool)}` (call `{inline(outcome.call_id)}`)"
+            if outcome.call_id not in await self._approved_in_pause(run):
+                await self._fail(run, owner, self._beyond_text([shown]))
+                return
+            what = f"Another attempt at this run stopped (or stalled) while {shown} was executing."
+            await self._review(run, owner, "resume", what)
             return
         await self._pause(run, owner, outcome)
 
@@ -374,10 +377,19 @@ class ApprovalService:
         except StoreError:
             log.error("run %s is no longer owned by this execution; pause not saved", run.run_id)
             return
-        # Calls the policy decides by itself are decided (and recorded) before anyone sees them.
+        await self.audit("paused", run=run, detail=f"{len(calls)} call(s) need a decision")
+        await self._show_pause(run)
+
+    async def _show_pause(self, run: RunRecord) -> None:
+        """Apply the policy's automatic decisions and post the pause's approval messages.
+
+        Safe to repeat, from any process: the sweeper repeats it for a pause whose worker
+        stopped after saving it. Each message is posted by one caller only.
+        """
         resume_owner = ""
+        calls = await self.store.pause_calls(run.run_id)
         for call in calls:
-            if not call.auto:
+            if not call.auto or call.decided:
                 continue
             token = self._owner()
             result = await self.store.decide(
@@ -396,12 +408,14 @@ class ApprovalService:
                 if result.resume:
                     resume_owner = token
         current = await self.store.get_run(run.run_id) or run
-        unposted = [
-            call
-            for call in await self.store.pause_calls(run.run_id)
-            if not await self._post_approval(current, call)
-        ]
-        await self.audit("paused", run=run, detail=f"{len(calls)} call(s) need a decision")
+        unposted = []
+        for call in await self.store.pause_calls(run.run_id):
+            if call.message_ts or not await self.store.claim_once(
+                f"post:{call.approval_id}", ttl=3600
+            ):
+                continue
+            if not await self._post_approval(current, call):
+                unposted.append(call)
         if unposted and not resume_owner:
             names = ", ".join(f"`{inline(c.tool)}`" for c in unposted)
             error = (
@@ -577,15 +591,15 @@ class ApprovalService:
             await self.notifier.update_approval(run, call)
 
     async def _after_decision(self, run: RunRecord, result: Decided, owner: str) -> None:
-        """Show the decision on its message(s), then resume if it completed the pause."""
+        """Resume if the decision completed the pause, then show it on its message(s)."""
+        if result.resume:
+            await self._enqueue("resume", run.run_id, owner)
         try:
             for approval_id in result.settled:
                 await self._safely("update approval", self._show_call(run, approval_id))
             await self._refresh_run(run.run_id)
         except Exception:
             log.exception("could not show the decision on run %s", run.run_id)
-        if result.resume:
-            await self._enqueue("resume", run.run_id, owner)
 
     async def _enqueue(self, kind: str, run_id: str, execution: str) -> None:
         try:
@@ -628,14 +642,18 @@ class ApprovalService:
         if run is None:
             return
         attempt = f"{job.execution}/{self._owner()}"
-        taken = await self.store.take(job.run_id, job.execution, job.message_id, attempt)
+        taken, attempts = await self.store.take(job.run_id, job.execution, job.message_id, attempt)
         if taken == "skip":
             return
         run.owner = attempt
         if taken == "retry":
-            problem = await self._unsafe_to_retry(run, job, attempt)
-            if problem:
-                await self._review(run, attempt, job.kind, problem)
+            if attempts > MAX_ATTEMPTS:
+                await self._fail(
+                    run, attempt, f"The bot tried {MAX_ATTEMPTS} times to run this and each "
+                    "attempt stopped before it finished; it gave up. Check the bot's logs."
+                )  # fmt: skip
+                return
+            if not await self._retry_is_safe(run, job, attempt):
                 return
             await self.audit("job_retried", run=run, detail=f"{job.kind} job {job.message_id}")
         execution = Execution(run.run_id, attempt, self.journal)
@@ -657,34 +675,52 @@ class ApprovalService:
                 run, attempt, f"The bot failed while running this run ({redact(str(exc))})."
             )
 
-    async def _unsafe_to_retry(self, run: RunRecord, job: Job, attempt: str) -> str:
-        """Why an earlier, stopped attempt of this execution makes a retry unsafe ('' if safe).
+    async def _approved_in_pause(self, run: RunRecord) -> set[str]:
+        calls = await self.store.pause_calls(run.run_id) if run.pause else []
+        return {c.call_id for c in calls if c.status == "approved"}
 
-        Safe: the earlier attempt executed nothing, or only this pause's approved calls, to
-        completion (the retry reuses their recorded outputs). Unsafe: a call it left executing
-        (its effect is unknown), or a call it executed beyond those (a retried model may not
-        ask for it again under the same id).
+    async def _retry_is_safe(self, run: RunRecord, job: Job, attempt: str) -> bool:
+        """Whether an earlier, stopped attempt of this execution lets this one go on.
+
+        Yes if it executed nothing, or only this pause's approved calls, to completion (the
+        retry reuses their recorded outputs). If it left one of those calls executing, a person
+        must say what happened (review). If it ran anything else (a tool after a later model
+        call, or any tool of a start), a retried model could ask for it again under another id:
+        the run stops and says which calls may have run.
         """
-        approved: set[str] = set()
-        if job.kind == "resume":
-            approved = {
-                c.call_id
-                for c in await self.store.pause_calls(run.run_id)
-                if c.status == "approved"
-            }
-        problems = []
-        for call_id, entry in (await self.journal.entries(run.run_id)).items():
+        approved = await self._approved_in_pause(run) if job.kind == "resume" else set()
+        unknown, beyond = [], []
+        for key, entry in (await self.journal.entries(run.run_id)).items():
             owner = str(entry.get("owner", ""))
             if not owner.startswith(job.execution + "/") or owner == attempt:
                 continue
-            tool = inline(str(entry.get("tool", "?")))
-            if entry.get("status") != "executed":
-                problems.append(f"`{tool}` (call `{inline(call_id)}`) was executing")
-            elif call_id not in approved:
-                problems.append(f"`{tool}` (call `{inline(call_id)}`) had already run")
-        if not problems:
-            return ""
-        return "The worker executing this run stopped, and " + "; ".join(problems) + "."
+            shown = f"`{inline(str(entry.get('tool', '?')))}` (call `{inline(key)}`)"
+            if key not in approved:
+                beyond.append(shown)
+            elif entry.get("status") != "executed":
+                unknown.append(shown)
+        if beyond:
+            await self._fail(run, attempt, self._beyond_text(beyond))
+            return False
+        if unknown:
+            what = (
+                "The worker executing this run stopped (or stalled) while "
+                + ", ".join(unknown)
+                + " was executing."
+            )
+            await self._review(run, attempt, job.kind, what)
+            return False
+        return True
+
+    @staticmethod
+    def _beyond_text(calls: list[str]) -> str:
+        return (
+            "The worker executing this run stopped (or stalled) after these calls had started: "
+            + ", ".join(calls)
+            + ". They may have had their effect, and a retried agent could ask for them again, "
+            "so the run was stopped instead of retried. Check what they did, then start a new "
+            "run if needed."
+        )
 
     async def _review(self, run: RunRecord, attempt: str, kind: str, what: str) -> None:
         """Stop for a person: whether a call had its effect is unknown. Nothing re-runs."""
@@ -697,8 +733,18 @@ class ApprovalService:
         if not await self.store.to_review(run.run_id, attempt, review_id, text, kind):
             return
         await self.audit("needs_review", run=run, detail=text)
-        await self._safely("post review", self.notifier.post_review(run, review_id, text))
+        await self._post_review(run, review_id, text)
         await self._refresh_run(run.run_id)
+
+    async def _post_review(self, run: RunRecord, review_id: str, text: str) -> None:
+        """Post the review request (one retry); the sweeper posts it later if this fails."""
+        for _ in (1, 2):
+            try:
+                ts = await self.notifier.post_review(run, review_id, text)
+                await self.store.set_run_fields(run.run_id, review_ts=ts)
+                return
+            except Exception:
+                log.warning("could not post the review of run %s", run.run_id, exc_info=True)
 
     async def resolve_review(self, actor: Actor, review_id: str, *, action: str) -> Reply:
         """A person settles a review: mark the unknown calls done, or run them again."""
@@ -794,9 +840,15 @@ class ApprovalService:
                 log.warning("sweep for stalled runs failed", exc_info=True)
 
     async def requeue_stalled(self, *, older_than: float) -> int:
-        """Enqueue again the runs waiting for a worker that never got their job (the process
-        that should have enqueued it stopped first). A duplicate job is harmless: only one
-        delivery can take an execution. Returns how many were enqueued."""
+        """Finish what a stopped process left half done; returns how many runs it touched.
+
+        - a run waiting for a worker that never got its job (the process that should have
+          enqueued it stopped first): enqueue it again (a duplicate job is harmless: only one
+          delivery can take an execution);
+        - a pause saved but not shown (its worker stopped before posting the messages);
+        - a review not posted.
+        Then trim the job stream of entries every worker is done with.
+        """
         count = 0
         cutoff = float(now()) - older_than
         for run_id in await self.store.active_runs():
@@ -804,11 +856,24 @@ class ApprovalService:
             if run is None or run.status in ("finished", "failed"):
                 await self.store.forget_active(run_id)
                 continue
-            if run.status not in ("running", "resuming") or not run.owner or "/" in run.owner:
+            if float(run.updated_at or 0) > cutoff or not run.message_ts:
                 continue
-            if float(run.updated_at or 0) > cutoff:
-                continue
-            kind = "start" if run.status == "running" else "resume"
-            await self.queue.enqueue(kind, run_id, run.owner)
-            count += 1
+            if run.status in ("running", "resuming") and run.owner and "/" not in run.owner:
+                kind = "start" if run.status == "running" else "resume"
+                await self.store.set_run_fields(run_id, updated_at=now())  # once per interval
+                await self.queue.enqueue(kind, run_id, run.owner)
+                count += 1
+            elif run.status == "paused" and any(
+                not c.message_ts for c in await self.store.pause_calls(run_id)
+            ):
+                await self._show_pause(run)
+                count += 1
+            elif (
+                run.status == "needs_review"
+                and not run.review_ts
+                and await self.store.claim_once(f"review:{run.review_id}", ttl=int(older_than))
+            ):
+                await self._post_review(run, run.review_id, run.error)
+                count += 1
+        await self.queue.trim()
         return count

@@ -52,8 +52,9 @@ class Notifier(Protocol):
     async def update_approval(self, run: RunRecord, call: CallRecord) -> None:
         """Re-render an approval message from its record (decided: no buttons)."""
 
-    async def post_review(self, run: RunRecord, review_id: str, text: str) -> None:
-        """Ask, in the run's thread, for a person to settle a review (Mark done / Run again)."""
+    async def post_review(self, run: RunRecord, review_id: str, text: str) -> str:
+        """Ask, in the run's thread, for a person to settle a review (Mark done / Run again);
+        return the message's ts."""
 
     async def tell(self, channel: str, user: str, text: str, thread_ts: str = "") -> None:
         """Say something only `user` can see."""

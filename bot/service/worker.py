@@ -52,8 +52,8 @@ class Worker:
                     continue
                 jobs: list[Job] = []
                 if loop.time() >= next_reclaim:
-                    jobs = await self.queue.reclaim(self.consumer, free)
                     next_reclaim = loop.time() + self.lease_seconds / 3
+                    jobs = await self.queue.reclaim(self.consumer, free)
                 if not jobs:
                     jobs = await self.queue.read(self.consumer, free, block_ms=200)
                 for job in jobs:
@@ -62,7 +62,10 @@ class Worker:
                     task.add_done_callback(self._running.discard)
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
+                if "NOGROUP" in str(exc):  # the stream was lost (Redis without persistence)
+                    with contextlib.suppress(Exception):
+                        await self.queue.ensure_group()
                 log.warning("the worker could not read jobs; retrying", exc_info=True)
                 await asyncio.sleep(1.0)
 
@@ -79,7 +82,9 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await renew
         try:
-            await self.queue.ack(job)
+            if not await self.queue.ack(self.consumer, job):
+                log.warning("job %s was taken over by another worker; not acknowledged here",
+                            job.message_id)  # fmt: skip
         except Exception:
             log.warning("could not acknowledge job %s", job.message_id, exc_info=True)
 
@@ -87,11 +92,21 @@ class Worker:
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
             try:
-                await self.queue.renew(self.consumer, job)
+                if not await self.queue.renew(self.consumer, job):
+                    log.warning(
+                        "lost the lease of job %s to another worker; this attempt's writes "
+                        "are refused from now on",
+                        job.message_id,
+                    )
+                    return
             except Exception:
                 log.warning("could not renew the lease of job %s", job.message_id, exc_info=True)
 
-    async def stop(self, timeout: float) -> None:
+    async def stop(self, loop_task: asyncio.Task[None] | None, timeout: float) -> None:
+        """Stop taking jobs, then wait (up to `timeout`) for the ones in hand."""
         self._stopping.set()
+        if loop_task is not None:
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(loop_task), timeout=5)
         if self._running:
             await asyncio.wait(set(self._running), timeout=timeout)

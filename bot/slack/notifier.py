@@ -73,14 +73,15 @@ class SlackNotifier:
             blocks=blocks.as_dicts(body),
         )
 
-    async def post_review(self, run: RunRecord, review_id: str, text: str) -> None:
+    async def post_review(self, run: RunRecord, review_id: str, text: str) -> str:
         fallback, body = blocks.review_message(review_id, text)
-        await self.client.chat_postMessage(
+        response = await self.client.chat_postMessage(
             channel=run.channel_id,
             thread_ts=run.message_ts,
             text=fallback,
             blocks=blocks.as_dicts(body),
         )
+        return str(response["ts"])
 
     async def tell(self, channel: str, user: str, text: str, thread_ts: str = "") -> None:
         await self.client.chat_postEphemeral(

@@ -8,6 +8,7 @@ idempotent: the run's state in Redis (see take_job.lua) decides whether a delive
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,9 +16,10 @@ import redis.asyncio as redis
 
 from bot.store.keys import PREFIX
 
+log = logging.getLogger(__name__)
+
 STREAM = f"{PREFIX}:jobs"
 GROUP = "workers"
-MAX_STREAM_LENGTH = 100_000
 
 
 def _text(value: Any) -> str:
@@ -39,12 +41,20 @@ class Job:
         return cls(_text(message_id), data["kind"], data["run_id"], data["execution"])
 
 
+def _stream_order(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
 class JobQueue:
     """Enqueue, read, renew and acknowledge jobs."""
 
     def __init__(self, client: redis.Redis, *, lease_seconds: float) -> None:
         self.redis = client
         self.lease_ms = int(lease_seconds * 1000)
+        from bot.store.runs import _script
+
+        self._hold = client.register_script(_script("renew_job"))
 
     async def ensure_group(self) -> None:
         try:
@@ -55,12 +65,7 @@ class JobQueue:
 
     async def enqueue(self, kind: str, run_id: str, execution: str) -> str:
         fields = {"kind": kind, "run_id": run_id, "execution": execution}
-        message_id = await self.redis.xadd(
-            STREAM,
-            fields,  # type: ignore[arg-type]
-            maxlen=MAX_STREAM_LENGTH,
-            approximate=True,
-        )
+        message_id = await self.redis.xadd(STREAM, fields)  # type: ignore[arg-type]
         return _text(message_id)
 
     async def read(self, consumer: str, count: int, block_ms: int) -> list[Job]:
@@ -71,9 +76,17 @@ class JobQueue:
         jobs = []
         for _, messages in reply or []:
             for message_id, fields in messages:
-                if fields:
-                    jobs.append(Job.parse(message_id, fields))
+                jobs.extend(await self._parsed(message_id, fields))
         return jobs
+
+    async def _parsed(self, message_id: Any, fields: Any) -> list[Job]:
+        """The job in a message; a malformed (or trimmed) message is acknowledged and skipped."""
+        try:
+            return [Job.parse(message_id, fields)]
+        except (KeyError, TypeError, AttributeError):
+            log.error("dropping malformed job message %s: %r", _text(message_id), fields)
+            await self.redis.xack(STREAM, GROUP, message_id)
+            return []
 
     async def reclaim(self, consumer: str, count: int) -> list[Job]:
         """Jobs whose worker has not renewed them for longer than the lease."""
@@ -83,18 +96,37 @@ class JobQueue:
         messages = reply[1] if reply else []
         jobs = []
         for message_id, fields in messages:
-            if fields:
-                jobs.append(Job.parse(message_id, fields))
-            else:  # trimmed away: nothing to do
-                await self.redis.xack(STREAM, GROUP, message_id)
+            jobs.extend(await self._parsed(message_id, fields))
         return jobs
 
-    async def renew(self, consumer: str, job: Job) -> None:
-        """Reset the job's idle time: this worker is still on it."""
-        await self.redis.xclaim(STREAM, GROUP, consumer, 0, [job.message_id], justid=True)
+    async def renew(self, consumer: str, job: Job) -> bool:
+        """Reset the job's idle time, if this worker still holds it (False: it lost the job)."""
+        held = await self._hold(keys=[STREAM], args=[GROUP, consumer, job.message_id, "renew"])
+        return int(held) == 1
 
-    async def ack(self, job: Job) -> None:
-        await self.redis.xack(STREAM, GROUP, job.message_id)
+    async def ack(self, consumer: str, job: Job) -> bool:
+        """Acknowledge the job, if this worker still holds it (another may have taken it over)."""
+        held = await self._hold(keys=[STREAM], args=[GROUP, consumer, job.message_id, "ack"])
+        return int(held) == 1
+
+    async def trim(self) -> None:
+        """Drop the entries every worker is done with: older than any pending or undelivered
+        job (trimming by length could drop a job a dead worker still holds)."""
+        groups: Any = await self.redis.xinfo_groups(STREAM)
+        floor = ""
+        for group in groups:
+            info = {_text(k): v for k, v in dict(group).items()}
+            if _text(info.get("name", "")) == GROUP:
+                delivered = _text(info.get("last-delivered-id", ""))
+                if delivered and delivered != "0-0":
+                    ms, seq = _stream_order(delivered)
+                    floor = f"{ms}-{seq + 1}"  # everything up to the last delivered entry
+        pending: Any = await self.redis.xpending(STREAM, GROUP)
+        oldest = pending.get("min")
+        if oldest:
+            floor = min(floor, _text(oldest), key=_stream_order) if floor else _text(oldest)
+        if floor:
+            await self.redis.xtrim(STREAM, minid=floor)
 
     async def backlog(self) -> int:
         """Jobs not yet delivered plus jobs delivered but not acknowledged."""

@@ -72,6 +72,7 @@ class RunRecord:
     job: str = ""  # the job message whose delivery holds the current execution
     review_id: str = ""  # opaque id of the open review, while status is needs_review
     review_kind: str = ""  # the job to run again once the review is settled
+    review_ts: str = ""  # the review request's message, once posted
 
     @classmethod
     def from_hash(cls, raw: Mapping[Any, Any]) -> RunRecord:

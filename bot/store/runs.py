@@ -83,6 +83,13 @@ class RunStore:
     async def set_run_message(self, run_id: str, ts: str) -> None:
         await self.redis.hset(keys.run_key(run_id), "message_ts", ts)
 
+    async def set_run_fields(self, run_id: str, **fields: str) -> None:
+        await self.redis.hset(keys.run_key(run_id), mapping=fields)  # type: ignore[arg-type]
+
+    async def claim_once(self, name: str, ttl: int) -> bool:
+        """True for the one caller that claims `name` within `ttl` seconds (any process)."""
+        return bool(await self.redis.set(f"{keys.PREFIX}:claim:{name}", "1", nx=True, ex=ttl))
+
     async def save_pause(
         self, run_id: str, owner: str, snapshot: Snapshot, calls: list[CallRecord]
     ) -> int:
@@ -233,19 +240,24 @@ class RunStore:
 
     # Executions ---------------------------------------------------------------------------
 
-    async def take(self, run_id: str, execution: str, message_id: str, attempt: str) -> str:
+    async def take(
+        self, run_id: str, execution: str, message_id: str, attempt: str
+    ) -> tuple[str, int]:
         """Take the execution a job names: 'fresh', 'retry' (an earlier attempt stopped), or
-        'skip' (nothing to do: the run moved on, or another delivery has it)."""
+        'skip' (nothing to do: the run moved on, or another delivery has it); and how many
+        attempts the execution has had."""
         reply = await self._take(
-            keys=[keys.run_key(run_id)], args=[execution, message_id, attempt, now()]
+            keys=[keys.run_key(run_id)],
+            args=[execution, message_id, attempt, now(), self.retention],
         )
-        return _s(reply[0])
+        return _s(reply[0]), int(reply[2]) if len(reply) > 2 else 0
 
     async def to_review(
         self, run_id: str, attempt: str, review_id: str, text: str, kind: str
     ) -> bool:
         reply = await self._to_review(
-            keys=[keys.run_key(run_id)], args=[attempt, review_id, text, now(), kind]
+            keys=[keys.run_key(run_id)],
+            args=[attempt, review_id, text, now(), kind, self.retention],
         )
         return int(reply) == 1
 
@@ -255,7 +267,7 @@ class RunStore:
         """Settle a review once; returns the call ids it changed, or None if it was not open."""
         reply = await self._resolve_review(
             keys=[keys.run_key(run_id), keys.journal_key(run_id)],
-            args=[review_id, action, execution, user, now(), status],
+            args=[review_id, action, execution, user, now(), status, self.retention],
         )
         if _s(reply[0]) != "ok":
             return None

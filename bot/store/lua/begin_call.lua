@@ -9,6 +9,9 @@ end
 local entry = redis.call('HGET', KEYS[2], ARGV[1])
 if entry then
   local data = cjson.decode(entry)
+  if data['tool'] ~= ARGV[3] then
+    return {'review', data['owner'] or ''}  -- the id was reused for another tool: never guess
+  end
   if data['status'] == 'executed' then
     return {'skip', data['output'] or ''}
   end

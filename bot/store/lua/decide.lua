@@ -12,6 +12,16 @@ if redis.call('EXISTS', target) == 0 then
   return {'missing'}
 end
 local status = redis.call('HGET', target, 'status')
+if status ~= 'pending' and redis.call('HGET', target, 'decided_owner') == ARGV[7] then
+  -- the same request repeated after a lost reply: answer as the first time
+  local run_status = redis.call('HGET', run, 'status')
+  local resume = 0
+  if run_status == 'resuming' and redis.call('HGET', run, 'owner') == ARGV[7] then
+    resume = 1
+  end
+  return {'decided', resume, tonumber(redis.call('HGET', run, 'undecided') or '0'),
+          redis.call('HGET', target, 'approval_id')}
+end
 if status ~= 'pending' then
   return {'already', status, redis.call('HGET', target, 'decided_by') or '',
           redis.call('HGET', target, 'decided_at') or '', redis.call('HGET', target, 'via') or ''}
@@ -40,7 +50,8 @@ if ARGV[1] == 'approved' then
 end
 local function settle(key, via)
   redis.call('HSET', key, 'status', ARGV[1], 'always', ARGV[2], 'decided_team', ARGV[3],
-             'decided_by', ARGV[4], 'decided_at', ARGV[5], 'reason', ARGV[6], 'via', via)
+             'decided_by', ARGV[4], 'decided_at', ARGV[5], 'reason', ARGV[6], 'via', via,
+             'decided_owner', ARGV[7])
 end
 settle(target, '')
 local settled = {redis.call('HGET', target, 'approval_id')}

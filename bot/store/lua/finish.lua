@@ -10,6 +10,9 @@ if status == false then
   return {'missing'}
 end
 if status == 'finished' or status == 'failed' then
+  if redis.call('HGET', run, 'ended_by') == ARGV[1] and status == ARGV[2] then
+    return {'ok', status}  -- the same request repeated after a lost reply
+  end
   return {'already', status}
 end
 if status == 'paused' then
@@ -24,7 +27,7 @@ if ARGV[2] == 'failed' then
   field = 'error'
 end
 redis.call('HSET', run, 'status', ARGV[2], field, ARGV[3], 'owner', '', 'undecided', 0,
-           'updated_at', ARGV[4])
+           'updated_at', ARGV[4], 'ended_by', ARGV[1])
 if ARGV[6] == '1' then
   redis.call('DEL', KEYS[2])
 end

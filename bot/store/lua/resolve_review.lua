@@ -3,9 +3,13 @@
 -- execution token.
 -- KEYS[1] run hash, KEYS[2] journal hash
 -- ARGV[1] review id, ARGV[2] action (done|rerun), ARGV[3] new execution token, ARGV[4] user,
--- ARGV[5] now, ARGV[6] status to resume in (resuming|running)
+-- ARGV[5] now, ARGV[6] status to resume in (resuming|running), ARGV[7] retention seconds
 if redis.call('HGET', KEYS[1], 'status') ~= 'needs_review'
    or redis.call('HGET', KEYS[1], 'review_id') ~= ARGV[1] then
+  if redis.call('HGET', KEYS[1], 'resolved_review') == ARGV[1]
+     and redis.call('HGET', KEYS[1], 'resolved_execution') == ARGV[3] then
+    return {'ok'}  -- the same request repeated after a lost reply
+  end
   return {'gone', redis.call('HGET', KEYS[1], 'status') or 'missing'}
 end
 local entries = redis.call('HGETALL', KEYS[2])
@@ -26,7 +30,12 @@ for i = 1, #entries, 2 do
   end
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[6], 'owner', ARGV[3], 'review_id', '', 'job', '',
-           'updated_at', ARGV[5])
+           'updated_at', ARGV[5], 'resolved_review', ARGV[1], 'resolved_execution', ARGV[3])
+for i = 1, 2 do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    redis.call('EXPIRE', KEYS[i], ARGV[7])
+  end
+end
 local reply = {'ok'}
 for _, id in ipairs(touched) do
   table.insert(reply, id)

@@ -4,7 +4,8 @@
 -- A redelivery of the same job message may take over from an earlier attempt (its worker
 -- stopped renewing the job's lease); any other message for a taken execution is a duplicate.
 -- KEYS[1] run hash
--- ARGV[1] execution token, ARGV[2] job message id, ARGV[3] new attempt token, ARGV[4] now
+-- ARGV[1] execution token, ARGV[2] job message id, ARGV[3] new attempt token, ARGV[4] now,
+-- ARGV[5] retention seconds. The reply's third element counts the attempts of the execution.
 local run = KEYS[1]
 local status = redis.call('HGET', run, 'status')
 if status ~= 'running' and status ~= 'resuming' then
@@ -13,12 +14,15 @@ end
 local owner = redis.call('HGET', run, 'owner') or ''
 local execution = ARGV[1]
 if owner == execution then
-  redis.call('HSET', run, 'owner', ARGV[3], 'job', ARGV[2], 'updated_at', ARGV[4])
-  return {'fresh', ''}
+  redis.call('HSET', run, 'owner', ARGV[3], 'job', ARGV[2], 'updated_at', ARGV[4], 'attempts', 1)
+  redis.call('EXPIRE', run, ARGV[5])
+  return {'fresh', '', 1}
 end
 if string.sub(owner, 1, #execution + 1) == execution .. '/'
    and redis.call('HGET', run, 'job') == ARGV[2] then
   redis.call('HSET', run, 'owner', ARGV[3], 'updated_at', ARGV[4])
-  return {'retry', owner}
+  local attempts = redis.call('HINCRBY', run, 'attempts', 1)
+  redis.call('EXPIRE', run, ARGV[5])
+  return {'retry', owner, attempts}
 end
 return {'skip', 'taken'}

@@ -1,0 +1,93 @@
+"""The work queue and the transition scripts against a real redis-server: leases, take-overs,
+malformed messages, and scripts repeated after a lost reply."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from bot.store import keys
+from bot.store.queue import GROUP, STREAM, JobQueue
+from bot.store.records import RunRecord
+from bot.store.runs import RunStore
+from bot.testing.harness import BotHarness
+from tests.agents_for_tests import POLICY, Ledger, assistant_message, ops_agent
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    c = aioredis.Redis.from_url(redis_url)
+    yield c
+    await c.aclose()
+
+
+async def test_a_worker_that_lost_its_job_neither_renews_nor_acks_it(
+    client: aioredis.Redis,
+) -> None:
+    queue = JobQueue(client, lease_seconds=0.001)
+    await queue.ensure_group()
+    await queue.enqueue("start", keys.new_run_id(), "exec")
+    [job] = await queue.read("A", 1, block_ms=100)
+    # A stalls; B takes the job over once the lease lapsed.
+    await asyncio.sleep(0.05)
+    [taken] = await queue.reclaim("B", 1)
+    assert taken.message_id == job.message_id
+    assert await queue.renew("A", job) is False  # A must not steal it back
+    assert await queue.ack("A", job) is False  # nor acknowledge B's job
+    assert (await client.xpending(STREAM, GROUP))["pending"] == 1
+    assert await queue.renew("B", job) is True
+    assert await queue.ack("B", job) is True
+    assert (await client.xpending(STREAM, GROUP))["pending"] == 0
+    await queue.trim()
+    assert await client.xlen(STREAM) == 0  # done with: trimmed
+
+
+async def test_a_malformed_message_does_not_stop_the_worker(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent([[assistant_message("fine")]], ledger)
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await bot.runtime.queue.redis.xadd(STREAM, {"garbage": "1"})
+        await bot.slack.command("hello", user="U1", channel="C1")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+
+
+async def test_transitions_repeated_after_a_lost_reply_answer_the_same(
+    client: aioredis.Redis,
+) -> None:
+    store = RunStore(client, retention_seconds=600)
+    run = RunRecord(
+        run_id=keys.new_run_id(), team_id="T", user_id="U1", channel_id="C1",
+        agent_name="ops", task="t", owner="exec",
+    )  # fmt: skip
+    await store.create_run(run)
+    assert await store.take(run.run_id, "exec", "1-0", "exec/a") == ("fresh", 1)
+    assert await store.take(run.run_id, "exec", "1-0", "exec/b") == ("retry", 2)
+    assert await store.take(run.run_id, "exec", "2-0", "exec/c") == ("skip", 0)  # a duplicate
+    assert await store.to_review(run.run_id, "exec/b", "rv", "why", "start")
+    assert await store.to_review(run.run_id, "exec/b", "rv", "why", "start")  # repeated
+    first = await store.resolve_review(
+        run.run_id, "rv", action="done", execution="exec2", user="U2", status="running"
+    )
+    again = await store.resolve_review(
+        run.run_id, "rv", action="done", execution="exec2", user="U2", status="running"
+    )
+    other = await store.resolve_review(
+        run.run_id, "rv", action="done", execution="exec3", user="U3", status="running"
+    )
+    assert first == [] and again == [] and other is None
+    assert await store.take(run.run_id, "exec2", "3-0", "exec2/a") == ("fresh", 1)
+    assert await store.finish(
+        run.run_id, "exec2/a", status="finished", text="x", drop_snapshot=True
+    )
+    assert await store.finish(
+        run.run_id, "exec2/a", status="finished", text="x", drop_snapshot=True
+    )
+    assert not await store.finish(
+        run.run_id, "exec2/z", status="failed", text="y", drop_snapshot=True
+    )
+    final = await store.get_run(run.run_id)
+    assert final is not None and (final.status, final.output) == ("finished", "x")
