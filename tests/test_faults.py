@@ -124,8 +124,16 @@ async def test_a_worker_killed_during_the_tool_leaves_it_to_a_person(
                 lambda: review_messages(slack), timeout=30, what="a review request"
             )
             assert "`delete_logs` (call `call_1`) was executing" in review.all_text()
-            run_status = [m for m in slack.top_level() if "started agent" in m.all_text()]
-            assert "needs review" in run_status[0].all_text()
+            assert "stopped (or stalled)" in review.all_text()
+            await wait_until(
+                lambda: any(
+                    "needs review" in m.all_text()
+                    for m in slack.top_level()
+                    if "started agent" in m.all_text()
+                ),
+                timeout=10,
+                what="the run message to say it needs review",
+            )
             # Not by someone who may not decide this tool; then by an approver.
             denied = await requests.click(
                 choice, review.button_value(choice), user="U9", channel="C1"
