@@ -31,6 +31,15 @@ def delete_agent(ledger: Ledger, args: object = None) -> object:
     return agent
 
 
+async def audited(bot: BotHarness) -> dict[str, list[str]]:
+    """kind -> users, from the audit trail; and no request got a 5xx."""
+    assert bot.slack.statuses and max(bot.slack.statuses) < 500, bot.slack.statuses
+    found: dict[str, list[str]] = {}
+    for entry in await bot.audit():
+        found.setdefault(entry["kind"], []).append(entry.get("user", ""))
+    return found
+
+
 async def call_status(redis_url: str, approval_id: str) -> str:
     client = aioredis.Redis.from_url(redis_url)
     try:
@@ -56,6 +65,8 @@ async def test_non_approver_click_changes_nothing_and_is_told_why(redis_url: str
         assert await call_status(redis_url, approval.button_value(APPROVE)) == "pending"
         assert bot.slack_api.messages[(approval.channel, approval.ts)].action_ids()
         assert "waiting for 1 approval" in status_line(bot.run_message())
+        audit = await audited(bot)
+        assert audit["refused"] == ["U9", "U9", "U9"] and "decided" not in audit
     assert ledger.executed == []
 
 
@@ -76,6 +87,8 @@ async def test_the_starter_cannot_approve_their_own_run(redis_url: str) -> None:
         await bot.click(approval, APPROVE, user="U3")
         await bot.wait_for_status("finished")
         await bot.idle()
+        audit = await audited(bot)
+        assert audit["refused"] == ["U2", "U2"] and audit["decided"] == ["U3"]
     assert ledger.names() == ["delete_logs"]
 
 
@@ -107,6 +120,8 @@ async def test_a_user_of_another_team_cannot_decide(redis_url: str) -> None:
         told = bot.slack_api.ephemeral_to("U2")
         assert len(told) == 2 and all("another Slack workspace" in t for t in told)
         assert await call_status(redis_url, approval.button_value(APPROVE)) == "pending"
+        audit = await audited(bot)
+        assert audit["refused"] == ["U2", "U2"] and "decided" not in audit
     assert ledger.executed == []
 
 
@@ -129,6 +144,8 @@ async def test_forged_identity_in_the_body_does_not_help(redis_url: str) -> None
         await bot.idle()
         assert await call_status(redis_url, approval.button_value(APPROVE)) == "pending"
         assert len(bot.slack_api.ephemeral_to("U9")) == 2
+        audit = await audited(bot)
+        assert audit["refused"] == ["U9", "U9"] and "decided" not in audit
     assert ledger.executed == []
 
 
@@ -152,6 +169,8 @@ async def test_bad_or_stale_signatures_get_401_and_change_nothing(redis_url: str
         await bot.idle()
         assert await call_status(redis_url, approval.button_value(APPROVE)) == "pending"
         assert len(bot.slack_api.top_level()) == 2  # the run message and its approval only
+        audit = await audited(bot)
+        assert "decided" not in audit and "refused" not in audit  # nothing got that far
     assert ledger.executed == []
 
 
@@ -176,6 +195,8 @@ async def test_a_replayed_click_changes_nothing_and_says_who_decided(redis_url: 
         assert any("already approved by <@U2>" in t for t in bot.slack_api.ephemeral_to("U2"))
         assert any("already approved by <@U2>" in t for t in bot.slack_api.ephemeral_to("U3"))
         assert bot.slack_api.views == []
+        audit = await audited(bot)
+        assert audit["decided"] == ["U2"] and audit["refused"] == ["U2", "U3"]
     assert ledger.names() == ["delete_logs"]
 
 
@@ -211,6 +232,8 @@ async def test_a_hundred_concurrent_clicks_run_the_tool_once(redis_url: str) -> 
         assert len(updates) == 1
         told = bot.slack_api.ephemeral_to("U2") + bot.slack_api.ephemeral_to("U3")
         assert len(told) == 99 and all("already approved" in t for t in told)
+        audit = await audited(bot)
+        assert len(audit["decided"]) == 1 and len(audit["refused"]) == 99
     assert ledger.names() == ["delete_logs"]
 
 
