@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -79,6 +80,13 @@ async def test_embedded_redis_keeps_pending_approvals_across_a_restart(
             timeout=20,
             what="the resumed run's output",
         )
+        # The audit export finds the running bot's own redis-server (no second server).
+        exported = subprocess.run(
+            [sys.executable, "-m", "bot", "audit", "--since", "1h"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        kinds = [json.loads(line)["kind"] for line in exported.stdout.splitlines()]
+        assert kinds[:2] == ["run_started", "paused"] and "run_finished" in kinds
     assert executions(tmp_path) == [("start", "/srv/old"), ("end", "/srv/old")]
 
 
@@ -126,3 +134,20 @@ async def test_serve_without_redis_says_how_to_get_one(
     assert result.returncode == 1
     assert "no `redis-server` is on PATH" in result.stderr
     assert "apt-get install redis-server" in result.stderr and "REDIS_URL" in result.stderr
+
+
+async def test_a_redis_server_left_by_a_killed_bot_is_stopped_before_a_new_one(
+    tmp_path: Path,
+) -> None:
+    first = EmbeddedRedis(tmp_path)
+    await first.start()
+    assert first.process is not None
+    # The bot is SIGKILLed: its redis-server (in its own session) keeps running.
+    second = EmbeddedRedis(tmp_path)
+    await second.start()
+    try:
+        assert first.process.wait(timeout=10) == 0  # shut down cleanly, AOF written
+        assert await EmbeddedRedis.running_url(tmp_path) == second.url
+    finally:
+        second.stop()
+        first.stop()

@@ -88,7 +88,12 @@ class EmbeddedRedis:
 
     async def start(self, timeout: float = 10.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL)  # noqa: ASYNC220
+        await self._stop_leftover()
+        # Its own session: a Ctrl-C or SIGTERM to the bot's process group must not stop Redis
+        # while the bot is still draining; the bot stops it last.
+        self.process = subprocess.Popen(  # noqa: ASYNC220
+            self.command(), stdin=subprocess.DEVNULL, start_new_session=True
+        )
         client = redis.Redis.from_url(self.url)
         try:
             deadline = asyncio.get_running_loop().time() + timeout
@@ -108,9 +113,29 @@ class EmbeddedRedis:
                     await asyncio.sleep(0.05)
         finally:
             await client.aclose()
+        (self.data_dir / "redis.port").write_text(str(self.port))  # for `audit` and restarts
         log.info(
             "started embedded redis-server on 127.0.0.1:%d (data in %s)", self.port, self.data_dir
         )
+
+    async def _stop_leftover(self) -> None:
+        """A bot killed with SIGKILL leaves its redis-server running on this directory: shut it
+        down (it writes its AOF) so that two servers never share one AOF."""
+        url = await self.running_url(self.data_dir)
+        if url is None:
+            return
+        log.warning("stopping the redis-server a previous bot left running on %s", self.data_dir)
+        client = redis.Redis.from_url(url)
+        try:
+            await client.shutdown()
+        except (redis.ConnectionError, OSError):
+            pass  # it closes the connection as it exits
+        finally:
+            await client.aclose()
+        for _ in range(100):
+            if await self.running_url(self.data_dir) is None:
+                return
+            await asyncio.sleep(0.05)
 
     @staticmethod
     async def running_url(data_dir: Path) -> str | None:
