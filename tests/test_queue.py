@@ -91,3 +91,20 @@ async def test_transitions_repeated_after_a_lost_reply_answer_the_same(
     )
     final = await store.get_run(run.run_id)
     assert final is not None and (final.status, final.output) == ("finished", "x")
+
+
+def test_every_key_of_a_run_is_in_one_cluster_slot() -> None:
+    """Every transition script touches only keys of one run: on Redis Cluster they must hash to
+    one slot, which the shared `{run id}` tag guarantees."""
+    from redis.crc import key_slot
+
+    run_id = keys.new_run_id()
+    approval_id = keys.new_approval_id(run_id)
+    run_keys = [
+        keys.run_key(run_id), keys.snapshot_key(run_id), keys.pause_key(run_id),
+        keys.journal_key(run_id), keys.call_key(approval_id), keys.votes_key(approval_id),
+        keys.comments_key(approval_id),
+    ]  # fmt: skip
+    assert len({key_slot(k.encode()) for k in run_keys}) == 1
+    other = keys.run_key(keys.new_run_id())
+    assert all(f"{{{run_id}}}" in k for k in run_keys) and f"{{{run_id}}}" not in other
