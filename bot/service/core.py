@@ -1,0 +1,198 @@
+"""What every part of the application service shares: its collaborators, background tasks,
+the audit trail, and small helpers over runs and calls."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from bot.engine.context import RunContext
+from bot.engine.runner import (
+    Engine,
+)
+from bot.service.authorize import Authorizer
+from bot.service.digest import call_digest
+from bot.service.policy import Verdict
+from bot.service.policy_source import PolicySource
+from bot.service.ports import Actor, Notifier
+from bot.store.audit import AuditLog
+from bot.store.journal import RedisJournal
+from bot.store.queue import JobQueue
+from bot.store.records import (
+    CallRecord,
+    RunRecord,
+)
+from bot.store.runs import RunStore
+
+log = logging.getLogger(__name__)
+
+
+class ServiceCore:
+    """The service's collaborators and shared helpers (see `ApprovalService`)."""
+
+    def __init__(
+        self,
+        *,
+        store: RunStore,
+        engine: Engine,
+        notifier: Notifier,
+        policies: PolicySource,
+        authorizer: Authorizer,
+        audit: AuditLog,
+        queue: JobQueue,
+        journal: RedisJournal,
+    ) -> None:
+        self.store = store
+        self.engine = engine
+        self.notifier = notifier
+        self.policies = policies
+        self.authorizer = authorizer
+        self.audit_log = audit
+        self.queue = queue
+        self.journal = journal
+        self.process_id = secrets.token_hex(6)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._refresh_locks: dict[str, asyncio.Lock] = {}
+
+    def _owner(self) -> str:
+        return f"{self.process_id}:{secrets.token_hex(4)}"
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """Run `coro` in a tracked background task that cannot die silently."""
+
+        async def guarded() -> None:
+            try:
+                await coro
+            except Exception:
+                log.exception("background task %s failed", name)
+
+        task = asyncio.create_task(guarded(), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def later(self, what: str, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run a best-effort call (a Slack message) in the background; failures are logged."""
+
+        async def run() -> None:
+            await self._safely(what, coro)
+
+        self.spawn(run(), name=what)
+
+    async def drain(self, timeout: float) -> None:
+        """Wait for background runs to finish (on shutdown), up to `timeout` seconds."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)
+
+    async def _safely(self, what: str, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run a notifier call; a failure to show something never breaks a transition."""
+        try:
+            return await coro
+        except Exception:
+            log.exception("could not %s", what)
+            return None
+
+    async def audit(
+        self,
+        kind: str,
+        *,
+        run: RunRecord | None = None,
+        call: CallRecord | None = None,
+        actor: Actor | None = None,
+        decision: str = "",
+        detail: str = "",
+    ) -> None:
+        """Append to the audit trail; a failure is logged loudly but never breaks a flow."""
+        fields = {"decision": decision, "detail": detail}
+        if run is not None:
+            fields.update(run_id=run.run_id, channel=run.channel_id, agent=run.agent_name)
+            fields.update(team=run.team_id, user=run.user_id, enterprise=run.enterprise_id)
+        if call is not None:
+            fields.update(approval_id=call.approval_id, run_id=call.run_id, agent=call.agent)
+            fields.update(tool=call.tool, digest=call.digest, channel=call.channel_id)
+        if actor is not None:
+            fields.update(team=actor.team_id, user=actor.user_id, enterprise=actor.enterprise_id)
+        try:
+            await self.audit_log.append(kind, **fields)
+        except Exception:
+            log.exception("could not append %s to the audit trail", kind)
+
+    def agent_names(self) -> list[str]:
+        return list(self.engine.registry.agents)
+
+    def _context(self, run: RunRecord) -> RunContext:
+        return RunContext(
+            run_id=run.run_id,
+            team_id=run.team_id,
+            enterprise_id=run.enterprise_id,
+            user_id=run.user_id,
+            channel_id=run.channel_id,
+            thread_ts=run.message_ts,
+        )
+
+    def _progress(self, run: RunRecord) -> Callable[[str], Coroutine[Any, Any, None]]:
+        async def progress(text: str) -> None:
+            await self.notifier.post_in_run_thread(run, text)
+
+        return progress
+
+    async def _fail(self, run: RunRecord, owner: str, error: str) -> None:
+        if await self.store.finish(
+            run.run_id, owner, status="failed", text=error, drop_snapshot=False
+        ):
+            await self.audit("run_failed", run=run, detail=error)
+            await self._safely(
+                "post failure", self.notifier.post_in_run_thread(run, f":x: {error}")
+            )
+            await self._refresh_run(run.run_id)
+
+    async def _refresh_run(self, run_id: str) -> None:
+        """Re-render the run message from the latest record; one update at a time per run, so an
+        older status never overwrites a newer one from this process."""
+        lock = self._refresh_locks.setdefault(run_id, asyncio.Lock())
+        async with lock:
+            run = await self._safely("read run", self.store.get_run(run_id))
+            if run is not None and run.message_ts:
+                await self._safely("update run message", self.notifier.update_run(run))
+            if run is None or run.status in ("finished", "failed"):
+                self._refresh_locks.pop(run_id, None)
+
+    async def _enqueue(self, kind: str, run_id: str, execution: str) -> None:
+        try:
+            await self.queue.enqueue(kind, run_id, execution)
+        except Exception:
+            log.exception("could not enqueue %s of run %s; the sweeper will", kind, run_id)
+
+    @staticmethod
+    def _digest(call: CallRecord) -> str:
+        return call_digest(
+            agent=call.agent,
+            tool=call.tool,
+            arguments=call.arguments,
+            run_id=call.run_id,
+            call_id=call.call_id,
+            policy_version=call.policy_version,
+        )
+
+    async def _approved_in_pause(self, run: RunRecord) -> set[str]:
+        calls = await self.store.pause_calls(run.run_id) if run.pause else []
+        return {c.call_id for c in calls if c.status == "approved"}
+
+    async def _authorize(self, actor: Actor, call: CallRecord) -> tuple[RunRecord | None, Verdict]:
+        run = await self.store.get_run(call.run_id)
+        if run is None:
+            return None, Verdict(False, "This run no longer exists.")
+        policy = self.policies.current().policy
+        rule = policy.rule_for(channel=run.channel_id, agent=call.agent, tool=call.tool)
+        verdict = await self.authorizer.may_decide(
+            policy,
+            actor,
+            run_team=run.team_id,
+            run_starter=run.user_id,
+            channel=run.channel_id,
+            tool=call.tool,
+            rule=rule,
+        )
+        return run, verdict

@@ -1,0 +1,161 @@
+"""Decisions: who may decide a call, recording it exactly once, and what follows (a resume)."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from bot.service.ports import Actor
+from bot.service.replies import RejectForm, Reply, already_text
+from bot.service.runs import RunFlow
+from bot.store.records import (
+    AlreadyDecided,
+    CallRecord,
+    Decided,
+    Gone,
+    RunRecord,
+    Voted,
+)
+from bot.untrusted import inline
+
+log = logging.getLogger(__name__)
+
+REJECT_REPLY = re.compile(r"^\s*(reject|deny)(?::|\s|$)\s*(.*)$", re.IGNORECASE | re.DOTALL)
+
+
+class DecisionFlow(RunFlow):
+    """Clicks, modal submissions and thread replies on pending calls."""
+
+    async def _check(
+        self, actor: Actor, approval_id: str, *, approve: bool, always: bool
+    ) -> tuple[CallRecord, RunRecord] | Reply:
+        """Everything that must hold before a decision is recorded; a Reply when it does not."""
+        call = await self.store.get_call(approval_id)
+        if call is None:
+            return Reply(False, Gone().why)
+        run, verdict = await self._authorize(actor, call)
+        # The checks, in order; who decided is told only to people allowed to decide.
+        if run is None or not verdict.allowed:
+            reply = Reply(False, verdict.reason)
+        elif call.decided:
+            earlier = AlreadyDecided(call.status, call.decided_by, call.decided_at, call.via)
+            reply = Reply(False, already_text(earlier))
+        elif always and (not call.allow_always or (approve and call.required > 1)):
+            reply = Reply(
+                False,
+                f"Always decisions are not allowed for tool `{inline(call.tool)}`: "
+                "decide this call on its own.",
+            )
+        elif self._digest(call) != call.digest:
+            reply = Reply(
+                False, "This call changed since it was posted, so no decision can apply to it."
+            )
+        else:
+            return call, run
+        decision = ("always_" if always else "") + ("approve" if approve else "reject")
+        await self.audit("refused", call=call, actor=actor, decision=decision, detail=reply.text)
+        return reply
+
+    async def reject_form(
+        self, actor: Actor, approval_id: str, *, always: bool
+    ) -> RejectForm | Reply:
+        """Check a reject click before its modal opens: the modal only opens for a live call."""
+        checked = await self._check(actor, approval_id, approve=False, always=always)
+        if isinstance(checked, Reply):
+            return checked
+        call, _ = checked
+        comments = await self.store.comments(approval_id)
+        # Only comments by people who may decide the call pre-fill the reason the model gets.
+        return RejectForm(call, "\n".join(c["text"] for c in comments if c.get("approver")))
+
+    async def decide(
+        self, actor: Actor, approval_id: str, *, approve: bool, always: bool, reason: str = ""
+    ) -> Reply:
+        """Authorize and record one decision; resume the run if it was the pause's last."""
+        checked = await self._check(actor, approval_id, approve=approve, always=always)
+        if isinstance(checked, Reply):
+            return checked
+        call, run = checked
+        owner = self._owner()
+        result = await self.store.decide(
+            approval_id,
+            approve=approve,
+            always=always,
+            team=actor.team_id,
+            user=actor.user_id,
+            reason=reason.strip(),
+            owner=owner,
+        )
+        decision = ("always_" if always else "") + ("approve" if approve else "reject")
+        if isinstance(result, AlreadyDecided):
+            reply = Reply(False, already_text(result))
+        elif isinstance(result, Gone):
+            reply = Reply(False, result.why)
+        elif isinstance(result, Voted) and result.repeated:
+            reply = Reply(
+                False,
+                f"You already approved this call. It needs {result.required} different "
+                f"approvers; {result.votes} so far.",
+            )
+        else:
+            reply = Reply(True)
+        if not reply.ok:
+            await self.audit(
+                "refused", call=call, actor=actor, decision=decision, detail=reply.text
+            )
+            return reply
+        if isinstance(result, Voted):
+            await self.audit(
+                "approval_vote", call=call, actor=actor, decision=decision,
+                detail=f"{result.votes} of {result.required}",
+            )  # fmt: skip
+            self.later("show vote", self._show_call(run, approval_id))
+            return reply
+        assert isinstance(result, Decided)
+        for settled in result.settled:
+            via = "" if settled == approval_id else f"always decision on {approval_id}"
+            target = call if settled == approval_id else await self.store.get_call(settled)
+            await self.audit(
+                "decided", call=target, actor=actor, decision=decision, detail=reason.strip() or via
+            )
+        self.spawn(self._after_decision(run, result, owner), name=f"decided-{run.run_id}")
+        return reply
+
+    async def _show_call(self, run: RunRecord, approval_id: str) -> None:
+        call = await self.store.get_call(approval_id)
+        if call is not None:
+            await self.notifier.update_approval(run, call)
+
+    async def _after_decision(self, run: RunRecord, result: Decided, owner: str) -> None:
+        """Resume if the decision completed the pause, then show it on its message(s)."""
+        if result.resume:
+            await self._enqueue("resume", run.run_id, owner)
+        try:
+            for approval_id in result.settled:
+                await self._safely("update approval", self._show_call(run, approval_id))
+            await self._refresh_run(run.run_id)
+        except Exception:
+            log.exception("could not show the decision on run %s", run.run_id)
+
+    async def thread_reply(
+        self, actor: Actor, channel: str, thread_ts: str, text: str
+    ) -> Reply | None:
+        """A reply in an approval message's thread: a rejection with a reason, or a comment.
+
+        Returns None when the thread is not an approval message's (nothing to do).
+        """
+        approval_id = await self.store.approval_for_message(channel, thread_ts)
+        if approval_id is None:
+            return None
+        match = REJECT_REPLY.match(text)
+        if match:
+            return await self.decide(
+                actor, approval_id, approve=False, always=False, reason=match.group(2)
+            )
+        call = await self.store.get_call(approval_id)
+        if call is not None and not call.decided:
+            _, verdict = await self._authorize(actor, call)
+            await self.store.add_comment(
+                approval_id, actor.user_id, text, from_approver=verdict.allowed
+            )
+        return Reply(True)

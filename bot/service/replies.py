@@ -1,0 +1,39 @@
+"""What the services answer the person who acted, and how they word decision times."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from bot.store.records import AlreadyDecided, CallRecord
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What to tell the person who acted; `ok` is False when nothing changed because of them."""
+
+    ok: bool
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class RejectForm:
+    """What the reject modal needs: the call it is for and the reason to pre-fill."""
+
+    call: CallRecord
+    prefill: str
+
+
+def when(timestamp: str) -> str:
+    """A decision time as people read it (UTC)."""
+    try:
+        moment = datetime.fromtimestamp(float(timestamp), tz=UTC)
+    except ValueError:
+        return timestamp
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def already_text(result: AlreadyDecided) -> str:
+    verb = "approved" if result.status == "approved" else "rejected"
+    who = f"<@{result.decided_by}>" if result.decided_by else "someone"
+    return f"This call was already {verb} by {who} at {when(result.decided_at)}. Nothing changed."

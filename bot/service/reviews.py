@@ -1,0 +1,97 @@
+"""Runs that need a person: a call whose outcome is unknown after a worker stopped.
+
+Nothing is run again by itself; an approver of the tool chooses Mark done or Run again."""
+
+from __future__ import annotations
+
+import logging
+
+from bot.service.core import ServiceCore
+from bot.service.ports import Actor
+from bot.service.replies import Reply
+from bot.store import keys
+from bot.store.records import (
+    RunRecord,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ReviewFlow(ServiceCore):
+    """Stopping for a review, posting it, and settling it exactly once."""
+
+    async def _review(self, run: RunRecord, attempt: str, kind: str, what: str) -> None:
+        """Stop for a person: whether a call had its effect is unknown. Nothing re-runs."""
+        review_id = keys.new_approval_id(run.run_id)
+        text = (
+            f"{what} Whether it had its effect is unknown, so the bot did not run it again. "
+            "Check what happened, then choose: *Mark done* (continue; the agent is told the "
+            "call was done) or *Run again* (the call runs once more)."
+        )
+        if not await self.store.to_review(run.run_id, attempt, review_id, text, kind):
+            return
+        await self.audit("needs_review", run=run, detail=text)
+        await self._post_review(run, review_id, text)
+        await self._refresh_run(run.run_id)
+
+    async def _post_review(self, run: RunRecord, review_id: str, text: str) -> None:
+        """Post the review request (one retry); the sweeper posts it later if this fails."""
+        for _ in (1, 2):
+            try:
+                ts = await self.notifier.post_review(run, review_id, text)
+                await self.store.set_run_fields(run.run_id, review_ts=ts)
+                return
+            except Exception:
+                log.warning("could not post the review of run %s", run.run_id, exc_info=True)
+
+    async def resolve_review(self, actor: Actor, review_id: str, *, action: str) -> Reply:
+        """A person settles a review: mark the unknown calls done, or run them again."""
+        run_id = keys.run_of(review_id)
+        run = await self.store.get_run(run_id) if run_id else None
+        if run is None or run.review_id != review_id or run.status != "needs_review":
+            return Reply(False, "This review is already settled, or the run no longer exists.")
+        policy = self.policies.current().policy
+        tools = {
+            str(e.get("tool", ""))
+            for e in (await self.journal.entries(run.run_id)).values()
+            if e.get("status") == "executing"
+        } or {"*"}
+        for tool in sorted(tools):
+            rule = policy.rule_for(channel=run.channel_id, agent=run.agent_name, tool=tool)
+            verdict = await self.authorizer.may_decide(
+                policy, actor, run_team=run.team_id, run_starter=run.user_id,
+                channel=run.channel_id, tool=tool, rule=rule,
+            )  # fmt: skip
+            if not verdict.allowed:
+                await self.audit("refused", run=run, actor=actor, decision=f"review_{action}",
+                                 detail=verdict.reason)  # fmt: skip
+                return Reply(False, verdict.reason)
+        execution = self._owner()
+        status = "running" if run.review_kind == "start" else "resuming"
+        changed = await self.store.resolve_review(
+            run.run_id, review_id, action=action, execution=execution, user=actor.user_id,
+            status=status,
+        )  # fmt: skip
+        if changed is None:
+            return Reply(False, "This review is already settled.")
+        await self.audit(
+            "review_settled", run=run, actor=actor, decision=action, detail=", ".join(changed)
+        )
+        verb = "marked the unknown call(s) done" if action == "done" else "chose to run them again"
+        self.later(
+            "post review outcome",
+            self.notifier.post_in_run_thread(run, f"<@{actor.user_id}> {verb}; continuing."),
+        )
+        await self._enqueue(run.review_kind or "resume", run.run_id, execution)
+        self.later("update run message", self._refresh_run(run.run_id))
+        return Reply(True)
+
+    @staticmethod
+    def _beyond_text(calls: list[str]) -> str:
+        return (
+            "The worker executing this run stopped (or stalled) after these calls had started: "
+            + ", ".join(calls)
+            + ". They may have had their effect, and a retried agent could ask for them again, "
+            "so the run was stopped instead of retried. Check what they did, then start a new "
+            "run if needed."
+        )

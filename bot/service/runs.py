@@ -1,0 +1,393 @@
+"""Starting, executing (as jobs) and settling runs: pauses, results, failures, retries."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from bot.engine.journal import Execution
+from bot.engine.runner import (
+    Checkpoint,
+    Decision,
+    Failed,
+    Finished,
+    NeedsReview,
+    Outcome,
+    Paused,
+)
+from bot.service.policy import Verdict
+from bot.service.ports import Actor
+from bot.service.replies import Reply
+from bot.service.reviews import ReviewFlow
+from bot.store import keys
+from bot.store.queue import Job
+from bot.store.records import (
+    CallRecord,
+    Decided,
+    RunRecord,
+    Snapshot,
+)
+from bot.store.runs import StoreError, now
+from bot.untrusted import inline, redact
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 5
+
+
+class RunFlow(ReviewFlow):
+    """A run from its command to its end, one job at a time."""
+
+    async def start_run(
+        self, actor: Actor, channel: str, agent_name: str | None, task: str, delivery_id: str = ""
+    ) -> Reply:
+        """Authorize a run and start it in the background; answers within Slack's 3 seconds.
+
+        `delivery_id` (the command's trigger id) makes a replayed request start nothing.
+        """
+        name = agent_name or self.engine.registry.default_name
+        policy = self.policies.current().policy
+        verdict = await self.authorizer.may_start(policy, actor, channel, name)
+        if verdict.allowed and self.engine.registry.get(name) is None:
+            known = ", ".join(f"`{n}`" for n in self.agent_names())
+            verdict = Verdict(
+                False, f"There is no agent named `{inline(name)}`. Agents here: {known}."
+            )
+        if verdict.allowed and not task.strip():
+            verdict = Verdict(False, "Tell the agent what to do: `/agent <task>`.")
+        if not verdict.allowed:
+            self.spawn(
+                self.audit("start_refused", actor=actor, detail=verdict.reason),
+                name="audit",
+            )
+            return Reply(False, verdict.reason)
+        stamp = now()
+        run = RunRecord(
+            run_id=keys.new_run_id(),
+            team_id=actor.team_id,
+            enterprise_id=actor.enterprise_id,
+            user_id=actor.user_id,
+            channel_id=channel,
+            agent_name=name,
+            task=task,
+            status="running",
+            created_at=stamp,
+            updated_at=stamp,
+            owner=self._owner(),
+        )
+        self.spawn(self._start(run, delivery_id), name=f"start-{run.run_id}")
+        return Reply(True)
+
+    async def _start(self, run: RunRecord, delivery_id: str) -> None:
+        try:
+            if delivery_id and not await self.store.first_delivery("command", delivery_id):
+                log.info("ignored a replayed command (trigger %s)", delivery_id)
+                return
+            await self.store.create_run(run)
+            await self.audit("run_started", run=run, detail=run.task)
+        except Exception:
+            log.exception("could not store new run %s", run.run_id)
+            await self._safely(
+                "tell the starter",
+                self.notifier.tell(
+                    run.channel_id,
+                    run.user_id,
+                    "The bot could not reach its database, so the "
+                    "run did not start. Try again in a moment.",
+                ),
+            )
+            return
+        try:
+            ts = await self.notifier.post_run(run)
+        except Exception:
+            log.exception("could not post the message of run %s", run.run_id)
+            await self.store.finish(
+                run.run_id, run.owner, status="failed", text="could not post", drop_snapshot=True
+            )
+            await self._safely(
+                "tell the starter",
+                self.notifier.tell(
+                    run.channel_id,
+                    run.user_id,
+                    "The bot could not post in this channel; "
+                    "is it a member? Invite it with `/invite @approval-bot` and try again.",
+                ),
+            )
+            return
+        run.message_ts = ts
+        try:
+            await self.store.set_run_message(run.run_id, ts)
+        except Exception as exc:
+            await self._fail(
+                run, run.owner, f"The bot could not record the run's message ({redact(str(exc))})."
+            )
+            return
+        try:
+            await self.queue.enqueue("start", run.run_id, run.owner)
+        except Exception:
+            # The sweeper enqueues runs that were never taken by a worker; nothing is lost.
+            log.exception("could not enqueue the start of run %s", run.run_id)
+
+    async def _settle(self, run: RunRecord, owner: str, outcome: Outcome) -> None:
+        """Store and show what a start or resume ended with. Never raises."""
+        try:
+            await self._settle_unsafe(run, owner, outcome)
+        except Exception as exc:
+            log.exception("could not record the outcome of run %s", run.run_id)
+            await self._fail(
+                run, owner, f"The bot could not record the run's result ({redact(str(exc))})."
+            )
+
+    async def _settle_unsafe(self, run: RunRecord, owner: str, outcome: Outcome) -> None:
+        if isinstance(outcome, Finished):
+            if await self.store.finish(
+                run.run_id, owner, status="finished", text=outcome.output, drop_snapshot=True
+            ):
+                await self.audit("run_finished", run=run, detail=outcome.output[:2000])
+                await self._safely(
+                    "post output", self.notifier.post_run_output(run, outcome.output)
+                )
+                await self._refresh_run(run.run_id)
+            return
+        if isinstance(outcome, Failed):
+            await self._fail(run, owner, outcome.error)
+            return
+        if isinstance(outcome, NeedsReview):
+            shown = f"`{inline(outcome.tool)}` (call `{inline(outcome.call_id)}`)"
+            if outcome.call_id not in await self._approved_in_pause(run):
+                await self._fail(run, owner, self._beyond_text([shown]))
+                return
+            what = f"Another attempt at this run stopped (or stalled) while {shown} was executing."
+            await self._review(run, owner, "resume", what)
+            return
+        await self._pause(run, owner, outcome)
+
+    def _new_call(self, run: RunRecord, approval: Any, version: str) -> CallRecord:
+        """A pending call, with what the policy says about it and the digest that binds it."""
+        policy = self.policies.current().policy
+        rule = policy.rule_for(channel=run.channel_id, agent=approval.agent, tool=approval.tool)
+        approval_id = keys.new_approval_id(run.run_id)
+        call = CallRecord(
+            approval_id=approval_id,
+            run_id=run.run_id,
+            index=approval.index,
+            call_id=approval.call_id,
+            agent=approval.agent,
+            tool=approval.tool,
+            kind=approval.kind,
+            sticky=approval.sticky,
+            arguments=approval.arguments,
+            channel_id=run.channel_id,
+            policy_version=version,
+        )
+        if rule is None:  # the channel left the policy while the run was going: fail closed
+            call.auto, call.rule, call.allow_always = "reject", "channel not in policy", False
+        else:
+            call.required, call.allow_always, call.rule = (
+                rule.required,
+                rule.allow_always,
+                rule.source,
+            )
+            call.approvers = json.dumps(list(rule.approvers))
+            call.auto = rule.auto or ""
+        call.digest = self._digest(call)
+        return call
+
+    async def _pause(self, run: RunRecord, owner: str, outcome: Paused) -> None:
+        version = self.policies.current().version
+        calls = [self._new_call(run, a, version) for a in outcome.approvals]
+        cp = outcome.checkpoint
+        try:
+            await self.store.save_pause(
+                run.run_id, owner, Snapshot(cp.state, cp.sdk_version, cp.fingerprint), calls
+            )
+        except StoreError:
+            log.error("run %s is no longer owned by this execution; pause not saved", run.run_id)
+            return
+        await self.audit("paused", run=run, detail=f"{len(calls)} call(s) need a decision")
+        await self._show_pause(run)
+
+    async def _show_pause(self, run: RunRecord) -> None:
+        """Apply the policy's automatic decisions and post the pause's approval messages.
+
+        Safe to repeat, from any process: the sweeper repeats it for a pause whose worker
+        stopped after saving it. Each message is posted by one caller only.
+        """
+        resume_owner = ""
+        calls = await self.store.pause_calls(run.run_id)
+        for call in calls:
+            if not call.auto or call.decided:
+                continue
+            token = self._owner()
+            result = await self.store.decide(
+                call.approval_id,
+                approve=call.auto == "approve",
+                always=False,
+                team="",
+                user="policy",
+                reason=f"automatic decision of policy rule {call.rule}",
+                owner=token,
+            )
+            if isinstance(result, Decided):
+                await self.audit(
+                    "decided", call=call, decision=f"auto_{call.auto}", detail=call.rule
+                )
+                if result.resume:
+                    resume_owner = token
+        current = await self.store.get_run(run.run_id) or run
+        unposted = []
+        for call in await self.store.pause_calls(run.run_id):
+            if call.message_ts or not await self.store.claim_once(
+                f"post:{call.approval_id}", ttl=3600
+            ):
+                continue
+            if not await self._post_approval(current, call):
+                unposted.append(call)
+        if unposted and not resume_owner:
+            names = ", ".join(f"`{inline(c.tool)}`" for c in unposted)
+            error = (
+                f"The bot could not post the approval request for {names} in this channel, so "
+                "nobody could decide it; the run was stopped. Nothing further ran."
+            )
+            if await self.store.finish(
+                run.run_id, "paused", status="failed", text=error, drop_snapshot=False
+            ):
+                await self.audit("run_failed", run=run, detail=error)
+                await self._safely("post failure", self.notifier.post_in_run_thread(run, error))
+                await self._safely(
+                    "tell the starter", self.notifier.tell(run.channel_id, run.user_id, error)
+                )
+        await self._refresh_run(run.run_id)
+        if resume_owner:
+            await self._enqueue("resume", run.run_id, resume_owner)
+
+    async def _post_approval(self, run: RunRecord, call: CallRecord) -> bool:
+        """Post one approval message (one retry) and index it; False when it could not be."""
+        for attempt in (1, 2):
+            try:
+                ts = await self.notifier.post_approval(run, call)
+                await self.store.set_call_message(call.approval_id, run.channel_id, ts)
+                return True
+            except Exception:
+                log.warning(
+                    "posting the approval message of %s failed (attempt %d)",
+                    call.approval_id,
+                    attempt,
+                    exc_info=True,
+                )
+        return False
+
+    async def run_job(self, job: Job) -> None:
+        """Execute one start or resume job. Idempotent: a delivery for a run that moved on, or
+        a duplicate message, does nothing; a redelivery after a worker stopped continues only
+        where that is safe (see `_safe_to_retry`)."""
+        run = await self.store.get_run(job.run_id)
+        if run is None:
+            return
+        attempt = f"{job.execution}/{self._owner()}"
+        taken, attempts = await self.store.take(job.run_id, job.execution, job.message_id, attempt)
+        if taken == "skip":
+            return
+        run.owner = attempt
+        if taken == "retry":
+            if attempts > MAX_ATTEMPTS:
+                await self._fail(
+                    run, attempt, f"The bot tried {MAX_ATTEMPTS} times to run this and each "
+                    "attempt stopped before it finished; it gave up. Check the bot's logs."
+                )  # fmt: skip
+                return
+            if not await self._retry_is_safe(run, job, attempt):
+                return
+            await self.audit("job_retried", run=run, detail=f"{job.kind} job {job.message_id}")
+        execution = Execution(run.run_id, attempt, self.journal)
+        try:
+            if job.kind == "start":
+                outcome = await self.engine.start(
+                    run.agent_name,
+                    run.task,
+                    self._context(run),
+                    progress=self._progress(run),
+                    execution=execution,
+                )
+                await self._settle(run, attempt, outcome)
+            else:
+                await self._resume_owned(run, attempt, execution)
+        except Exception as exc:
+            log.exception("%s of run %s failed", job.kind, run.run_id)
+            await self._fail(
+                run, attempt, f"The bot failed while running this run ({redact(str(exc))})."
+            )
+
+    async def _retry_is_safe(self, run: RunRecord, job: Job, attempt: str) -> bool:
+        """Whether an earlier, stopped attempt of this execution lets this one go on.
+
+        Yes if it executed nothing, or only this pause's approved calls, to completion (the
+        retry reuses their recorded outputs). If it left one of those calls executing, a person
+        must say what happened (review). If it ran anything else (a tool after a later model
+        call, or any tool of a start), a retried model could ask for it again under another id:
+        the run stops and says which calls may have run.
+        """
+        approved = await self._approved_in_pause(run) if job.kind == "resume" else set()
+        unknown, beyond = [], []
+        for key, entry in (await self.journal.entries(run.run_id)).items():
+            owner = str(entry.get("owner", ""))
+            if not owner.startswith(job.execution + "/") or owner == attempt:
+                continue
+            shown = f"`{inline(str(entry.get('tool', '?')))}` (call `{inline(key)}`)"
+            if key not in approved:
+                beyond.append(shown)
+            elif entry.get("status") != "executed":
+                unknown.append(shown)
+        if beyond:
+            await self._fail(run, attempt, self._beyond_text(beyond))
+            return False
+        if unknown:
+            what = (
+                "The worker executing this run stopped (or stalled) while "
+                + ", ".join(unknown)
+                + " was executing."
+            )
+            await self._review(run, attempt, job.kind, what)
+            return False
+        return True
+
+    async def _resume_owned(self, run: RunRecord, owner: str, execution: Execution) -> None:
+        calls = await self.store.pause_calls(run.run_id)
+        snapshot = await self.store.load_snapshot(run.run_id)
+        if snapshot is None:
+            await self._fail(run, owner, "The run's stored state is missing, so it cannot resume.")
+            return
+        changed = [c for c in calls if self._digest(c) != c.digest]
+        if changed:
+            await self._fail(
+                run,
+                owner,
+                f"{len(changed)} decided call(s) changed since they were posted, so the run was "
+                "not resumed and none of them ran.",
+            )
+            return
+        await self._refresh_run(run.run_id)
+        approved = sum(c.status == "approved" for c in calls)
+        summary = f"Resuming: {approved} approved, {len(calls) - approved} rejected."
+        await self.audit("resumed", run=run, detail=summary)
+        await self._safely("post resume note", self.notifier.post_in_run_thread(run, summary))
+        decisions = [
+            Decision(
+                call_id=c.call_id,
+                approve=c.status == "approved",
+                always=c.always,
+                message=c.reason or None,
+                shown=(c.agent, c.tool, c.arguments),
+            )
+            for c in calls
+        ]
+        checkpoint = Checkpoint(snapshot.state, snapshot.sdk_version, snapshot.fingerprint)
+        outcome = await self.engine.resume(
+            run.agent_name,
+            checkpoint,
+            decisions,
+            progress=self._progress(run),
+            execution=execution,
+        )
+        await self._settle(run, owner, outcome)
