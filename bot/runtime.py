@@ -68,7 +68,8 @@ class BotRuntime:
         self.redis = connect(url, max_connections=s.redis_max_connections)
         retention = s.run_retention_days * 86400
         store = RunStore(self.redis, retention_seconds=retention)
-        self.queue = JobQueue(self.redis, lease_seconds=s.job_lease_seconds)
+        self.leases = connect(url, max_connections=4)
+        self.queue = JobQueue(self.redis, lease_seconds=s.job_lease_seconds, leases=self.leases)
         token = s.slack_bot_token.get_secret_value() if s.slack_bot_token else None
         self.client = AsyncWebClient(token=token, base_url=s.slack_api_url)
         engine = Engine(self.registry, rejection_text=s.rejection_text, max_turns=s.max_turns)
@@ -119,6 +120,7 @@ class BotRuntime:
         await _cancel(self._worker_task)
         await self.service.drain(DRAIN_SECONDS)
         await self.redis.aclose()
+        await self.leases.aclose()
         if self.embedded is not None:
             self.embedded.stop()
 

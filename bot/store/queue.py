@@ -49,12 +49,16 @@ def _stream_order(entry_id: str) -> tuple[int, int]:
 class JobQueue:
     """Enqueue, read, renew and acknowledge jobs."""
 
-    def __init__(self, client: redis.Redis, *, lease_seconds: float) -> None:
+    def __init__(
+        self, client: redis.Redis, *, lease_seconds: float, leases: redis.Redis | None = None
+    ) -> None:
+        """`leases`: a client of its own for renewals and acks, so that a burst of other work
+        waiting for pooled connections can never make a live worker miss its lease."""
         self.redis = client
         self.lease_ms = int(lease_seconds * 1000)
         from bot.store.runs import _script
 
-        self._hold = client.register_script(_script("renew_job"))
+        self._hold = (leases or client).register_script(_script("renew_job"))
 
     async def ensure_group(self) -> None:
         try:
