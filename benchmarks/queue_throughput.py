@@ -48,7 +48,14 @@ async def measure(workers: int, jobs: int, redis_url: str, slack: FakeSlackAPI, 
         "OPENAI_API_KEY": "unused",
         "PYTHONPATH": str(ROOT),
     }
-    command = [sys.executable, "-m", "bot", "--log-level", "WARNING", "worker"]
+    command = [
+        sys.executable,
+        "-m",
+        "bot",
+        "--log-level",
+        os.environ.get("BENCH_LOG", "WARNING"),
+        "worker",
+    ]
     procs = [
         subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)  # noqa: ASYNC220
         for _ in range(workers)
@@ -83,8 +90,8 @@ async def measure(workers: int, jobs: int, redis_url: str, slack: FakeSlackAPI, 
     finally:
         for proc in procs:
             proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=30)
+        for proc in procs:  # wait without blocking the loop: the Slack stand-in runs on it
+            await asyncio.to_thread(proc.wait, 60)
         await client.aclose()
     return jobs / elapsed
 

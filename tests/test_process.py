@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 import signal
 import subprocess
@@ -44,7 +46,7 @@ async def test_sigkill_while_waiting_then_a_new_process_resumes(
         assert (await requests.command("/var/log/app", user="U1", channel="C1")).status == 200
         [approval] = await wait_until(lambda: slack.approval_messages(), what="approval message")
         first.send_signal(signal.SIGKILL)
-        first.wait(timeout=10)
+        await asyncio.to_thread(first.wait, 10)
     async with running_bot(env, port), SlackRequests(url, SIGNING_SECRET) as requests:
         sent = await requests.click(
             APPROVE, approval.button_value(APPROVE), user="U2", channel="C1"
@@ -71,7 +73,8 @@ async def test_embedded_redis_keeps_pending_approvals_across_a_restart(
         await requests.command("/srv/old", user="U1", channel="C1")
         [approval] = await wait_until(lambda: slack.approval_messages(), what="approval message")
         first.send_signal(signal.SIGTERM)  # a clean stop also stops the embedded redis-server
-        assert first.wait(timeout=30) == 0
+        # Wait off the event loop: the Slack stand-in the bot is still talking to runs on it.
+        assert await asyncio.to_thread(first.wait, 30) == 0
     assert (tmp_path / "data" / "appendonlydir").is_dir()
     async with running_bot(env, port), SlackRequests(url, SIGNING_SECRET) as requests:
         await requests.click(APPROVE, approval.button_value(APPROVE), user="U3", channel="C1")
