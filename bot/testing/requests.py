@@ -81,6 +81,17 @@ class SlackRequests:
     def _team(self, team: str | None) -> str:
         return team or self.team_id
 
+    @staticmethod
+    def _interaction(user: str, team_id: str) -> dict[str, Any]:
+        """The fields every interaction payload carries: who, from which team, a trigger id."""
+        return {
+            "team": {"id": team_id, "domain": "example"},
+            "user": {"id": user, "username": user.lower(), "team_id": team_id},
+            "api_app_id": "A0TEST",
+            "token": "unused",
+            "trigger_id": secrets.token_hex(8),
+        }
+
     def command_fields(
         self, text: str, *, user: str, channel: str, team: str | None = None
     ) -> dict[str, str]:
@@ -118,11 +129,7 @@ class SlackRequests:
         team_id = self._team(team)
         return {
             "type": "block_actions",
-            "team": {"id": team_id, "domain": "example"},
-            "user": {"id": user, "username": user.lower(), "team_id": team_id},
-            "api_app_id": "A0TEST",
-            "token": "unused",
-            "trigger_id": secrets.token_hex(8),
+            **self._interaction(user, team_id),
             "container": {"type": "message", "message_ts": message_ts, "channel_id": channel},
             "channel": {"id": channel, "name": "ops"},
             "message": {"ts": message_ts, "text": ""},
@@ -168,11 +175,7 @@ class SlackRequests:
         team_id = self._team(team)
         return {
             "type": "view_submission",
-            "team": {"id": team_id, "domain": "example"},
-            "user": {"id": user, "username": user.lower(), "team_id": team_id},
-            "api_app_id": "A0TEST",
-            "token": "unused",
-            "trigger_id": secrets.token_hex(8),
+            **self._interaction(user, team_id),
             "view": {
                 "id": "V1",
                 "team_id": team_id,
