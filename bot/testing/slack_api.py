@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
+from aiohttp import WSMsgType, web
 
 
 class _SlackError(Exception):
@@ -97,6 +97,9 @@ class FakeSlackAPI:
         self._runner: web.AppRunner | None = None
         self.url = ""
         self.changed = asyncio.Event()
+        # Socket Mode: the open websockets, and the acks awaited by envelope id.
+        self.sockets: list[web.WebSocketResponse] = []
+        self._acks: dict[str, asyncio.Future[dict[str, Any]]] = {}
 
     async def __aenter__(self) -> FakeSlackAPI:
         await self.start()
@@ -109,16 +112,52 @@ class FakeSlackAPI:
         app = web.Application(client_max_size=10 * 1024 * 1024)
         app.router.add_post("/api/{method}", self._handle)
         app.router.add_get("/api/{method}", self._handle)
+        app.router.add_get("/socket", self._socket)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self.url = f"http://127.0.0.1:{port}/api/"
+        self.socket_url = f"ws://127.0.0.1:{port}/socket"
 
     async def stop(self) -> None:
+        for socket in self.sockets:
+            await socket.close()
         if self._runner is not None:
             await self._runner.cleanup()
+
+    # Socket Mode --------------------------------------------------------------------------
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        self.sockets.append(socket)
+        await socket.send_json({"type": "hello", "num_connections": len(self.sockets)})
+        async for message in socket:
+            if message.type != WSMsgType.TEXT:
+                continue
+            data = json.loads(message.data)
+            future = self._acks.pop(str(data.get("envelope_id", "")), None)
+            if future is not None and not future.done():
+                future.set_result(data)
+        self.sockets.remove(socket)
+        return socket
+
+    async def socket_send(
+        self, kind: str, payload: dict[str, Any], *, timeout: float = 10.0
+    ) -> dict[str, Any]:
+        """Deliver an envelope (`slash_commands`, `interactive`, `events_api`) over Socket Mode
+        and return the app's acknowledgement."""
+        assert self.sockets, "no Socket Mode connection is open"
+        envelope_id = f"env-{next(self._ts)}"
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._acks[envelope_id] = future
+        await self.sockets[-1].send_json(
+            {"envelope_id": envelope_id, "type": kind, "payload": payload,
+             "accepts_response_payload": kind != "events_api"}
+        )  # fmt: skip
+        return await asyncio.wait_for(future, timeout)
 
     # Queries used by tests ----------------------------------------------------------------
 
@@ -177,6 +216,9 @@ class FakeSlackAPI:
         self.changed.set()
         self.changed = asyncio.Event()
         return web.json_response({"ok": True, **result})
+
+    def _apps_connections_open(self, _: dict[str, Any]) -> dict[str, Any]:
+        return {"url": self.socket_url}
 
     def _auth_test(self, _: dict[str, Any]) -> dict[str, Any]:
         return {
