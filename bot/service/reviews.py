@@ -51,13 +51,16 @@ class ReviewFlow(ServiceCore):
         if run is None or run.review_id != review_id or run.status != "needs_review":
             return Reply(False, "This review is already settled, or the run no longer exists.")
         policy = self.policies.current().policy
-        tools = {
-            str(e.get("tool", ""))
-            for e in (await self.journal.entries(run.run_id)).values()
-            if e.get("status") == "executing"
-        } or {"*"}
-        for tool in sorted(tools):
-            rule = policy.rule_for(channel=run.channel_id, agent=run.agent_name, tool=tool)
+        # The calls in question are approved calls of the pause: judge each by its own rule
+        # (its agent may be a handoff's or a nested agent's, not the run's first agent).
+        agents = {c.call_id: c.agent for c in await self.store.pause_calls(run.run_id)}
+        subjects = {
+            (agents.get(key, run.agent_name), str(entry.get("tool", "")))
+            for key, entry in (await self.journal.entries(run.run_id)).items()
+            if entry.get("status") == "executing"
+        } or {(run.agent_name, "*")}
+        for agent, tool in sorted(subjects):
+            rule = policy.rule_for(channel=run.channel_id, agent=agent, tool=tool)
             verdict = await self.authorizer.may_decide(
                 policy, actor, run_team=run.team_id, run_starter=run.user_id,
                 channel=run.channel_id, tool=tool, rule=rule,
