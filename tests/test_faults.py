@@ -57,15 +57,20 @@ def review_messages(slack: FakeSlackAPI) -> list[Message]:
     return [m for m in slack.messages.values() if REVIEW_DONE in m.action_ids()]
 
 
-async def approve_one(requests: SlackRequests, slack: FakeSlackAPI, path: str) -> None:
+async def approve_one(
+    requests: SlackRequests, slack: FakeSlackAPI, path: str, approvers: tuple[str, ...] = ("U2",)
+) -> None:
     await requests.command(path, user="U1", channel="C1")
     [approval] = await wait_until(
         lambda: [m for m in slack.approval_messages() if path in m.all_text()],
         timeout=20,
         what="the approval message",
     )
-    sent = await requests.click(APPROVE, approval.button_value(APPROVE), user="U2", channel="C1")
-    assert sent.status == 200
+    for user in approvers:
+        sent = await requests.click(
+            APPROVE, approval.button_value(APPROVE), user=user, channel="C1"
+        )
+        assert sent.status == 200
 
 
 @pytest.mark.parametrize("stage", ["before_tool", "after_tool"])
@@ -98,10 +103,19 @@ async def test_a_worker_killed_where_a_retry_is_safe_is_replaced(
     assert review_messages(slack) == []
 
 
-@pytest.mark.parametrize("choice", [REVIEW_DONE, REVIEW_RERUN])
+QUORUM = POLICY + "tools:\n  - match: delete_logs\n    required_approvals: 2\n"
+
+
+@pytest.mark.parametrize(
+    ("choice", "policy"),
+    [(REVIEW_DONE, POLICY), (REVIEW_RERUN, POLICY), (REVIEW_RERUN, QUORUM)],
+    ids=["mark-done", "run-again", "run-again-with-quorum"],
+)
 async def test_a_worker_killed_during_the_tool_leaves_it_to_a_person(
-    choice: str, slack: FakeSlackAPI, env: dict[str, str], tmp_path: Path
+    choice: str, policy: str, slack: FakeSlackAPI, env: dict[str, str], tmp_path: Path
 ) -> None:
+    (tmp_path / "policy.yml").write_text(policy)
+    quorum = policy is QUORUM
     port = free_port()
     async with (
         running_bot(env, port, "--no-worker"),
@@ -109,7 +123,7 @@ async def test_a_worker_killed_during_the_tool_leaves_it_to_a_person(
     ):
         doomed = start_process(["worker"], {**env, "TEST_BLOCK": "during_tool"})
         try:
-            await approve_one(requests, slack, "/var/log/b")
+            await approve_one(requests, slack, "/var/log/b", ("U2", "U3") if quorum else ("U2",))
             await wait_until(
                 lambda: any(e["event"] == "blocked" for e in ledger(tmp_path)),
                 timeout=20,
@@ -140,6 +154,15 @@ async def test_a_worker_killed_during_the_tool_leaves_it_to_a_person(
             )
             assert denied.status == 200
             await requests.click(choice, review.button_value(choice), user="U2", channel="C1")
+            if quorum:  # running it again is approving it again: a second approver is needed
+                await asyncio.sleep(1.0)
+                assert executions(tmp_path) == [("start", "/var/log/b")]
+                await requests.click(
+                    choice, review.button_value(choice), user="U2", channel="C1"
+                )  # the same person again counts once
+                await asyncio.sleep(0.5)
+                assert executions(tmp_path) == [("start", "/var/log/b")]
+                await requests.click(choice, review.button_value(choice), user="U3", channel="C1")
             await wait_until(lambda: outputs(slack), timeout=30, what="the run to finish")
             again = await requests.click(
                 REVIEW_DONE, review.button_value(REVIEW_DONE), user="U3", channel="C1"

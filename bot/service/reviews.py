@@ -59,8 +59,10 @@ class ReviewFlow(ServiceCore):
             for key, entry in (await self.journal.entries(run.run_id)).items()
             if entry.get("status") == "executing"
         } or {(run.agent_name, "*")}
+        required = 1
         for agent, tool in sorted(subjects):
             rule = policy.rule_for(channel=run.channel_id, agent=agent, tool=tool)
+            required = max(required, rule.required if rule is not None else 1)
             verdict = await self.authorizer.may_decide(
                 policy, actor, run_team=run.team_id, run_starter=run.user_id,
                 channel=run.channel_id, tool=tool, rule=rule,
@@ -69,6 +71,20 @@ class ReviewFlow(ServiceCore):
                 await self.audit("refused", run=run, actor=actor, decision=f"review_{action}",
                                  detail=verdict.reason)  # fmt: skip
                 return Reply(False, verdict.reason)
+        if action == "rerun" and required > 1:
+            # Running a call again is approving it again: the same quorum applies.
+            votes = await self.store.review_vote(run.run_id, review_id, actor.user_id)
+            if votes < required:
+                await self.audit("review_vote", run=run, actor=actor, decision=action,
+                                 detail=f"{votes} of {required}")  # fmt: skip
+                self.later(
+                    "post review vote",
+                    self.notifier.post_in_run_thread(
+                        run, f"<@{actor.user_id}> chose to run it again: {votes} of {required} "
+                        "approvals needed.",
+                    ),
+                )  # fmt: skip
+                return Reply(True)
         execution = self._owner()
         status = "running" if run.review_kind == "start" else "resuming"
         changed = await self.store.resolve_review(

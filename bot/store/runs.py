@@ -86,6 +86,16 @@ class RunStore:
     async def set_run_fields(self, run_id: str, **fields: str) -> None:
         await self.redis.hset(keys.run_key(run_id), mapping=fields)  # type: ignore[arg-type]
 
+    async def review_vote(self, run_id: str, review_id: str, user: str) -> int:
+        """Count `user` (once) towards running a reviewed call again; returns the votes so far."""
+        key = f"{keys.PREFIX}:{{{run_id}}}:review:{review_id}:votes"
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.sadd(key, user)
+            pipe.expire(key, self.retention)
+            pipe.scard(key)
+            result = await pipe.execute()
+        return int(result[-1])
+
     async def claim_once(self, name: str, ttl: int) -> bool:
         """True for the one caller that claims `name` within `ttl` seconds (any process)."""
         return bool(await self.redis.set(f"{keys.PREFIX}:claim:{name}", "1", nx=True, ex=ttl))
