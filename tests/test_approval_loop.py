@@ -87,8 +87,7 @@ async def test_reject_with_modal_reason_reaches_the_model_exactly(redis_url: str
     )
     reason = "Not the root directory!\nUse /var/log/app <only> & nothing else."
     async with BotHarness(redis_url, agent, POLICY) as bot:
-        await bot.slack.command("clean", user="U1", channel="C1")
-        [approval] = await bot.wait_for_approvals(1)
+        approval = await bot.start_and_wait("clean", user="U1")
         sent = await bot.reject(approval, user="U2", reason=reason)
         assert sent.status == 200 and sent.text == ""  # the modal closes
         await bot.wait_for_status("finished")
@@ -110,8 +109,7 @@ async def test_empty_reason_falls_back_to_the_configured_text(redis_url: str) ->
     async with BotHarness(
         redis_url, agent, POLICY, rejection_text="Denied by the on-call human."
     ) as bot:
-        await bot.slack.command("clean", user="U1", channel="C1")
-        [approval] = await bot.wait_for_approvals(1)
+        approval = await bot.start_and_wait("clean", user="U1")
         await bot.reject(approval, user="U2", reason="")
         await bot.wait_for_status("finished")
         await bot.idle()
@@ -124,8 +122,7 @@ async def test_thread_reply_rejects_with_the_rest_as_reason(redis_url: str) -> N
         two_step(function_call("delete_logs", {"path": "/"}, call_id="c1")), ledger
     )
     async with BotHarness(redis_url, agent, POLICY) as bot:
-        await bot.slack.command("clean", user="U1", channel="C1")
-        [approval] = await bot.wait_for_approvals(1)
+        approval = await bot.start_and_wait("clean", user="U1")
         # Slack encodes & < > in message text; the reason is decoded back.
         sent = await bot.slack.thread_reply(
             "DENY: wrong host &amp; wrong day", user="U3", channel="C1", thread_ts=approval.ts
@@ -144,8 +141,7 @@ async def test_thread_comments_prefill_the_reject_modal(redis_url: str) -> None:
         two_step(function_call("delete_logs", {"path": "/"}, call_id="c1")), ledger
     )
     async with BotHarness(redis_url, agent, POLICY) as bot:
-        await bot.slack.command("clean", user="U1", channel="C1")
-        [approval] = await bot.wait_for_approvals(1)
+        approval = await bot.start_and_wait("clean", user="U1")
         await bot.slack.thread_reply(
             "rejecting is wise here", user="U3", channel="C1", thread_ts=approval.ts
         )
@@ -297,8 +293,7 @@ async def test_resume_after_the_bot_restarts_while_waiting(redis_url: str) -> No
             two_step(function_call("delete_logs", {"path": "/a"}, call_id="c1")), first_ledger
         )
         async with BotHarness(redis_url, agent, POLICY, slack=slack) as bot:
-            await bot.slack.command("clean", user="U1", channel="C1")
-            [approval] = await bot.wait_for_approvals(1)
+            approval = await bot.start_and_wait("clean", user="U1")
         # A new process: new agent objects, nothing in memory but what Redis kept.
         ledger = Ledger()
         agent, model = ops_agent([[assistant_message("finished after restart")]], ledger)
@@ -323,8 +318,7 @@ async def test_changed_agent_definitions_refuse_the_resume(redis_url: str) -> No
             two_step(function_call("delete_logs", {"path": "/a"}, call_id="c1")), ledger
         )
         async with BotHarness(redis_url, agent, POLICY, slack=slack) as bot:
-            await bot.slack.command("clean", user="U1", channel="C1")
-            [approval] = await bot.wait_for_approvals(1)
+            approval = await bot.start_and_wait("clean", user="U1")
 
         @function_tool(needs_approval=True)
         def wipe_disk(device: str) -> str:
@@ -413,8 +407,7 @@ async def test_an_unreadable_snapshot_fails_the_run_and_runs_nothing(redis_url: 
         two_step(function_call("delete_logs", {"path": "/"}, call_id="c1")), ledger
     )
     async with BotHarness(redis_url, agent, POLICY) as bot:
-        await bot.slack.command("clean", user="U1", channel="C1")
-        [approval] = await bot.wait_for_approvals(1)
+        approval = await bot.start_and_wait("clean", user="U1")
         run_id = keys.run_of(approval.button_value(APPROVE))
         assert run_id is not None
         client = aioredis.Redis.from_url(redis_url)

@@ -64,10 +64,7 @@ async def status_of(redis_url: str, approval_id: str) -> str:
 
 
 async def started(bot: BotHarness, user: str = "U1") -> Message:
-    await bot.slack.command("clean", user=user, channel="C1")
-    [approval] = await bot.wait_for_approvals(1)
-    await bot.idle()
-    return approval
+    return await bot.start_and_wait("clean", user=user)
 
 
 # User groups ----------------------------------------------------------------------------------

@@ -153,6 +153,12 @@ class BotHarness:
         run = self.run_message()
         return self.slack_api.thread(run.channel, run.ts)
 
+    async def start_and_wait(self, task: str, *, user: str, channel: str = "C1") -> Message:
+        """`user` types `/agent <task>`; returns the one approval message the run pauses on."""
+        await self.slack.command(task, user=user, channel=channel)
+        [approval] = await self.wait_for_approvals(1)
+        return approval
+
     # Acting as people would ----------------------------------------------------------------
 
     async def click(self, message: Message, action_id: str, *, user: str) -> Sent:
