@@ -23,7 +23,9 @@ class PendingApproval:
     agent: str
     tool: str
     kind: str  # function | shell | apply_patch | mcp | hosted_mcp
-    sticky: str  # the SDK's identity for always-approve / always-reject decisions
+    # What an Always decision on this call covers: this agent's calls of this tool (the SDK scopes
+    # Always by agent too; the bot keeps and applies Always decisions itself).
+    sticky: str
     arguments: str  # display text: pretty JSON, shell commands or a diff
 
 
@@ -85,17 +87,15 @@ def describe(item: ToolApprovalItem, index: int) -> PendingApproval:
         name = str(_get(raw, "name") or tool)
         return PendingApproval(
             index, call_id, agent, f"{label}/{name}", "hosted_mcp",
-            f"hosted_mcp:{label}:{name}", pretty_json(_get(raw, "arguments")),
+            f"{agent}:hosted_mcp:{label}:{name}", pretty_json(_get(raw, "arguments")),
         )  # fmt: skip
     if raw_type in ("shell_call", "local_shell_call"):
-        # The SDK keys sticky shell and patch decisions by tool alone, not by agent.
         return PendingApproval(
-            index, call_id, agent, tool, "shell", f"shell:{tool}", _shell_text(raw)
+            index, call_id, agent, tool, "shell", f"{agent}:shell:{tool}", _shell_text(raw)
         )
     if raw_type == "apply_patch_call":
-        return PendingApproval(
-            index, call_id, agent, tool, "apply_patch", f"apply_patch:{tool}", _patch_text(raw)
-        )
+        sticky = f"{agent}:apply_patch:{tool}"
+        return PendingApproval(index, call_id, agent, tool, "apply_patch", sticky, _patch_text(raw))
     kind = "function"
     server = _get(origin, "mcp_server_name")
     if server or "mcp" in origin_type:

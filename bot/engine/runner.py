@@ -89,14 +89,38 @@ def _review_cause(exc: BaseException) -> CallNeedsReview | None:
 
 @dataclass(frozen=True)
 class Decision:
-    """A human decision on one pending call, matched back to the restored state by call id."""
+    """A human decision on one pending call, matched back to the restored state by call id.
+
+    Decisions reach the SDK for their own call only. Always decisions are kept and applied by
+    the service, which re-judges them against the policy in force each time a later call would
+    use them; the SDK's own permanent approvals would outlive a policy change."""
 
     call_id: str
     approve: bool
-    always: bool = False
     message: str | None = None
     # (agent, tool, arguments) as shown to the reviewer: the call must still be exactly this.
     shown: tuple[str, str, str] | None = None
+
+
+def without_permanent_decisions(data: Any) -> Any:
+    """The serialized RunState with every permanent (Always) approval or rejection record
+    emptied, so that no later call runs, or is refused, on a decision the bot did not re-judge.
+
+    The bot never asks the SDK for permanent decisions; snapshots written by earlier versions of
+    the bot may hold some. A record is any object with both `approved` and `rejected`, where
+    a boolean is permanent and a list names single calls (kept)."""
+    if isinstance(data, list):
+        return [without_permanent_decisions(item) for item in data]
+    if not isinstance(data, dict):
+        return data
+    cleaned = {key: without_permanent_decisions(value) for key, value in data.items()}
+    if "approved" in cleaned and "rejected" in cleaned:
+        for field_name in ("approved", "rejected"):
+            if isinstance(cleaned[field_name], bool):
+                cleaned[field_name] = []
+        if cleaned.get("sticky_rejection_message") is not None:
+            cleaned["sticky_rejection_message"] = None
+    return cleaned
 
 
 class _ProgressHooks(RunHooks[Any]):
@@ -227,7 +251,7 @@ class Engine:
                 "longer mean the same thing. Start a new run."
             )
         try:
-            data = json.loads(zlib.decompress(checkpoint.state))
+            data = without_permanent_decisions(json.loads(zlib.decompress(checkpoint.state)))
             state = await RunState.from_json(
                 agent, data, context_deserializer=deserialize_context, strict_context=True
             )
@@ -256,11 +280,9 @@ class Engine:
                     "changed since it was posted), so the run was not resumed. Start a new run."
                 )
             if decision.approve:
-                state.approve(item, always_approve=decision.always)
+                state.approve(item)
             else:
-                state.reject(
-                    item, always_reject=decision.always, rejection_message=decision.message or None
-                )
+                state.reject(item, rejection_message=decision.message or None)
         return await self._run(agent_name, agent, state, progress, execution)
 
     def _outcome(self, agent_name: str, result: RunResult) -> Outcome:

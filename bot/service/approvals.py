@@ -57,7 +57,8 @@ class ApprovalService(DecisionFlow):
                 await self.queue.enqueue(kind, run_id, run.owner)
                 count += 1
             elif run.status == "paused" and any(
-                not c.message_ts for c in await self.store.pause_calls(run_id)
+                not c.message_ts and not c.by_earlier_always
+                for c in await self.store.pause_calls(run_id)
             ):
                 await self._show_pause(run)
                 count += 1

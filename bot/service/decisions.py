@@ -56,6 +56,34 @@ class DecisionFlow(RunFlow):
         await self.audit("refused", call=call, actor=actor, decision=decision, detail=reply.text)
         return reply
 
+    async def _settled_alongside(self, actor: Actor, call: CallRecord) -> list[str]:
+        """The pause's other pending calls an Always decision on `call` also settles: those of
+        the same agent's same tool that this person may decide alone under their own rules
+        (the same approvers, a quorum of one, Always allowed, and allowed by the policy now).
+        Every other call stays pending, on its own card."""
+        found = []
+        for other in await self.store.pause_calls(call.run_id):
+            if (
+                other.approval_id == call.approval_id
+                or other.decided
+                or other.sticky != call.sticky
+                or other.pause != call.pause
+                or other.required != 1
+                or not other.allow_always
+                or other.approvers != call.approvers
+                or self._digest(other) != other.digest
+            ):
+                continue
+            rule = self.policies.current().policy.rule_for(
+                channel=other.channel_id, agent=other.agent, tool=other.tool
+            )
+            if rule is None or rule.required != 1 or not rule.allow_always:
+                continue
+            _, verdict = await self._authorize(actor, other)
+            if verdict.allowed:
+                found.append(other.approval_id)
+        return found
+
     async def reject_form(
         self, actor: Actor, approval_id: str, *, always: bool
     ) -> RejectForm | Reply:
@@ -77,6 +105,7 @@ class DecisionFlow(RunFlow):
             return checked
         call, run = checked
         owner = self._owner()
+        also = await self._settled_alongside(actor, call) if always else []
         result = await self.store.decide(
             approval_id,
             approve=approve,
@@ -85,6 +114,7 @@ class DecisionFlow(RunFlow):
             user=actor.user_id,
             reason=reason.strip(),
             owner=owner,
+            also=also,
         )
         decision = ("always_" if always else "") + ("approve" if approve else "reject")
         if isinstance(result, AlreadyDecided):

@@ -23,6 +23,7 @@ from bot.service.reviews import ReviewFlow
 from bot.store import keys
 from bot.store.queue import Job
 from bot.store.records import (
+    EARLIER_ALWAYS,
     CallRecord,
     Decided,
     RunRecord,
@@ -235,9 +236,14 @@ class RunFlow(ReviewFlow):
                 )
                 if result.resume:
                     resume_owner = token
+        for call in await self.store.pause_calls(run.run_id):
+            if not call.decided:
+                resume_owner = await self._apply_earlier_always(run, call) or resume_owner
         current = await self.store.get_run(run.run_id) or run
         unposted = []
         for call in await self.store.pause_calls(run.run_id):
+            if call.by_earlier_always:
+                continue  # no card: the run thread says which Always decision settled it
             if call.message_ts or not await self.store.claim_once(
                 f"post:{call.approval_id}", ttl=3600
             ):
@@ -261,6 +267,78 @@ class RunFlow(ReviewFlow):
         await self._refresh_run(run.run_id)
         if resume_owner:
             await self._enqueue("resume", run.run_id, resume_owner)
+
+    async def _apply_earlier_always(self, run: RunRecord, call: CallRecord) -> str:
+        """Settle a new call with an Always decision made earlier in this run, if there is one
+        for this agent's tool and the policy in force still lets its decider decide this call
+        alone. Otherwise forget that decision (audited, and said in the run thread) so the call
+        waits for a person like any other. Returns the resume's owner token when this decided
+        the pause's last call, else ''. (Notes are plain text: the notifier escapes them.)"""
+        sticky = (await self.store.sticky_decisions(run.run_id)).get(call.sticky)
+        if sticky is None:
+            return ""
+        policy = self.policies.current().policy
+        rule = policy.rule_for(channel=run.channel_id, agent=call.agent, tool=call.tool)
+        decider = Actor(sticky.team, sticky.user, run.enterprise_id)
+        why = ""
+        if rule is None:
+            why = "the channel is no longer in the policy"
+        elif not rule.allow_always:
+            why = "the policy no longer allows Always decisions for this tool"
+        elif rule.required > 1:
+            why = f"the policy now requires {rule.required} approvers for this tool"
+        else:
+            verdict = await self.authorizer.may_decide(
+                policy,
+                decider,
+                run_team=run.team_id,
+                run_starter=run.user_id,
+                channel=run.channel_id,
+                tool=call.tool,
+                rule=rule,
+            )
+            if not verdict.allowed:
+                why = f"{sticky.user} may no longer decide it"
+        verb = "Always approve" if sticky.decision == "approved" else "Always reject"
+        if why:
+            if await self.store.drop_sticky(run.run_id, call.sticky):
+                text = (
+                    f"The {verb} decision by {sticky.user} on {call.tool} no longer holds "
+                    f"({why}), so this call of it waits for a decision like any other."
+                )
+                await self.audit("always_dropped", call=call, decision=sticky.decision, detail=why)
+                await self._safely("post note", self.notifier.post_in_run_thread(run, text))
+            return ""
+        token = self._owner()
+        result = await self.store.decide(
+            call.approval_id,
+            approve=sticky.decision == "approved",
+            always=False,
+            team=sticky.team,
+            user=sticky.user,
+            reason=sticky.reason,
+            owner=token,
+            via=EARLIER_ALWAYS + sticky.approval_id,
+        )
+        if not isinstance(result, Decided):
+            return ""
+        await self.audit(
+            "decided",
+            call=call,
+            actor=decider,
+            decision=("always_approve" if sticky.decision == "approved" else "always_reject"),
+            detail=f"{verb} decision on {sticky.approval_id}, re-judged under the current policy",
+        )
+        shown = "approved" if sticky.decision == "approved" else "rejected"
+        await self._safely(
+            "post note",
+            self.notifier.post_in_run_thread(
+                run,
+                f"{call.tool} was {shown} by the {verb} decision of {sticky.user} earlier "
+                "in this run.",
+            ),
+        )
+        return token if result.resume else ""
 
     async def _post_approval(self, run: RunRecord, call: CallRecord) -> bool:
         """Post one approval message (one retry) and index it; False when it could not be."""
@@ -376,7 +454,6 @@ class RunFlow(ReviewFlow):
             Decision(
                 call_id=c.call_id,
                 approve=c.status == "approved",
-                always=c.always,
                 message=c.reason or None,
                 shown=(c.agent, c.tool, c.arguments),
             )

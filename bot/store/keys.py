@@ -45,6 +45,11 @@ def pause_key(run_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:pause"
 
 
+def sticky_key(run_id: str) -> str:
+    """The run's Always decisions: sticky key -> JSON {decision, user, team, reason, ...}."""
+    return f"{PREFIX}:{{{run_id}}}:sticky"
+
+
 def journal_key(run_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:journal"
 

@@ -6,12 +6,16 @@ Redis hashes hold strings; these records convert at the edge so the rest of the 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 RunStatus = Literal["running", "paused", "resuming", "needs_review", "finished", "failed"]
 CallStatus = Literal["pending", "approved", "rejected"]
+
+# `via` of a call settled by an Always decision of an earlier pause: "always:<approval id>".
+EARLIER_ALWAYS = "always:"
 
 _R = TypeVar("_R", "RunRecord", "CallRecord")
 
@@ -130,6 +134,11 @@ class CallRecord:
     def decided(self) -> bool:
         return self.status != "pending"
 
+    @property
+    def by_earlier_always(self) -> bool:
+        """Settled, without a card of its own, by an Always decision made in an earlier pause."""
+        return self.via.startswith(EARLIER_ALWAYS)
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -138,6 +147,30 @@ class Snapshot:
     state: bytes
     sdk_version: str
     fingerprint: str
+
+
+@dataclass(frozen=True)
+class StickyDecision:
+    """An Always approve / Always reject made in a run: it may settle later calls of the same
+    agent's tool, but only while the policy in force still lets its decider decide them alone."""
+
+    key: str  # the call's sticky key (agent-scoped tool identity)
+    decision: str  # approved | rejected
+    team: str
+    user: str
+    at: str
+    reason: str
+    approval_id: str  # the call it was made on
+    agent: str
+    tool: str
+
+    @classmethod
+    def from_json(cls, key: str, text: str) -> StickyDecision:
+        data = json.loads(text)
+        return cls(key=key, **{f: str(data.get(f, "")) for f in _STICKY_FIELDS})
+
+
+_STICKY_FIELDS = ("decision", "team", "user", "at", "reason", "approval_id", "agent", "tool")
 
 
 @dataclass(frozen=True)

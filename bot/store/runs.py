@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -22,6 +23,7 @@ from bot.store.records import (
     Gone,
     RunRecord,
     Snapshot,
+    StickyDecision,
     Voted,
 )
 
@@ -203,8 +205,15 @@ class RunStore:
         user: str,
         reason: str,
         owner: str,
+        also: Sequence[str] = (),
+        via: str = "",
     ) -> DecideResult:
-        """Record one decision atomically; see decide.lua for the rules."""
+        """Record one decision atomically; see decide.lua for the rules.
+
+        `also`: for an Always decision, the other pending calls of the pause that this person
+        may decide alone under their own rules; the script settles those of them that are still
+        pending in the same pause with the same sticky key, and nothing else. `via`: what
+        decided the call when it was not this person's own click (an earlier Always decision)."""
         run_id = keys.run_of(approval_id)
         if run_id is None:
             return Gone()
@@ -220,6 +229,7 @@ class RunStore:
                 keys.votes_key(approval_id),
                 keys.snapshot_key(run_id),
                 keys.pause_key(run_id),
+                keys.sticky_key(run_id),
                 *others,
             ],
             args=[
@@ -231,6 +241,8 @@ class RunStore:
                 reason,
                 owner,
                 self.retention,
+                via,
+                *(also if always else ()),
             ],
         )
         kind = _s(reply[0])
@@ -247,6 +259,15 @@ class RunStore:
         if kind == "stale":
             return Gone("This run is no longer waiting for this decision.")
         return Gone()
+
+    async def sticky_decisions(self, run_id: str) -> dict[str, StickyDecision]:
+        """The run's Always decisions, by sticky key."""
+        raw = await self.redis.hgetall(keys.sticky_key(run_id))
+        return {_s(k): StickyDecision.from_json(_s(k), _s(v)) for k, v in raw.items()}
+
+    async def drop_sticky(self, run_id: str, key: str) -> bool:
+        """Forget an Always decision (the policy no longer allows it); True if it was there."""
+        return bool(await self.redis.hdel(keys.sticky_key(run_id), key))
 
     # Executions ---------------------------------------------------------------------------
 

@@ -1,12 +1,18 @@
 -- Apply one person's decision to one pending call, exactly once.
 -- A call stored with required > 1 needs that many distinct approvers: each approval is a vote
 -- (the same person twice counts once) until the quorum settles it; one rejection settles it.
--- An `always` decision also settles the pause's other pending calls with the same sticky key.
+-- An `always` decision is recorded in the run's sticky hash (sticky key -> who, what, why), so
+-- later calls of that agent's tool can be judged against it, and it also settles those of the
+-- pause's other pending calls that the service found this person may decide alone (ARGV[9..]);
+-- each is re-checked here (still pending, same pause, same sticky key). Nothing else is touched.
 -- When the pause has no undecided call left, the caller becomes the owner of the one resume.
 -- KEYS[1] run hash, KEYS[2] the decided call's hash, KEYS[3] its votes set,
--- KEYS[4] the snapshot hash, KEYS[5] the pause set, KEYS[6..] the pause's other call hashes
+-- KEYS[4] the snapshot hash, KEYS[5] the pause set, KEYS[6] the run's sticky hash,
+-- KEYS[7..] the pause's other call hashes
 -- ARGV[1] decision (approved|rejected), ARGV[2] always (0|1), ARGV[3] team, ARGV[4] user,
--- ARGV[5] now, ARGV[6] reason, ARGV[7] owner token for the resume, ARGV[8] retention seconds
+-- ARGV[5] now, ARGV[6] reason, ARGV[7] owner token for the resume, ARGV[8] retention seconds,
+-- ARGV[9] what settled the call when it is not the caller's own click (`via`, usually ''),
+-- ARGV[10..] approval ids an always decision may also settle
 local run, target, votes = KEYS[1], KEYS[2], KEYS[3]
 if redis.call('EXISTS', target) == 0 then
   return {'missing'}
@@ -53,13 +59,23 @@ local function settle(key, via)
              'decided_by', ARGV[4], 'decided_at', ARGV[5], 'reason', ARGV[6], 'via', via,
              'decided_owner', ARGV[7])
 end
-settle(target, '')
+settle(target, ARGV[9] or '')
 local settled = {redis.call('HGET', target, 'approval_id')}
 if ARGV[2] == '1' then
   local sticky = redis.call('HGET', target, 'sticky')
-  for i = 6, #KEYS do
+  redis.call('HSET', KEYS[6], sticky, cjson.encode({
+    decision = ARGV[1], team = ARGV[3], user = ARGV[4], at = ARGV[5], reason = ARGV[6],
+    approval_id = settled[1], agent = redis.call('HGET', target, 'agent') or '',
+    tool = redis.call('HGET', target, 'tool') or ''}))
+  redis.call('EXPIRE', KEYS[6], ARGV[8])
+  local eligible = {}
+  for i = 10, #ARGV do
+    eligible[ARGV[i]] = true
+  end
+  for i = 7, #KEYS do
     local key = KEYS[i]
-    if redis.call('HGET', key, 'status') == 'pending' and redis.call('HGET', key, 'pause') == pause
+    if eligible[redis.call('HGET', key, 'approval_id') or '']
+       and redis.call('HGET', key, 'status') == 'pending' and redis.call('HGET', key, 'pause') == pause
        and redis.call('HGET', key, 'sticky') == sticky then
       settle(key, settled[1])
       table.insert(settled, redis.call('HGET', key, 'approval_id'))
