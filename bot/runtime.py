@@ -22,6 +22,7 @@ from bot.service.policy_source import PolicySource
 from bot.service.worker import Worker
 from bot.slack.app import build_app
 from bot.slack.groups import SlackGroups
+from bot.slack.installation import learn_installation, learn_once
 from bot.slack.notifier import SlackNotifier
 from bot.store.audit import AuditLog
 from bot.store.connection import EmbeddedRedis, connect
@@ -54,6 +55,7 @@ class BotRuntime:
         self.embedded: EmbeddedRedis | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._worker_task: asyncio.Task[None] | None = None
+        self._installation: asyncio.Task[None] | None = None
         self.worker: Worker | None = None
         self.service: ApprovalService
         self.app: AsyncApp
@@ -73,12 +75,19 @@ class BotRuntime:
         token = s.slack_bot_token.get_secret_value() if s.slack_bot_token else None
         self.client = AsyncWebClient(token=token, base_url=s.slack_api_url)
         engine = Engine(self.registry, rejection_text=s.rejection_text, max_turns=s.max_turns)
+        authorizer = Authorizer(SlackGroups(self.client))
+        # Learned before serving when Slack answers; retried in the background if not (until
+        # then every request is refused, closed).
+        if not await learn_once(self.client, authorizer):
+            self._installation = asyncio.create_task(
+                learn_installation(self.client, authorizer), name="auth.test"
+            )
         self.service = ApprovalService(
             store=store,
             engine=engine,
             notifier=SlackNotifier(self.client),
             policies=self.policies,
-            authorizer=Authorizer(SlackGroups(self.client)),
+            authorizer=authorizer,
             audit=AuditLog(self.redis, retention_days=s.audit_retention_days),
             queue=self.queue,
             journal=RedisJournal(self.redis, retention_seconds=retention),
@@ -112,6 +121,7 @@ class BotRuntime:
             self._worker_task = asyncio.create_task(self.worker.run(), name="worker")
 
     async def stop(self) -> None:
+        await _cancel(self._installation)
         # Finish in-flight runs while still heartbeating, so no other process takes them for
         # orphans; only then stop the loops.
         await _cancel(self._sweeper)

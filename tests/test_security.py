@@ -115,7 +115,7 @@ async def test_a_user_of_another_team_cannot_decide(redis_url: str) -> None:
         )
         await bot.idle()
         told = bot.slack_api.ephemeral_to("U2")
-        assert len(told) == 2 and all("another Slack workspace" in t for t in told)
+        assert len(told) == 2 and all("not served by this bot" in t for t in told)
         assert await call_status(redis_url, approval.button_value(APPROVE)) == "pending"
         audit = await audited(bot)
         assert audit["refused"] == ["U2", "U2"] and "decided" not in audit
@@ -307,7 +307,7 @@ async def test_a_modal_submitted_from_another_workspace_is_refused(redis_url: st
         payload = bot.slack.submit_payload(view, values, user="U2", team="T0OTHER")
         payload["team"]["id"] = "T0TEST"  # the app's installation team, as Slack sends it
         sent = await bot.slack.send_interaction(payload)
-        assert "another Slack workspace" in sent.json()["errors"]["reason"]
+        assert "not served by this bot" in sent.json()["errors"]["reason"]
         assert await call_status(redis_url, approval.button_value(APPROVE)) == "pending"
     assert ledger.executed == []
 

@@ -6,6 +6,8 @@ cannot be resolved the answer is "not allowed", with the reason, never "allowed"
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from bot.service.policy import ALLOWED, CallRule, Policy, Verdict
 from bot.service.ports import Actor, GroupDirectory, GroupLookupError
 from bot.untrusted import inline
@@ -24,17 +26,51 @@ def describe_principals(principals: tuple[str, ...] | list[str]) -> str:
     return ", ".join(shown)
 
 
-class Authorizer:
-    """Applies the policy to an actor, resolving user groups when it must."""
+@dataclass(frozen=True)
+class Installation:
+    """Where the bot is installed, as Slack says for its token (`auth.test`)."""
 
-    def __init__(self, groups: GroupDirectory) -> None:
+    team_id: str
+    enterprise_id: str = ""
+    org_wide: bool = False  # installed on a whole Enterprise Grid org, not one workspace
+
+
+NOT_SERVED = "This workspace is not served by this bot."
+UNKNOWN_INSTALLATION = (
+    "The bot has not yet confirmed with Slack which workspace it serves, so it cannot let "
+    "anyone in. Try again in a moment."
+)
+
+
+class Authorizer:
+    """Applies the policy to an actor, resolving user groups when it must.
+
+    The served workspace is the policy's `workspace:` when it names one; otherwise the one the
+    bot is installed in (`installation`, from `auth.test`), so that people of other
+    organizations in a shared (Slack Connect) channel are never let in by a "*"."""
+
+    def __init__(self, groups: GroupDirectory, installation: Installation | None = None) -> None:
         self.groups = groups
+        self.installation = installation
 
     def served(self, policy: Policy, actor: Actor) -> Verdict:
         ws = policy.workspace
-        if ws.team_id is not None and actor.team_id != ws.team_id:
-            return Verdict(False, "This workspace is not served by this bot.")
-        if ws.enterprise_id is not None and actor.enterprise_id != ws.enterprise_id:
+        if ws.team_id is not None or ws.enterprise_id is not None:
+            if ws.team_id is not None and actor.team_id != ws.team_id:
+                return Verdict(False, NOT_SERVED)
+            if ws.enterprise_id is not None and actor.enterprise_id != ws.enterprise_id:
+                return Verdict(False, "This organization is not served by this bot.")
+            return ALLOWED
+        home = self.installation
+        if home is None:
+            return Verdict(False, UNKNOWN_INSTALLATION)
+        if home.org_wide:
+            if not home.enterprise_id or actor.enterprise_id != home.enterprise_id:
+                return Verdict(False, "This organization is not served by this bot.")
+            return ALLOWED
+        if actor.team_id != home.team_id:
+            return Verdict(False, NOT_SERVED)
+        if home.enterprise_id and actor.enterprise_id not in ("", home.enterprise_id):
             return Verdict(False, "This organization is not served by this bot.")
         return ALLOWED
 

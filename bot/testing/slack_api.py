@@ -81,8 +81,11 @@ class Message:
 class FakeSlackAPI:
     """An aiohttp server on loopback that behaves like the parts of Slack's Web API we call."""
 
-    def __init__(self, *, team_id: str = "T0TEST", bot_user_id: str = "UBOT") -> None:
+    def __init__(
+        self, *, team_id: str = "T0TEST", bot_user_id: str = "UBOT", enterprise_id: str = ""
+    ) -> None:
         self.team_id = team_id
+        self.enterprise_id = enterprise_id  # set for a workspace of an Enterprise Grid org
         self.bot_user_id = bot_user_id
         self.calls: list[ApiCall] = []
         self.messages: dict[tuple[str, str], Message] = {}
@@ -225,6 +228,8 @@ class FakeSlackAPI:
             "team_id": self.team_id,
             "user_id": self.bot_user_id,
             "bot_id": "BBOT",
+            "enterprise_id": self.enterprise_id or None,
+            "is_enterprise_install": False,
             "url": "https://example.slack.com/",
         }
 
