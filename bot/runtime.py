@@ -23,6 +23,7 @@ from bot.service.worker import Worker
 from bot.slack.app import build_app
 from bot.slack.groups import SlackGroups
 from bot.slack.installation import learn_installation, learn_once
+from bot.slack.intake import refuse
 from bot.slack.notifier import SlackNotifier
 from bot.store.audit import AuditLog
 from bot.store.connection import EmbeddedRedis, connect
@@ -139,7 +140,14 @@ class BotRuntime:
     def web_app(self) -> web.Application:
         """`POST /slack/events` for everything Slack sends; `GET /healthz` for load balancers."""
 
+        secret = self.settings.slack_signing_secret
+        signing_secret = secret.get_secret_value() if secret is not None else None
+
         async def events(request: web.Request) -> web.Response:
+            body = await request.read()
+            refusal = refuse(signing_secret, body, request.headers, request.content_type)
+            if refusal is not None:
+                return web.Response(status=refusal.status, text=refusal.reason)
             bolt_response = await self.app.async_dispatch(await to_bolt_request(request))
             return await to_aiohttp_response(bolt_response)
 

@@ -4,11 +4,19 @@ into the real app, real Redis, the Slack stand-in."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
+import logging
 from typing import Any
+from urllib.parse import quote
+
+import pytest
 
 from bot.service.authorize import UNKNOWN_INSTALLATION
 from bot.slack.blocks import APPROVE
-from bot.testing.harness import BotHarness, wait_until
+from bot.testing.harness import SIGNING_SECRET, BotHarness, wait_until
+from bot.testing.requests import signature_headers
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
 from tests.test_security import audited, call_status
@@ -100,4 +108,59 @@ async def test_until_slack_says_where_the_bot_is_installed_everyone_is_refused(
             await audited(bot)
     finally:
         await slack.stop()
+    assert ledger.names() == ["read_logs"]
+
+
+# 8. Malformed bodies ------------------------------------------------------------------------------
+
+
+def signed(bot: BotHarness, body: bytes, timestamp: str | None = None) -> dict[str, str]:
+    headers = signature_headers(body, SIGNING_SECRET)
+    if timestamp is not None:  # signed over this (non-numeric) timestamp, as given
+        digest = hmac.new(
+            SIGNING_SECRET.encode(), f"v0:{timestamp}:".encode() + body, hashlib.sha256
+        ).hexdigest()
+        headers = {"X-Slack-Request-Timestamp": timestamp, "X-Slack-Signature": f"v0={digest}"}
+    return headers
+
+
+FORM = "application/x-www-form-urlencoded"
+NESTED = ("[" * 100_000 + "]" * 100_000).encode()  # 200 KB of nesting (twice: 400 KB)
+
+
+async def test_malformed_bodies_get_400_signed_and_401_unsigned_never_500(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ledger = Ledger()
+    malformed: list[tuple[bytes, str]] = [
+        (b"payload=" + quote("[]").encode(), FORM),
+        (b"payload=null", FORM),
+        (b"payload=" + quote('"a string"').encode(), FORM),
+        (b"payload=%7Bnot+json", FORM),
+        (b"[]", "application/json"),
+        (b"null", "application/json"),
+        (b'"a string"', "application/json"),
+        (b"{not json", "application/json"),
+        (json.dumps({"type": "event_callback", "event": "x"}).encode(), "application/json"),
+        (json.dumps({"type": "event_callback", "event": [1]}).encode(), "application/json"),
+        (b'{"a":' + NESTED + NESTED + b"}", "application/json"),
+        (b"payload=" + NESTED + NESTED, FORM),
+    ]
+    async with BotHarness(redis_url, reads_then_deletes(ledger), OPEN) as bot:
+        with caplog.at_level(logging.INFO):
+            for body, content_type in malformed:
+                unsigned = await bot.slack.send_raw(body, content_type)
+                assert unsigned.status == 401, (body[:40], unsigned)
+                sent = await bot.slack.send_raw(body, content_type, signed(bot, body))
+                assert sent.status == 400, (body[:40], sent)
+            body = b"payload=%7B%7D"
+            odd_time = await bot.slack.send_raw(body, FORM, signed(bot, body, timestamp="soon"))
+            assert odd_time.status == 400
+            # Well-formed requests still work.
+            await bot.start_and_wait("clean", user="U1")
+        await audited(bot)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    assert not [r for r in caplog.records if r.exc_info], "no stack traces"
+    refusals = [r.getMessage() for r in caplog.records if "refused a request" in r.getMessage()]
+    assert len(refusals) == 2 * len(malformed) + 1
     assert ledger.names() == ["read_logs"]
