@@ -14,11 +14,17 @@ from urllib.parse import quote
 import pytest
 
 from bot.service.authorize import UNKNOWN_INSTALLATION
-from bot.slack.blocks import APPROVE
+from bot.slack.blocks import APPROVE, REJECT, REPLY_KEEP, REPLY_REJECT
 from bot.testing.harness import SIGNING_SECRET, BotHarness, wait_until
 from bot.testing.requests import signature_headers
 from bot.testing.slack_api import FakeSlackAPI
-from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
+from tests.agents_for_tests import (
+    Ledger,
+    assistant_message,
+    function_call,
+    ops_agent,
+    tool_outputs,
+)
 from tests.test_security import audited, call_status
 
 OPEN = """
@@ -163,4 +169,110 @@ async def test_malformed_bodies_get_400_signed_and_401_unsigned_never_500(
     assert not [r for r in caplog.records if r.exc_info], "no stack traces"
     refusals = [r.getMessage() for r in caplog.records if "refused a request" in r.getMessage()]
     assert len(refusals) == 2 * len(malformed) + 1
+    assert ledger.names() == ["read_logs"]
+
+
+# 4. Replies reject only when they plainly mean to; 5. only approvers' comments are kept ----------
+
+
+def question_to(bot: BotHarness, user: str) -> dict[str, Any]:
+    """The last private question with buttons the bot asked `user`."""
+    asked = [e for e in bot.slack_api.ephemeral if e.get("user") == user and e.get("blocks")]
+    assert asked, f"nothing was asked of {user}"
+    return asked[-1]
+
+
+def button(question: dict[str, Any], action_id: str) -> str:
+    blocks = question["blocks"]
+    blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+    for block in blocks:
+        for element in block.get("elements", []) if block.get("type") == "actions" else []:
+            if element["action_id"] == action_id:
+                return str(element["value"])
+    raise KeyError(action_id)
+
+
+async def test_a_reply_that_merely_starts_with_deny_is_asked_about_not_obeyed(
+    redis_url: str,
+) -> None:
+    ledger = Ledger()
+    agent, model = ops_agent(
+        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("ok")]],
+        ledger,
+    )
+    async with BotHarness(redis_url, agent, OPEN) as bot:
+        approval = await bot.start_and_wait("clean", user="U1")
+        approval_id = approval.button_value(APPROVE)
+        text = "Deny list looks fine to me, go ahead"
+        await bot.slack.thread_reply(text, user="U2", channel="C1", thread_ts=approval.ts)
+        await bot.idle()
+        assert await call_status(redis_url, approval_id) == "pending"
+        asked = question_to(bot, "U2")
+        assert asked["thread_ts"] == approval.ts and text in str(asked["blocks"])
+        reply_id = button(asked, REPLY_KEEP)
+        assert reply_id != approval_id and button(asked, REPLY_REJECT) == reply_id
+        await bot.slack.click(REPLY_KEEP, reply_id, user="U2", channel="C1")
+        await bot.idle()
+        assert await call_status(redis_url, approval_id) == "pending"
+        assert bot.slack_api.ephemeral_to("U2")[-1].startswith("Kept as a comment")
+        # A second approver means it; someone else cannot answer for them.
+        meant = "deny this one, the path is wrong"
+        await bot.slack.thread_reply(meant, user="U3", channel="C1", thread_ts=approval.ts)
+        await bot.idle()
+        reply_id = button(question_to(bot, "U3"), REPLY_REJECT)
+        await bot.slack.click(REPLY_REJECT, reply_id, user="U2", channel="C1")
+        await bot.idle()
+        assert "Only the person who wrote that reply" in bot.slack_api.ephemeral_to("U2")[-1]
+        assert await call_status(redis_url, approval_id) == "pending"
+        await bot.slack.click(REPLY_REJECT, reply_id, user="U3", channel="C1")
+        await bot.wait_for_status("finished")
+        await bot.slack.click(REPLY_REJECT, reply_id, user="U3", channel="C1")  # again
+        await bot.idle()
+        assert "already answered" in bot.slack_api.ephemeral_to("U3")[-1]
+        audit = await audited(bot)
+    assert ledger.executed == []
+    assert tool_outputs(model) == {"c1": meant}
+    assert audit["decided"] == ["U3"]
+
+
+@pytest.mark.parametrize("reply", ["DENY: not on a Friday", "Reject:not on a Friday"])
+async def test_reject_and_deny_with_a_colon_reject_at_once_in_any_case(
+    redis_url: str, reply: str
+) -> None:
+    ledger = Ledger()
+    agent, model = ops_agent(
+        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("")]],
+        ledger,
+    )
+    async with BotHarness(redis_url, agent, OPEN) as bot:
+        approval = await bot.start_and_wait("clean", user="U1")
+        await bot.slack.thread_reply(reply, user="U2", channel="C1", thread_ts=approval.ts)
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        audit = await audited(bot)
+    assert ledger.executed == [] and tool_outputs(model) == {"c1": "not on a Friday"}
+    assert audit["decided"] == ["U2"]
+
+
+async def test_others_replies_cannot_push_approvers_comments_out_of_the_prefill(
+    redis_url: str,
+) -> None:
+    ledger = Ledger()
+    async with BotHarness(redis_url, reads_then_deletes(ledger), OPEN) as bot:
+        approval = await bot.start_and_wait("clean", user="U1")
+        note = "Check the backups first"
+        await bot.slack.thread_reply(note, user="U2", channel="C1", thread_ts=approval.ts)
+        for i in range(25):
+            await bot.slack.thread_reply(
+                f"ignore that, just approve {i}", user="U9", channel="C1", thread_ts=approval.ts
+            )
+        await bot.idle()
+        await bot.click(approval, REJECT, user="U3")
+        await wait_until(lambda: bot.slack_api.views, what="the reject modal")
+        view = bot.slack_api.views[-1]["view"]
+        prefill = [
+            b["element"].get("initial_value") for b in view["blocks"] if b["type"] == "input"
+        ]
+        assert prefill == [note]
+        await audited(bot)
     assert ledger.names() == ["read_logs"]

@@ -6,8 +6,9 @@ import logging
 import re
 
 from bot.service.ports import Actor
-from bot.service.replies import RejectForm, Reply, already_text
+from bot.service.replies import ConfirmReject, RejectForm, Reply, already_text
 from bot.service.runs import RunFlow
+from bot.store import keys
 from bot.store.records import (
     AlreadyDecided,
     CallRecord,
@@ -20,7 +21,11 @@ from bot.untrusted import inline
 
 log = logging.getLogger(__name__)
 
-REJECT_REPLY = re.compile(r"^\s*(reject|deny)(?::|\s|$)\s*(.*)$", re.IGNORECASE | re.DOTALL)
+# `reject:` / `deny:` (any case) reject at once; a reply that merely starts with the word is asked
+# about first ("Deny list looks fine to me" is not a rejection).
+REJECT_REPLY = re.compile(r"^\s*(?:reject|deny)\s*:\s*(.*)$", re.IGNORECASE | re.DOTALL)
+MAYBE_REJECT = re.compile(r"^\s*(?:reject|deny)\b", re.IGNORECASE)
+HOLD_REPLY_SECONDS = 3600
 
 
 class DecisionFlow(RunFlow):
@@ -169,8 +174,9 @@ class DecisionFlow(RunFlow):
 
     async def thread_reply(
         self, actor: Actor, channel: str, thread_ts: str, text: str
-    ) -> Reply | None:
-        """A reply in an approval message's thread: a rejection with a reason, or a comment.
+    ) -> Reply | ConfirmReject | None:
+        """A reply in an approval message's thread: a rejection with a reason, a question to its
+        author (does it reject?), or a comment (kept only when an approver wrote it).
 
         Returns None when the thread is not an approval message's (nothing to do).
         """
@@ -180,12 +186,34 @@ class DecisionFlow(RunFlow):
         match = REJECT_REPLY.match(text)
         if match:
             return await self.decide(
-                actor, approval_id, approve=False, always=False, reason=match.group(2)
+                actor, approval_id, approve=False, always=False, reason=match.group(1)
             )
         call = await self.store.get_call(approval_id)
-        if call is not None and not call.decided:
-            _, verdict = await self._authorize(actor, call)
-            await self.store.add_comment(
-                approval_id, actor.user_id, text, from_approver=verdict.allowed
-            )
-        return Reply(True)
+        if call is None or call.decided:
+            return Reply(True)
+        _, verdict = await self._authorize(actor, call)
+        if not verdict.allowed:
+            return Reply(True)  # a comment by someone who may not decide: not kept
+        await self.store.add_comment(approval_id, actor.user_id, text)
+        if not MAYBE_REJECT.match(text):
+            return Reply(True)
+        reply_id = keys.new_approval_id(call.run_id)
+        held = {"approval_id": approval_id, "team": actor.team_id, "user": actor.user_id}
+        await self.store.hold_reply(reply_id, {**held, "text": text}, HOLD_REPLY_SECONDS)
+        return ConfirmReject(reply_id, text)
+
+    async def confirm_reply(self, actor: Actor, reply_id: str, *, reject: bool) -> Reply:
+        """Its author answers the question about an ambiguous reply: reject the call with the
+        reply as the reason, or keep it as a comment (it already is one)."""
+        held = await self.store.held_reply(reply_id)
+        if held is None:
+            return Reply(False, "This question was already answered or has expired.")
+        if (held["team"], held["user"]) != (actor.team_id, actor.user_id):
+            return Reply(False, "Only the person who wrote that reply can answer this.")
+        if not await self.store.take_reply(reply_id):
+            return Reply(False, "This question was already answered or has expired.")
+        if not reject:
+            return Reply(True, "Kept as a comment; the call was not rejected.")
+        return await self.decide(
+            actor, held["approval_id"], approve=False, always=False, reason=held["text"]
+        )

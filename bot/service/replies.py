@@ -24,6 +24,16 @@ class RejectForm:
     prefill: str
 
 
+@dataclass(frozen=True)
+class ConfirmReject:
+    """A thread reply that starts like a rejection without its colon: ask its author, privately,
+    whether it rejects the call. `reply_id` names the reply held on the server; the answer
+    buttons carry nothing else."""
+
+    reply_id: str
+    text: str
+
+
 def when(timestamp: str) -> str:
     """A decision time as people read it (UTC)."""
     try:

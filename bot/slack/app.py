@@ -18,6 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.service.approvals import ApprovalService, RejectForm
 from bot.service.ports import Actor
+from bot.service.replies import ConfirmReject
 from bot.slack import blocks
 from bot.slack.commands import help_text, parse
 from bot.slack.text import unescape
@@ -165,6 +166,30 @@ def build_app(
 
         await _guard("review", work(), tell)
 
+    async def on_reply_answer(
+        ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        await ack()
+        action = (body.get("actions") or [{}])[0]
+        actor = _actor(context, body)
+        channel = str((body.get("channel") or {}).get("id", "")) or str(context.channel_id or "")
+
+        async def tell(text: str) -> None:
+            service.later("answer privately", notifier.tell(channel, actor.user_id, text))
+
+        async def work() -> None:
+            reply = await service.confirm_reply(
+                actor,
+                str(action.get("value", "")),
+                reject=action.get("action_id") == blocks.REPLY_REJECT,
+            )
+            if reply.text:
+                await tell(reply.text)
+
+        await _guard("reply answer", work(), tell)
+
+    app.action(blocks.REPLY_REJECT)(on_reply_answer)
+    app.action(blocks.REPLY_KEEP)(on_reply_answer)
     app.action(blocks.REVIEW_DONE)(on_review)
     app.action(blocks.REVIEW_RERUN)(on_review)
 
@@ -221,7 +246,16 @@ def build_app(
             reply = await service.thread_reply(
                 actor, channel, str(thread_ts), unescape(str(event.get("text", "")))
             )
-            if reply is not None and not reply.ok:
+            if isinstance(reply, ConfirmReject):
+                text, body = blocks.confirm_reply(reply.reply_id, reply.text)
+                await client.chat_postEphemeral(
+                    channel=channel,
+                    user=actor.user_id,
+                    thread_ts=str(thread_ts),
+                    text=text,
+                    blocks=blocks.as_dicts(body),
+                )
+            elif reply is not None and not reply.ok:
                 await tell(reply.text)
 
         await _guard("thread reply", work(), tell)

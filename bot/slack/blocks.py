@@ -36,6 +36,9 @@ DECISION_ACTIONS = (APPROVE, REJECT, ALWAYS_APPROVE, ALWAYS_REJECT)
 REVIEW_DONE = "review_mark_done"
 REVIEW_RERUN = "review_run_again"
 
+REPLY_REJECT = "reply_confirm_reject"
+REPLY_KEEP = "reply_keep_comment"
+
 REJECT_MODAL = "approval_reject_modal"
 REASON_BLOCK = "reason"
 REASON_INPUT = "reason_input"
@@ -180,7 +183,7 @@ def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
                 elements=[
                     _md(
                         "Reply in this thread to comment, or start a reply with `reject:` "
-                        "to reject with a reason."
+                        "(or `deny:`) to reject with that reason."
                     )
                 ]
             )
@@ -205,6 +208,32 @@ def review_message(review_id: str, text: str) -> tuple[str, list[Block]]:
         ),
     ]
     return "This run needs a review", blocks
+
+
+def confirm_reply(reply_id: str, text: str) -> tuple[str, list[Block]]:
+    """Asked privately of the author of a reply that starts like a rejection without `reject:`:
+    does it reject the call?"""
+    question = (
+        "Your reply starts with *reject* or *deny*. Should it reject this call, with your reply "
+        "as the reason the agent receives? (Start a reply with `reject:` to reject at once.)\n"
+        f">{quote(text, 2000).replace(chr(10), chr(10) + '>')}"
+    )
+    blocks: list[Block] = [
+        SectionBlock(text=_md(question)),
+        ActionsBlock(
+            block_id="confirm_reply",
+            elements=[
+                ButtonElement(
+                    text="Reject with this reason",
+                    action_id=REPLY_REJECT,
+                    value=reply_id,
+                    style="danger",
+                ),
+                ButtonElement(text="Keep as a comment", action_id=REPLY_KEEP, value=reply_id),
+            ],
+        ),
+    ]
+    return "Should your reply reject this call?", blocks
 
 
 def reject_modal(call: CallRecord, *, always: bool, prefill: str) -> View:

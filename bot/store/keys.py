@@ -67,6 +67,12 @@ def votes_key(approval_id: str) -> str:
     return call_key(approval_id) + ":votes"
 
 
+def reply_key(reply_id: str) -> str:
+    """A thread reply waiting for its author to say whether it rejects the call (JSON, TTL)."""
+    run_id, _, token = reply_id.partition(".")
+    return f"{PREFIX}:{{{run_id}}}:reply:{token}"
+
+
 def message_key(channel: str, ts: str) -> str:
     """Maps an approval message (channel, ts) to its approval id, for thread replies."""
     return f"{PREFIX}:msg:{channel}:{ts}"

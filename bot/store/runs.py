@@ -179,16 +179,32 @@ class RunStore:
         value = await self.redis.get(keys.message_key(channel, ts))
         return _s(value) if value is not None else None
 
-    async def add_comment(
-        self, approval_id: str, user: str, text: str, *, from_approver: bool
-    ) -> None:
+    async def add_comment(self, approval_id: str, user: str, text: str) -> None:
+        """Keep an approver's thread comment (the last MAX_COMMENTS) for the Reject pre-fill.
+        Only approvers' comments are kept, so nobody else's replies can push them out."""
         key = keys.comments_key(approval_id)
-        entry = {"user": user, "text": text, "approver": from_approver}
+        entry = {"user": user, "text": text, "approver": True}
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.rpush(key, json.dumps(entry))
             pipe.ltrim(key, -MAX_COMMENTS, -1)
             pipe.expire(key, self.retention)
             await pipe.execute()
+
+    async def hold_reply(self, reply_id: str, fields: dict[str, str], ttl: int) -> None:
+        """Keep an ambiguous thread reply until its author confirms what it means."""
+        await self.redis.set(keys.reply_key(reply_id), json.dumps(fields), ex=ttl)
+
+    async def held_reply(self, reply_id: str) -> dict[str, str] | None:
+        if keys.run_of(reply_id) is None:
+            return None
+        raw = await self.redis.get(keys.reply_key(reply_id))
+        return dict(json.loads(raw)) if raw is not None else None
+
+    async def take_reply(self, reply_id: str) -> bool:
+        """Consume a held reply; True for the one caller that gets it."""
+        if keys.run_of(reply_id) is None:
+            return False
+        return await self.redis.getdel(keys.reply_key(reply_id)) is not None
 
     async def comments(self, approval_id: str) -> list[dict[str, Any]]:
         """Thread comments on a call, oldest first: {"user", "text", "approver"}."""
