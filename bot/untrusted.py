@@ -8,13 +8,24 @@ sentences that quote untrusted values, and by the Slack layer for everything it 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 ZWSP = "\u200b"
 
 
+def reveal(text: str) -> str:
+    """Invisible format characters (Unicode category Cf: bidirectional controls such as U+202E
+    and U+2066..U+2069, zero-width joiners and spaces, ...) written out as `<U+202E>`, so that
+    what a reviewer reads is what runs: no reordered or hidden text."""
+    if text.isascii():
+        return text
+    return "".join(f"<U+{ord(c):04X}>" if unicodedata.category(c) == "Cf" else c for c in text)
+
+
 def escape(text: str) -> str:
-    """Escape Slack's control characters so that text is shown, never interpreted."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Make untrusted text safe to show: invisible format characters revealed, then Slack's
+    control characters escaped, so that the text is shown, never interpreted."""
+    return reveal(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def unescape(text: str) -> str:

@@ -276,3 +276,43 @@ async def test_others_replies_cannot_push_approvers_comments_out_of_the_prefill(
         assert prefill == [note]
         await audited(bot)
     assert ledger.names() == ["read_logs"]
+
+
+# 6. Invisible format characters are shown ------------------------------------------------------
+
+
+async def test_bidi_and_zero_width_characters_are_shown_on_cards_modals_and_notes(
+    redis_url: str,
+) -> None:
+    ledger = Ledger()
+    path = "/srv/\u2066logs\u2069/\u202egol.exe"
+    agent, _ = ops_agent(
+        [
+            [function_call("delete_logs", {"path": path}, call_id="c1")],
+            [assistant_message("removed \u200bit\u200d")],
+        ],
+        ledger,
+        name="o\u200dps",
+    )
+    async with BotHarness(redis_url, agent, OPEN) as bot:
+        approval = await bot.start_and_wait("clean \u202eup", user="U1")
+        card = approval.all_text()
+        for code in ("202E", "2066", "2069"):
+            assert f"&lt;U+{code}&gt;" in card, card
+        assert "o&lt;U+200D&gt;ps" in card  # the agent's name
+        assert "clean &lt;U+202E&gt;up" in bot.run_message().all_text()
+        await bot.click(approval, REJECT, user="U2")
+        await wait_until(lambda: bot.slack_api.views, what="the reject modal")
+        modal = json.dumps(bot.slack_api.views[-1]["view"], ensure_ascii=False)
+        assert "o&lt;U+200D&gt;ps" in modal
+        await bot.click(approval, APPROVE, user="U3")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        notes = "\n".join(m.text for m in bot.run_thread())
+        assert "removed &lt;U+200B&gt;it&lt;U+200D&gt;" in notes
+        shown = [m.all_text() for m in bot.slack_api.messages.values()]
+        shown += [json.dumps(v, ensure_ascii=False) for v in bot.slack_api.views]
+        invisible = ("\u202e", "\u2066", "\u2069", "\u200b", "\u200d")
+        assert not [t for t in shown if any(c in t for c in invisible)]
+        await audited(bot)
+    assert ledger.executed == [("delete_logs", {"path": path})]  # what ran is what was shown
