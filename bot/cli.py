@@ -153,8 +153,9 @@ async def _export_audit(settings: Settings, since: float, until: float | None, f
         if fmt == "csv":
             writer.writeheader()
         async for entry in AuditLog(client).read(since=since, until=until):
+            entry["time"] = iso_time(entry.get("time", ""))
             if fmt == "csv":
-                writer.writerow(entry)
+                writer.writerow({key: csv_cell(value) for key, value in entry.items()})
             else:
                 print(json.dumps(entry, ensure_ascii=False))
     finally:
@@ -162,6 +163,24 @@ async def _export_audit(settings: Settings, since: float, until: float | None, f
         if embedded is not None:
             embedded.stop()
     return 0
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: str) -> str:
+    """A cell a spreadsheet will not run: text starting like a formula (`=`, `+`, `-`, `@`, tab,
+    CR) is prefixed with `'`, as OWASP recommends against CSV injection."""
+    return "'" + value if value.startswith(FORMULA_STARTS) else value
+
+
+def iso_time(stamp: str) -> str:
+    """An audit time (Unix seconds) as ISO 8601 UTC, e.g. `2026-12-01T09:30:00.123Z`."""
+    try:
+        moment = datetime.fromtimestamp(float(stamp), tz=UTC)
+    except ValueError:
+        return stamp
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _audit(args: argparse.Namespace) -> int:

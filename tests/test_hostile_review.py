@@ -4,10 +4,17 @@ into the real app, real Redis, the Slack stand-in."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import hmac
+import io
 import json
 import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -25,6 +32,7 @@ from tests.agents_for_tests import (
     ops_agent,
     tool_outputs,
 )
+from tests.processes import ROOT
 from tests.test_security import audited, call_status
 
 OPEN = """
@@ -316,3 +324,48 @@ async def test_bidi_and_zero_width_characters_are_shown_on_cards_modals_and_note
         assert not [t for t in shown if any(c in t for c in invisible)]
         await audited(bot)
     assert ledger.executed == [("delete_logs", {"path": path})]  # what ran is what was shown
+
+
+# 7. The audit export: no spreadsheet formulas, ISO 8601 UTC times ---------------------------------
+
+
+async def test_audit_csv_neutralises_formulas_and_times_are_iso_utc(
+    redis_url: str, tmp_path: Path
+) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("ok")]],
+        ledger,
+    )
+    hostile = ['=HYPERLINK("http://x.invalid","y")', "+1+1", "-2", "@SUM(A1)", "\tx", "\rx"]
+    async with BotHarness(redis_url, agent, OPEN) as bot:
+        approval = await bot.start_and_wait("=cmd|' /C calc'!A0", user="U1")
+        await bot.reject(approval, user="U2", reason="+ no")
+        await bot.wait_for_status("finished")
+        for text in hostile:  # every cell that can start like a formula, in a free-text field
+            await bot.runtime.service.audit_log.append("comment", detail=text, user=text)
+        await bot.idle()
+        await audited(bot)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("APPROVAL_BOT_", "REDIS"))}
+    env.update(REDIS_URL=redis_url, PYTHONPATH=str(ROOT))
+
+    def export(fmt: str) -> str:
+        return subprocess.run(
+            [sys.executable, "-m", "bot", "audit", "--since", "1h", "--format", fmt],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            timeout=60,
+            check=True,
+        ).stdout.decode()  # fmt: skip (bytes: a CR inside a cell must stay a CR)
+
+    rows = list(csv.DictReader(io.StringIO(export("csv"), newline="")))
+    cells = [value for row in rows for value in row.values() if value]
+    assert cells and not [c for c in cells if c.startswith(("=", "+", "-", "@", "\t", "\r"))]
+    assert any(c.startswith("'=cmd") for c in cells) and any(c == "'+ no" for c in cells)
+    assert ["'" + text for text in hostile] == [r["detail"] for r in rows if r["kind"] == "comment"]
+    iso = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+    assert all(iso.match(row["time"]) for row in rows)
+    lines = [json.loads(line) for line in export("jsonl").splitlines()]
+    assert len(lines) == len(rows) and all(iso.match(e["time"]) for e in lines)
+    assert lines[0]["detail"].startswith("=cmd")  # JSON keeps the text as it was

@@ -42,6 +42,6 @@ def help_text(agents: list[str], default: str) -> str:
         "When an agent wants to use a sensitive tool, an approval message is posted here; an "
         "approver decides with its buttons, or rejects with a reason by replying `reject: why` "
         "(or `deny: why`, any case) in its thread. A reply that only starts with the word "
-        "(\"deny list looks fine\") is not a rejection: the bot asks its author privately. "
+        '("deny list looks fine") is not a rejection: the bot asks its author privately. '
         "Other replies by approvers are kept as comments and pre-fill the Reject reason."
     )
