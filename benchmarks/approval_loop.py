@@ -60,13 +60,24 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+# One person starts every run of the benchmark: no start limits.
+UNLIMITED = {
+    "user_start_burst": 0,
+    "channel_start_burst": 0,
+    "user_open_runs": 0,
+    "channel_open_runs": 0,
+}
+
+
 async def pending(bot: BotHarness, count: int) -> list[Message]:
     return await bot.wait_for_approvals(count, timeout=120)
 
 
 async def latency(redis_url: str, runs: int) -> None:
     resumed_at: dict[str, float] = {}
-    async with BotHarness(redis_url, build_agent(resumed_at, runs), POLICY) as bot:
+    async with BotHarness(
+        redis_url, build_agent(resumed_at, runs), POLICY, settings=UNLIMITED
+    ) as bot:
         samples = []
         for i in range(runs):
             await bot.slack.command(f"deploy v{i}", user="U1", channel="C1")
@@ -86,7 +97,9 @@ async def latency(redis_url: str, runs: int) -> None:
 
 async def throughput(redis_url: str, runs: int) -> None:
     resumed_at: dict[str, float] = {}
-    async with BotHarness(redis_url, build_agent(resumed_at, runs), POLICY) as bot:
+    async with BotHarness(
+        redis_url, build_agent(resumed_at, runs), POLICY, settings=UNLIMITED
+    ) as bot:
         for i in range(runs):
             await bot.slack.command(f"deploy v{i}", user="U1", channel="C1")
         messages = await pending(bot, runs)

@@ -41,6 +41,19 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(default=8, alias="APPROVAL_BOT_WORKER_CONCURRENCY", ge=1)
     max_turns: int = Field(default=20, alias="APPROVAL_BOT_MAX_TURNS", ge=1)
 
+    # What one person or one channel may cost (0: no limit).
+    user_starts_per_minute: float = Field(
+        default=10, alias="APPROVAL_BOT_USER_STARTS_PER_MINUTE", ge=0
+    )
+    user_start_burst: int = Field(default=5, alias="APPROVAL_BOT_USER_START_BURST", ge=0)
+    channel_starts_per_minute: float = Field(
+        default=30, alias="APPROVAL_BOT_CHANNEL_STARTS_PER_MINUTE", ge=0
+    )
+    channel_start_burst: int = Field(default=10, alias="APPROVAL_BOT_CHANNEL_START_BURST", ge=0)
+    user_open_runs: int = Field(default=10, alias="APPROVAL_BOT_USER_OPEN_RUNS", ge=0)
+    channel_open_runs: int = Field(default=50, alias="APPROVAL_BOT_CHANNEL_OPEN_RUNS", ge=0)
+    max_task_chars: int = Field(default=4000, alias="APPROVAL_BOT_MAX_TASK_CHARS", ge=0)
+
     @field_validator("slack_api_url")
     @classmethod
     def _trailing_slash(cls, value: str) -> str:

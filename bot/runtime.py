@@ -18,6 +18,7 @@ from bot.engine.registry import AgentRegistry
 from bot.engine.runner import Engine
 from bot.service.approvals import ApprovalService
 from bot.service.authorize import Authorizer
+from bot.service.limits import StartLimits
 from bot.service.policy_source import PolicySource
 from bot.service.worker import Worker
 from bot.slack.app import build_app
@@ -25,6 +26,7 @@ from bot.slack.groups import SlackGroups
 from bot.slack.installation import learn_installation, learn_once
 from bot.slack.intake import refuse
 from bot.slack.notifier import SlackNotifier
+from bot.store.admission import AdmissionStore, Quota
 from bot.store.audit import AuditLog
 from bot.store.connection import EmbeddedRedis, connect
 from bot.store.journal import RedisJournal
@@ -92,6 +94,18 @@ class BotRuntime:
             audit=AuditLog(self.redis, retention_days=s.audit_retention_days),
             queue=self.queue,
             journal=RedisJournal(self.redis, retention_seconds=retention),
+            admission=AdmissionStore(self.redis, retention_seconds=retention),
+            limits=StartLimits(
+                Quota(
+                    user_per_minute=s.user_starts_per_minute,
+                    user_burst=s.user_start_burst,
+                    channel_per_minute=s.channel_starts_per_minute,
+                    channel_burst=s.channel_start_burst,
+                    user_open=s.user_open_runs,
+                    channel_open=s.channel_open_runs,
+                ),
+                max_task_chars=s.max_task_chars,
+            ),
         )
         secret = s.slack_signing_secret.get_secret_value() if s.slack_signing_secret else None
         if secret is not None or self.socket_mode:  # a worker-only process receives nothing

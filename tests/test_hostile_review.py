@@ -4,6 +4,7 @@ into the real app, real Redis, the Slack stand-in."""
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import hashlib
 import hmac
@@ -369,3 +370,65 @@ async def test_audit_csv_neutralises_formulas_and_times_are_iso_utc(
     lines = [json.loads(line) for line in export("jsonl").splitlines()]
     assert len(lines) == len(rows) and all(iso.match(e["time"]) for e in lines)
     assert lines[0]["detail"].startswith("=cmd")  # JSON keeps the text as it was
+
+
+# 9. What one person or one channel can start ----------------------------------------------------
+
+
+async def test_a_burst_of_commands_from_one_person_starts_only_the_burst(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent([[assistant_message("ok")]] * 40, ledger)
+    async with BotHarness(redis_url, agent, OPEN) as bot:
+        sent = await asyncio.gather(
+            *(bot.slack.command(f"task {i}", user="U1", channel="C1") for i in range(40))
+        )
+        await bot.idle()
+        refusals = [s.json()["text"] for s in sent if s.text]
+        runs = [m for m in bot.slack_api.top_level() if "started agent" in m.all_text()]
+        entries = await bot.audit()
+        await audited(bot)
+    assert len(runs) == 5 and len(refusals) == 35
+    assert all("faster than this bot allows (10 a minute, bursts of 5)" in r for r in refusals)
+    assert all("Try again in" in r for r in refusals)
+    assert len([e for e in entries if e["kind"] == "start_refused"]) == 35
+    assert len([e for e in entries if e["kind"] == "run_started"]) == 5
+
+
+async def test_unfinished_runs_per_person_and_channel_are_capped(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [[function_call("delete_logs", {"path": f"/{i}"}, call_id=f"c{i}")] for i in range(3)]
+        + [[assistant_message("ok")]] * 3,
+        ledger,
+    )
+    limits = {"user_open_runs": 2, "channel_open_runs": 3}
+    async with BotHarness(redis_url, agent, OPEN, settings=limits) as bot:
+        first = await bot.start_and_wait("one", user="U1")
+        await bot.slack.command("two", user="U1", channel="C1")
+        await bot.wait_for_approvals(2)
+        third = await bot.slack.command("three", user="U1", channel="C1")
+        assert "You already have 2 unfinished runs" in third.json()["text"]
+        await bot.slack.command("four", user="U4", channel="C1")  # another person: allowed
+        await bot.wait_for_approvals(3)
+        full = await bot.slack.command("five", user="U5", channel="C1")
+        assert "This channel already has 3 unfinished runs" in full.json()["text"]
+        # When one of U1's runs finishes, U1 may start another.
+        await bot.click(first, APPROVE, user="U2")
+        await bot.idle()
+        again = await bot.slack.command("six", user="U1", channel="C1")
+        assert again.text == "", again
+        await bot.idle()
+        await audited(bot)
+
+
+async def test_a_task_over_the_length_limit_is_refused_with_its_length(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent([[assistant_message("ok")]], ledger)
+    async with BotHarness(redis_url, agent, OPEN) as bot:
+        sent = await bot.slack.command("x" * 4001, user="U1", channel="C1")
+        assert "4,001 characters long; the limit here is 4,000" in sent.json()["text"]
+        await bot.slack.command("x" * 4000, user="U1", channel="C1")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        entries = await bot.audit()
+    assert [e["kind"] for e in entries][:2] == ["start_refused", "run_started"]

@@ -15,9 +15,11 @@ from bot.engine.runner import (
 )
 from bot.service.authorize import Authorizer
 from bot.service.digest import call_digest
+from bot.service.limits import StartLimits
 from bot.service.policy import Verdict
 from bot.service.policy_source import PolicySource
 from bot.service.ports import Actor, Notifier
+from bot.store.admission import AdmissionStore
 from bot.store.audit import AuditLog
 from bot.store.journal import RedisJournal
 from bot.store.queue import JobQueue
@@ -44,6 +46,8 @@ class ServiceCore:
         audit: AuditLog,
         queue: JobQueue,
         journal: RedisJournal,
+        admission: AdmissionStore,
+        limits: StartLimits | None = None,
     ) -> None:
         self.store = store
         self.engine = engine
@@ -53,6 +57,8 @@ class ServiceCore:
         self.audit_log = audit
         self.queue = queue
         self.journal = journal
+        self.admission = admission
+        self.limits = limits or StartLimits()
         self.process_id = secrets.token_hex(6)
         self._tasks: set[asyncio.Task[None]] = set()
         self._refresh_locks: dict[str, asyncio.Lock] = {}

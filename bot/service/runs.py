@@ -16,6 +16,7 @@ from bot.engine.runner import (
     Outcome,
     Paused,
 )
+from bot.service.limits import refusal, task_too_long
 from bot.service.policy import Verdict
 from bot.service.ports import Actor
 from bot.service.replies import Reply
@@ -57,6 +58,19 @@ class RunFlow(ReviewFlow):
             )
         if verdict.allowed and not task.strip():
             verdict = Verdict(False, "Tell the agent what to do: `/agent <task>`.")
+        if verdict.allowed and task_too_long(self.limits, task):
+            verdict = Verdict(False, task_too_long(self.limits, task))
+        run_id = keys.new_run_id()
+        if verdict.allowed:
+            admission = await self.admission.admit(
+                self.limits.quota,
+                team=actor.team_id,
+                user=actor.user_id,
+                channel=channel,
+                run_id=run_id,
+            )
+            if admission.verdict != "ok":
+                verdict = Verdict(False, refusal(self.limits, admission))
         if not verdict.allowed:
             self.spawn(
                 self.audit("start_refused", actor=actor, detail=verdict.reason),
@@ -65,7 +79,7 @@ class RunFlow(ReviewFlow):
             return Reply(False, verdict.reason)
         stamp = now()
         run = RunRecord(
-            run_id=keys.new_run_id(),
+            run_id=run_id,
             team_id=actor.team_id,
             enterprise_id=actor.enterprise_id,
             user_id=actor.user_id,

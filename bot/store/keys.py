@@ -73,6 +73,24 @@ def reply_key(reply_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:reply:{token}"
 
 
+# Admission limits: every key shares the hash tag {limits}, so one script checks them together.
+def user_bucket_key(team: str, user: str) -> str:
+    return f"{PREFIX}:{{limits}}:rate:user:{team}:{user}"
+
+
+def channel_bucket_key(channel: str) -> str:
+    return f"{PREFIX}:{{limits}}:rate:channel:{channel}"
+
+
+def user_open_key(team: str, user: str) -> str:
+    """Run ids of a user's runs admitted and not known to be finished."""
+    return f"{PREFIX}:{{limits}}:open:user:{team}:{user}"
+
+
+def channel_open_key(channel: str) -> str:
+    return f"{PREFIX}:{{limits}}:open:channel:{channel}"
+
+
 def message_key(channel: str, ts: str) -> str:
     """Maps an approval message (channel, ts) to its approval id, for thread replies."""
     return f"{PREFIX}:msg:{channel}:{ts}"

@@ -67,6 +67,7 @@ class BotHarness:
         slack: FakeSlackAPI | None = None,
         rejection_text: str | None = None,
         data_dir: Path | None = None,
+        settings: dict[str, Any] | None = None,
     ) -> None:
         self.redis_url = redis_url
         self.registry = agents if isinstance(agents, AgentRegistry) else None
@@ -76,13 +77,14 @@ class BotHarness:
         self._own_slack = slack is None
         self.rejection_text = rejection_text
         self.data_dir = data_dir
+        self.overrides = settings or {}  # Settings fields, e.g. {"user_start_burst": 0}
         self._runner: web.AppRunner | None = None
         self.url = ""
         self.runtime: BotRuntime
         self.slack: SlackRequests
 
     def settings(self) -> Settings:
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = dict(self.overrides)
         if self.rejection_text is not None:
             extra["rejection_text"] = self.rejection_text
         if self.data_dir is not None:

@@ -1,0 +1,83 @@
+"""Admission of new runs: per-user and per-channel token buckets and caps on unfinished runs,
+checked and taken in one Lua script (`admit.lua`), so a burst of commands cannot slip past."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from importlib import resources
+from typing import Literal
+
+import redis.asyncio as redis
+
+from bot.store import keys
+
+Verdict = Literal["ok", "user_rate", "channel_rate", "user_open", "channel_open"]
+ENDED = ("finished", "failed")
+
+
+@dataclass(frozen=True)
+class Quota:
+    """Limits on starting runs; 0 anywhere means no limit."""
+
+    user_per_minute: float
+    user_burst: int
+    channel_per_minute: float
+    channel_burst: int
+    user_open: int
+    channel_open: int
+
+
+@dataclass(frozen=True)
+class Admission:
+    """`ok`, or the limit that refused the run and a figure for the sentence: the seconds to
+    wait (rates) or the unfinished runs counted (caps)."""
+
+    verdict: Verdict
+    figure: int = 0
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class AdmissionStore:
+    """Checks and takes a run's place under the quota (see `admit.lua`)."""
+
+    def __init__(self, client: redis.Redis, *, retention_seconds: int) -> None:
+        self.redis = client
+        self.retention = retention_seconds
+        script = (resources.files("bot.store") / "lua" / "admit.lua").read_text(encoding="utf-8")
+        self._admit = client.register_script(script)
+
+    async def _forget_ended(self, key: str) -> None:
+        """Drop runs that ended (or whose records expired) from an open-run set."""
+        members = [_s(m) for m in await self.redis.smembers(key)]
+        if not members:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for run_id in members:
+                pipe.hget(keys.run_key(run_id), "status")
+            statuses = await pipe.execute()
+        ended = [
+            r for r, s in zip(members, statuses, strict=True) if s is None or s.decode() in ENDED
+        ]
+        if ended:
+            await self.redis.srem(key, *ended)
+
+    async def admit(
+        self, quota: Quota, *, team: str, user: str, channel: str, run_id: str
+    ) -> Admission:
+        user_open, channel_open = keys.user_open_key(team, user), keys.channel_open_key(channel)
+        for key in (user_open, channel_open):
+            await self._forget_ended(key)
+        reply = await self._admit(
+            keys=[keys.user_bucket_key(team, user), keys.channel_bucket_key(channel), user_open,
+                  channel_open],
+            args=[f"{time.time():.3f}", quota.user_per_minute / 60, quota.user_burst,
+                  quota.channel_per_minute / 60, quota.channel_burst, quota.user_open,
+                  quota.channel_open, run_id, self.retention],
+        )  # fmt: skip
+        verdict = _s(reply[0])
+        figure = int(reply[1]) if len(reply) > 1 else 0
+        return Admission(verdict, figure)  # type: ignore[arg-type]
