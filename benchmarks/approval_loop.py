@@ -26,6 +26,7 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 
 from bot.slack.blocks import APPROVE
 from bot.store import keys
+from bot.store.audit import AUDIT_STREAM
 from bot.store.connection import EmbeddedRedis
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import Message
@@ -118,48 +119,78 @@ async def throughput(redis_url: str, runs: int) -> None:
     )
 
 
-async def storage(redis_url: str) -> None:
+PROSE = (
+    "please check the nightly backup of the billing database on db-7 and if the restore "
+    "test from yesterday failed again rotate the credentials then open an incident with "
+    "the storage team and summarise what you changed for the on call engineer"
+)
+
+
+def prose(chars: int) -> str:
+    """Realistic task text (it compresses like language does, not like repeated letters)."""
+    words = PROSE.split()
+    out: list[str] = []
+    i = 0
+    while sum(len(w) + 1 for w in out) < chars:
+        out.append(f"{words[i % len(words)]}{i // len(words) if i % 7 == 0 else ''}")
+        i += 1
+    return " ".join(out)[:chars]
+
+
+async def storage(redis_url: str, task_chars: int = 0) -> None:
+    """Redis bytes for one paused run (every key of the run) and the audit entries it added."""
     resumed_at: dict[str, float] = {}
-    async with BotHarness(redis_url, build_agent(resumed_at, 1), POLICY) as bot:
-        await bot.slack.command("deploy v0", user="U1", channel="C1")
+    settings = {"max_task_chars": 0}
+    async with BotHarness(redis_url, build_agent(resumed_at, 1), POLICY, settings=settings) as bot:
+        client = aioredis.Redis.from_url(redis_url)
+        task = (prose(task_chars) + " ") if task_chars else ""
+        await bot.slack.command(task + "deploy v0", user="U1", channel="C1")
         [message] = await pending(bot, 1)
         await bot.idle()
         approval_id = message.button_value(APPROVE)
         run_id = keys.run_of(approval_id)
         assert run_id is not None
-        client = aioredis.Redis.from_url(redis_url)
-        sizes = {
-            "run": await client.memory_usage(keys.run_key(run_id)),
-            "snapshot": await client.memory_usage(keys.snapshot_key(run_id)),
-            "call": await client.memory_usage(keys.call_key(approval_id)),
-            "pause set": await client.memory_usage(keys.pause_key(run_id)),
-        }
+        sizes: dict[str, int] = {}
+        async for key in client.scan_iter(match=f"ab:{{{run_id}}}*"):
+            name = key.decode().split("}:", 1)[1].split(":")[0]
+            sizes[name] = sizes.get(name, 0) + (await client.memory_usage(key, samples=0) or 0)
+        entries: list[Any] = await client.xrange(AUDIT_STREAM) or []
+        audit = sum(
+            sum(len(k) + len(v) for k, v in fields.items())
+            for _, fields in entries
+            if fields.get(b"run_id") == run_id.encode()
+        )
         blob = await client.hget(keys.snapshot_key(run_id), "state")
         await client.aclose()
     assert isinstance(blob, bytes)
     raw = zlib.decompress(blob)
-    total = sum(v or 0 for v in sizes.values())
-    print("Redis memory for one paused run with one pending call (bytes):")
-    print("  " + "  ".join(f"{k} {v}" for k, v in sizes.items()) + f"  total {total}")
+    total = sum(sizes.values())
+    what = f"a {task_chars:,}-character task" if task_chars else "a minimal task"
+    print(f"Redis memory for one paused run with one pending call, {what} (bytes):")
+    print("  " + "  ".join(f"{k} {v}" for k, v in sorted(sizes.items())) + f"  total {total}")
+    print(f"  audit entries of the run so far: {audit} bytes of fields and values")
     print(f"  snapshot {len(raw)} B of JSON stored as {len(blob)} B ({len(raw) / len(blob):.1f}x)")
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--storage-only", action="store_true", help="only the storage figures")
     args = parser.parse_args()
     set_tracing_disabled(True)
     with tempfile.TemporaryDirectory() as tmp:
         server = EmbeddedRedis(Path(tmp))
         await server.start()
         try:
-            await latency(server.url, min(args.runs, 200))
-            client = aioredis.Redis.from_url(server.url)
-            await client.flushall()
-            await throughput(server.url, args.runs)
-            await client.flushall()
-            await client.aclose()
+            if not args.storage_only:
+                await latency(server.url, min(args.runs, 200))
+                client = aioredis.Redis.from_url(server.url)
+                await client.flushall()
+                await throughput(server.url, args.runs)
+                await client.flushall()
+                await client.aclose()
             await storage(server.url)
+            await storage(server.url, 40_000)
         finally:
             server.stop()
 

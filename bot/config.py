@@ -36,7 +36,7 @@ class Settings(BaseSettings):
     redis_max_connections: int = Field(default=64, alias="APPROVAL_BOT_REDIS_MAX_CONNECTIONS", ge=4)
     data_dir: Path = Field(default=Path(".approval-bot"), alias="APPROVAL_BOT_DATA_DIR")
     run_retention_days: int = Field(default=30, alias="APPROVAL_BOT_RUN_RETENTION_DAYS", ge=1)
-    audit_retention_days: int = Field(default=0, alias="APPROVAL_BOT_AUDIT_RETENTION_DAYS", ge=0)
+    audit_retention_days: int = Field(default=400, alias="APPROVAL_BOT_AUDIT_RETENTION_DAYS", ge=0)
     job_lease_seconds: float = Field(default=30.0, alias="APPROVAL_BOT_JOB_LEASE_SECONDS", gt=0)
     worker_concurrency: int = Field(default=8, alias="APPROVAL_BOT_WORKER_CONCURRENCY", ge=1)
     max_turns: int = Field(default=20, alias="APPROVAL_BOT_MAX_TURNS", ge=1)

@@ -11,7 +11,7 @@ import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.engine.registry import AgentLoadError, AgentRegistry
-from bot.service.authorize import Authorizer
+from bot.service.authorize import Authorizer, Installation
 from bot.service.policy import PolicyError, load_policy, parse_policy
 from bot.service.ports import Actor
 from bot.slack.groups import SlackGroups
@@ -78,7 +78,8 @@ async def test_policy_rules() -> None:
         POLICY + "  C2:\n    starters: [U5]\n    approvers: ['*']\n    allow_self_approval: true\n"
     )
     async with FakeSlackAPI() as slack:
-        authorizer = Authorizer(SlackGroups(AsyncWebClient(token="xoxb-t", base_url=slack.url)))
+        groups = SlackGroups(AsyncWebClient(token="xoxb-t", base_url=slack.url))
+        authorizer = Authorizer(groups, Installation(team_id="T1"))
 
         async def start(user: str, channel: str) -> bool:
             actor = Actor(team_id="T1", user_id=user)

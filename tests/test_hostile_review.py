@@ -20,9 +20,12 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+import redis.asyncio as aioredis
 
 from bot.service.authorize import UNKNOWN_INSTALLATION
 from bot.slack.blocks import APPROVE, REJECT, REPLY_KEEP, REPLY_REJECT
+from bot.store import keys
+from bot.store.records import SHOWN_ARGUMENTS, SHOWN_TASK
 from bot.testing.harness import SIGNING_SECRET, BotHarness, wait_until
 from bot.testing.requests import signature_headers
 from bot.testing.slack_api import FakeSlackAPI
@@ -432,3 +435,52 @@ async def test_a_task_over_the_length_limit_is_refused_with_its_length(redis_url
         await bot.idle()
         entries = await bot.audit()
     assert [e["kind"] for e in entries][:2] == ["start_refused", "run_started"]
+
+
+# 10. What a run stores -------------------------------------------------------------------------
+
+
+async def test_a_long_task_and_long_arguments_are_stored_once_and_bound_by_their_hash(
+    redis_url: str,
+) -> None:
+    ledger = Ledger()
+    long_path = "/srv/" + "very-long-directory-name/" * 400  # 10,005 characters
+    agent, model = ops_agent(
+        [
+            [function_call("delete_logs", {"path": long_path}, call_id="c1")],
+            [assistant_message("ok")],
+        ],
+        ledger,
+    )
+    task = " ".join(f"step {i}: check the backup of shard {i} and report" for i in range(800))
+    assert len(task) > 40_000
+    async with BotHarness(redis_url, agent, OPEN, settings={"max_task_chars": 0}) as bot:
+        approval = await bot.start_and_wait(task, user="U1")
+        approval_id = approval.button_value(APPROVE)
+        run_id = keys.run_of(approval_id)
+        assert run_id is not None
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            run = await client.hgetall(keys.run_key(run_id))
+            call = await client.hgetall(keys.call_key(approval_id))
+            assert len(run[b"task"]) == SHOWN_TASK and int(run[b"task_chars"]) == len(task)
+            assert not await client.exists(keys.task_key(run_id))  # the snapshot has it now
+            assert len(call[b"arguments"]) == SHOWN_ARGUMENTS and call[b"arguments_sha"]
+            total = 0
+            async for key in client.scan_iter(match=f"ab:{{{run_id}}}*"):
+                total += await client.memory_usage(key, samples=0) or 0
+        finally:
+            await client.aclose()
+        assert total < 24_000, total  # before: over 60 KB (the task and arguments stored twice)
+        assert "_(truncated)_" in bot.run_message().all_text()
+        assert "of 10,0" in approval.all_text() and "truncated: showing" in approval.all_text()
+        await bot.click(approval, APPROVE, user="U2")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        entries = await bot.audit()
+        await audited(bot)
+    first_input = model.calls[0].input
+    assert task in json.dumps(first_input)  # the agent got the whole task
+    assert ledger.executed == [("delete_logs", {"path": long_path})]  # and the whole arguments
+    [started] = [e for e in entries if e["kind"] == "run_started"]
+    assert len(started["detail"]) < 1100 and f"({len(task):,} characters)" in started["detail"]

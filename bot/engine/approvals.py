@@ -7,6 +7,7 @@ approval requests (server label and tool). The text here is untrusted: the Slack
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,23 @@ class PendingApproval:
     # Always by agent too; the bot keeps and applies Always decisions itself).
     sticky: str
     arguments: str  # display text: pretty JSON, shell commands or a diff
+
+
+def canonical_arguments(arguments: str) -> str:
+    """JSON arguments with sorted keys and no spacing; anything else as it is."""
+    try:
+        return json.dumps(
+            json.loads(arguments), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+    except (ValueError, TypeError):
+        return arguments
+
+
+def arguments_sha(arguments: str) -> str:
+    """SHA-256 of the canonical arguments: what binds a decision to arguments too long to keep
+    whole beside the snapshot (which holds them anyway)."""
+    data = canonical_arguments(arguments).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
 
 
 def _get(value: Any, key: str) -> Any:

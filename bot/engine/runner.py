@@ -27,7 +27,7 @@ from agents import (
     Tool,
 )
 
-from bot.engine.approvals import PendingApproval, describe
+from bot.engine.approvals import PendingApproval, arguments_sha, describe
 from bot.engine.context import RunContext, deserialize_context, serialize_context
 from bot.engine.journal import CURRENT, CallNeedsReview, Execution
 from bot.engine.registry import AgentRegistry
@@ -98,7 +98,8 @@ class Decision:
     call_id: str
     approve: bool
     message: str | None = None
-    # (agent, tool, arguments) as shown to the reviewer: the call must still be exactly this.
+    # (agent, tool, arguments_sha(arguments)) as shown to the reviewer: the call must still be
+    # exactly this.
     shown: tuple[str, str, str] | None = None
 
 
@@ -273,7 +274,7 @@ class Engine:
             if decision.shown is not None and decision.shown != (
                 now_shown.agent,
                 now_shown.tool,
-                now_shown.arguments,
+                arguments_sha(now_shown.arguments),
             ):
                 return Failed(
                     "A decided call no longer matches what its reviewer was shown (this call "

@@ -177,6 +177,7 @@ class ServiceCore:
             agent=call.agent,
             tool=call.tool,
             arguments=call.arguments,
+            arguments_sha=call.arguments_sha,
             run_id=call.run_id,
             call_id=call.call_id,
             policy_version=call.policy_version,

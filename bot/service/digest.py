@@ -1,8 +1,9 @@
 """The digest that binds a decision to the exact call a reviewer was shown.
 
-It covers the agent, the tool, the canonical JSON arguments, the run id, the call id and the
-policy version in force when the call was posted. The approval message shows a short form; the
-audit trail records the whole.
+It covers the agent, the tool, the canonical JSON arguments as shown (and, for calls posted since
+display copies may be stored cut, the SHA-256 of the whole arguments), the run id, the call id
+and the policy version in force when the call was posted. The approval message shows a short
+form; the audit trail records the whole.
 """
 
 from __future__ import annotations
@@ -10,24 +11,29 @@ from __future__ import annotations
 import hashlib
 import json
 
+from bot.engine.approvals import canonical_arguments
+
 SHORT = 10
 
 
-def canonical_arguments(arguments: str) -> str:
-    """JSON arguments with sorted keys and no spacing; anything else as it is."""
-    try:
-        return json.dumps(
-            json.loads(arguments), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        )
-    except (ValueError, TypeError):
-        return arguments
-
-
 def call_digest(
-    *, agent: str, tool: str, arguments: str, run_id: str, call_id: str, policy_version: str
+    *,
+    agent: str,
+    tool: str,
+    arguments: str,
+    run_id: str,
+    call_id: str,
+    policy_version: str,
+    arguments_sha: str = "",
 ) -> str:
+    """`arguments` is the text the reviewer is shown (as stored); with `arguments_sha` (calls
+    stored with a display copy that may be cut) the digest also covers the hash of the whole
+    arguments, which the resume checks against the call in the snapshot."""
+    bound = [canonical_arguments(arguments)]
+    if arguments_sha:
+        bound.append("sha256:" + arguments_sha)
     payload = json.dumps(
-        [agent, tool, canonical_arguments(arguments), run_id, call_id, policy_version],
+        [agent, tool, *bound, run_id, call_id, policy_version],
         separators=(",", ":"),
         ensure_ascii=False,
     )

@@ -6,6 +6,7 @@ import json
 import logging
 from typing import Any
 
+from bot.engine.approvals import arguments_sha
 from bot.engine.journal import Execution
 from bot.engine.runner import (
     Checkpoint,
@@ -25,6 +26,7 @@ from bot.store import keys
 from bot.store.queue import Job
 from bot.store.records import (
     EARLIER_ALWAYS,
+    SHOWN_ARGUMENTS,
     CallRecord,
     Decided,
     RunRecord,
@@ -36,6 +38,13 @@ from bot.untrusted import inline, redact
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
+AUDITED_TASK = 1000  # characters of a task kept in the audit trail (with its length)
+
+
+def audited_task(task: str) -> str:
+    if len(task) <= AUDITED_TASK:
+        return task
+    return f"{task[:AUDITED_TASK]}… ({len(task):,} characters)"
 
 
 class RunFlow(ReviewFlow):
@@ -100,7 +109,7 @@ class RunFlow(ReviewFlow):
                 log.info("ignored a replayed command (trigger %s)", delivery_id)
                 return
             await self.store.create_run(run)
-            await self.audit("run_started", run=run, detail=run.task)
+            await self.audit("run_started", run=run, detail=audited_task(run.task))
         except Exception:
             log.exception("could not store new run %s", run.run_id)
             await self._safely(
@@ -192,7 +201,9 @@ class RunFlow(ReviewFlow):
             tool=approval.tool,
             kind=approval.kind,
             sticky=approval.sticky,
-            arguments=approval.arguments,
+            arguments=approval.arguments[:SHOWN_ARGUMENTS],
+            arguments_chars=len(approval.arguments),
+            arguments_sha=arguments_sha(approval.arguments),
             channel_id=run.channel_id,
             policy_version=version,
         )
@@ -397,7 +408,7 @@ class RunFlow(ReviewFlow):
             if job.kind == "start":
                 outcome = await self.engine.start(
                     run.agent_name,
-                    run.task,
+                    await self.store.whole_task(run),
                     self._context(run),
                     progress=self._progress(run),
                     execution=execution,
@@ -469,7 +480,7 @@ class RunFlow(ReviewFlow):
                 call_id=c.call_id,
                 approve=c.status == "approved",
                 message=c.reason or None,
-                shown=(c.agent, c.tool, c.arguments),
+                shown=(c.agent, c.tool, c.arguments_sha or arguments_sha(c.arguments)),
             )
             for c in calls
         ]

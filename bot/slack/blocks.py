@@ -79,7 +79,7 @@ def _md(text: str) -> MarkdownTextObject:
 
 def run_message(run: RunRecord) -> tuple[str, list[Block]]:
     """The run's own message: who started which agent on what, and where it stands."""
-    task = quote(run.task, SECTION_LIMIT - 200)
+    task = quote(run.task, SECTION_LIMIT - 200, run.task_chars)
     header = f"<@{run.user_id}> started agent *{inline(run.agent_name)}*"
     status = status_text(run)
     blocks: list[Block] = [
@@ -146,10 +146,11 @@ def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
         else f"Run started by <@{run.user_id}>: _{task}_"
     )
     label = ARGUMENT_LABELS.get(call.kind, "Arguments")
+    shown = code_block(call.arguments, ARGUMENTS_LIMIT, call.arguments_chars)
     blocks: list[Block] = [
         SectionBlock(text=_md(title)),
         ContextBlock(elements=[_md(origin)]),
-        SectionBlock(text=_md(f"*{label}:*\n{code_block(call.arguments, ARGUMENTS_LIMIT)}")),
+        SectionBlock(text=_md(f"*{label}:*\n{shown}")),
     ]
     blocks.append(ContextBlock(elements=[_md(_binding(call))]))
     if call.decided:

@@ -7,20 +7,21 @@ from bot.untrusted import ZWSP, clean, escape, inline, truncate, unescape
 __all__ = ["clean", "code_block", "escape", "inline", "quote", "truncate", "unescape"]
 
 
-def code_block(text: str, limit: int) -> str:
+def code_block(text: str, limit: int, whole: int = 0) -> str:
     """Untrusted text as a mrkdwn code block of at most `limit` characters, with a visible note
-    when it was cut."""
+    when it was cut (here, or before it was stored: `whole` is then its full length)."""
     body = escape(clean(text)).replace("```", f"`{ZWSP}`{ZWSP}`")
     note_room = 80
     body, cut = truncate(body, limit - note_room)
     block = f"```{body}```"
-    if cut:
-        block += f"\n_(truncated: showing {len(body):,} of {len(text):,} characters)_"
+    if cut or whole > len(text):
+        block += f"\n_(truncated: showing {len(body):,} of {max(whole, len(text)):,} characters)_"
     return block
 
 
-def quote(text: str, limit: int) -> str:
-    """Untrusted multi-line text shown as plain escaped text, cut with a note if too long."""
+def quote(text: str, limit: int, whole: int = 0) -> str:
+    """Untrusted multi-line text shown as plain escaped text, cut with a note if too long (or
+    if it was cut before it was stored: `whole` is then its full length)."""
     body = escape(clean(text))
     body, cut = truncate(body, limit - 60)
-    return body + ("\n_(truncated)_" if cut else "")
+    return body + ("\n_(truncated)_" if cut or whole > len(text) else "")

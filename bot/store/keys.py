@@ -37,6 +37,11 @@ def run_key(run_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:run"
 
 
+def task_key(run_id: str) -> str:
+    """A task too long to keep whole in the run hash, until the run first pauses or ends."""
+    return f"{PREFIX}:{{{run_id}}}:task"
+
+
 def snapshot_key(run_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:snapshot"
 

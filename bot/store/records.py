@@ -14,6 +14,10 @@ from typing import Any, Literal, TypeVar
 RunStatus = Literal["running", "paused", "resuming", "needs_review", "finished", "failed"]
 CallStatus = Literal["pending", "approved", "rejected"]
 
+# How much text a run and a call keep for display (the snapshot holds the rest).
+SHOWN_TASK = 3000
+SHOWN_ARGUMENTS = 3000
+
 # `via` of a call settled by an Always decision of an earlier pause: "always:<approval id>".
 EARLIER_ALWAYS = "always:"
 
@@ -62,8 +66,9 @@ class RunRecord:
     user_id: str
     channel_id: str
     agent_name: str
-    task: str
+    task: str  # as shown: at most SHOWN_TASK characters (the whole task is kept until it starts)
     enterprise_id: str = ""
+    task_chars: int = 0  # the whole task's length, when `task` is a cut copy
     status: str = "running"
     created_at: str = ""
     updated_at: str = ""
@@ -98,8 +103,10 @@ class CallRecord:
     tool: str
     kind: str
     sticky: str
-    arguments: str
+    arguments: str  # display text, at most SHOWN_ARGUMENTS characters
     pause: int = 0
+    arguments_chars: int = 0  # the whole display text's length, when `arguments` is cut
+    arguments_sha: str = ""  # SHA-256 of the canonical arguments (empty: stored whole, before)
     status: str = "pending"
     always: bool = False
     decided_team: str = ""

@@ -16,6 +16,7 @@ import redis.asyncio as redis
 
 from bot.store import keys
 from bot.store.records import (
+    SHOWN_TASK,
     AlreadyDecided,
     CallRecord,
     Decided,
@@ -71,12 +72,26 @@ class RunStore:
     async def create_run(self, run: RunRecord) -> None:
         """Store a new run, owned by `run.owner` until it pauses or ends."""
         key = keys.run_key(run.run_id)
+        stored = run.to_hash()
+        whole = run.task
+        if len(whole) > SHOWN_TASK:  # the hash keeps what is shown; the job reads the rest
+            stored.update(task=whole[:SHOWN_TASK], task_chars=str(len(whole)))
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping=run.to_hash())  # type: ignore[arg-type]
+            pipe.hset(key, mapping=stored)  # type: ignore[arg-type]
             pipe.expire(key, self.retention)
+            if len(whole) > SHOWN_TASK:
+                pipe.set(keys.task_key(run.run_id), whole, ex=self.retention)
             await pipe.execute()
         # Indexed only once it exists, so a sweeper never sees an id without its run.
         await self.redis.sadd(keys.EXECUTING_RUNS, run.run_id)
+
+    async def whole_task(self, run: RunRecord) -> str:
+        """The task as the person typed it (a start job needs it; the run hash may hold a cut
+        copy)."""
+        if not run.task_chars:
+            return run.task
+        value = await self.redis.get(keys.task_key(run.run_id))
+        return _s(value) if value is not None else run.task
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         raw = await self.redis.hgetall(keys.run_key(run_id))
@@ -112,6 +127,7 @@ class RunStore:
                 keys.run_key(run_id),
                 keys.snapshot_key(run_id),
                 keys.pause_key(run_id),
+                keys.task_key(run_id),
                 *call_keys,
             ],
             args=[
@@ -143,7 +159,12 @@ class RunStore:
     ) -> bool:
         """End a run. Returns False when it was already ended or is owned by someone else."""
         reply = await self._finish(
-            keys=[keys.run_key(run_id), keys.snapshot_key(run_id), keys.pause_key(run_id)],
+            keys=[
+                keys.run_key(run_id),
+                keys.snapshot_key(run_id),
+                keys.pause_key(run_id),
+                keys.task_key(run_id),
+            ],
             args=[owner, status, text, now(), self.retention, "1" if drop_snapshot else "0"],
         )
         ended = _s(reply[0]) == "ok"

@@ -1,7 +1,7 @@
 -- End a run (finished or failed). Only the owner of its current execution may end it; the
 -- sweeper of dead processes passes the dead owner's token, so a live owner is never overruled.
 -- A paused run has no executing owner: ARGV[1] = 'paused' ends it (nothing of it is running).
--- KEYS[1] run hash, KEYS[2] snapshot hash, KEYS[3] pause set
+-- KEYS[1] run hash, KEYS[2] snapshot hash, KEYS[3] pause set, KEYS[4] whole task (dropped)
 -- ARGV[1] owner token, ARGV[2] final status, ARGV[3] text (output or error), ARGV[4] now,
 -- ARGV[5] retention seconds, ARGV[6] '1' to drop the snapshot
 local run = KEYS[1]
@@ -31,6 +31,7 @@ redis.call('HSET', run, 'status', ARGV[2], field, ARGV[3], 'owner', '', 'undecid
 if ARGV[6] == '1' then
   redis.call('DEL', KEYS[2])
 end
+redis.call('DEL', KEYS[4])
 for i = 1, 3 do
   redis.call('EXPIRE', KEYS[i], ARGV[5])
 end
