@@ -46,7 +46,9 @@ def env(slack: FakeSlackAPI, tmp_path: Path, redis_url: str) -> dict[str, str]:
     policy.write_text(POLICY)
     return bot_env(
         slack, policy, tmp_path, REDIS_URL=redis_url, APPROVAL_BOT_JOB_LEASE_SECONDS=LEASE,
-        APPROVAL_BOT_USER_START_BURST="0",  # one person starts a dozen runs at once here
+        # One person starts a dozen runs at once here: no start limits.
+        APPROVAL_BOT_USER_START_BURST="0", APPROVAL_BOT_CHANNEL_START_BURST="0",
+        APPROVAL_BOT_USER_OPEN_RUNS="0",
     )  # fmt: skip
 
 
