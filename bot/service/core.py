@@ -16,7 +16,7 @@ from bot.engine.runner import (
 from bot.service.authorize import Authorizer
 from bot.service.digest import call_digest
 from bot.service.limits import StartLimits
-from bot.service.policy import Verdict
+from bot.service.policy import CallRule, Verdict
 from bot.service.policy_source import PolicySource
 from bot.service.ports import Actor, Notifier
 from bot.store.admission import AdmissionStore
@@ -191,6 +191,13 @@ class ServiceCore:
         run = await self.store.get_run(call.run_id)
         if run is None:
             return None, Verdict(False, "This run no longer exists.")
+        _, verdict = await self._judge(actor, run, call)
+        return run, verdict
+
+    async def _judge(
+        self, actor: Actor, run: RunRecord, call: CallRecord
+    ) -> tuple[CallRule | None, Verdict]:
+        """The rule the policy in force gives `call`, and whether `actor` may decide it."""
         policy = self.policies.current().policy
         rule = policy.rule_for(channel=run.channel_id, agent=call.agent, tool=call.tool)
         verdict = await self.authorizer.may_decide(
@@ -202,4 +209,4 @@ class ServiceCore:
             tool=call.tool,
             rule=rule,
         )
-        return run, verdict
+        return rule, verdict

@@ -61,7 +61,7 @@ class DecisionFlow(RunFlow):
         await self.audit("refused", call=call, actor=actor, decision=decision, detail=reply.text)
         return reply
 
-    async def _settled_alongside(self, actor: Actor, call: CallRecord) -> list[str]:
+    async def _settled_alongside(self, actor: Actor, run: RunRecord, call: CallRecord) -> list[str]:
         """The pause's other pending calls an Always decision on `call` also settles: those of
         the same agent's same tool that this person may decide alone under their own rules
         (the same approvers, a quorum of one, Always allowed, and allowed by the policy now).
@@ -79,13 +79,8 @@ class DecisionFlow(RunFlow):
                 or self._digest(other) != other.digest
             ):
                 continue
-            rule = self.policies.current().policy.rule_for(
-                channel=other.channel_id, agent=other.agent, tool=other.tool
-            )
-            if rule is None or rule.required != 1 or not rule.allow_always:
-                continue
-            _, verdict = await self._authorize(actor, other)
-            if verdict.allowed:
+            rule, verdict = await self._judge(actor, run, other)
+            if rule is not None and rule.required == 1 and rule.allow_always and verdict.allowed:
                 found.append(other.approval_id)
         return found
 
@@ -110,7 +105,7 @@ class DecisionFlow(RunFlow):
             return checked
         call, run = checked
         owner = self._owner()
-        also = await self._settled_alongside(actor, call) if always else []
+        also = await self._settled_alongside(actor, run, call) if always else []
         result = await self.store.decide(
             approval_id,
             approve=approve,

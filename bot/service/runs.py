@@ -302,9 +302,8 @@ class RunFlow(ReviewFlow):
         sticky = (await self.store.sticky_decisions(run.run_id)).get(call.sticky)
         if sticky is None:
             return ""
-        policy = self.policies.current().policy
-        rule = policy.rule_for(channel=run.channel_id, agent=call.agent, tool=call.tool)
         decider = Actor(sticky.team, sticky.user, run.enterprise_id)
+        rule, verdict = await self._judge(decider, run, call)
         why = ""
         if rule is None:
             why = "the channel is no longer in the policy"
@@ -312,18 +311,8 @@ class RunFlow(ReviewFlow):
             why = "the policy no longer allows Always decisions for this tool"
         elif rule.required > 1:
             why = f"the policy now requires {rule.required} approvers for this tool"
-        else:
-            verdict = await self.authorizer.may_decide(
-                policy,
-                decider,
-                run_team=run.team_id,
-                run_starter=run.user_id,
-                channel=run.channel_id,
-                tool=call.tool,
-                rule=rule,
-            )
-            if not verdict.allowed:
-                why = f"{sticky.user} may no longer decide it"
+        elif not verdict.allowed:
+            why = f"{sticky.user} may no longer decide it"
         verb = "Always approve" if sticky.decision == "approved" else "Always reject"
         if why:
             if await self.store.drop_sticky(run.run_id, call.sticky):

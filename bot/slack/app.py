@@ -18,7 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.service.approvals import ApprovalService, RejectForm
 from bot.service.ports import Actor
-from bot.service.replies import ConfirmReject
+from bot.service.replies import ConfirmReject, Reply
 from bot.slack import blocks
 from bot.slack.commands import help_text, parse
 from bot.slack.text import unescape
@@ -146,52 +146,46 @@ def build_app(
     for action_id in blocks.DECISION_ACTIONS:
         app.action(action_id)(on_decision)
 
-    async def on_review(ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext) -> None:
-        await ack()
-        action = (body.get("actions") or [{}])[0]
-        actor = _actor(context, body)
-        channel = str((body.get("channel") or {}).get("id", "")) or str(context.channel_id or "")
+    def private_button(
+        what: str, answer: Callable[[Actor, str, str], Awaitable[Reply]]
+    ) -> Callable[..., Awaitable[None]]:
+        """A listener for a button whose value is an opaque server-side id: `answer(actor,
+        value, action_id)` acts, and whatever it says goes privately to the clicker."""
 
-        async def tell(text: str) -> None:
-            service.later("answer privately", notifier.tell(channel, actor.user_id, text))
-
-        async def work() -> None:
-            reply = await service.resolve_review(
-                actor,
-                str(action.get("value", "")),
-                action="done" if action.get("action_id") == blocks.REVIEW_DONE else "rerun",
+        async def listener(ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext) -> None:
+            await ack()
+            action = (body.get("actions") or [{}])[0]
+            actor = _actor(context, body)
+            channel = str((body.get("channel") or {}).get("id", "")) or str(
+                context.channel_id or ""
             )
-            if not reply.ok:
-                await tell(reply.text)
 
-        await _guard("review", work(), tell)
+            async def tell(text: str) -> None:
+                service.later("answer privately", notifier.tell(channel, actor.user_id, text))
 
-    async def on_reply_answer(
-        ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext
-    ) -> None:
-        await ack()
-        action = (body.get("actions") or [{}])[0]
-        actor = _actor(context, body)
-        channel = str((body.get("channel") or {}).get("id", "")) or str(context.channel_id or "")
+            async def work() -> None:
+                reply = await answer(
+                    actor, str(action.get("value", "")), str(action.get("action_id", ""))
+                )
+                if reply.text:
+                    await tell(reply.text)
 
-        async def tell(text: str) -> None:
-            service.later("answer privately", notifier.tell(channel, actor.user_id, text))
+            await _guard(what, work(), tell)
 
-        async def work() -> None:
-            reply = await service.confirm_reply(
-                actor,
-                str(action.get("value", "")),
-                reject=action.get("action_id") == blocks.REPLY_REJECT,
-            )
-            if reply.text:
-                await tell(reply.text)
+        return listener
 
-        await _guard("reply answer", work(), tell)
+    async def review(actor: Actor, review_id: str, action_id: str) -> Reply:
+        choice = "done" if action_id == blocks.REVIEW_DONE else "rerun"
+        return await service.resolve_review(actor, review_id, action=choice)
 
-    app.action(blocks.REPLY_REJECT)(on_reply_answer)
-    app.action(blocks.REPLY_KEEP)(on_reply_answer)
-    app.action(blocks.REVIEW_DONE)(on_review)
-    app.action(blocks.REVIEW_RERUN)(on_review)
+    async def reply_answer(actor: Actor, reply_id: str, action_id: str) -> Reply:
+        reject = action_id == blocks.REPLY_REJECT
+        return await service.confirm_reply(actor, reply_id, reject=reject)
+
+    for action_id in (blocks.REVIEW_DONE, blocks.REVIEW_RERUN):
+        app.action(action_id)(private_button("review", review))
+    for action_id in (blocks.REPLY_REJECT, blocks.REPLY_KEEP):
+        app.action(action_id)(private_button("reply answer", reply_answer))
 
     @app.view(blocks.REJECT_MODAL)
     async def on_reject_submit(
