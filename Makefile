@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install run test lint typecheck unit bench check clean
+.PHONY: install run sandbox test lint typecheck unit bench check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ install: $(VENV)/.installed
 ## Run the bot over HTTP on 127.0.0.1:3000 (reads configuration from the environment or .env).
 run: install
 	$(BIN)/approval-bot serve --http --host $${HOST:-127.0.0.1} --port $${PORT:-3000}
+
+## Try the bot in a browser at http://127.0.0.1:3000: no Slack app, no model key needed.
+sandbox: install
+	$(BIN)/approval-bot sandbox --port $${PORT:-3000}
 
 ## Validate configuration and policy without starting the bot.
 check: install

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -119,6 +120,37 @@ def _worker(args: argparse.Namespace) -> int:
     return _launch("worker", socket_mode=False, slack_transport=False, body=body)
 
 
+def _sandbox(args: argparse.Namespace) -> int:
+    from bot.runtime import install_signal_handlers
+    from bot.sandbox.server import serve, wants_offline
+
+    settings, _ = _settings_problems()
+    agents = args.agents or (settings.agents if settings else "bot.examples.agents:agents")
+    policy = Path(args.policy) if args.policy else None
+    try:
+        AgentRegistry.load(agents)
+        if policy is not None:
+            load_policy(policy)
+    except (AgentLoadError, PolicyError) as exc:
+        print(f"The sandbox cannot start: {exc}", file=sys.stderr)
+        return 1
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        install_signal_handlers(stop)
+        await serve(
+            host=args.host,
+            port=args.port,
+            agents=agents,
+            policy_file=policy,
+            offline=wants_offline(args.offline),
+            stop=stop,
+        )
+
+    asyncio.run(main())
+    return 0
+
+
 def parse_time(text: str) -> float:
     """`2026-11-01`, `2026-11-01T12:00`, or an age like `90m`, `24h`, `7d`; as Unix seconds."""
     units = {"m": 60, "h": 3600, "d": 86400}
@@ -217,6 +249,17 @@ def main(argv: list[str] | None = None) -> int:
     check = sub.add_parser("check", help="validate configuration, agents and policy")
     check.add_argument("--socket", action="store_true", help="check for Socket Mode")
     check.set_defaults(func=_check)
+    sandbox = sub.add_parser(
+        "sandbox", help="try the bot in a browser: a local Slack stand-in, no Slack app needed"
+    )
+    sandbox.add_argument("--host", default="127.0.0.1")
+    sandbox.add_argument("--port", type=int, default=3000)
+    sandbox.add_argument("--agents", default=None, help="package.module:attr (default: examples)")
+    sandbox.add_argument("--policy", default=None, help="a policy file (default: the sandbox's)")
+    sandbox.add_argument(
+        "--offline", action="store_true", help="use the demo model even with OPENAI_API_KEY set"
+    )
+    sandbox.set_defaults(func=_sandbox)
     audit = sub.add_parser("audit", help="export the audit trail")
     audit.add_argument("--since", default="30d", help="date, time or age (default 30d)")
     audit.add_argument("--until", default=None)

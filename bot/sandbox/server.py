@@ -1,0 +1,299 @@
+"""`approval-bot sandbox`: the real bot, an embedded Redis and the Slack stand-in, with a web page
+that plays a Slack channel, so anyone can see and click approval cards without a Slack app.
+
+Everything between the page and the stand-in is the real thing: the page's actions become
+correctly signed Slack requests (commands, button clicks, modal submissions, thread replies) sent
+over HTTP to the bot's own `/slack/events`, and what the bot posts through the Web API is what
+the page shows. A small cast of people (a starter, two approvers, an outsider) lets you see the
+policy at work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from pydantic import SecretStr
+
+from bot.config import Settings
+from bot.engine.registry import AgentRegistry
+from bot.runtime import BotRuntime
+from bot.service.policy_source import PolicySource
+from bot.slack.blocks import REASON_BLOCK, REASON_INPUT
+from bot.testing.models import DemoModel, use_model
+from bot.testing.requests import SlackRequests
+from bot.testing.slack_api import FakeSlackAPI
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "C0SANDBOX"
+TEAM = "T0TEST"
+SECRET = "sandbox-signing-secret"
+
+
+@dataclass(frozen=True)
+class Person:
+    user_id: str
+    name: str
+    role: str
+
+
+def cast(approvers: list[str]) -> list[Person]:
+    """Alice starts runs, Bob and Carol approve (the policy's first two approvers when they are
+    user ids), Mallory may do nothing."""
+    bob, carol = [*approvers, "U0BOB", "U0CAROL"][:2]
+    return [
+        Person("U0ALICE", "Alice", "starter"),
+        Person(bob, "Bob", "approver"),
+        Person(carol, "Carol", "approver"),
+        Person("U0MALLORY", "Mallory", "outsider"),
+    ]
+
+
+def sandbox_policy(channel: str = CHANNEL) -> str:
+    return (
+        "# The sandbox's policy: anyone may start runs here; Bob and Carol approve.\n"
+        "channels:\n"
+        f"  {channel}:\n"
+        '    starters: ["*"]\n'
+        "    approvers: [U0BOB, U0CAROL]\n"
+    )
+
+
+@dataclass
+class Surface:
+    """What the page shows beyond the stand-in's messages: private notes and open modals."""
+
+    private: list[dict[str, Any]] = field(default_factory=list)  # {user, text, blocks, ...}
+    triggers: dict[str, str] = field(default_factory=dict)  # trigger id -> user
+    closed: set[int] = field(default_factory=set)  # indexes of views closed or submitted
+    errors: dict[int, str] = field(default_factory=dict)  # view index -> error to show
+
+
+class Sandbox:
+    """The bot, the stand-in and the page, in one process."""
+
+    def __init__(
+        self,
+        *,
+        agents: str,
+        policy_file: Path | None,
+        offline: bool,
+        data_dir: Path,
+    ) -> None:
+        self.agents = agents
+        self.policy_file = policy_file
+        self.offline = offline
+        self.data_dir = data_dir
+        self.slack = FakeSlackAPI(team_id=TEAM)
+        self.surface = Surface()
+        self.channel = CHANNEL
+        self.people: list[Person] = cast([])
+        self.runtime: BotRuntime
+        self.requests: SlackRequests
+        self._bot_runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        await self.slack.start()
+        if self.policy_file is not None:
+            policies = PolicySource.from_file(self.policy_file)
+        else:
+            policies = PolicySource.from_text(sandbox_policy())
+        policy = policies.current().policy
+        self.channel = next(iter(policy.channels))
+        approvers = [p for p in policy.channels[self.channel].approvers if p[0] in "UW"]
+        self.people = cast(approvers)
+        registry = AgentRegistry.load(self.agents)
+        if self.offline:
+            use_model(registry.agents.values(), DemoModel())
+        settings = Settings(
+            _env_file=None,  # type: ignore[call-arg]
+            slack_bot_token=SecretStr("xoxb-sandbox"),
+            slack_signing_secret=SecretStr(SECRET),
+            slack_api_url=self.slack.url,
+            redis_url=None,
+            data_dir=self.data_dir,
+        )
+        self.runtime = BotRuntime(settings, registry=registry, policies=policies)
+        await self.runtime.start()
+        self._bot_runner = web.AppRunner(self.runtime.web_app(), access_log=None)
+        await self._bot_runner.setup()
+        site = web.TCPSite(self._bot_runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.requests = await SlackRequests(
+            f"http://127.0.0.1:{port}/slack/events", SECRET, team_id=TEAM
+        ).__aenter__()
+
+    async def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.requests.__aexit__()
+        if self._bot_runner is not None:
+            await self._bot_runner.cleanup()
+        await self.runtime.stop()
+        await self.slack.stop()
+
+    # What the page asks for ----------------------------------------------------------------
+
+    def state(self, user: str) -> dict[str, Any]:
+        messages = sorted(self.slack.messages.values(), key=lambda m: m.ts)
+        shown = [
+            {
+                "ts": m.ts,
+                "text": m.text,
+                "blocks": m.blocks,
+                "thread_ts": m.thread_ts,
+                "updates": m.updates,
+            }
+            for m in messages
+            if m.channel == self.channel
+        ]
+        private = [p for p in self.surface.private if p["user"] == user]
+        for e in self.slack.ephemeral:
+            if e.get("user") == user and e.get("channel") == self.channel:
+                private.append(
+                    {
+                        "user": user,
+                        "text": str(e.get("text", "")),
+                        "blocks": e.get("blocks") or [],
+                        "thread_ts": e.get("thread_ts"),
+                    }
+                )
+        modal = None
+        for index, opened in enumerate(self.slack.views):
+            owner = self.surface.triggers.get(str(opened.get("trigger_id", "")))
+            if owner == user and index not in self.surface.closed:
+                modal = {
+                    "index": index,
+                    "view": opened.get("view") or {},
+                    "error": self.surface.errors.get(index, ""),
+                }
+        return {
+            "channel": self.channel,
+            "me": user,
+            "people": [p.__dict__ for p in self.people],
+            "messages": shown,
+            "private": private,
+            "modal": modal,
+        }
+
+    async def command(self, user: str, text: str) -> None:
+        sent = await self.requests.command(text, user=user, channel=self.channel)
+        reply = sent.json() if sent.text else None
+        if isinstance(reply, dict) and reply.get("text"):
+            self.surface.private.append({"user": user, "text": reply["text"], "blocks": []})
+
+    async def click(self, user: str, action_id: str, value: str, ts: str) -> None:
+        payload = self.requests.click_payload(
+            action_id, value, user=user, channel=self.channel, message_ts=ts
+        )
+        self.surface.triggers[payload["trigger_id"]] = user
+        await self.requests.send_interaction(payload)
+
+    async def reply(self, user: str, thread_ts: str, text: str) -> None:
+        await self.requests.thread_reply(text, user=user, channel=self.channel, thread_ts=thread_ts)
+
+    async def submit(self, user: str, index: int, reason: str) -> None:
+        view = self.slack.views[index].get("view") or {}
+        values = {REASON_BLOCK: {REASON_INPUT: {"type": "plain_text_input", "value": reason}}}
+        sent = await self.requests.submit(view, values, user=user)
+        answer = sent.json() if sent.text else None
+        if isinstance(answer, dict) and answer.get("response_action") == "errors":
+            self.surface.errors[index] = " ".join(str(v) for v in answer["errors"].values())
+        else:
+            self.surface.closed.add(index)
+
+    def close(self, index: int) -> None:
+        self.surface.closed.add(index)
+
+
+def page() -> str:
+    return (resources.files("bot.sandbox") / "page.html").read_text(encoding="utf-8")
+
+
+def web_app(sandbox: Sandbox) -> web.Application:
+    """The page and the small JSON API its buttons call."""
+
+    async def index(_: web.Request) -> web.Response:
+        return web.Response(text=page(), content_type="text/html")
+
+    async def state(request: web.Request) -> web.Response:
+        return web.json_response(sandbox.state(request.query.get("user", "U0ALICE")))
+
+    async def act(request: web.Request) -> web.Response:
+        body = await request.json()
+        user, what = str(body.get("user", "")), request.match_info["what"]
+        if user not in {p.user_id for p in sandbox.people}:
+            return web.json_response({"ok": False, "error": "unknown person"}, status=400)
+        if what == "command":
+            await sandbox.command(user, str(body.get("text", "")))
+        elif what == "click":
+            await sandbox.click(
+                user, str(body["action_id"]), str(body["value"]), str(body.get("ts", ""))
+            )
+        elif what == "reply":
+            await sandbox.reply(user, str(body["thread_ts"]), str(body.get("text", "")))
+        elif what == "submit":
+            await sandbox.submit(user, int(body["index"]), str(body.get("reason", "")))
+        elif what == "close":
+            sandbox.close(int(body["index"]))
+        else:
+            return web.json_response({"ok": False, "error": "unknown action"}, status=404)
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.add_routes(
+        [
+            web.get("/", index),
+            web.get("/api/state", state),
+            web.post("/api/{what}", act),
+        ]
+    )
+    return app
+
+
+async def serve(
+    *,
+    host: str,
+    port: int,
+    agents: str,
+    policy_file: Path | None,
+    offline: bool,
+    stop: asyncio.Event,
+    ready: asyncio.Event | None = None,
+) -> None:
+    """Run the sandbox until `stop` is set; `ready` is set once the page is served."""
+    with tempfile.TemporaryDirectory(prefix="approval-bot-sandbox-") as tmp:
+        sandbox = Sandbox(
+            agents=agents, policy_file=policy_file, offline=offline, data_dir=Path(tmp)
+        )
+        await sandbox.start()
+        runner = web.AppRunner(web_app(sandbox), access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, host, port).start()
+            mode = "an offline demo model" if offline else "the agents' own models"
+            print(
+                f"Sandbox ready: open http://{host}:{port} (agents {agents}, {mode}; "
+                "Ctrl-C stops it)",
+                flush=True,
+            )
+            if ready is not None:
+                ready.set()
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+            await sandbox.stop()
+
+
+def wants_offline(explicit: bool) -> bool:
+    """Offline (the demo model) when asked, or when no OpenAI key is set."""
+    return explicit or not os.environ.get("OPENAI_API_KEY")

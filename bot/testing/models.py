@@ -1,0 +1,145 @@
+"""Run your agents without a model service: put one model on every agent, nested ones too, and
+an offline demo model that calls an agent's tools with plausible arguments.
+
+    from bot.testing.models import DemoModel, use_model
+
+    use_model(agents, DemoModel())          # every agent reachable from `agents`
+    use_model(agents, lambda agent: ScriptedModel([...]))   # or one model per agent
+
+`use_model` follows handoffs and agents used as tools (`Agent.as_tool`), so approvals inside
+nested runs surface exactly as they would with a real model.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from agents import Agent, FunctionTool, Model, ModelResponse, Tool
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+
+def reachable_agents(agents: Agent[Any] | Iterable[Agent[Any]]) -> Iterator[Agent[Any]]:
+    """Every agent reachable from `agents`: themselves, their handoffs and the agents behind
+    their agent tools, each once."""
+    todo = [agents] if isinstance(agents, Agent) else list(agents)
+    seen: set[int] = set()
+    while todo:
+        agent = todo.pop()
+        if id(agent) in seen:
+            continue
+        seen.add(id(agent))
+        yield agent
+        for target in agent.handoffs:
+            if isinstance(target, Agent):
+                todo.append(target)
+            else:  # a Handoff keeps a weak reference to its agent
+                ref = getattr(target, "_agent_ref", None)
+                nested = ref() if ref is not None else None
+                if isinstance(nested, Agent):
+                    todo.append(nested)
+        for tool in agent.tools:
+            nested = getattr(tool, "_agent_instance", None)
+            if isinstance(nested, Agent):
+                todo.append(nested)
+
+
+def use_model(
+    agents: Agent[Any] | Iterable[Agent[Any]],
+    model: Model | Callable[[Agent[Any]], Model],
+) -> list[Agent[Any]]:
+    """Set `model` (or `model(agent)`) on every reachable agent, in place; returns them."""
+    found = list(reachable_agents(agents))
+    for agent in found:
+        agent.model = model(agent) if callable(model) and not isinstance(model, Model) else model
+    return found
+
+
+def _sample(schema: dict[str, Any], text: str) -> Any:
+    kind = schema.get("type")
+    if schema.get("enum"):
+        return schema["enum"][0]
+    if kind == "integer":
+        return 10
+    if kind == "number":
+        return 1.5
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return [_sample(schema.get("items") or {"type": "string"}, text)]
+    if kind == "object":
+        return _arguments(schema, text)
+    return text
+
+
+def _arguments(schema: dict[str, Any], text: str) -> dict[str, Any]:
+    properties = schema.get("properties") or {}
+    required = schema.get("required") or list(properties)
+    return {name: _sample(properties.get(name) or {}, text) for name in required}
+
+
+def _gated(tool: Tool) -> bool:
+    return isinstance(tool, FunctionTool) and tool.needs_approval is not False
+
+
+def _task_text(items: list[Any]) -> str:
+    for item in items:
+        data = item if isinstance(item, dict) else getattr(item, "model_dump", dict)()
+        if data.get("role") == "user":
+            content = data.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+    return ""
+
+
+def _outputs(items: list[Any]) -> list[str]:
+    found = []
+    for item in items:
+        data = item if isinstance(item, dict) else getattr(item, "model_dump", dict)()
+        if data.get("type") == "function_call_output":
+            found.append(str(data.get("output", "")))
+    return found
+
+
+class DemoModel(Model):
+    """An offline stand-in for a model, for demos and first tests: on an agent's first turn it
+    calls up to `calls` of its tools (those needing approval first) with arguments made from
+    their JSON schema (text parameters get the task's words, numbers get 10), then answers with
+    what the tools returned. No network, no key."""
+
+    def __init__(self, calls: int = 2) -> None:
+        self.calls = calls
+
+    def _respond(self, call: Any) -> list[Any]:
+        items = call.input if isinstance(call.input, list) else [
+            {"role": "user", "content": str(call.input)}
+        ]  # fmt: skip
+        outputs = _outputs(items)
+        if outputs:
+            return [assistant_message("Done. " + " / ".join(outputs))]
+        task = " ".join(_task_text(items).split())[:60] or "demo"
+        tools = [t for t in call.tools if isinstance(t, FunctionTool)]
+        chosen = ([t for t in tools if _gated(t)] + [t for t in tools if not _gated(t)])[
+            : self.calls
+        ]
+        if not chosen:
+            return [assistant_message(f"(offline demo model) I would now work on: {task}")]
+        return [
+            function_call(
+                tool.name,
+                json.dumps(_arguments(tool.params_json_schema, task)),
+                call_id=f"call_demo_{secrets.token_hex(4)}",
+            )
+            for tool in chosen
+        ]
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        step = ScriptedModel([ModelStep.respond(self._respond)])
+        return await step.get_response(*args, **kwargs)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        return ScriptedModel([ModelStep.respond(self._respond)]).stream_response(*args, **kwargs)

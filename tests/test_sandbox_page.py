@@ -1,0 +1,115 @@
+"""The sandbox page in a real browser (Debian's chromium, driven by Playwright): a person starts a
+run, an outsider is refused, one approver approves, another rejects with a reason through the
+modal, and the outcome shows. Set SANDBOX_SCREENSHOTS=docs to refresh the README's pictures."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bot.sandbox.server import serve
+from tests.processes import ROOT, free_port
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+try:
+    from playwright.async_api import Page, async_playwright
+except ImportError:  # pragma: no cover - the dev extras install it
+    async_playwright = None  # type: ignore[assignment]
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or async_playwright is None,
+    reason="needs a browser: `apt-get install chromium` (Debian) and the `playwright` package",
+)
+
+
+@pytest.fixture
+async def sandbox_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
+    monkeypatch.chdir(tmp_path)
+    port = free_port()
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(
+        serve(
+            host="127.0.0.1",
+            port=port,
+            agents="bot.examples.agents:agents",
+            policy_file=None,
+            offline=True,
+            stop=stop,
+            ready=ready,
+        )
+    )
+    await asyncio.wait_for(ready.wait(), timeout=30)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop.set()
+        await task
+
+
+def shots(tmp_path: Path) -> Path:
+    wanted = os.environ.get("SANDBOX_SCREENSHOTS")
+    return ROOT / wanted if wanted else tmp_path
+
+
+async def act_as(page: Page, user: str) -> None:
+    await page.click(f"header button[data-user={user}]")
+    await page.wait_for_selector(f"header button.me[data-user={user}]")
+
+
+async def test_start_approve_and_reject_with_a_reason_in_the_browser(
+    sandbox_url: str, tmp_path: Path
+) -> None:
+    assert async_playwright is not None and CHROMIUM is not None
+    out = shots(tmp_path)
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = await browser.new_page(viewport={"width": 1280, "height": 860})
+        try:
+            await page.goto(sandbox_url)
+            await page.fill("#say", "/agent restart the web tier")
+            await page.press("#say", "Enter")
+            approve = "button[data-action-id=approval_approve]"
+            await page.wait_for_function(
+                f"document.querySelectorAll('{approve}').length === 2", timeout=20_000
+            )
+            cards = page.locator(".msg", has=page.locator(approve))
+            assert "restart_service" in await cards.nth(0).inner_text()
+            assert "scale_service" in await cards.nth(1).inner_text()
+
+            # Mallory may not decide: the bot says why, privately.
+            await act_as(page, "U0MALLORY")
+            await cards.nth(0).locator(approve).click()
+            await page.wait_for_selector("text=not among the approvers")
+            await page.screenshot(path=str(out / "sandbox-cards.png"))
+
+            # Bob approves the restart.
+            await act_as(page, "U0BOB")
+            await cards.nth(0).locator(approve).click()
+            await page.wait_for_selector("text=Approved by @Bob")
+
+            # Carol rejects the scaling, with a reason, through the modal.
+            await act_as(page, "U0CAROL")
+            scale = page.locator(".msg", has_text="scale_service").first
+            await scale.locator("button[data-action-id=approval_reject]").click()
+            await page.wait_for_selector("#overlay.open textarea")
+            await page.fill("#overlay textarea", "10 replicas is too many on a Friday")
+            await page.screenshot(path=str(out / "sandbox-modal.png"))
+            await page.click("#modal-submit")
+            await page.wait_for_selector("#overlay.open", state="detached")
+
+            # The run resumes once and finishes; the outcome is on the run message and cards.
+            await page.wait_for_selector("text=finished", timeout=20_000)
+            feed = await page.inner_text("#feed")
+            assert "Rejected by @Carol" in feed and "10 replicas is too many on a Friday" in feed
+            assert "Approved by @Bob" in feed
+            await page.locator(".thread-link").first.click()
+            await page.wait_for_selector("#thread.open >> text=Done.")
+            await page.screenshot(path=str(out / "sandbox-outcome.png"))
+            assert "restarted" in await page.inner_text("#thread-feed")
+        finally:
+            await browser.close()
