@@ -131,8 +131,13 @@ def _sandbox(args: argparse.Namespace) -> int:
         AgentRegistry.load(agents)
         if policy is not None:
             load_policy(policy)
-    except (AgentLoadError, PolicyError) as exc:
+    except AgentLoadError as exc:
         print(f"The sandbox cannot start: {exc}", file=sys.stderr)
+        return 1
+    except PolicyError as exc:
+        print(f"The sandbox cannot start: {policy} has problems:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
         return 1
 
     async def main() -> None:
@@ -147,7 +152,18 @@ def _sandbox(args: argparse.Namespace) -> int:
             stop=stop,
         )
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except RedisUnavailable as exc:
+        print(f"The sandbox cannot start: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # the page's port is taken, or the host is not ours
+        print(
+            f"The sandbox cannot serve http://{args.host}:{args.port}: {exc.strerror or exc}. "
+            "Pick another port with --port (or PORT=... make sandbox).",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -92,9 +92,18 @@ async def test_start_approve_and_reject_with_a_reason_in_the_browser(
             await cards.nth(0).locator(approve).click()
             await page.wait_for_selector("text=Approved by @Bob")
 
+            # Bob comments in the scaling card's thread: his reply shows there, under his name.
+            scale = page.locator(".msg", has_text="scale_service").first
+            await scale.locator(".thread-link").click()
+            await page.fill("#reply", "10 replicas on a Friday? Carol, your call.")
+            await page.press("#reply", "Enter")
+            mine = page.locator("#thread-feed .msg", has_text="your call")
+            await mine.wait_for()
+            assert (await mine.locator(".who").inner_text()).strip() == "Bob"
+            await page.click("#close-thread")
+
             # Carol rejects the scaling, with a reason, through the modal.
             await act_as(page, "U0CAROL")
-            scale = page.locator(".msg", has_text="scale_service").first
             await scale.locator("button[data-action-id=approval_reject]").click()
             await page.wait_for_selector("#overlay.open textarea")
             await page.fill("#overlay textarea", "10 replicas is too many on a Friday")

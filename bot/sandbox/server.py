@@ -76,6 +76,7 @@ class Surface:
     triggers: dict[str, str] = field(default_factory=dict)  # trigger id -> user
     closed: set[int] = field(default_factory=set)  # indexes of views closed or submitted
     errors: dict[int, str] = field(default_factory=dict)  # view index -> error to show
+    said: list[dict[str, Any]] = field(default_factory=list)  # people's replies {user, text, ts}
 
 
 class Sandbox:
@@ -134,11 +135,17 @@ class Sandbox:
         ).__aenter__()
 
     async def stop(self) -> None:
-        with contextlib.suppress(Exception):
-            await self.requests.__aexit__()
+        """Undo whatever `start` got to, so a failed start leaves nothing running either."""
+        if hasattr(self, "requests"):
+            with contextlib.suppress(Exception):
+                await self.requests.__aexit__()
         if self._bot_runner is not None:
             await self._bot_runner.cleanup()
-        await self.runtime.stop()
+        if hasattr(self, "runtime"):
+            if hasattr(self.runtime, "redis"):
+                await self.runtime.stop()
+            elif self.runtime.embedded is not None:  # Redis started, the rest did not
+                self.runtime.embedded.stop()
         await self.slack.stop()
 
     # What the page asks for ----------------------------------------------------------------
@@ -156,6 +163,9 @@ class Sandbox:
             for m in messages
             if m.channel == self.channel
         ]
+        # People's own thread replies reach the bot as events, not through the Web API, so
+        # the stand-in never sees them; the page shows them where Slack would.
+        shown = sorted([*shown, *self.surface.said], key=lambda m: str(m["ts"]))
         private = [p for p in self.surface.private if p["user"] == user]
         for e in self.slack.ephemeral:
             if e.get("user") == user and e.get("channel") == self.channel:
@@ -199,9 +209,24 @@ class Sandbox:
         await self.requests.send_interaction(payload)
 
     async def reply(self, user: str, thread_ts: str, text: str) -> None:
-        await self.requests.thread_reply(text, user=user, channel=self.channel, thread_ts=thread_ts)
+        """`user` posts `text` in a thread: shown on the page, sent to the bot as Slack would."""
+        ts = self.slack._next_ts()  # the stand-in's clock, so the thread stays in order
+        self.surface.said.append({"user": user, "text": text, "ts": ts, "thread_ts": thread_ts})
+        event = {
+            "type": "message",
+            "channel": self.channel,
+            "user": user,
+            "team": TEAM,
+            "text": text,
+            "ts": ts,
+            "thread_ts": thread_ts,
+            "channel_type": "channel",
+        }
+        await self.requests.send_json(self.requests.event_payload(event))
 
     async def submit(self, user: str, index: int, reason: str) -> None:
+        if not 0 <= index < len(self.slack.views):
+            raise IndexError(f"no modal number {index}")
         view = self.slack.views[index].get("view") or {}
         values = {REASON_BLOCK: {REASON_INPUT: {"type": "plain_text_input", "value": reason}}}
         sent = await self.requests.submit(view, values, user=user)
@@ -229,8 +254,17 @@ def web_app(sandbox: Sandbox) -> web.Application:
         return web.json_response(sandbox.state(request.query.get("user", "U0ALICE")))
 
     async def act(request: web.Request) -> web.Response:
-        body = await request.json()
-        user, what = str(body.get("user", "")), request.match_info["what"]
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise ValueError("expected a JSON object")
+            return await perform(request.match_info["what"], body)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            problem = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            return web.json_response({"ok": False, "error": f"bad request: {problem}"}, status=400)
+
+    async def perform(what: str, body: dict[str, Any]) -> web.Response:
+        user = str(body.get("user", ""))
         if user not in {p.user_id for p in sandbox.people}:
             return web.json_response({"ok": False, "error": "unknown person"}, status=400)
         if what == "command":
@@ -275,10 +309,10 @@ async def serve(
         sandbox = Sandbox(
             agents=agents, policy_file=policy_file, offline=offline, data_dir=Path(tmp)
         )
-        await sandbox.start()
         runner = web.AppRunner(web_app(sandbox), access_log=None)
-        await runner.setup()
         try:
+            await sandbox.start()
+            await runner.setup()
             await web.TCPSite(runner, host, port).start()
             mode = "an offline demo model" if offline else "the agents' own models"
             print(
