@@ -4,6 +4,7 @@ cleanly, and it leaves no redis-server and no temporary files behind, even when 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -146,6 +147,24 @@ async def test_the_sandbox_serves_a_card_and_stops_cleanly_on_ctrl_c(tmp_path: P
             assert (said["user"], said["text"], said["thread_ts"]) == (
                 "U0BOB", "looks fine to me", card["ts"]
             )  # fmt: skip
+
+            # `reject: <reason>` in the other card's thread rejects it, as in Slack; Bob approves
+            # the first, and the run finishes.
+            other = shown[1]
+            reject = {"user": "U0CAROL", "thread_ts": other["ts"], "text": "reject: not today"}
+            assert (await post("reply", reject))[0] == 200
+            assert (await post("click", {"user": "U0BOB", **click}))[0] == 200
+
+            async def finished() -> list[dict[str, Any]] | None:
+                messages = (await state("U0ALICE"))["messages"]
+                text = json.dumps(messages)
+                return (
+                    messages if "finished" in text and not cards({"messages": messages}) else None
+                )
+
+            text = json.dumps(await wait_until(finished, timeout=30, what="the run to finish"))
+            assert "Rejected by <@U0CAROL>" in text and "not today" in text
+            assert "Approved by <@U0BOB>" in text
 
         process.send_signal(signal.SIGINT)  # Ctrl-C
         assert process.wait(timeout=60) == 0, process.communicate()
