@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from agents import set_tracing_disabled
 from aiohttp import web
 from pydantic import SecretStr
 
@@ -115,6 +116,7 @@ class Sandbox:
         registry = AgentRegistry.load(self.agents)
         if self.offline:
             use_model(registry.agents.values(), DemoModel())
+            set_tracing_disabled(True)  # nowhere to send traces offline; say nothing about it
         settings = Settings(
             _env_file=None,  # type: ignore[call-arg]
             slack_bot_token=SecretStr("xoxb-sandbox"),
