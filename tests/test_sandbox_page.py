@@ -100,6 +100,7 @@ async def test_start_approve_and_reject_with_a_reason_in_the_browser(
             mine = page.locator("#thread-feed .msg", has_text="your call")
             await mine.wait_for()
             assert (await mine.locator(".who").inner_text()).strip() == "Bob"
+            await page.screenshot(path=str(out / "sandbox-thread.png"))
             await page.click("#close-thread")
 
             # Carol rejects the scaling, with a reason, through the modal.
