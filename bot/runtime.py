@@ -22,6 +22,7 @@ from bot.service.limits import StartLimits
 from bot.service.policy_source import PolicySource
 from bot.service.worker import Worker
 from bot.slack.app import build_app
+from bot.slack.blocks import use_slack_api
 from bot.slack.groups import SlackGroups
 from bot.slack.installation import learn_installation, learn_once
 from bot.slack.intake import refuse
@@ -77,6 +78,7 @@ class BotRuntime:
         self.queue = JobQueue(self.redis, lease_seconds=s.job_lease_seconds, leases=self.leases)
         token = s.slack_bot_token.get_secret_value() if s.slack_bot_token else None
         self.client = AsyncWebClient(token=token, base_url=s.slack_api_url)
+        use_slack_api(s.slack_api_url)
         engine = Engine(self.registry, rejection_text=s.rejection_text, max_turns=s.max_turns)
         authorizer = Authorizer(SlackGroups(self.client))
         # Learned before serving when Slack answers; retried in the background if not (until

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from slack_sdk.models.blocks import (
     ActionsBlock,
@@ -55,9 +56,20 @@ KIND_LABELS = {
 ARGUMENT_LABELS = {"shell": "Commands", "apply_patch": "Patch"}
 
 
+_web_base = "https://slack.com"
+
+
+def use_slack_api(api_url: str) -> None:
+    """Permalinks follow the Slack in use: its API URL's host is its web host (slack.com,
+    GovSlack's slack-gov.com, or a stand-in's own address). The runtime calls this at start."""
+    global _web_base
+    parts = urlsplit(api_url)
+    _web_base = f"{parts.scheme or 'https'}://{parts.netloc or 'slack.com'}"
+
+
 def permalink(channel: str, ts: str) -> str:
     """A link to a message that Slack clients resolve without an API call."""
-    return f"https://slack.com/archives/{channel}/p{ts.replace('.', '')}"
+    return f"{_web_base}/archives/{channel}/p{ts.replace('.', '')}"
 
 
 def status_text(run: RunRecord) -> str:
