@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from bot.config import Settings
+from bot.config import Settings, load_settings
 from bot.engine.registry import AgentLoadError, AgentRegistry
 from bot.service.policy import PolicyError, load_policy
 from bot.store.connection import RedisUnavailable
@@ -23,7 +23,7 @@ from bot.store.connection import RedisUnavailable
 
 def _settings_problems() -> tuple[Settings | None, list[str]]:
     try:
-        return Settings(), []
+        return load_settings(), []
     except ValidationError as exc:
         return None, [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
 

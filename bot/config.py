@@ -5,11 +5,13 @@ Secrets are `SecretStr` so that printing or logging the settings never shows the
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+ENV_FILE_VARIABLE = "APPROVAL_BOT_ENV_FILE"
 DEFAULT_REJECTION_TEXT = (
     "A human reviewer rejected this tool call. Do not retry it; "
     "continue without it or explain what you could not do."
@@ -77,3 +79,14 @@ class Settings(BaseSettings):
                 "(Basic Information > App Credentials)."
             )
         return found
+
+
+def env_file() -> str | None:
+    """The `.env` file to read: `.env` in the working directory unless APPROVAL_BOT_ENV_FILE
+    names another; empty means none (tests set it, so a developer's `.env` never leaks in)."""
+    return os.environ.get(ENV_FILE_VARIABLE, ".env") or None
+
+
+def load_settings() -> Settings:
+    """Settings from the environment and the `.env` file `env_file()` names."""
+    return Settings(_env_file=env_file())  # type: ignore[call-arg]

@@ -39,14 +39,20 @@ def bot_env(slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, **extra: str
         PYTHONPATH=str(ROOT),
         OPENAI_API_KEY="unused",
         OPENAI_AGENTS_DISABLE_TRACING="1",
+        APPROVAL_BOT_ENV_FILE="",  # a developer's .env must not change what a test runs
+        TEST_HOME=str(tmp_path),
     )
     env.update(extra)
     return env
 
 
 def start_process(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """`python -m bot ...` in the test's own directory (never the repo, where a .env may be)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "bot", *args], cwd=ROOT, env=env, stdin=subprocess.DEVNULL
+        [sys.executable, "-m", "bot", *args],
+        cwd=env.get("TEST_HOME", ROOT),
+        env=env,
+        stdin=subprocess.DEVNULL,
     )
 
 

@@ -19,7 +19,7 @@ from bot.testing.harness import BOT_TOKEN, SIGNING_SECRET, BotHarness, wait_unti
 from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import POLICY, Ledger, assistant_message, ops_agent
-from tests.processes import ROOT, bot_env, executions, free_port, running_bot
+from tests.processes import bot_env, executions, free_port, running_bot
 
 
 @pytest.fixture
@@ -85,7 +85,7 @@ async def test_embedded_redis_keeps_pending_approvals_across_a_restart(
         # The audit export finds the running bot's own redis-server (no second server).
         exported = subprocess.run(
             [sys.executable, "-m", "bot", "audit", "--since", "1h"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True,
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
         kinds = [json.loads(line)["kind"] for line in exported.stdout.splitlines()]
         assert kinds[:2] == ["run_started", "paused"] and "run_finished" in kinds
@@ -101,7 +101,7 @@ async def test_serve_refuses_to_start_without_a_valid_policy(
     env.pop("SLACK_SIGNING_SECRET")
     result = subprocess.run(
         [sys.executable, "-m", "bot", "serve", "--http", "--port", str(free_port())],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 1
     assert "'general' is not a channel id" in result.stderr
@@ -131,7 +131,7 @@ async def test_serve_without_redis_says_how_to_get_one(
     env["PATH"] = str(tmp_path / "empty-bin")  # no redis-server anywhere
     result = subprocess.run(
         [sys.executable, "-m", "bot", "serve", "--http", "--port", str(free_port())],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 1
     assert "no `redis-server` is on PATH" in result.stderr

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bot.config import ENV_FILE_VARIABLE
 from bot.slack.blocks import permalink, use_slack_api
 from bot.testing.harness import BotHarness
 from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_permalinks_follow_the_slack_host_in_use() -> None:
@@ -37,3 +45,30 @@ async def test_approval_cards_link_to_the_run_on_the_slack_in_use(redis_url: str
             assert "https://slack.com" not in approval.all_text() + waiting.text
     finally:
         use_slack_api("https://slack.com/api/")
+
+
+def run_cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m bot ...` in `cwd`, with only the bot settings given here (and the test
+    session's own environment: the plugin's APPROVAL_BOT_ENV_FILE among them)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "REDIS"))}
+    base = {k: v for k, v in base.items() if k == ENV_FILE_VARIABLE or "APPROVAL_BOT_" not in k}
+    base.update(PYTHONPATH=str(ROOT), **env)
+    return subprocess.run(
+        [sys.executable, "-m", "bot", *args],
+        cwd=cwd, env=base, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_tests_never_read_a_dotenv_file(tmp_path: Path) -> None:
+    """After `cp .env.example .env` the suite must behave exactly as before."""
+    (tmp_path / ".env").write_text((ROOT / ".env.example").read_text())
+    (tmp_path / "policy.yml").write_text(POLICY)
+    assert os.environ.get(ENV_FILE_VARIABLE) == ""  # set for the whole session by the plugin
+    ignored = run_cli(tmp_path, "check")
+    assert ignored.returncode == 1
+    assert "SLACK_BOT_TOKEN is not set" in ignored.stderr
+    assert "SLACK_SIGNING_SECRET is not set" in ignored.stderr
+    # Outside tests the bot still reads .env from its working directory.
+    read = run_cli(tmp_path, "check", **{ENV_FILE_VARIABLE: ".env"})
+    assert "SLACK_BOT_TOKEN is not set" not in read.stderr
+    assert "SLACK_SIGNING_SECRET is not set" not in read.stderr

@@ -74,7 +74,7 @@ class BotHarness:
         self.agents = agents
         self.policies = PolicySource.from_text(policy) if isinstance(policy, str) else policy
         self.slack_api = slack or FakeSlackAPI()
-        self._own_slack = slack is None
+        self._own_slack = False  # started here (also a given one not yet running): stopped here
         self.rejection_text = rejection_text
         self.data_dir = data_dir
         self.overrides = settings or {}  # Settings fields, e.g. {"user_start_burst": 0}
@@ -99,8 +99,9 @@ class BotHarness:
         )
 
     async def __aenter__(self) -> BotHarness:
-        if self._own_slack:
+        if not self.slack_api.running:
             await self.slack_api.start()
+            self._own_slack = True
         registry = self.registry or AgentRegistry.from_value(self.agents)
         self.runtime = BotRuntime(self.settings(), registry=registry, policies=self.policies)
         await self.runtime.start()

@@ -124,11 +124,16 @@ class FakeSlackAPI:
         self.url = f"http://127.0.0.1:{port}/api/"
         self.socket_url = f"ws://127.0.0.1:{port}/socket"
 
+    @property
+    def running(self) -> bool:
+        return self._runner is not None
+
     async def stop(self) -> None:
         for socket in self.sockets:
             await socket.close()
         if self._runner is not None:
             await self._runner.cleanup()
+            self._runner = None
 
     # Socket Mode --------------------------------------------------------------------------
 

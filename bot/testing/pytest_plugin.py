@@ -1,0 +1,99 @@
+"""A pytest plugin for testing your own agents and policy against the real bot, offline.
+
+Installed with the bot it is loaded automatically (the `pytest11` entry point); without the
+entry point, load it with `pytest -p bot.testing.pytest_plugin` or, in a `conftest.py`,
+`pytest_plugins = ["bot.testing.pytest_plugin"]`. Fixtures:
+
+- `redis_server` (session): a private `redis-server` from PATH on a free port, in a temp dir;
+- `redis_url`: its URL, flushed before each test;
+- `slack_api`: the Slack Web API stand-in (`FakeSlackAPI`), started by the first bot using it;
+- `bot_harness`: `bot_harness(agents, policy_text)` is the whole bot in-process (`BotHarness`)
+  on `redis_url` and `slack_api`; use it as `async with bot_harness(...) as bot:`.
+
+For the whole session it turns the Agents SDK's tracing off (nothing is exported from tests)
+and sets APPROVAL_BOT_ENV_FILE to empty, so no bot started by a test reads a `.env` file.
+Async tests that use these fixtures run on asyncio even without pytest-asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from bot.config import ENV_FILE_VARIABLE
+from bot.service.policy_source import PolicySource
+from bot.store.connection import EmbeddedRedis
+from bot.testing.harness import BotHarness
+from bot.testing.slack_api import FakeSlackAPI
+
+KIT_FIXTURES = frozenset({"redis_server", "redis_url", "slack_api", "bot_harness"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from agents import set_tracing_disabled
+
+    set_tracing_disabled(True)
+    os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"  # and in bots started as processes
+    os.environ[ENV_FILE_VARIABLE] = ""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run an `async def` test that uses the kit's fixtures when no async plugin took it (no
+    pytest-asyncio, or its strict mode without a marker). Others are left to pytest."""
+    function = pyfuncitem.obj
+    names = set(pyfuncitem.fixturenames)
+    if not inspect.iscoroutinefunction(function) or not names & KIT_FIXTURES:
+        return None
+    if pyfuncitem.get_closest_marker("asyncio") or pyfuncitem.get_closest_marker("anyio"):
+        return None
+    arguments = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    asyncio.run(function(**arguments))
+    return True
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    """One `redis-server` for the test session (skips the tests with a reason if there is none)."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("no redis-server on PATH (Debian/Ubuntu: apt-get install redis-server)")
+    server = EmbeddedRedis(Path(tmp_path_factory.mktemp("redis")))
+    asyncio.run(server.start())
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: EmbeddedRedis) -> str:
+    """The session's Redis, emptied for this test."""
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        client.flushall()
+    finally:
+        client.close()
+    return redis_server.url
+
+
+@pytest.fixture
+def slack_api() -> FakeSlackAPI:
+    """The Slack Web API stand-in; read what the bot posted from `.messages` and `.calls`."""
+    return FakeSlackAPI()
+
+
+@pytest.fixture
+def bot_harness(redis_url: str, slack_api: FakeSlackAPI) -> Callable[..., BotHarness]:
+    """`bot_harness(agents, policy, **options)`: a `BotHarness` on this test's Redis and stand-in.
+    `agents` is an Agent, a dict of them or an `AgentRegistry`; `policy` is the policy's YAML."""
+
+    def make(agents: Any, policy: str | PolicySource, **options: Any) -> BotHarness:
+        return BotHarness(redis_url, agents, policy, slack=slack_api, **options)
+
+    return make
