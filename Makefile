@@ -28,8 +28,8 @@ check: install
 	$(BIN)/approval-bot check
 
 lint: install
-	$(BIN)/ruff check bot tests benchmarks
-	$(BIN)/ruff format --check bot tests benchmarks
+	$(BIN)/ruff check bot tests benchmarks examples
+	$(BIN)/ruff format --check bot tests benchmarks examples
 
 typecheck: install
 	$(BIN)/mypy

@@ -30,7 +30,10 @@ def test_permalinks_follow_the_slack_host_in_use() -> None:
 
 async def test_approval_cards_link_to_the_run_on_the_slack_in_use(redis_url: str) -> None:
     agent, _ = ops_agent(
-        [[function_call("delete_logs", {"path": "/tmp/x"}, call_id="c1")], [assistant_message("done")]],
+        [
+            [function_call("delete_logs", {"path": "/tmp/x"}, call_id="c1")],
+            [assistant_message("done")],
+        ],
         Ledger(),
     )
     try:
