@@ -13,42 +13,13 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import ValidationError
+import redis
 
-from bot.config import Settings, load_settings
-from bot.engine.registry import AgentLoadError, AgentRegistry
-from bot.service.policy import PolicyError, load_policy
+from bot.checks import collect_problems, load_settings_problems, redacted
+from bot.config import Settings
+from bot.engine.registry import AgentRegistry
+from bot.service.policy import load_policy
 from bot.store.connection import RedisUnavailable
-
-
-def _settings_problems() -> tuple[Settings | None, list[str]]:
-    try:
-        return load_settings(), []
-    except ValidationError as exc:
-        return None, [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-
-
-def collect_problems(
-    *, socket_mode: bool, slack_transport: bool = True
-) -> tuple[Settings | None, list[str]]:
-    """Every configuration, agent and policy problem found, each as one actionable line.
-    A worker posts to Slack but receives nothing from it: it needs no signing secret."""
-    settings, problems = _settings_problems()
-    if settings is None:
-        return None, problems
-    found = settings.problems(socket_mode=socket_mode)
-    if not slack_transport:
-        found = [p for p in found if "SLACK_SIGNING_SECRET" not in p]
-    problems += found
-    try:
-        load_policy(settings.policy_file)
-    except PolicyError as exc:
-        problems += exc.problems
-    try:
-        AgentRegistry.load(settings.agents)
-    except AgentLoadError as exc:
-        problems.append(f"APPROVAL_BOT_AGENTS: {exc}")
-    return settings, problems
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -94,6 +65,10 @@ def _launch(
         asyncio.run(main())
     except RedisUnavailable as exc:
         print(f"The {what} cannot start: {exc}", file=sys.stderr)
+        return 1
+    except (redis.RedisError, OSError) as exc:  # Redis went away after the check, a port taken
+        where = f" (REDIS_URL={redacted(settings.redis_url)})" if settings.redis_url else ""
+        print(f"The {what} stopped: {type(exc).__name__}: {exc}{where}", file=sys.stderr)
         return 1
     return 0
 
@@ -232,8 +207,8 @@ def iso_time(stamp: str) -> str:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    settings, problems = _settings_problems()
-    if settings is None:
+    settings, problems = load_settings_problems()
+    if settings is None or problems:
         print("\n".join(problems), file=sys.stderr)
         return 1
     try:

@@ -21,12 +21,18 @@ from tests.agents_for_tests import POLICY
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def check(tmp_path: Path, policy: str | None, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVAL_BOT_"))}
+def base_env(tmp_path: Path, policy: str | None, **env: str) -> dict[str, str]:
+    prefixes = ("SLACK_", "APPROVAL_BOT_", "REDIS", "OPENAI_API_KEY")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
     policy_path = tmp_path / "policy.yml"
     if policy is not None:
         policy_path.write_text(policy)
-    base.update(APPROVAL_BOT_POLICY=str(policy_path), PYTHONPATH=str(ROOT), **env)
+    base.update({"APPROVAL_BOT_POLICY": str(policy_path), "PYTHONPATH": str(ROOT), **env})
+    return base
+
+
+def check(tmp_path: Path, policy: str | None, **env: str) -> subprocess.CompletedProcess[str]:
+    base = base_env(tmp_path, policy, **env)
     return subprocess.run(
         [sys.executable, "-m", "bot", "check"],
         cwd=tmp_path, env=base, capture_output=True, text=True, timeout=60,
@@ -35,7 +41,11 @@ def check(tmp_path: Path, policy: str | None, **env: str) -> subprocess.Complete
 
 def test_check_passes_a_good_configuration(tmp_path: Path) -> None:
     result = check(
-        tmp_path, POLICY, SLACK_BOT_TOKEN="xoxb-secret-value", SLACK_SIGNING_SECRET="shh"
+        tmp_path,
+        POLICY,
+        SLACK_BOT_TOKEN="xoxb-secret-value",
+        SLACK_SIGNING_SECRET="shh",
+        OPENAI_API_KEY="sk-test-key",
     )
     assert result.returncode == 0, result.stderr
     assert "OK: agents ops, janitor (default ops)" in result.stdout
@@ -44,7 +54,9 @@ def test_check_passes_a_good_configuration(tmp_path: Path) -> None:
 
 def test_check_lists_every_problem(tmp_path: Path) -> None:
     policy = "defaults:\n  allow_self_approval: maybe\nchannels:\n  C1:\n    approvers: [bob]\n"
-    result = check(tmp_path, policy, APPROVAL_BOT_AGENTS="no_such_module:agents")
+    result = check(
+        tmp_path, policy, APPROVAL_BOT_AGENTS="no_such_module:agents", OPENAI_API_KEY="sk-test"
+    )
     assert result.returncode == 1
     err = result.stderr
     assert "5 problem(s) found" in err
@@ -115,3 +127,75 @@ def test_agents_setting_errors_are_plain() -> None:
     registry = AgentRegistry.load("bot.examples.agents:agents")
     assert registry.default_name == "ops"
     assert AgentRegistry.from_value(lambda: registry.agents).fingerprints == registry.fingerprints
+
+
+def test_check_catches_what_matters_and_lists_it_all_at_once(tmp_path: Path) -> None:
+    """`cp .env.example .env` and `cp policy.example.yml policy.yml`, nothing filled in, plus
+    the typical slips: a badly typed number, a made-up Redis URL, a file URL for Slack."""
+    (tmp_path / ".env").write_text((ROOT / ".env.example").read_text())
+    result = check(
+        tmp_path,
+        (ROOT / "policy.example.yml").read_text(),
+        APPROVAL_BOT_ENV_FILE=".env",
+        APPROVAL_BOT_POLICY="policy.yml",
+        APPROVAL_BOT_MAX_TURNS="many",
+        APPROVAL_BOT_WORKER_CONCURRENCY="0",
+        REDIS_URL="foo://bar",
+        SLACK_API_URL="file:///etc/passwd",
+    )
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if line.startswith("  - ")]
+    problems = "\n".join(lines)
+    assert "APPROVAL_BOT_MAX_TURNS: Input should be a valid integer" in problems
+    assert "APPROVAL_BOT_WORKER_CONCURRENCY: Input should be greater than or equal to 1" in problems
+    assert "SLACK_BOT_TOKEN still holds a placeholder" in problems
+    assert "SLACK_SIGNING_SECRET still holds a placeholder" in problems
+    assert "REDIS_URL='foo://bar' is not a Redis URL" in problems
+    assert "SLACK_API_URL='file:///etc/passwd/' must be an http(s) URL" in problems
+    assert "example ids C0123ABC, U111, U222" in problems
+    assert "OPENAI_API_KEY is not set, and agent(s) ops, janitor use an OpenAI model" in problems
+    assert f"{len(lines)} problem(s) found" in result.stderr
+    assert len(lines) == 8
+    assert "Traceback" not in result.stderr
+
+
+def test_check_pings_redis_and_hides_its_password(tmp_path: Path, redis_url: str) -> None:
+    good = {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s", "OPENAI_API_KEY": "sk-1"}
+    assert check(tmp_path, POLICY, REDIS_URL=redis_url, **good).returncode == 0
+    down = check(tmp_path, POLICY, REDIS_URL="redis://:hunter2@127.0.0.1:1/0", **good)
+    assert down.returncode == 1
+    assert "REDIS_URL='redis://:***@127.0.0.1:1/0': Redis does not answer" in down.stderr
+    assert "hunter2" not in down.stdout + down.stderr
+    placeholder = check(tmp_path, POLICY, **{**good, "OPENAI_API_KEY": "sk-..."})
+    assert "OPENAI_API_KEY still holds a placeholder" in placeholder.stderr
+    wrong_kind = check(tmp_path, POLICY, **{**good, "SLACK_BOT_TOKEN": "xapp-1-A"})
+    assert "SLACK_BOT_TOKEN should start with xoxb-" in wrong_kind.stderr
+    assert "xapp-1-A" not in wrong_kind.stderr
+
+
+def test_agents_with_their_own_models_need_no_openai_key(tmp_path: Path) -> None:
+    result = check(
+        tmp_path,
+        POLICY,
+        SLACK_BOT_TOKEN="xoxb-1",
+        SLACK_SIGNING_SECRET="s",
+        APPROVAL_BOT_AGENTS="tests.stateless_agents:agents",
+    )
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("command", [["serve", "--http", "--port", "1"], ["worker"]])
+def test_serve_and_worker_answer_with_the_same_list(tmp_path: Path, command: list[str]) -> None:
+    env = base_env(tmp_path, POLICY, SLACK_BOT_TOKEN="xoxb-your-bot-token",
+                   REDIS_URL="redis://127.0.0.1:1/0", APPROVAL_BOT_MAX_TURNS="x")  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "bot", *command],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    err = result.stderr
+    assert "cannot start" in err and "Traceback" not in err
+    assert "SLACK_BOT_TOKEN still holds a placeholder" in err
+    assert "Redis does not answer" in err
+    assert "APPROVAL_BOT_MAX_TURNS" in err
+    assert "OPENAI_API_KEY is not set" in err

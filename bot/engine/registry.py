@@ -13,6 +13,8 @@ import importlib
 import inspect
 import json
 import logging
+import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
@@ -49,6 +51,23 @@ class AgentRegistry:
     def get(self, name: str) -> Agent[Any] | None:
         return self.agents.get(name)
 
+    def agents_needing_openai_key(self) -> list[str]:
+        """Agents (nested ones too) whose model the SDK resolves through OpenAI (a model name
+        or the default) while no key is configured; custom `Model` instances need none."""
+        from agents.models import _openai_shared
+
+        if os.environ.get("OPENAI_API_KEY") or _openai_shared.get_default_openai_key():
+            return []
+        if _openai_shared.get_default_openai_client() is not None:
+            return []
+        names: dict[str, None] = {}
+        for agent in self.agents.values():
+            for each in walk(agent):
+                model = each.model
+                if model is None or (isinstance(model, str) and _openai_model_name(model)):
+                    names[each.name] = None
+        return list(names)
+
     @classmethod
     def from_value(cls, value: Any) -> AgentRegistry:
         if callable(value) and not isinstance(value, Agent):
@@ -69,15 +88,34 @@ class AgentRegistry:
             raise AgentLoadError(
                 f"APPROVAL_BOT_AGENTS={spec!r} must look like package.module:attribute"
             )
+        # Like `python -m`: a package in the working directory (myteam/agents.py) is importable.
+        cwd = os.getcwd()
+        if cwd not in sys.path and "" not in sys.path:
+            sys.path.insert(0, cwd)
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            raise AgentLoadError(f"cannot import {module_name!r}: {exc}") from exc
+            missing = getattr(exc, "name", None) or module_name
+            if missing == module_name or module_name.startswith(missing + "."):
+                hint = (
+                    f"looked in the working directory {cwd} and on PYTHONPATH. Run the bot from "
+                    f"the directory that contains {module_name.split('.')[0]!r} (a package or "
+                    f".py file), add that directory to PYTHONPATH, or install your package"
+                )
+            else:  # the module exists, but something it imports does not
+                hint = f"{module_name!r} imports {missing!r}, which is not installed"
+            raise AgentLoadError(f"cannot import {module_name!r}: {exc} ({hint})") from exc
         try:
             value = functools.reduce(getattr, attr.split("."), module)
         except AttributeError:
             raise AgentLoadError(f"module {module_name!r} has no attribute {attr!r}") from None
         return cls.from_value(value)
+
+
+def _openai_model_name(name: str) -> bool:
+    """`gpt-4.1` and `openai/gpt-4.1` go to OpenAI; `litellm/...` and other prefixes do not."""
+    prefix, slash, _ = name.partition("/")
+    return not slash or prefix == "openai"
 
 
 def walk(root: Agent[Any]) -> Iterator[Agent[Any]]:

@@ -1,0 +1,189 @@
+"""What `check`, `serve` and `worker` verify before anything starts: every problem at once.
+
+Each problem is one line a person can act on. Nothing here prints a secret: tokens are judged,
+never echoed, and a Redis URL is shown without its password.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from pydantic import ValidationError
+
+from bot.config import Settings, env_file
+from bot.engine.registry import AgentLoadError, AgentRegistry
+from bot.service.policy import Policy, PolicyError, load_policy
+
+PLACEHOLDER_MARKS = ("your", "...", "changeme", "change-me", "replace", "<", ">")
+# The ids of policy.example.yml and the README's policy reference.
+EXAMPLE_IDS = frozenset({"C0123ABC", "U111", "U222", "S0456DEF", "T0123ABC", "E0123ABC"})
+TOKEN_PREFIXES = {"SLACK_BOT_TOKEN": "xoxb-", "SLACK_APP_TOKEN": "xapp-"}
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+PING_SECONDS = 2.0
+
+
+def load_settings_problems() -> tuple[Settings | None, list[str]]:
+    """The settings, with each badly typed variable reported and replaced by its default so
+    that the other checks still run; None only if even that fails."""
+    try:
+        return Settings(_env_file=env_file()), []  # type: ignore[call-arg]
+    except ValidationError as exc:
+        errors = exc.errors()
+    problems = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors]
+    by_alias = {f.alias or name: name for name, f in Settings.model_fields.items()}
+    defaults: dict[str, Any] = {}
+    for error in errors:
+        name = by_alias.get(str(error["loc"][0])) if error["loc"] else None
+        if name is not None:
+            defaults[name] = Settings.model_fields[name].get_default(call_default_factory=True)
+    try:
+        return Settings(_env_file=env_file(), **defaults), problems  # type: ignore[call-arg]
+    except ValidationError:
+        return None, problems
+
+
+def looks_like_placeholder(value: str) -> bool:
+    lowered = value.strip().lower()
+    return (
+        not lowered
+        or lowered in ("xoxb-", "xapp-", "sk-")
+        or any(mark in lowered for mark in PLACEHOLDER_MARKS)
+    )
+
+
+def _secret(value: Any) -> str | None:
+    return None if value is None else str(value.get_secret_value())
+
+
+def setting_problems(settings: Settings) -> list[str]:
+    """Placeholders copied from `.env.example` or the README, wrong token kinds, bad URLs."""
+    found: list[str] = []
+    values = {
+        "SLACK_BOT_TOKEN": _secret(settings.slack_bot_token),
+        "SLACK_SIGNING_SECRET": _secret(settings.slack_signing_secret),
+        "SLACK_APP_TOKEN": _secret(settings.slack_app_token),
+        "OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY"),
+    }
+    for name, value in values.items():
+        if value is None:
+            continue
+        if looks_like_placeholder(value):
+            found.append(f"{name} still holds a placeholder: set the real value.")
+        elif name in TOKEN_PREFIXES and not value.startswith(TOKEN_PREFIXES[name]):
+            found.append(f"{name} should start with {TOKEN_PREFIXES[name]} (is it another token?)")
+    api = urlsplit(settings.slack_api_url)
+    if api.scheme not in ("http", "https") or not api.hostname:
+        found.append(
+            f"SLACK_API_URL={settings.slack_api_url!r} must be an http(s) URL such as "
+            "https://slack.com/api/ (GovSlack: https://slack-gov.com/api/)."
+        )
+    elif looks_like_placeholder(api.netloc):
+        found.append(f"SLACK_API_URL={settings.slack_api_url!r} still holds a placeholder host.")
+    return found
+
+
+def redacted(url: str) -> str:
+    """`url` without its password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def redis_problems(settings: Settings) -> list[str]:
+    """REDIS_URL is a Redis URL that answers PING within a moment, or the bot can start its own."""
+    url = settings.redis_url
+    if url is None:
+        if shutil.which("redis-server") is None:
+            return [
+                "REDIS_URL is not set and no `redis-server` is on PATH. Either install Redis "
+                "(Debian/Ubuntu: `apt-get install redis-server`; macOS: `brew install redis`) so "
+                "the bot can start its own, or set REDIS_URL=redis://host:6379/0."
+            ]
+        return []
+    shown = redacted(url)
+    if urlsplit(url).scheme not in REDIS_SCHEMES or looks_like_placeholder(urlsplit(url).netloc):
+        return [
+            f"REDIS_URL={shown!r} is not a Redis URL: use redis://host:6379/0 (TLS: rediss://, "
+            "a socket: unix:///path), or leave it unset to let the bot run its own redis-server."
+        ]
+    try:
+        client = redis.Redis.from_url(
+            url, socket_connect_timeout=PING_SECONDS, socket_timeout=PING_SECONDS
+        )
+    except ValueError as exc:
+        return [f"REDIS_URL={shown!r} cannot be used: {exc}"]
+    try:
+        client.ping()
+    except redis.AuthenticationError:
+        return [f"REDIS_URL={shown!r}: Redis refused the credentials in the URL."]
+    except (redis.RedisError, OSError) as exc:
+        return [
+            f"REDIS_URL={shown!r}: Redis does not answer ({type(exc).__name__}: {exc}). Start it, "
+            "fix the URL, or leave REDIS_URL unset to let the bot run its own redis-server."
+        ]
+    finally:
+        client.close()
+    return []
+
+
+def policy_placeholders(policy: Policy) -> list[str]:
+    """Ids copied from policy.example.yml: the bot would serve a channel nobody has."""
+    found: set[str] = set()
+
+    def visit(value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                visit(key)
+                visit(item)
+        elif isinstance(value, list | tuple | set):
+            for item in value:
+                visit(item)
+        elif isinstance(value, str) and value in EXAMPLE_IDS:
+            found.add(value)
+
+    visit(policy.model_dump())
+    if not found:
+        return []
+    return [
+        f"the policy still has the example ids {', '.join(sorted(found))}: put your own channel "
+        "and people's ids in it (a channel's id is at the bottom of its details; a person's under "
+        "Profile > ... > Copy member ID)."
+    ]
+
+
+def collect_problems(
+    *, socket_mode: bool, slack_transport: bool = True
+) -> tuple[Settings | None, list[str]]:
+    """Every configuration, Redis, agent and policy problem found, each as one actionable line.
+    A worker posts to Slack but receives nothing from it: it needs no signing secret."""
+    settings, problems = load_settings_problems()
+    if settings is None:
+        return None, problems
+    found = settings.problems(socket_mode=socket_mode) + setting_problems(settings)
+    if not slack_transport:
+        found = [p for p in found if "SLACK_SIGNING_SECRET" not in p]
+    problems += found
+    problems += redis_problems(settings)
+    try:
+        problems += policy_placeholders(load_policy(settings.policy_file))
+    except PolicyError as exc:
+        problems += exc.problems
+    try:
+        registry = AgentRegistry.load(settings.agents)
+    except AgentLoadError as exc:
+        problems.append(f"APPROVAL_BOT_AGENTS: {exc}")
+    else:
+        needing = registry.agents_needing_openai_key()
+        if needing:
+            problems.append(
+                f"OPENAI_API_KEY is not set, and agent(s) {', '.join(needing)} use an OpenAI "
+                "model (a model name, or none). Set OPENAI_API_KEY (OPENAI_BASE_URL for a "
+                "compatible server), or give those agents a Model instance."
+            )
+    return settings, problems
