@@ -75,3 +75,57 @@ def test_tests_never_read_a_dotenv_file(tmp_path: Path) -> None:
     read = run_cli(tmp_path, "check", **{ENV_FILE_VARIABLE: ".env"})
     assert "SLACK_BOT_TOKEN is not set" not in read.stderr
     assert "SLACK_SIGNING_SECRET is not set" not in read.stderr
+
+
+def console_script(tmp_path: Path) -> Path:
+    """Like the installed `approval-bot`: a script elsewhere, so `sys.path[0]` is not the cwd."""
+    script = tmp_path / "bin" / "approval-bot"
+    script.parent.mkdir()
+    script.write_text("import sys\nfrom bot.cli import main\nsys.exit(main())\n")
+    return script
+
+
+def test_agents_in_the_working_directory_are_importable(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "myteam").mkdir(parents=True)
+    (project / "myteam" / "__init__.py").write_text("")
+    (project / "myteam" / "agents.py").write_text(
+        "from agents import Agent\nfrom agents.testing import ScriptedModel\n"
+        "agents = {'dba': Agent(name='dba', model=ScriptedModel([]))}\n"
+    )
+    (project / "policy.yml").write_text(POLICY)
+    script = console_script(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVAL_BOT_"))}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        SLACK_BOT_TOKEN="xoxb-1",
+        SLACK_SIGNING_SECRET="s",
+        APPROVAL_BOT_AGENTS="myteam.agents:agents",
+    )
+    run = [sys.executable, str(script), "check"]
+    result = subprocess.run(run, cwd=project, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "OK: agents dba (default dba)" in result.stdout
+
+    # From elsewhere, the error says which module, from where, and what to do.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env["APPROVAL_BOT_POLICY"] = str(project / "policy.yml")
+    failed = subprocess.run(run, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
+    assert failed.returncode == 1
+    assert "cannot import 'myteam.agents'" in failed.stderr
+    assert f"looked in the working directory {elsewhere}" in failed.stderr
+    assert "Run the bot from the directory that contains 'myteam'" in failed.stderr
+
+
+def test_a_missing_dependency_of_the_agents_module_is_named(tmp_path: Path) -> None:
+    (tmp_path / "team_with_a_gap.py").write_text("import not_installed_anywhere\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVAL_BOT_"))}
+    env.update(PYTHONPATH=str(ROOT), APPROVAL_BOT_AGENTS="team_with_a_gap:agents")
+    result = subprocess.run(
+        [sys.executable, str(console_script(tmp_path)), "check"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "'team_with_a_gap' imports 'not_installed_anywhere', which is not installed" in (
+        result.stderr
+    )
