@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -153,3 +154,32 @@ async def test_a_redis_server_left_by_a_killed_bot_is_stopped_before_a_new_one(
     finally:
         second.stop()
         first.stop()
+
+
+def redis_servers_on(data_dir: Path) -> list[int]:
+    """Pids of the redis-server processes keeping their data in `data_dir` (their cwd)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if (proc / "comm").read_text().strip() == "redis-server" and Path(
+                os.readlink(proc / "cwd")
+            ) == data_dir:
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal: Linux")
+async def test_a_killed_bots_embedded_redis_server_goes_with_it(
+    slack: FakeSlackAPI, policy_file: Path, tmp_path: Path
+) -> None:
+    env = bot_env(slack, policy_file, tmp_path)
+    data_dir = (tmp_path / "data").resolve()
+    async with running_bot(env, free_port()) as bot:
+        assert len(redis_servers_on(data_dir)) == 1
+        bot.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(bot.wait, 10)
+        await wait_until(lambda: not redis_servers_on(data_dir), what="redis-server to exit")
+    assert await EmbeddedRedis.running_url(data_dir) is None
+    assert "Redis is now ready to exit" in (data_dir / "redis.log").read_text()  # clean stop

@@ -7,10 +7,15 @@ clicks plus background resumes that would drop work. A blocking pool makes calle
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import redis.asyncio as redis
@@ -18,6 +23,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
 log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def connect(url: str, *, max_connections: int, wait_seconds: float = 10.0) -> redis.Redis:
@@ -40,6 +47,27 @@ def connect(url: str, *, max_connections: int, wait_seconds: float = 10.0) -> re
 
 class RedisUnavailable(Exception):
     """No REDIS_URL and no redis-server to start: the message says how to fix it."""
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child receive SIGTERM when this process dies (Linux
+    `PR_SET_PDEATHSIG`; strictly, when the thread that started it ends: start it from a thread
+    that lives as long as the server, such as the event loop's). Elsewhere None: a server left
+    by a killed bot is stopped by the next bot on the same data directory."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the line above: do not start
+            os._exit(1)
+
+    return preexec
 
 
 def _free_port() -> int:
@@ -90,9 +118,13 @@ class EmbeddedRedis:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         await self._stop_leftover()
         # Its own session: a Ctrl-C or SIGTERM to the bot's process group must not stop Redis
-        # while the bot is still draining; the bot stops it last.
+        # while the bot is still draining; the bot stops it last. If the bot dies without
+        # stopping it (SIGKILL, OOM), the kernel sends it SIGTERM (a clean shutdown).
         self.process = subprocess.Popen(  # noqa: ASYNC220
-            self.command(), stdin=subprocess.DEVNULL, start_new_session=True
+            self.command(),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
         )
         client = redis.Redis.from_url(self.url)
         try:
