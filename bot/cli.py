@@ -17,8 +17,8 @@ import redis
 
 from bot.checks import collect_problems, load_settings_problems, redacted
 from bot.config import Settings
-from bot.engine.registry import AgentRegistry
-from bot.service.policy import load_policy
+from bot.engine.registry import AgentLoadError, AgentRegistry
+from bot.service.policy import PolicyError, load_policy
 from bot.store.connection import RedisUnavailable
 
 
@@ -99,7 +99,7 @@ def _sandbox(args: argparse.Namespace) -> int:
     from bot.runtime import install_signal_handlers
     from bot.sandbox.server import serve, wants_offline
 
-    settings, _ = _settings_problems()
+    settings, _ = load_settings_problems()
     agents = args.agents or (settings.agents if settings else "bot.examples.agents:agents")
     policy = Path(args.policy) if args.policy else None
     try:
