@@ -21,6 +21,7 @@ import asyncio
 import inspect
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,39 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     arguments = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
     asyncio.run(function(**arguments))
     return True
+
+
+LEFTOVER_NAMES = ("redis-server", "approval-bot", "python", "chromium")
+
+
+def leftover_processes(directory: Path) -> list[tuple[int, str, Path]]:
+    """(pid, name, cwd) of processes still working under `directory` (Linux: /proc)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            name = (proc / "comm").read_text().strip()
+            cwd = Path(os.readlink(proc / "cwd"))
+        except OSError:
+            continue
+        if name.startswith(LEFTOVER_NAMES) and cwd.is_relative_to(directory):
+            found.append((int(proc.name), name, cwd))
+    return found
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Name every process a test left running in this session's temp directories (a bot
+    started as a process and never stopped, or its redis-server), so none goes unnoticed."""
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is None or not Path("/proc").is_dir():
+        return
+    base = factory.getbasetemp().resolve()
+    deadline = time.monotonic() + 5  # a server told to stop may still be writing its AOF
+    while (left := leftover_processes(base)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if left:
+        terminalreporter.section("processes left running by tests", sep="-", yellow=True)
+        for pid, name, cwd in left:
+            terminalreporter.write_line(f"pid {pid} {name} in {cwd}")
 
 
 @pytest.fixture(scope="session")
