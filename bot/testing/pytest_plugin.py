@@ -24,16 +24,17 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import redis
 
 from bot.config import ENV_FILE_VARIABLE
-from bot.service.policy_source import PolicySource
-from bot.store.connection import EmbeddedRedis
-from bot.testing.harness import BotHarness
-from bot.testing.slack_api import FakeSlackAPI
+
+if TYPE_CHECKING:  # the bot itself is imported only by tests that use a fixture
+    from bot.service.policy_source import PolicySource
+    from bot.store.connection import EmbeddedRedis
+    from bot.testing.harness import BotHarness
+    from bot.testing.slack_api import FakeSlackAPI
 
 KIT_FIXTURES = frozenset({"redis_server", "redis_url", "slack_api", "bot_harness"})
 
@@ -97,6 +98,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
     """One `redis-server` for the test session (skips the tests with a reason if there is none)."""
+    from bot.store.connection import EmbeddedRedis
+
     if shutil.which("redis-server") is None:
         pytest.skip("no redis-server on PATH (Debian/Ubuntu: apt-get install redis-server)")
     server = EmbeddedRedis(Path(tmp_path_factory.mktemp("redis")))
@@ -108,6 +111,8 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedR
 @pytest.fixture
 def redis_url(redis_server: EmbeddedRedis) -> str:
     """The session's Redis, emptied for this test."""
+    import redis
+
     client = redis.Redis.from_url(redis_server.url)
     try:
         client.flushall()
@@ -119,6 +124,8 @@ def redis_url(redis_server: EmbeddedRedis) -> str:
 @pytest.fixture
 def slack_api() -> FakeSlackAPI:
     """The Slack Web API stand-in; read what the bot posted from `.messages` and `.calls`."""
+    from bot.testing.slack_api import FakeSlackAPI
+
     return FakeSlackAPI()
 
 
@@ -126,6 +133,8 @@ def slack_api() -> FakeSlackAPI:
 def bot_harness(redis_url: str, slack_api: FakeSlackAPI) -> Callable[..., BotHarness]:
     """`bot_harness(agents, policy, **options)`: a `BotHarness` on this test's Redis and stand-in.
     `agents` is an Agent, a dict of them or an `AgentRegistry`; `policy` is the policy's YAML."""
+
+    from bot.testing.harness import BotHarness
 
     def make(agents: Any, policy: str | PolicySource, **options: Any) -> BotHarness:
         return BotHarness(redis_url, agents, policy, slack=slack_api, **options)
