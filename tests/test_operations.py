@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -17,6 +18,7 @@ from bot.slack.blocks import APPROVE
 from bot.store.connection import EmbeddedRedis
 from bot.testing.harness import BotHarness
 from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+from tests.test_config import check
 
 # Every metric the issue names, as exposed (counters with their `_total` sample).
 METRICS = {
@@ -231,3 +233,20 @@ async def test_tracing_sensitive_data_when_asked(redis_url: str, captured: Captu
         await approve_one_run(bot)
     tools = [s["span_data"] for s in captured.spans if s["span_data"]["type"] == "function"]
     assert any("/var/log" in str(t.get("input")) for t in tools)
+
+
+def test_check_refuses_tracing_that_would_send_another_services_key_to_openai(
+    tmp_path: Path,
+) -> None:
+    base = {"SLACK_BOT_TOKEN": "xoxb-secret-value", "SLACK_SIGNING_SECRET": "shh"}
+    local = {"APPROVAL_BOT_TRACING": "on", "OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}
+    refused = check(tmp_path, POLICY, **base, **local)
+    assert refused.returncode == 1
+    assert "APPROVAL_BOT_TRACING=on exports traces to OpenAI" in refused.stderr
+    assert "OPENAI_BASE_URL points at 127.0.0.1" in refused.stderr
+    key = "sk-tracing-only-0123456789"
+    allowed = check(tmp_path, POLICY, **base, **local, APPROVAL_BOT_TRACING_API_KEY=key)
+    assert allowed.returncode == 0, allowed.stderr
+    assert key not in allowed.stdout + allowed.stderr
+    openai = {"OPENAI_BASE_URL": "https://api.openai.com/v1"}
+    assert check(tmp_path, POLICY, **base, **openai, APPROVAL_BOT_TRACING="on").returncode == 0
