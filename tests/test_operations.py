@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from agents.tracing.processors import default_processor
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot.config import Settings
+from bot.logs import configure_logging
 from bot.slack.blocks import APPROVE
 from bot.store.connection import EmbeddedRedis
 from bot.testing.harness import BotHarness
@@ -250,3 +253,28 @@ def test_check_refuses_tracing_that_would_send_another_services_key_to_openai(
     assert key not in allowed.stdout + allowed.stderr
     openai = {"OPENAI_BASE_URL": "https://api.openai.com/v1"}
     assert check(tmp_path, POLICY, **base, **openai, APPROVAL_BOT_TRACING="on").returncode == 0
+
+
+def test_log_lines_are_json_objects_with_credentials_masked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level, logging.getLogger("httpx").level)
+    try:
+        configure_logging("info", "json")
+        log = logging.getLogger("bot.example")
+        try:
+            raise RuntimeError("Slack said no to xoxb-1234-abcdef")
+        except RuntimeError:
+            log.exception("posting with token xoxb-1234-abcdef failed")
+        logging.getLogger("httpx").info("HTTP Request: POST https://api.openai.com/v1/responses")
+    finally:
+        root.handlers[:], _, _ = saved
+        root.setLevel(saved[1])
+        logging.getLogger("httpx").setLevel(saved[2])
+    err = capsys.readouterr().err
+    [entry] = [json.loads(line) for line in err.splitlines()]  # httpx's INFO line is not there
+    assert entry["level"] == "ERROR" and entry["logger"] == "bot.example"
+    assert entry["message"] == "posting with token *** failed"
+    assert "RuntimeError: Slack said no to ***" in entry["exc_info"]
+    assert "xoxb-1234" not in err and entry["time"].endswith("+00:00")
