@@ -17,7 +17,6 @@ from pydantic import ValidationError
 
 from bot.config import Settings
 from bot.engine.registry import AgentLoadError, AgentRegistry
-from bot.ops import PortUnavailable
 from bot.service.policy import PolicyError, load_policy
 from bot.store.connection import RedisUnavailable
 
@@ -93,7 +92,7 @@ def _launch(
 
     try:
         asyncio.run(main())
-    except (RedisUnavailable, PortUnavailable) as exc:
+    except RedisUnavailable as exc:
         print(f"The {what} cannot start: {exc}", file=sys.stderr)
         return 1
     return 0

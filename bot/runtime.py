@@ -260,14 +260,26 @@ async def serve_socket(
     await handler.connect_async()  # type: ignore[no-untyped-call]
     log.info("connected to Slack in Socket Mode")
     try:
-        if ops_server is not None:
-            await ops_server.start()
+        ops_server = await _start_ops(ops_server)
         await stop.wait()
     finally:
         if ops_server is not None:
             await ops_server.stop()
         await handler.close_async()  # type: ignore[no-untyped-call]
         await runtime.stop()
+
+
+async def _start_ops(server: ops.OpsServer | None) -> ops.OpsServer | None:
+    """Start the operations endpoints; when their port is taken (several workers on one
+    machine), say so and go on without them rather than stop the worker."""
+    if server is None:
+        return None
+    try:
+        await server.start()
+    except ops.PortUnavailable as exc:
+        log.warning("%s Going on without /metrics, /healthz and /readyz.", exc)
+        return None
+    return server
 
 
 def install_signal_handlers(stop: asyncio.Event) -> Callable[[], None]:
@@ -291,8 +303,7 @@ async def serve_worker(
     await runtime.start()
     log.info("worker %s taking jobs", runtime.worker.consumer if runtime.worker else "?")
     try:
-        if ops_server is not None:
-            await ops_server.start()
+        ops_server = await _start_ops(ops_server)
         await stop.wait()
     finally:
         if ops_server is not None:

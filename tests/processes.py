@@ -39,6 +39,7 @@ def bot_env(slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, **extra: str
         PYTHONPATH=str(ROOT),
         OPENAI_API_KEY="unused",
         OPENAI_AGENTS_DISABLE_TRACING="1",
+        APPROVAL_BOT_METRICS_PORT="0",  # tests that want the ops port name a free one
     )
     env.update(extra)
     return env

@@ -196,3 +196,26 @@ async def test_sigterm_with_a_hung_job_exits_within_the_drain_budget(
         )
         took = await terminate(bot, within=10)
     assert took < 3 + 4, took  # the budget, plus closing Redis and the interpreter's exit
+
+
+async def test_a_worker_whose_metrics_port_is_taken_says_so_and_keeps_working(
+    slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, redis_url: str, logs: Path
+) -> None:
+    """Several workers on one machine: the second cannot have the port, and still runs."""
+    env = bot_env(slack, policy_file, tmp_path, REDIS_URL=redis_url)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    first = spawn(["worker", "--metrics-port", str(port)], env, tmp_path / "first.log")
+    second = None
+    try:
+        await wait_ready(first, base)
+        second = spawn(["worker", "--metrics-port", str(port)], env, logs)
+        await wait_until(lambda: "Going on without /metrics" in read(logs), what="the warning")
+        assert second.poll() is None
+        await terminate(second, within=30)
+        await terminate(first, within=30)
+    finally:
+        stop_process(first)
+        if second is not None:
+            stop_process(second)
+    assert f"cannot serve /metrics on 127.0.0.1:{port}" in read(logs)
