@@ -44,8 +44,8 @@ async def measure(workers: int, jobs: int, redis_url: str, slack: FakeSlackAPI, 
         "APPROVAL_BOT_AGENTS": "benchmarks.bench_agents:agents",
         "APPROVAL_BOT_POLICY": str(policy),
         "APPROVAL_BOT_WORKER_CONCURRENCY": "16",
-        "OPENAI_AGENTS_DISABLE_TRACING": "1",
         "OPENAI_API_KEY": "unused",
+        "APPROVAL_BOT_METRICS_PORT": "0",  # several workers on one machine
         "PYTHONPATH": str(ROOT),
     }
     command = [

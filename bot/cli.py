@@ -79,7 +79,9 @@ def _serve(args: argparse.Namespace) -> int:
     async def body(settings: Settings, stop: asyncio.Event) -> None:
         runtime = BotRuntime(settings, socket_mode=args.socket, with_worker=not args.no_worker)
         if args.socket:
-            await serve_socket(runtime, stop)
+            await serve_socket(
+                runtime, stop, runtime.ops_server(args.metrics_host, args.metrics_port)
+            )
         else:
             await serve_http(runtime, args.host, args.port, stop)
 
@@ -90,7 +92,8 @@ def _worker(args: argparse.Namespace) -> int:
     from bot.runtime import BotRuntime, serve_worker
 
     async def body(settings: Settings, stop: asyncio.Event) -> None:
-        await serve_worker(BotRuntime(settings, with_worker=True), stop)
+        runtime = BotRuntime(settings, with_worker=True)
+        await serve_worker(runtime, stop, runtime.ops_server(args.metrics_host, args.metrics_port))
 
     return _launch("worker", socket_mode=False, slack_transport=False, body=body)
 
@@ -221,11 +224,46 @@ def _audit(args: argparse.Namespace) -> int:
     return asyncio.run(_export_audit(settings, since, until, args.format))
 
 
+def _configure_logging(args: argparse.Namespace) -> None:
+    """`--log-level` (before or after the command) wins over APPROVAL_BOT_LOG_LEVEL; the format
+    is APPROVAL_BOT_LOG_FORMAT. Invalid settings are reported by the command itself."""
+    from bot.logs import configure_logging
+
+    settings, _ = load_settings_problems()
+    level = args.log_level or args.top_log_level or (settings.log_level if settings else "INFO")
+    configure_logging(level, settings.log_format if settings else "text")
+
+
+def _log_level(text: str) -> str:
+    level = text.strip().upper()
+    if not isinstance(logging.getLevelName(level), int):
+        raise argparse.ArgumentTypeError("use DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    return level
+
+
+def _ops_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-level", type=_log_level, default=None, help="default: APPROVAL_BOT_LOG_LEVEL, INFO"
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="port of /metrics, /healthz and /readyz in worker and Socket Mode "
+        "(default: APPROVAL_BOT_METRICS_PORT, 9090; 0: none)",
+    )
+    parser.add_argument(
+        "--metrics-host", default=None, help="default: APPROVAL_BOT_METRICS_HOST, 127.0.0.1"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="approval-bot", description=__doc__)
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", dest="top_log_level", type=_log_level, default=None)
+    parser.set_defaults(log_level=None)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the bot")
+    _ops_options(serve)
     mode = serve.add_mutually_exclusive_group()
     mode.add_argument("--http", action="store_true", help="serve Slack over HTTP (default)")
     mode.add_argument("--socket", action="store_true", help="connect with Socket Mode")
@@ -236,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=3000)
     serve.set_defaults(func=_serve)
     worker = sub.add_parser("worker", help="run a worker: executes start and resume jobs")
+    _ops_options(worker)
     worker.set_defaults(func=_worker)
     check = sub.add_parser("check", help="validate configuration, agents and policy")
     check.add_argument("--socket", action="store_true", help="check for Socket Mode")
@@ -257,9 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     audit.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
     audit.set_defaults(func=_audit)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    _configure_logging(args)
     return int(args.func(args))
 
 

@@ -5,8 +5,11 @@ Secrets are `SecretStr` so that printing or logging the settings never shows the
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
+from typing import Literal
+from urllib.parse import urlparse
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -56,6 +59,29 @@ class Settings(BaseSettings):
     channel_open_runs: int = Field(default=50, alias="APPROVAL_BOT_CHANNEL_OPEN_RUNS", ge=0)
     max_task_chars: int = Field(default=4000, alias="APPROVAL_BOT_MAX_TASK_CHARS", ge=0)
 
+    # Operations: shutdown budget, logs, the metrics/health port of worker and Socket Mode.
+    drain_seconds: float = Field(default=20.0, alias="APPROVAL_BOT_DRAIN_SECONDS", gt=0)
+    log_level: str = Field(default="INFO", alias="APPROVAL_BOT_LOG_LEVEL")
+    log_format: Literal["text", "json"] = Field(default="text", alias="APPROVAL_BOT_LOG_FORMAT")
+    metrics_host: str = Field(default="127.0.0.1", alias="APPROVAL_BOT_METRICS_HOST")
+    metrics_port: int = Field(default=9090, alias="APPROVAL_BOT_METRICS_PORT", ge=0, le=65535)
+
+    # Tracing of agent runs by the Agents SDK: off unless asked for.
+    tracing: Literal["off", "on"] = Field(default="off", alias="APPROVAL_BOT_TRACING")
+    trace_sensitive_data: bool | None = Field(
+        default=None, alias="APPROVAL_BOT_TRACE_SENSITIVE_DATA"
+    )
+    tracing_api_key: SecretStr | None = Field(default=None, alias="APPROVAL_BOT_TRACING_API_KEY")
+    openai_base_url: str | None = Field(default=None, alias="OPENAI_BASE_URL")
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if not isinstance(logging.getLevelName(level), int):
+            raise ValueError("use DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return level
+
     @field_validator("slack_api_url")
     @classmethod
     def _trailing_slash(cls, value: str) -> str:
@@ -78,7 +104,21 @@ class Settings(BaseSettings):
                 "SLACK_SIGNING_SECRET is not set: HTTP mode needs it to verify Slack's requests "
                 "(Basic Information > App Credentials)."
             )
+        found += self.tracing_problems()
         return found
+
+    def tracing_problems(self) -> list[str]:
+        """Tracing on with the SDK's exporter sends OPENAI_API_KEY to OpenAI's trace ingest;
+        when the models are served elsewhere that key belongs to another service."""
+        host = urlparse(self.openai_base_url or "").hostname or "api.openai.com"
+        if self.tracing == "on" and self.tracing_api_key is None and host != "api.openai.com":
+            return [
+                f"APPROVAL_BOT_TRACING=on exports traces to OpenAI, but OPENAI_BASE_URL points "
+                f"at {host}: the SDK would send that service's key (OPENAI_API_KEY) to OpenAI. "
+                "Set APPROVAL_BOT_TRACING_API_KEY to an OpenAI key for traces, or leave "
+                "tracing off."
+            ]
+        return []
 
 
 def env_file() -> str | None:

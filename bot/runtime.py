@@ -1,5 +1,6 @@
 """The composition root: builds Redis, store, engine, service and the Slack app from Settings,
-and serves them over HTTP (`/slack/events`, `/healthz`) or Socket Mode."""
+and serves them over HTTP (`/slack/events`, `/metrics`, `/healthz`, `/readyz`) or Socket Mode
+(with the same operations endpoints on a small port of their own, like a worker)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from collections.abc import Callable
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
-from slack_sdk.web.async_client import AsyncWebClient
 
+from bot import metrics, ops
 from bot.config import Settings
 from bot.engine.registry import AgentRegistry
 from bot.engine.runner import Engine
+from bot.engine.tracing import Tracing
 from bot.service.approvals import ApprovalService
 from bot.service.authorize import Authorizer
 from bot.service.limits import StartLimits
@@ -26,6 +28,7 @@ from bot.slack.blocks import use_slack_api
 from bot.slack.groups import SlackGroups
 from bot.slack.installation import learn_installation, learn_once
 from bot.slack.intake import refuse
+from bot.slack.metered import MeteredWebClient
 from bot.slack.notifier import SlackNotifier
 from bot.store.admission import AdmissionStore, Quota
 from bot.store.audit import AuditLog
@@ -36,7 +39,9 @@ from bot.store.runs import RunStore
 
 log = logging.getLogger(__name__)
 
-DRAIN_SECONDS = 30.0
+# Of the shutdown budget (APPROVAL_BOT_DRAIN_SECONDS), what in-flight HTTP requests may take:
+# listeners answer within Slack's three seconds.
+HTTP_DRAIN_SECONDS = 3.0
 
 
 class BotRuntime:
@@ -77,9 +82,17 @@ class BotRuntime:
         self.leases = connect(url, max_connections=4)
         self.queue = JobQueue(self.redis, lease_seconds=s.job_lease_seconds, leases=self.leases)
         token = s.slack_bot_token.get_secret_value() if s.slack_bot_token else None
-        self.client = AsyncWebClient(token=token, base_url=s.slack_api_url)
+        self.client = MeteredWebClient(token=token, base_url=s.slack_api_url)
         use_slack_api(s.slack_api_url)
-        engine = Engine(self.registry, rejection_text=s.rejection_text, max_turns=s.max_turns)
+        tracing = Tracing(
+            enabled=s.tracing == "on",
+            include_sensitive_data=s.trace_sensitive_data,
+            api_key=s.tracing_api_key.get_secret_value() if s.tracing_api_key else None,
+        )
+        tracing.apply()
+        engine = Engine(
+            self.registry, rejection_text=s.rejection_text, max_turns=s.max_turns, tracing=tracing
+        )
         authorizer = Authorizer(SlackGroups(self.client))
         # Learned before serving when Slack answers; retried in the background if not (until
         # then every request is refused, closed).
@@ -137,24 +150,61 @@ class BotRuntime:
             )
             self._worker_task = asyncio.create_task(self.worker.run(), name="worker")
 
-    async def stop(self) -> None:
+    async def stop(self, budget: float | None = None) -> None:
+        """Finish in-flight jobs and background tasks within `budget` seconds in all
+        (default: APPROVAL_BOT_DRAIN_SECONDS), then close. Jobs still running then are cancelled
+        unacknowledged: another worker takes them over after the lease, and the call journal
+        keeps that retry from running a tool twice."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.settings.drain_seconds if budget is None else budget)
+
+        def left() -> float:
+            return max(0.0, deadline - loop.time())
+
         await _cancel(self._installation)
         # Finish in-flight runs while still heartbeating, so no other process takes them for
         # orphans; only then stop the loops.
         await _cancel(self._sweeper)
         if self.worker is not None:  # no new jobs; the ones in hand finish
-            await self.worker.stop(self._worker_task, DRAIN_SECONDS)
+            await self.worker.stop(self._worker_task, left())
+            await self.worker.abandon()
         await _cancel(self._worker_task)
-        await self.service.drain(DRAIN_SECONDS)
+        await self.service.drain(left())
+        await self.service.abandon()
         await self.redis.aclose()
         await self.leases.aclose()
         if self.embedded is not None:
             self.embedded.stop()
 
+    # Operations ---------------------------------------------------------------------------
+
+    async def ready(self) -> bool:
+        """Redis answers (the probe of `/readyz`)."""
+        return await self.service.store.ping()
+
+    async def refresh_gauges(self) -> None:
+        """Read the shared state the gauges of `/metrics` describe."""
+        store = self.service.store
+        pending, depth, age = await asyncio.gather(
+            store.pending_calls(), self.queue.backlog(), self.queue.oldest_age()
+        )
+        metrics.PENDING_CALLS.set(pending)
+        metrics.QUEUE_DEPTH.set(depth)
+        metrics.QUEUE_OLDEST_AGE.set(age)
+
+    def ops_server(self, host: str | None = None, port: int | None = None) -> ops.OpsServer | None:
+        """The operations endpoints on a port of their own (None when the port is 0)."""
+        port = self.settings.metrics_port if port is None else port
+        if port == 0:
+            return None
+        host = host or self.settings.metrics_host
+        return ops.OpsServer(host, port, self.ready, self.refresh_gauges)
+
     # HTTP ---------------------------------------------------------------------------------
 
     def web_app(self) -> web.Application:
-        """`POST /slack/events` for everything Slack sends; `GET /healthz` for load balancers."""
+        """`POST /slack/events` for everything Slack sends; `/healthz` (liveness), `/readyz`
+        (Redis reachable) and `/metrics` for the platform."""
 
         secret = self.settings.slack_signing_secret
         signing_secret = secret.get_secret_value() if secret is not None else None
@@ -167,13 +217,10 @@ class BotRuntime:
             bolt_response = await self.app.async_dispatch(await to_bolt_request(request))
             return await to_aiohttp_response(bolt_response)
 
-        async def healthz(_: web.Request) -> web.Response:
-            if await self.service.store.ping():
-                return web.json_response({"ok": True, "redis": "up"})
-            return web.json_response({"ok": False, "redis": "unreachable"}, status=503)
-
         web_app = web.Application(client_max_size=1024 * 1024)
-        web_app.add_routes([web.post("/slack/events", events), web.get("/healthz", healthz)])
+        web_app.add_routes(
+            [web.post("/slack/events", events), *ops.routes(self.ready, self.refresh_gauges)]
+        )
         return web_app
 
 
@@ -186,19 +233,26 @@ async def _cancel(task: asyncio.Task[None] | None) -> None:
 
 async def serve_http(runtime: BotRuntime, host: str, port: int, stop: asyncio.Event) -> None:
     await runtime.start()
-    runner = web.AppRunner(runtime.web_app(), access_log=None)
+    budget = runtime.settings.drain_seconds
+    http_drain = min(HTTP_DRAIN_SECONDS, budget / 4)
+    runner = web.AppRunner(runtime.web_app(), access_log=None, shutdown_timeout=http_drain)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    log.info("serving Slack on http://%s:%d/slack/events (health: /healthz)", host, port)
+    log.info("serving Slack on http://%s:%d/slack/events (also /metrics, /healthz, /readyz)",
+             host, port)  # fmt: skip
     try:
         await stop.wait()
     finally:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         await runner.cleanup()
-        await runtime.stop()
+        await runtime.stop(max(0.0, budget - (loop.time() - started)))
 
 
-async def serve_socket(runtime: BotRuntime, stop: asyncio.Event) -> None:
+async def serve_socket(
+    runtime: BotRuntime, stop: asyncio.Event, ops_server: ops.OpsServer | None = None
+) -> None:
     from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 
     await runtime.start()
@@ -208,10 +262,26 @@ async def serve_socket(runtime: BotRuntime, stop: asyncio.Event) -> None:
     await handler.connect_async()  # type: ignore[no-untyped-call]
     log.info("connected to Slack in Socket Mode")
     try:
+        ops_server = await _start_ops(ops_server)
         await stop.wait()
     finally:
+        if ops_server is not None:
+            await ops_server.stop()
         await handler.close_async()  # type: ignore[no-untyped-call]
         await runtime.stop()
+
+
+async def _start_ops(server: ops.OpsServer | None) -> ops.OpsServer | None:
+    """Start the operations endpoints; when their port is taken (several workers on one
+    machine), say so and go on without them rather than stop the worker."""
+    if server is None:
+        return None
+    try:
+        await server.start()
+    except ops.PortUnavailable as exc:
+        log.warning("%s Going on without /metrics, /healthz and /readyz.", exc)
+        return None
+    return server
 
 
 def install_signal_handlers(stop: asyncio.Event) -> Callable[[], None]:
@@ -228,11 +298,16 @@ def install_signal_handlers(stop: asyncio.Event) -> Callable[[], None]:
     return remove
 
 
-async def serve_worker(runtime: BotRuntime, stop: asyncio.Event) -> None:
+async def serve_worker(
+    runtime: BotRuntime, stop: asyncio.Event, ops_server: ops.OpsServer | None = None
+) -> None:
     """A process that only runs jobs (and the sweeper); Slack reaches the `serve` processes."""
     await runtime.start()
     log.info("worker %s taking jobs", runtime.worker.consumer if runtime.worker else "?")
     try:
+        ops_server = await _start_ops(ops_server)
         await stop.wait()
     finally:
+        if ops_server is not None:
+            await ops_server.stop()
         await runtime.stop()

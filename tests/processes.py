@@ -41,6 +41,7 @@ def bot_env(slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, **extra: str
         OPENAI_AGENTS_DISABLE_TRACING="1",
         APPROVAL_BOT_ENV_FILE="",  # a developer's .env must not change what a test runs
         TEST_HOME=str(tmp_path),
+        APPROVAL_BOT_METRICS_PORT="0",  # tests that want the ops port name a free one
     )
     env.update(extra)
     return env

@@ -250,20 +250,20 @@ async def test_redis_killed_and_restarted_while_runs_wait(
             assert own.process is not None
             own.process.send_signal(signal.SIGKILL)
             own.process.wait(timeout=10)
-            # While Redis is down: clicks are answered, nothing crashes, /healthz says so.
+            # While Redis is down: clicks are answered, nothing crashes, /readyz says so.
             sent = await requests.click(
                 APPROVE, approval.button_value(APPROVE), user="U2", channel="C1"
             )
             assert sent.status == 200
             await wait_until(lambda: slack.ephemeral_to("U2"), timeout=15, what="a private reply")
             assert "Try again in a moment" in slack.ephemeral_to("U2")[0]
-            async with http.get(f"{url}/healthz") as response:
+            async with http.get(f"{url}/readyz") as response:
                 assert response.status == 503
             # Redis comes back with its AOF: the same click now works.
             again = EmbeddedRedis(redis_dir, port=own.port)
             await again.start()
             own = again
-            await wait_until(lambda: _healthy(http, url), timeout=20, what="/healthz to recover")
+            await wait_until(lambda: _ready(http, url), timeout=20, what="/readyz to recover")
             await requests.click(APPROVE, approval.button_value(APPROVE), user="U2", channel="C1")
             await wait_until(lambda: outputs(slack), timeout=30, what="the run to finish")
     finally:
@@ -271,6 +271,6 @@ async def test_redis_killed_and_restarted_while_runs_wait(
     assert executions(tmp_path) == [("start", "/var/log/c"), ("end", "/var/log/c")]
 
 
-async def _healthy(http: aiohttp.ClientSession, url: str) -> bool:
-    async with http.get(f"{url}/healthz") as response:
+async def _ready(http: aiohttp.ClientSession, url: str) -> bool:
+    async with http.get(f"{url}/readyz") as response:
         return response.status == 200

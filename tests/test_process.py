@@ -11,15 +11,14 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from bot.slack.blocks import APPROVE
 from bot.store.connection import EmbeddedRedis
-from bot.testing.harness import BOT_TOKEN, SIGNING_SECRET, BotHarness, wait_until
+from bot.testing.harness import BOT_TOKEN, SIGNING_SECRET, wait_until
 from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI
-from tests.agents_for_tests import POLICY, Ledger, assistant_message, ops_agent
+from tests.agents_for_tests import POLICY
 from tests.processes import bot_env, executions, free_port, running_bot
 
 
@@ -109,20 +108,6 @@ async def test_serve_refuses_to_start_without_a_valid_policy(
     assert "approvers: List should have at least 1 item" in result.stderr
     assert "SLACK_SIGNING_SECRET is not set" in result.stderr
     assert BOT_TOKEN not in result.stderr + result.stdout
-
-
-async def test_healthz_reports_redis_down(tmp_path: Path) -> None:
-    own = EmbeddedRedis(tmp_path / "redis")
-    await own.start()
-    ledger = Ledger()
-    agent, _ = ops_agent([[assistant_message("hi")]], ledger)
-    async with BotHarness(own.url, agent, POLICY) as bot, aiohttp.ClientSession() as session:
-        async with session.get(f"{bot.url}/healthz") as response:
-            assert response.status == 200
-        own.stop()
-        async with session.get(f"{bot.url}/healthz") as response:
-            assert response.status == 503
-            assert (await response.json())["redis"] == "unreachable"
 
 
 async def test_serve_without_redis_says_how_to_get_one(

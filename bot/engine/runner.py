@@ -31,6 +31,7 @@ from bot.engine.approvals import PendingApproval, arguments_sha, describe
 from bot.engine.context import RunContext, deserialize_context, serialize_context
 from bot.engine.journal import CURRENT, CallNeedsReview, Execution
 from bot.engine.registry import AgentRegistry
+from bot.engine.tracing import Tracing
 from bot.untrusted import redact
 
 log = logging.getLogger(__name__)
@@ -161,19 +162,30 @@ def _describe_error(exc: BaseException) -> str:
 class Engine:
     """Runs the registry's agents; every method returns an Outcome and never raises."""
 
-    def __init__(self, registry: AgentRegistry, *, rejection_text: str, max_turns: int) -> None:
+    def __init__(
+        self,
+        registry: AgentRegistry,
+        *,
+        rejection_text: str,
+        max_turns: int,
+        tracing: Tracing | None = None,
+    ) -> None:
         self.registry = registry
         self.rejection_text = rejection_text
         self.max_turns = max_turns
+        self.tracing = tracing or Tracing()
 
-    def run_config(self) -> RunConfig:
+    def run_config(self, run_id: str = "", agent_name: str = "") -> RunConfig:
         # RunConfig is not serialized with the state: it is rebuilt for every start and resume.
         text = self.rejection_text
 
         def rejection(_: Any) -> str:
             return text
 
-        return RunConfig(tool_error_formatter=rejection)
+        return RunConfig(
+            tool_error_formatter=rejection,
+            **self.tracing.run_config_fields(run_id, agent_name),
+        )
 
     def fingerprint(self, agent_name: str) -> str:
         return self.registry.fingerprints.get(agent_name, "")
@@ -189,7 +201,9 @@ class Engine:
         agent = self.registry.get(agent_name)
         if agent is None:
             return Failed(f"No agent named {agent_name!r} is defined any more.")
-        return await self._run(agent_name, agent, task, progress, execution, context=context)
+        return await self._run(
+            agent_name, agent, task, progress, execution, run_id=context.run_id, context=context
+        )
 
     async def _run(
         self,
@@ -198,6 +212,8 @@ class Engine:
         start_from: str | RunState[Any, Any],
         progress: Progress | None,
         execution: Execution | None,
+        *,
+        run_id: str,
         context: RunContext | None = None,
     ) -> Outcome:
         """One `Runner.run` under `execution` (so tool calls go through its journal)."""
@@ -208,7 +224,7 @@ class Engine:
                 start_from,
                 context=context,
                 max_turns=self.max_turns,
-                run_config=self.run_config(),
+                run_config=self.run_config(run_id, agent_name),
                 hooks=_ProgressHooks(progress),
             )
         except Exception as exc:
@@ -232,7 +248,9 @@ class Engine:
         decisions: list[Decision],
         progress: Progress | None = None,
         execution: Execution | None = None,
+        run_id: str = "",
     ) -> Outcome:
+        """Apply `decisions` to the stored state and run on; `run_id` names the trace group."""
         agent = self.registry.get(agent_name)
         if agent is None:
             return Failed(
@@ -284,7 +302,7 @@ class Engine:
                 state.approve(item)
             else:
                 state.reject(item, rejection_message=decision.message or None)
-        return await self._run(agent_name, agent, state, progress, execution)
+        return await self._run(agent_name, agent, state, progress, execution, run_id=run_id)
 
     def _outcome(self, agent_name: str, result: RunResult) -> Outcome:
         if not result.interruptions:

@@ -9,6 +9,7 @@ import secrets
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from bot import metrics
 from bot.engine.context import RunContext
 from bot.engine.runner import (
     Engine,
@@ -30,6 +31,21 @@ from bot.store.records import (
 from bot.store.runs import RunStore
 
 log = logging.getLogger(__name__)
+
+
+def _count(kind: str, decision: str, call: CallRecord | None) -> None:
+    if kind == "decided":
+        metrics.decided(decision, call.paused_at if call is not None else "")
+    elif kind == "approval_vote":
+        metrics.decided("vote")
+    elif kind == "refused":
+        metrics.decided("refused")
+    elif kind == "run_started":
+        metrics.RUNS_STARTED.inc()
+    elif kind == "resumed":
+        metrics.RESUMES.inc()
+    elif kind == "run_failed":
+        metrics.RUN_FAILURES.inc()
 
 
 class ServiceCore:
@@ -92,6 +108,17 @@ class ServiceCore:
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout)
 
+    async def abandon(self) -> None:
+        """Cancel the background tasks still running after the drain (on shutdown)."""
+        running = set(self._tasks)
+        if not running:
+            return
+        log.warning("shutting down with %d background task(s) unfinished: %s", len(running),
+                    ", ".join(t.get_name() for t in running))  # fmt: skip
+        for task in running:
+            task.cancel()
+        await asyncio.wait(running, timeout=2.0)
+
     async def _safely(self, what: str, coro: Coroutine[Any, Any, Any]) -> Any:
         """Run a notifier call; a failure to show something never breaks a transition."""
         try:
@@ -110,7 +137,9 @@ class ServiceCore:
         decision: str = "",
         detail: str = "",
     ) -> None:
-        """Append to the audit trail; a failure is logged loudly but never breaks a flow."""
+        """Append to the audit trail; a failure is logged loudly but never breaks a flow.
+        The metrics count what is audited, so both tell the same story."""
+        _count(kind, decision, call)
         fields = {"decision": decision, "detail": detail}
         if run is not None:
             fields.update(run_id=run.run_id, channel=run.channel_id, agent=run.agent_name)

@@ -206,6 +206,7 @@ class RunFlow(ReviewFlow):
             arguments_sha=arguments_sha(approval.arguments),
             channel_id=run.channel_id,
             policy_version=version,
+            paused_at=now(),
         )
         if rule is None:  # the channel left the policy while the run was going: fail closed
             call.auto, call.rule, call.allow_always = "reject", "channel not in policy", False
@@ -480,5 +481,6 @@ class RunFlow(ReviewFlow):
             decisions,
             progress=self._progress(run),
             execution=execution,
+            run_id=run.run_id,
         )
         await self._settle(run, owner, outcome)

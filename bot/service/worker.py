@@ -104,9 +104,23 @@ class Worker:
 
     async def stop(self, loop_task: asyncio.Task[None] | None, timeout: float) -> None:
         """Stop taking jobs, then wait (up to `timeout`) for the ones in hand."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         self._stopping.set()
         if loop_task is not None:
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(asyncio.shield(loop_task), timeout=5)
+                await asyncio.wait_for(asyncio.shield(loop_task), timeout=min(5.0, timeout))
         if self._running:
-            await asyncio.wait(set(self._running), timeout=timeout)
+            await asyncio.wait(set(self._running), timeout=max(0.0, deadline - loop.time()))
+
+    async def abandon(self) -> None:
+        """Cancel the jobs still running after the drain: they stay unacknowledged, so another
+        worker takes them over once the lease lapses (the journal guards their tool calls)."""
+        running = set(self._running)
+        if not running:
+            return
+        log.warning("shutting down with %d job(s) unfinished; another worker will take them "
+                    "over: %s", len(running), ", ".join(t.get_name() for t in running))  # fmt: skip
+        for task in running:
+            task.cancel()
+        await asyncio.wait(running, timeout=2.0)

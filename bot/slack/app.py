@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -52,6 +53,28 @@ async def _guard(what: str, work: Awaitable[Any], tell: Callable[[str], Awaitabl
             log.exception("could not report the failure of %s", what)
 
 
+class _SameTokenFilter(logging.Filter):
+    """Bolt reads SLACK_BOT_TOKEN from the environment even when it is given a client, and then
+    warns on every start that the token "will be unused". The bot hands Bolt its own client on
+    purpose (the Slack host in use, metered calls) built from that same token, so the warning
+    says nothing true; it is dropped when, and only when, the two tokens are the same."""
+
+    def __init__(self, token: str | None) -> None:
+        super().__init__()
+        self.token = token
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        same = self.token is not None and os.environ.get("SLACK_BOT_TOKEN") == self.token
+        return not (same and "`token` will be unused" in record.getMessage())
+
+
+def _quiet_token_warning(token: str | None) -> None:
+    bolt_log = logging.getLogger(f"slack_bolt.{AsyncApp.__name__}")
+    for old in [f for f in bolt_log.filters if isinstance(f, _SameTokenFilter)]:
+        bolt_log.removeFilter(old)
+    bolt_log.addFilter(_SameTokenFilter(token))
+
+
 def build_app(
     *,
     client: AsyncWebClient,
@@ -60,6 +83,7 @@ def build_app(
     socket_mode: bool = False,
 ) -> AsyncApp:
     """Wire Slack's commands, button clicks, modal submissions and thread replies."""
+    _quiet_token_warning(client.token)
     app = AsyncApp(
         client=client,
         signing_secret=signing_secret,

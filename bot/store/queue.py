@@ -9,6 +9,7 @@ idempotent: the run's state in Redis (see take_job.lua) decides whether a delive
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,6 +132,25 @@ class JobQueue:
             floor = min(floor, _text(oldest), key=_stream_order) if floor else _text(oldest)
         if floor:
             await self.redis.xtrim(STREAM, minid=floor)
+
+    async def oldest_age(self) -> float:
+        """Seconds since the oldest job not yet acknowledged was enqueued (0: none): the
+        oldest pending delivery, or else the first entry after the group's last delivered."""
+        pending: Any = await self.redis.xpending(STREAM, GROUP)
+        oldest = _text(pending.get("min")) if pending.get("min") else ""
+        if not oldest:
+            groups: Any = await self.redis.xinfo_groups(STREAM)
+            delivered = "0-0"
+            for group in groups:
+                info = {_text(k): v for k, v in dict(group).items()}
+                if _text(info.get("name", "")) == GROUP:
+                    delivered = _text(info.get("last-delivered-id") or "0-0")
+            after: Any = await self.redis.xrange(STREAM, min=f"({delivered}", count=1)
+            oldest = _text(after[0][0]) if after else ""
+        if not oldest:
+            return 0.0
+        ms, _ = _stream_order(oldest)
+        return max(0.0, time.time() - ms / 1000)
 
     async def backlog(self) -> int:
         """Jobs not yet delivered plus jobs delivered but not acknowledged."""

@@ -126,6 +126,7 @@ class CallRecord:
     auto: str = ""
     policy_version: str = ""
     digest: str = ""
+    paused_at: str = ""  # when the run paused on this call (time to decision)
 
     def voter_ids(self) -> list[str]:
         return [v for v in self.voters.split(",") if v]

@@ -352,6 +352,20 @@ class RunStore:
     async def active_runs(self) -> list[str]:
         return sorted(_s(r) for r in await self.redis.smembers(keys.EXECUTING_RUNS))
 
+    async def pending_calls(self) -> int:
+        """Calls waiting for a decision, over the runs not yet finished (one round trip)."""
+        run_ids = await self.active_runs()
+        if not run_ids:
+            return 0
+        pipe = self.redis.pipeline(transaction=False)
+        for run_id in run_ids:
+            pipe.hmget(keys.run_key(run_id), ["status", "undecided"])
+        total = 0
+        for status, undecided in await pipe.execute():
+            if status is not None and _s(status) == "paused":
+                total += int(_s(undecided or b"0") or 0)
+        return total
+
     async def forget_active(self, run_id: str) -> None:
         await self.redis.srem(keys.EXECUTING_RUNS, run_id)
 

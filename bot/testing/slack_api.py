@@ -94,6 +94,8 @@ class FakeSlackAPI:
         self.fail_methods: set[str] = set()
         # Fail only the calls this predicate picks: (method, params) -> True to fail.
         self.fail_when: Callable[[str, dict[str, Any]], bool] | None = None
+        # Methods answered with HTTP 429 (rate limited, Retry-After: 1), as Slack does.
+        self.rate_limited: set[str] = set()
         # User groups for usergroups.list: id -> (handle, member ids).
         self.usergroups: dict[str, tuple[str, list[str]]] = {}
         self._ts = itertools.count(1)
@@ -212,6 +214,10 @@ class FakeSlackAPI:
         params = await self._params(request)
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         self.calls.append(ApiCall(method, params, token))
+        if method in self.rate_limited:
+            return web.json_response(
+                {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"}
+            )
         if method in self.fail_methods or (self.fail_when and self.fail_when(method, params)):
             return web.json_response({"ok": False, "error": "fatal_error"})
         handler = getattr(self, "_" + method.replace(".", "_"), None)

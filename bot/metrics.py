@@ -1,0 +1,112 @@
+"""Prometheus metrics of one bot process, in a registry of their own (served on `/metrics`).
+
+Counters move where things happen: decisions, resumes and failures where the service records
+them in the audit trail, Slack API errors in the Web API client. Gauges that describe shared
+state (pending calls, the job queue) are read from Redis when scraped, so every process reports
+the same value for them: aggregate them with `max`, not `sum`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+
+# `*_created` series double the output and no dashboard uses them.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+# The outcome label of decisions: what the decision was, and who or what made it.
+OUTCOMES = (
+    "approve",
+    "reject",
+    "always_approve",
+    "always_reject",
+    "auto_approve",
+    "auto_reject",
+    "vote",
+    "refused",
+)
+
+DECISIONS = Counter(
+    "approval_bot_decisions",
+    "Decisions on pending calls by outcome: approve, reject, always_*, auto_* (by the policy), "
+    "vote (an approval counted towards a quorum), refused (not recorded: not allowed, late, ...).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+TIME_TO_DECISION = Histogram(
+    "approval_bot_time_to_decision_seconds",
+    "From a call's pause to its decision, per decided call.",
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 3600, 86400),
+    registry=REGISTRY,
+)
+PENDING_CALLS = Gauge(
+    "approval_bot_pending_calls",
+    "Calls waiting for a decision, over all runs (read from Redis at scrape time).",
+    registry=REGISTRY,
+)
+QUEUE_DEPTH = Gauge(
+    "approval_bot_queue_depth",
+    "Start and resume jobs not yet delivered or not yet acknowledged (at scrape time).",
+    registry=REGISTRY,
+)
+QUEUE_OLDEST_AGE = Gauge(
+    "approval_bot_queue_oldest_age_seconds",
+    "Age of the oldest job not yet acknowledged, 0 when the queue is empty (at scrape time).",
+    registry=REGISTRY,
+)
+EXPIRIES = Counter(
+    "approval_bot_expiries",
+    "Pending calls that expired undecided (moves once approval expiry exists).",
+    registry=REGISTRY,
+)
+SLACK_API_ERRORS = Counter(
+    "approval_bot_slack_api_errors",
+    "Slack Web API calls that failed, by method and Slack's error (connection: no answer).",
+    ["method", "error"],
+    registry=REGISTRY,
+)
+SLACK_RATE_LIMITED = Counter(
+    "approval_bot_slack_rate_limited",
+    "Slack Web API calls answered with HTTP 429 (rate limited), by method.",
+    ["method"],
+    registry=REGISTRY,
+)
+RUNS_STARTED = Counter("approval_bot_runs_started", "Runs started.", registry=REGISTRY)
+RESUMES = Counter(
+    "approval_bot_resumes", "Paused runs resumed after their decisions.", registry=REGISTRY
+)
+RUN_FAILURES = Counter("approval_bot_run_failures", "Runs that ended failed.", registry=REGISTRY)
+SCRAPE_ERRORS = Counter(
+    "approval_bot_scrape_errors",
+    "Scrapes whose Redis-backed gauges could not be refreshed (they keep their last value).",
+    registry=REGISTRY,
+)
+
+for _outcome in OUTCOMES:
+    DECISIONS.labels(outcome=_outcome)
+
+
+def decided(outcome: str, paused_at: str = "") -> None:
+    """Count one decided (or refused) call; observe its wait when the pause time is known."""
+    DECISIONS.labels(outcome=outcome if outcome in OUTCOMES else "refused").inc()
+    if outcome in ("vote", "refused") or not paused_at:
+        return
+    with contextlib.suppress(ValueError):
+        TIME_TO_DECISION.observe(max(0.0, time.time() - float(paused_at)))
+
+
+def render() -> tuple[bytes, str]:
+    """The exposition text and its content type."""
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

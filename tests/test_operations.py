@@ -1,0 +1,280 @@
+"""Operating the bot: `/metrics` scraped after real decisions, health and readiness, tracing."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from agents import TracingProcessor, set_trace_processors, set_tracing_disabled
+from agents.tracing import Span, Trace
+from agents.tracing.processors import default_processor
+from prometheus_client.parser import text_string_to_metric_families
+
+from bot.config import Settings
+from bot.logs import configure_logging
+from bot.slack.blocks import APPROVE
+from bot.store.connection import EmbeddedRedis
+from bot.testing.harness import BotHarness
+from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+from tests.test_config import check
+
+# Every metric the issue names, as exposed (counters with their `_total` sample).
+METRICS = {
+    "approval_bot_decisions_total": "decisions by outcome",
+    "approval_bot_time_to_decision_seconds": "time to decision",
+    "approval_bot_pending_calls": "pending calls",
+    "approval_bot_queue_depth": "queue depth",
+    "approval_bot_queue_oldest_age_seconds": "queue age",
+    "approval_bot_expiries_total": "expiries",
+    "approval_bot_slack_api_errors_total": "Slack API errors",
+    "approval_bot_slack_rate_limited_total": "Slack 429s",
+    "approval_bot_resumes_total": "resumes",
+    "approval_bot_run_failures_total": "failures",
+}
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """(sample name, sorted labels) -> value, from the exposition text."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+async def scrape(url: str) -> tuple[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]]:
+    async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain")
+        text = await response.text()
+    return text, samples(text)
+
+
+def value(found: dict[Any, float], name: str, **labels: str) -> float:
+    return found.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def delete_steps() -> list[Any]:
+    return [
+        [function_call("delete_logs", {"path": "/var/log"}, call_id="c1")],
+        [assistant_message("done")],
+    ]
+
+
+async def test_metrics_name_every_metric_and_follow_decisions(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent(delete_steps(), ledger)
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        _, before = await scrape(bot.url)
+        approval = await bot.start_and_wait("clean", user="U1")
+        text, paused = await scrape(bot.url)
+        for name, what in METRICS.items():
+            assert f"# TYPE {name} " in text, what
+        assert value(paused, "approval_bot_pending_calls") == 1
+        assert value(paused, "approval_bot_queue_depth") == 0
+        assert value(paused, "approval_bot_queue_oldest_age_seconds") == 0
+
+        # The starter may not approve their own run: refused, and nothing recorded.
+        assert (await bot.click(approval, APPROVE, user="U1")).status == 200
+        assert (await bot.click(approval, APPROVE, user="U2")).status == 200
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        _, after = await scrape(bot.url)
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert moved("approval_bot_decisions_total", outcome="approve") == 1
+    assert moved("approval_bot_decisions_total", outcome="refused") == 1
+    assert moved("approval_bot_decisions_total", outcome="reject") == 0
+    assert moved("approval_bot_time_to_decision_seconds_count") == 1
+    assert moved("approval_bot_resumes_total") == 1
+    assert moved("approval_bot_runs_started_total") == 1
+    assert moved("approval_bot_run_failures_total") == 0
+    assert value(after, "approval_bot_pending_calls") == 0
+    assert ledger.names() == ["delete_logs"]
+
+
+async def test_slack_errors_and_rate_limits_are_counted(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent([[assistant_message("nothing to do")]], ledger)
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        _, before = await scrape(bot.url)
+        bot.slack_api.rate_limited.add("chat.update")
+        bot.slack_api.fail_methods.add("chat.postEphemeral")
+        await bot.slack.command("hello", user="U1", channel="C1")
+        await bot.slack.command("run nobody hello", user="U1", channel="C1")  # refused: told
+        await bot.wait_for_status("running")  # the update to "finished" is rate limited
+        await bot.idle()
+        _, after = await scrape(bot.url)
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert moved("approval_bot_slack_rate_limited_total", method="chat.update") >= 1
+    assert (
+        moved("approval_bot_slack_api_errors_total", method="chat.update", error="ratelimited") >= 1
+    )
+
+
+async def test_healthz_is_liveness_and_readyz_follows_redis(tmp_path: Any) -> None:
+    own = EmbeddedRedis(tmp_path / "redis")
+    await own.start()
+    agent, _ = ops_agent([[assistant_message("hi")]], Ledger())
+    try:
+        async with BotHarness(own.url, agent, POLICY) as bot, aiohttp.ClientSession() as session:
+            for path in ("/healthz", "/readyz"):
+                async with session.get(f"{bot.url}{path}") as response:
+                    assert response.status == 200, path
+            own.stop()
+            async with session.get(f"{bot.url}/readyz") as response:
+                assert response.status == 503
+                assert (await response.json())["redis"] == "unreachable"
+            async with session.get(f"{bot.url}/healthz") as response:
+                assert response.status == 200  # alive: no restart while Redis is away
+            async with session.get(f"{bot.url}/metrics") as response:
+                assert response.status == 200  # the gauges keep their last values
+                assert "approval_bot_scrape_errors_total" in await response.text()
+    finally:
+        own.stop()
+
+
+# Tracing --------------------------------------------------------------------------------------
+
+
+class Captured(TracingProcessor):
+    """The SDK's own extension point: receives every trace and span the SDK would export."""
+
+    def __init__(self) -> None:
+        self.traces: list[dict[str, Any]] = []
+        self.spans: list[dict[str, Any]] = []
+
+    def on_trace_start(self, trace: Trace) -> None:
+        self.traces.append(trace.export() or {})
+
+    def on_trace_end(self, trace: Trace) -> None:
+        pass
+
+    def on_span_start(self, span: Span[Any]) -> None:
+        pass
+
+    def on_span_end(self, span: Span[Any]) -> None:
+        self.spans.append(span.export() or {})
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self) -> None:
+        pass
+
+
+@pytest.fixture
+def captured() -> Iterator[Captured]:
+    """Traces go to this processor only; tracing starts as the SDK's default (on), as in a
+    fresh process, and is turned off again afterwards."""
+    processor = Captured()
+    set_trace_processors([processor])
+    set_tracing_disabled(False)
+    yield processor
+    set_tracing_disabled(True)
+    set_trace_processors([default_processor()])
+
+
+class TracedBot(BotHarness):
+    def __init__(self, *args: Any, sensitive: bool | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sensitive = sensitive
+
+    def settings(self) -> Settings:
+        update = {"tracing": "on", "trace_sensitive_data": self.sensitive}
+        return super().settings().model_copy(update=update)
+
+
+async def approve_one_run(bot: BotHarness) -> str:
+    approval = await bot.start_and_wait("clean", user="U1")
+    await bot.click(approval, APPROVE, user="U2")
+    await bot.wait_for_status("finished")
+    await bot.idle()
+    return next(e["run_id"] for e in await bot.audit() if e["kind"] == "run_started")
+
+
+async def test_tracing_is_off_by_default_nothing_is_exported(
+    redis_url: str, captured: Captured
+) -> None:
+    agent, _ = ops_agent(delete_steps(), Ledger())
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await approve_one_run(bot)
+    assert captured.traces == [] and captured.spans == []
+
+
+async def test_tracing_on_groups_start_and_resume_by_run_without_sensitive_data(
+    redis_url: str, captured: Captured
+) -> None:
+    agent, _ = ops_agent(delete_steps(), Ledger())
+    async with TracedBot(redis_url, agent, POLICY, sensitive=False) as bot:
+        run_id = await approve_one_run(bot)
+    # The start and the resume (the SDK reattaches the paused run's trace) are one group.
+    assert captured.traces and {t.get("group_id") for t in captured.traces} == {run_id}
+    traced = {t["id"] for t in captured.traces}
+    assert {s["trace_id"] for s in captured.spans} <= traced
+    assert {t.get("workflow_name") for t in captured.traces} == {"approval-bot ops"}
+    kinds = [s["span_data"]["type"] for s in captured.spans]
+    assert kinds.count("agent") == 2  # one Runner.run for the start, one for the resume
+    tools = [s["span_data"] for s in captured.spans if s["span_data"]["type"] == "function"]
+    assert tools and {t["name"] for t in tools} == {"delete_logs"}
+    assert all(t.get("input") is None and t.get("output") is None for t in tools)  # not sent
+
+
+async def test_tracing_sensitive_data_when_asked(redis_url: str, captured: Captured) -> None:
+    agent, _ = ops_agent(delete_steps(), Ledger())
+    async with TracedBot(redis_url, agent, POLICY, sensitive=True) as bot:
+        await approve_one_run(bot)
+    tools = [s["span_data"] for s in captured.spans if s["span_data"]["type"] == "function"]
+    assert any("/var/log" in str(t.get("input")) for t in tools)
+
+
+def test_check_refuses_tracing_that_would_send_another_services_key_to_openai(
+    tmp_path: Path,
+) -> None:
+    base = {"SLACK_BOT_TOKEN": "xoxb-secret-value", "SLACK_SIGNING_SECRET": "shh"}
+    local = {"APPROVAL_BOT_TRACING": "on", "OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}
+    refused = check(tmp_path, POLICY, **base, **local)
+    assert refused.returncode == 1
+    assert "APPROVAL_BOT_TRACING=on exports traces to OpenAI" in refused.stderr
+    assert "OPENAI_BASE_URL points at 127.0.0.1" in refused.stderr
+    key = "sk-tracing-only-0123456789"
+    allowed = check(tmp_path, POLICY, **base, **local, APPROVAL_BOT_TRACING_API_KEY=key)
+    assert allowed.returncode == 0, allowed.stderr
+    assert key not in allowed.stdout + allowed.stderr
+    openai = {"OPENAI_BASE_URL": "https://api.openai.com/v1"}
+    assert check(tmp_path, POLICY, **base, **openai, APPROVAL_BOT_TRACING="on").returncode == 0
+
+
+def test_log_lines_are_json_objects_with_credentials_masked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level, logging.getLogger("httpx").level)
+    try:
+        configure_logging("info", "json")
+        log = logging.getLogger("bot.example")
+        try:
+            raise RuntimeError("Slack said no to xoxb-1234-abcdef")
+        except RuntimeError:
+            log.exception("posting with token xoxb-1234-abcdef failed")
+        logging.getLogger("httpx").info("HTTP Request: POST https://api.openai.com/v1/responses")
+    finally:
+        root.handlers[:], _, _ = saved
+        root.setLevel(saved[1])
+        logging.getLogger("httpx").setLevel(saved[2])
+    err = capsys.readouterr().err
+    [entry] = [json.loads(line) for line in err.splitlines()]  # httpx's INFO line is not there
+    assert entry["level"] == "ERROR" and entry["logger"] == "bot.example"
+    assert entry["message"] == "posting with token *** failed"
+    assert "RuntimeError: Slack said no to ***" in entry["exc_info"]
+    assert "xoxb-1234" not in err and entry["time"].endswith("+00:00")
