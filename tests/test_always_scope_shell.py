@@ -98,3 +98,61 @@ def gate_tool() -> Any:
         return "open"
 
     return gate
+
+
+HANDOFF_POLICY = """
+defaults:
+  allow_self_approval: false
+channels:
+  C1:
+    approvers: [U2, U3, U4]
+tools:
+  - match: shell
+    agent: prod
+    approvers: [U3, U4]
+    allow_always: false
+"""
+
+
+async def test_always_on_shell_does_not_follow_a_handoff_to_another_agent(redis_url: str) -> None:
+    """In the SDK a shell Always record is shared by name: after lead hands off to prod, prod's
+    shell call would run on lead's Always. It must pause under prod's own rule instead."""
+    ran.clear()
+    prod = Agent(
+        name="prod",
+        model=ScriptedModel([[shell("p1", "rm -rf /prod")], [assistant_message("prod done")]]),
+        tools=[ShellTool(executor=run_shell, needs_approval=True)],
+    )
+    lead = Agent(
+        name="lead",
+        model=ScriptedModel(
+            [[shell("l1", "ls /srv")], [function_call("transfer_to_prod", {}, call_id="h1")]]
+        ),
+        tools=[ShellTool(executor=run_shell, needs_approval=True)],
+        handoffs=[prod],
+    )
+    async with BotHarness(redis_url, lead, HANDOFF_POLICY) as bot:
+        first = await bot.start_and_wait("tidy", user="U1")
+        await bot.click(first, ALWAYS_APPROVE, user="U2")
+        card = await wait_until(
+            lambda: next(
+                (
+                    m
+                    for m in bot.slack_api.approval_messages()
+                    if "rm -rf /prod" in m.all_text() and m.action_ids()
+                ),
+                None,
+            ),
+            what="prod's shell call to pause",
+        )
+        assert ran == ["ls /srv"]
+        assert card.action_ids() == [APPROVE, "approval_reject"]
+        await bot.reject(card, user="U3", reason="not on prod")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        audit = await audited(bot)
+        entries = await bot.audit()
+    assert ran == ["ls /srv"]
+    decided = [(e["agent"], e["decision"], e["user"]) for e in entries if e["kind"] == "decided"]
+    assert decided == [("lead", "always_approve", "U2"), ("prod", "reject", "U3")]
+    assert audit["decided"] == ["U2", "U3"]
