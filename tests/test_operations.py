@@ -241,7 +241,11 @@ async def test_tracing_sensitive_data_when_asked(redis_url: str, captured: Captu
 def test_check_refuses_tracing_that_would_send_another_services_key_to_openai(
     tmp_path: Path,
 ) -> None:
-    base = {"SLACK_BOT_TOKEN": "xoxb-secret-value", "SLACK_SIGNING_SECRET": "shh"}
+    base = {
+        "SLACK_BOT_TOKEN": "xoxb-secret-value",
+        "SLACK_SIGNING_SECRET": "shh",
+        "OPENAI_API_KEY": "sk-model-service-0123456789",  # the example agents need a model key
+    }
     local = {"APPROVAL_BOT_TRACING": "on", "OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}
     refused = check(tmp_path, POLICY, **base, **local)
     assert refused.returncode == 1
