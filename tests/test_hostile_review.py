@@ -330,6 +330,37 @@ async def test_bidi_and_zero_width_characters_are_shown_on_cards_modals_and_note
     assert ledger.executed == [("delete_logs", {"path": path})]  # what ran is what was shown
 
 
+async def test_invisible_characters_in_an_approvers_comment_are_shown_in_the_reject_prefill(
+    redis_url: str,
+) -> None:
+    """The Reject modal's pre-filled reason is plain text, so it is not escaped; it must still
+    show a right-to-left override or zero-width joiner from a thread comment, since that text is
+    what the agent receives if the reviewer submits it."""
+    ledger = Ledger()
+    agent, model = ops_agent(
+        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("ok")]],
+        ledger,
+    )
+    async with BotHarness(redis_url, agent, OPEN) as bot:
+        approval = await bot.start_and_wait("clean", user="U1")
+        note = "path is \u202ewrong\u202c, ask o\u200dps"
+        await bot.slack.thread_reply(note, user="U2", channel="C1", thread_ts=approval.ts)
+        await bot.idle()
+        await bot.click(approval, REJECT, user="U3")
+        await wait_until(lambda: bot.slack_api.views, what="the reject modal")
+        view = bot.slack_api.views[-1]["view"]
+        [prefill] = [b["element"]["initial_value"] for b in view["blocks"] if b["type"] == "input"]
+        assert prefill == "path is <U+202E>wrong<U+202C>, ask o<U+200D>ps"
+        values = {b["block_id"]: {b["element"]["action_id"]: {"value": prefill}}
+                  for b in view["blocks"] if b["type"] == "input"}  # fmt: skip
+        assert (await bot.slack.submit(view, values, user="U3")).status == 200
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        audit = await audited(bot)
+    assert ledger.executed == [] and tool_outputs(model) == {"c1": prefill}
+    assert audit["decided"] == ["U3"] and "refused" not in audit
+
+
 # 7. The audit export: no spreadsheet formulas, ISO 8601 UTC times ---------------------------------
 
 

@@ -27,6 +27,7 @@ from bot.service.authorize import describe_principals
 from bot.service.digest import short
 from bot.slack.text import code_block, escape, inline, quote, truncate
 from bot.store.records import CallRecord, RunRecord
+from bot.untrusted import reveal
 
 APPROVE = "approval_approve"
 REJECT = "approval_reject"
@@ -252,7 +253,7 @@ def confirm_reply(reply_id: str, text: str) -> tuple[str, list[Block]]:
 def reject_modal(call: CallRecord, *, always: bool, prefill: str) -> View:
     """The modal behind Reject and Always reject: an optional, multi-line reason."""
     title = "Always reject" if always else "Reject"
-    initial, _ = truncate(prefill, 3000)
+    initial, _ = truncate(reveal(prefill), 3000)  # plain text: revealed, not escaped
     element = PlainTextInputElement(
         action_id=REASON_INPUT,
         multiline=True,
