@@ -16,7 +16,6 @@ import asyncio
 import statistics
 import tempfile
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import redis.asyncio as aioredis
 from agents import Agent, function_tool, set_tracing_disabled
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
+from bot.engine.runner import unpack_state
 from bot.slack.blocks import APPROVE
 from bot.store import keys
 from bot.store.audit import AUDIT_STREAM
@@ -163,7 +163,7 @@ async def storage(redis_url: str, task_chars: int = 0) -> None:
         blob = await client.hget(keys.snapshot_key(run_id), "state")
         await client.aclose()
     assert isinstance(blob, bytes)
-    raw = zlib.decompress(blob)
+    raw = unpack_state(blob)
     total = sum(sizes.values())
     what = f"a {task_chars:,}-character task" if task_chars else "a minimal task"
     print(f"Redis memory for one paused run with one pending call, {what} (bytes):")

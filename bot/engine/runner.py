@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import lzma
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ Progress = Callable[[str], Awaitable[None]]
 class Checkpoint:
     """What must be stored to resume a paused run."""
 
-    state: bytes  # zlib-compressed RunState JSON
+    state: bytes  # compressed RunState JSON (see `pack_state`)
     sdk_version: str
     fingerprint: str
 
@@ -75,6 +76,21 @@ class NeedsReview:
 
 
 Outcome = Paused | Finished | Failed | NeedsReview
+
+
+_XZ_MAGIC = b"\xfd7zXZ\x00"
+
+
+def pack_state(state_json: bytes) -> bytes:
+    """Compress RunState JSON with xz (LZMA), not zlib: the JSON repeats each tool call's
+    arguments up to ten times, and zlib's 32 KB window cannot see a repeat of a long argument,
+    so a 40 KB argument cost 280 KB stored; LZMA's 1 MB dictionary stores it about once."""
+    return lzma.compress(state_json, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC32, preset=1)
+
+
+def unpack_state(blob: bytes) -> bytes:
+    """Decompress a stored state; snapshots written before xz (zlib) still read."""
+    return lzma.decompress(blob) if blob.startswith(_XZ_MAGIC) else zlib.decompress(blob)
 
 
 def _review_cause(exc: BaseException) -> CallNeedsReview | None:
@@ -270,7 +286,7 @@ class Engine:
                 "longer mean the same thing. Start a new run."
             )
         try:
-            data = without_permanent_decisions(json.loads(zlib.decompress(checkpoint.state)))
+            data = without_permanent_decisions(json.loads(unpack_state(checkpoint.state)))
             state = await RunState.from_json(
                 agent, data, context_deserializer=deserialize_context, strict_context=True
             )
@@ -319,7 +335,7 @@ class Engine:
                 f"The run paused for approval but its state could not be saved "
                 f"({type(exc).__name__}: {redact(str(exc))}). Nothing further was executed."
             )
-        blob = zlib.compress(json.dumps(state_json, separators=(",", ":")).encode(), 6)
+        blob = pack_state(json.dumps(state_json, separators=(",", ":")).encode())
         checkpoint = Checkpoint(blob, SDK_VERSION, self.fingerprint(agent_name))
         approvals = [describe(item, i) for i, item in enumerate(result.interruptions)]
         return Paused(checkpoint, approvals)
