@@ -47,7 +47,8 @@ async def test_long_arguments_cost_the_snapshot_about_once_and_still_run_whole(
                 total += await client.memory_usage(key, samples=0) or 0
         finally:
             await client.aclose()
-        # With zlib: snapshot 328 KB, every key of the run 373 KB. The JSON holds the 40 KB argument ten times.
+        # With zlib: snapshot 328 KB, every key of the run 373 KB (the JSON holds the 40 KB
+        # argument ten times).
         assert snapshot < 40_000, snapshot
         assert total < 50_000, total
         await bot.click(approval, APPROVE, user="U2")
