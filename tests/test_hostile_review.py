@@ -515,3 +515,21 @@ async def test_a_long_task_and_long_arguments_are_stored_once_and_bound_by_their
     assert ledger.executed == [("delete_logs", {"path": long_path})]  # and the whole arguments
     [started] = [e for e in entries if e["kind"] == "run_started"]
     assert len(started["detail"]) < 1100 and f"({len(task):,} characters)" in started["detail"]
+
+
+async def test_replayed_commands_take_nothing_from_the_quota(redis_url: str) -> None:
+    """Slack retries a command with the same trigger id: the retries start nothing and do not
+    use up the person's burst."""
+    ledger = Ledger()
+    agent, _ = ops_agent([[assistant_message("ok")]] * 5, ledger)
+    async with BotHarness(redis_url, agent, OPEN) as bot:
+        fields = bot.slack.command_fields("first", user="U1", channel="C1")
+        replies = [await bot.slack.send_form(fields) for _ in range(6)]
+        assert all(r.status == 200 and r.text == "" for r in replies)
+        for i in range(4):
+            sent = await bot.slack.command(f"task {i}", user="U1", channel="C1")
+            assert sent.text == "", sent  # the burst of 5 is still whole
+        await bot.idle()
+        runs = [m for m in bot.slack_api.top_level() if "started agent" in m.all_text()]
+        await audited(bot)
+    assert len(runs) == 5

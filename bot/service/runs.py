@@ -55,7 +55,8 @@ class RunFlow(ReviewFlow):
     ) -> Reply:
         """Authorize a run and start it in the background; answers within Slack's 3 seconds.
 
-        `delivery_id` (the command's trigger id) makes a replayed request start nothing.
+        `delivery_id` (the command's trigger id) makes a replayed request start nothing (and
+        take nothing from the person's or the channel's quota).
         """
         name = agent_name or self.engine.registry.default_name
         policy = self.policies.current().policy
@@ -70,6 +71,14 @@ class RunFlow(ReviewFlow):
         if verdict.allowed and task_too_long(self.limits, task):
             verdict = Verdict(False, task_too_long(self.limits, task))
         run_id = keys.new_run_id()
+        # A replay of a command already handled starts nothing and costs no quota.
+        if (
+            verdict.allowed
+            and delivery_id
+            and not await self.store.first_delivery("command", delivery_id)
+        ):
+            log.info("ignored a replayed command (trigger %s)", delivery_id)
+            return Reply(True)
         if verdict.allowed:
             admission = await self.admission.admit(
                 self.limits.quota,
@@ -100,14 +109,11 @@ class RunFlow(ReviewFlow):
             updated_at=stamp,
             owner=self._owner(),
         )
-        self.spawn(self._start(run, delivery_id), name=f"start-{run.run_id}")
+        self.spawn(self._start(run), name=f"start-{run.run_id}")
         return Reply(True)
 
-    async def _start(self, run: RunRecord, delivery_id: str) -> None:
+    async def _start(self, run: RunRecord) -> None:
         try:
-            if delivery_id and not await self.store.first_delivery("command", delivery_id):
-                log.info("ignored a replayed command (trigger %s)", delivery_id)
-                return
             await self.store.create_run(run)
             await self.audit("run_started", run=run, detail=audited_task(run.task))
         except Exception:

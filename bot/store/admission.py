@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from importlib import resources
-from typing import Literal
+from typing import Any, Literal
 
 import redis.asyncio as redis
 
@@ -14,6 +14,7 @@ from bot.store import keys
 
 Verdict = Literal["ok", "user_rate", "channel_rate", "user_open", "channel_open"]
 ENDED = ("finished", "failed")
+MISSING_GRACE_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -50,31 +51,38 @@ class AdmissionStore:
         script = (resources.files("bot.store") / "lua" / "admit.lua").read_text(encoding="utf-8")
         self._admit = client.register_script(script)
 
-    async def _forget_ended(self, key: str) -> None:
-        """Drop runs that ended (or whose records expired) from an open-run set."""
-        members = [_s(m) for m in await self.redis.smembers(key)]
+    async def _forget_ended(self, key: str, now: float) -> None:
+        """Drop runs that ended from an open-run set, and runs whose record is missing (expired,
+        or never created: a failed start) once past a grace period: a run admitted a moment ago
+        has no record yet and must keep its place."""
+        scored: list[Any] = await self.redis.zrange(key, 0, -1, withscores=True)
+        members = [(_s(m), float(score)) for m, score in scored]
         if not members:
             return
         async with self.redis.pipeline(transaction=False) as pipe:
-            for run_id in members:
+            for run_id, _ in members:
                 pipe.hget(keys.run_key(run_id), "status")
             statuses = await pipe.execute()
         ended = [
-            r for r, s in zip(members, statuses, strict=True) if s is None or s.decode() in ENDED
+            run_id
+            for (run_id, admitted), status in zip(members, statuses, strict=True)
+            if (status is None and admitted < now - MISSING_GRACE_SECONDS)
+            or (status is not None and _s(status) in ENDED)
         ]
         if ended:
-            await self.redis.srem(key, *ended)
+            await self.redis.zrem(key, *ended)
 
     async def admit(
         self, quota: Quota, *, team: str, user: str, channel: str, run_id: str
     ) -> Admission:
         user_open, channel_open = keys.user_open_key(team, user), keys.channel_open_key(channel)
+        now = time.time()
         for key in (user_open, channel_open):
-            await self._forget_ended(key)
+            await self._forget_ended(key, now)
         reply = await self._admit(
             keys=[keys.user_bucket_key(team, user), keys.channel_bucket_key(channel), user_open,
                   channel_open],
-            args=[f"{time.time():.3f}", quota.user_per_minute / 60, quota.user_burst,
+            args=[f"{now:.3f}", quota.user_per_minute / 60, quota.user_burst,
                   quota.channel_per_minute / 60, quota.channel_burst, quota.user_open,
                   quota.channel_open, run_id, self.retention],
         )  # fmt: skip

@@ -88,7 +88,7 @@ def channel_bucket_key(channel: str) -> str:
 
 
 def user_open_key(team: str, user: str) -> str:
-    """Run ids of a user's runs admitted and not known to be finished."""
+    """A user's runs admitted and not known to be finished (sorted set, by admission time)."""
     return f"{PREFIX}:{{limits}}:open:user:{team}:{user}"
 
 

@@ -1,7 +1,8 @@
 -- Admit one new run, or say which limit stops it; nothing changes unless it is admitted.
 -- Token buckets (per user, per channel) refill continuously at `rate` tokens a second up to
--- `burst`; a run takes one token from each. The open-run sets hold the user's and the channel's
--- unfinished runs (the caller has already removed finished ones); an admitted run is added.
+-- `burst`; a run takes one token from each. The open-run sorted sets hold the user's and the
+-- channel's unfinished runs, scored by admission time (the caller has already removed ended
+-- ones); an admitted run is added.
 -- All keys share the hash tag {limits}, so the script runs on one Redis Cluster slot.
 -- KEYS[1] user bucket, KEYS[2] channel bucket, KEYS[3] user's open runs, KEYS[4] channel's
 -- ARGV[1] now (s), ARGV[2] user rate (/s), ARGV[3] user burst, ARGV[4] channel rate,
@@ -29,8 +30,8 @@ for i, c in ipairs(checks) do
 end
 local caps = {{KEYS[3], tonumber(ARGV[6]), 'user_open'}, {KEYS[4], tonumber(ARGV[7]), 'channel_open'}}
 for _, c in ipairs(caps) do
-  if c[2] > 0 and redis.call('SCARD', c[1]) >= c[2] then
-    return {c[3], tostring(redis.call('SCARD', c[1]))}
+  if c[2] > 0 and redis.call('ZCARD', c[1]) >= c[2] then
+    return {c[3], tostring(redis.call('ZCARD', c[1]))}
   end
 end
 for i, c in ipairs(checks) do
@@ -40,7 +41,7 @@ for i, c in ipairs(checks) do
   end
 end
 for _, c in ipairs(caps) do
-  redis.call('SADD', c[1], ARGV[8])
+  redis.call('ZADD', c[1], ARGV[1], ARGV[8])
   redis.call('EXPIRE', c[1], ARGV[9])
 end
 return {'ok'}
