@@ -20,30 +20,18 @@ from typing import Any
 from agents import Agent, FunctionTool, Model, ModelResponse, Tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
+from bot.engine.registry import walk
+
 
 def reachable_agents(agents: Agent[Any] | Iterable[Agent[Any]]) -> Iterator[Agent[Any]]:
     """Every agent reachable from `agents`: themselves, their handoffs and the agents behind
-    their agent tools, each once."""
-    todo = [agents] if isinstance(agents, Agent) else list(agents)
+    their agent tools, each once (the engine's own walk, which its fingerprints use too)."""
     seen: set[int] = set()
-    while todo:
-        agent = todo.pop()
-        if id(agent) in seen:
-            continue
-        seen.add(id(agent))
-        yield agent
-        for target in agent.handoffs:
-            if isinstance(target, Agent):
-                todo.append(target)
-            else:  # a Handoff keeps a weak reference to its agent
-                ref = getattr(target, "_agent_ref", None)
-                nested = ref() if ref is not None else None
-                if isinstance(nested, Agent):
-                    todo.append(nested)
-        for tool in agent.tools:
-            nested = getattr(tool, "_agent_instance", None)
-            if isinstance(nested, Agent):
-                todo.append(nested)
+    for root in [agents] if isinstance(agents, Agent) else list(agents):
+        for agent in walk(root):
+            if id(agent) not in seen:
+                seen.add(id(agent))
+                yield agent
 
 
 def use_model(
