@@ -309,7 +309,45 @@ async def test_resume_after_the_bot_restarts_while_waiting(redis_url: str) -> No
         await slack.stop()
 
 
-async def test_changed_agent_definitions_refuse_the_resume(redis_url: str) -> None:
+async def test_a_changed_approval_setting_of_a_pending_tool_refuses_the_resume(
+    redis_url: str,
+) -> None:
+    slack = FakeSlackAPI()
+    await slack.start()
+    try:
+        ledger = Ledger()
+        agent, _ = ops_agent(
+            two_step(function_call("delete_logs", {"path": "/a"}, call_id="c1")), ledger
+        )
+        async with BotHarness(redis_url, agent, POLICY, slack=slack) as bot:
+            approval = await bot.start_and_wait("clean", user="U1")
+
+        @function_tool(needs_approval=False)
+        def delete_logs(path: str) -> str:
+            """The same tool, now without an approval: the decision was about another thing."""
+            ledger.executed.append(("delete_logs", {"path": path}))
+            return "deleted"
+
+        model = ScriptedModel([[assistant_message("never")]])
+        changed = Agent(name="ops", instructions="You operate servers.", model=model,
+                        tools=[delete_logs])  # fmt: skip
+        async with BotHarness(redis_url, changed, POLICY, slack=slack) as bot:
+            sent = await bot.click(approval, APPROVE, user="U2")
+            assert sent.status == 200
+            await bot.wait_for_status("failed")
+            await bot.idle()
+        assert ledger.executed == []
+        assert model.calls == ()
+        thread = " ".join(m.text for m in bot.run_thread())
+        assert "definitions this run needs changed" in thread
+        assert "the approval setting of `ops/delete_logs` changed" in thread
+    finally:
+        await slack.stop()
+
+
+async def test_a_run_paused_before_an_unrelated_agent_edit_resumes(redis_url: str) -> None:
+    """An upgrade that adds a tool to the agent, a new agent beside it, and a new SDK release
+    that still reads the snapshot keeps paused runs."""
     slack = FakeSlackAPI()
     await slack.start()
     try:
@@ -323,19 +361,25 @@ async def test_changed_agent_definitions_refuse_the_resume(redis_url: str) -> No
         @function_tool(needs_approval=True)
         def wipe_disk(device: str) -> str:
             """A tool that did not exist when the run paused."""
-            ledger.executed.append(("wipe_disk", {"device": device}))
             return "wiped"
 
-        changed, model = ops_agent([[assistant_message("never")]], ledger, extra_tools=[wipe_disk])
-        async with BotHarness(redis_url, changed, POLICY, slack=slack) as bot:
-            sent = await bot.click(approval, APPROVE, user="U2")
-            assert sent.status == 200
-            await bot.wait_for_status("failed")
+        changed, _ = ops_agent([[assistant_message("done after the upgrade")]], ledger,
+                               extra_tools=[wipe_disk])  # fmt: skip
+        # ...and the SDK was upgraded too: the snapshot says another version wrote it.
+        run_id = keys.run_of(approval.button_value(APPROVE))
+        assert run_id is not None
+        client = aioredis.Redis.from_url(redis_url)
+        await client.hset(keys.snapshot_key(run_id), "sdk_version", "0.24.0rc1")
+        await client.aclose()
+        helper, _ = ops_agent([[assistant_message("new")]], Ledger(), name="helper")
+        async with BotHarness(
+            redis_url, {"ops": changed, "helper": helper}, POLICY, slack=slack
+        ) as bot:
+            await bot.click(approval, APPROVE, user="U2")
+            await bot.wait_for_status("finished")
             await bot.idle()
-        assert ledger.executed == []
-        assert model.calls == ()
-        thread = " ".join(m.text for m in bot.run_thread())
-        assert "agent definitions" in thread and "changed since this run paused" in thread
+        assert ledger.executed == [("delete_logs", {"path": "/a"})]
+        assert "done after the upgrade" in [m.text for m in bot.run_thread()]
     finally:
         await slack.stop()
 

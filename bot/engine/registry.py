@@ -179,6 +179,33 @@ def fingerprint(root: Agent[Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def what_matters(root: Agent[Any], needed: list[tuple[str, str]]) -> dict[str, str]:
+    """What a paused run needs of the definitions under `root`, as comparable text: for each
+    (agent, tool) of its pending calls, that the agent exists and the tool's approval setting
+    (tools served by MCP servers, which have no entry in `agent.tools`, only need their agent).
+    Edits to anything else do not stop the run from resuming."""
+    agents = {a.name: a for a in walk(root)}
+    found: dict[str, str] = {}
+    for agent_name, tool_name in needed:
+        agent = agents.get(agent_name)
+        if agent is None:
+            found[agent_name] = "missing"
+            continue
+        found[agent_name] = "agent"
+        if not tool_name:
+            continue
+        tools = {getattr(t, "name", None): t for t in agent.tools}
+        tool = tools.get(tool_name)
+        if tool is not None:
+            setting = _approval_setting(getattr(tool, "needs_approval", None))
+            found[f"{agent_name}/{tool_name}"] = json.dumps(setting, default=str)
+        elif agent.mcp_servers or "/" in tool_name:
+            continue  # an MCP tool: served at run time, checked by the SDK
+        else:
+            found[f"{agent_name}/{tool_name}"] = "missing"
+    return found
+
+
 def _fail_closed_approvals(agent: Agent[Any]) -> None:
     """Wrap `needs_approval` callables so that one that raises means "needs approval"."""
     for tool in agent.tools:

@@ -31,13 +31,15 @@ from agents import (
 from bot.engine.approvals import PendingApproval, arguments_sha, describe
 from bot.engine.context import RunContext, deserialize_context, serialize_context
 from bot.engine.journal import CURRENT, CallNeedsReview, Execution
-from bot.engine.registry import AgentRegistry
+from bot.engine.registry import AgentRegistry, what_matters
 from bot.engine.tracing import Tracing
 from bot.untrusted import redact
 
 log = logging.getLogger(__name__)
 
 SDK_VERSION: str = getattr(agents, "__version__", "unknown")
+# A checkpoint's definitions record: NEEDS + JSON of `what_matters` (older ones: a digest).
+NEEDS = "needs:"
 
 Progress = Callable[[str], Awaitable[None]]
 
@@ -206,6 +208,31 @@ class Engine:
     def fingerprint(self, agent_name: str) -> str:
         return self.registry.fingerprints.get(agent_name, "")
 
+    def _changed_since(
+        self, agent: Agent[Any], agent_name: str, checkpoint: Checkpoint
+    ) -> list[str]:
+        """What changed, of what this paused run needs (see `what_matters`), in words; empty
+        when it can resume. A checkpoint written before this check existed holds a digest of
+        every definition, so for it any change counts."""
+        if not checkpoint.fingerprint.startswith(NEEDS):
+            if checkpoint.fingerprint == self.fingerprint(agent_name):
+                return []
+            return ["agents, tools or approval settings"]
+        then: dict[str, str] = json.loads(checkpoint.fingerprint[len(NEEDS) :])
+        wanted = [(k.split("/", 1)[0], k.split("/", 1)[1] if "/" in k else "") for k in then]
+        now = what_matters(agent, wanted)
+        changed = []
+        for key, was in sorted(then.items()):
+            current = now.get(key, "missing")
+            if current == was:
+                continue
+            if current == "missing":
+                what = "tool" if "/" in key else "agent"
+                changed.append(f"{what} `{key}` no longer exists")
+            else:
+                changed.append(f"the approval setting of `{key}` changed")
+        return changed
+
     async def start(
         self,
         agent_name: str,
@@ -273,17 +300,13 @@ class Engine:
                 f"The agent {agent_name!r} that this run paused in is no longer defined, so the "
                 "run cannot resume. Restore that agent, or start a new run."
             )
-        if checkpoint.sdk_version != SDK_VERSION:
+        changed = self._changed_since(agent, agent_name, checkpoint)
+        if changed:
             return Failed(
-                f"This run paused under openai-agents {checkpoint.sdk_version}, but the bot now "
-                f"runs {SDK_VERSION}. It was not resumed: run the earlier version to finish it, "
-                "or start a new run."
-            )
-        if checkpoint.fingerprint != self.fingerprint(agent_name):
-            return Failed(
-                "The agent definitions (agents, tools or approval settings) changed since this run "
-                "paused, so it was not resumed: the decisions were made about calls that may no "
-                "longer mean the same thing. Start a new run."
+                "The agent definitions this run needs changed since it paused ("
+                + "; ".join(changed)
+                + "), so it was not resumed: the decisions were made about calls that may no "
+                "longer mean the same thing. Restore them, or start a new run."
             )
         try:
             data = without_permanent_decisions(json.loads(unpack_state(checkpoint.state)))
@@ -292,9 +315,15 @@ class Engine:
             )
         except Exception as exc:
             log.warning("cannot restore state of %s: %s", agent_name, exc, exc_info=True)
+            versions = (
+                f" It was written by openai-agents {checkpoint.sdk_version}; the bot runs "
+                f"{SDK_VERSION}, which cannot read it: run the earlier version to finish it."
+                if checkpoint.sdk_version != SDK_VERSION
+                else ""
+            )
             return Failed(
                 "The stored state of this run could not be read, so it was not resumed "
-                f"({type(exc).__name__}). Start a new run."
+                f"({type(exc).__name__}).{versions} Start a new run."
             )
         by_call = {str(item.call_id): item for item in state.get_interruptions()}
         for decision in decisions:
@@ -336,6 +365,13 @@ class Engine:
                 f"({type(exc).__name__}: {redact(str(exc))}). Nothing further was executed."
             )
         blob = pack_state(json.dumps(state_json, separators=(",", ":")).encode())
-        checkpoint = Checkpoint(blob, SDK_VERSION, self.fingerprint(agent_name))
+        needed = [
+            (item.agent.name, str(item.name or ""))
+            for item in result.interruptions
+            if item.agent is not None
+        ]
+        root = self.registry.get(agent_name)
+        matters = what_matters(root, needed) if root is not None else {}
+        checkpoint = Checkpoint(blob, SDK_VERSION, NEEDS + json.dumps(matters, sort_keys=True))
         approvals = [describe(item, i) for i, item in enumerate(result.interruptions)]
         return Paused(checkpoint, approvals)
