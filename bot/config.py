@@ -45,6 +45,7 @@ class Settings(BaseSettings):
     job_lease_seconds: float = Field(default=30.0, alias="APPROVAL_BOT_JOB_LEASE_SECONDS", gt=0)
     worker_concurrency: int = Field(default=8, alias="APPROVAL_BOT_WORKER_CONCURRENCY", ge=1)
     max_turns: int = Field(default=20, alias="APPROVAL_BOT_MAX_TURNS", ge=1)
+    slack_timeout_seconds: int = Field(default=10, alias="APPROVAL_BOT_SLACK_TIMEOUT_SECONDS", ge=1)
 
     # What one person or one channel may cost (0: no limit).
     user_starts_per_minute: float = Field(

@@ -9,6 +9,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
@@ -28,8 +29,9 @@ from bot.slack.blocks import use_slack_api
 from bot.slack.groups import SlackGroups
 from bot.slack.installation import learn_installation, learn_once
 from bot.slack.intake import refuse
-from bot.slack.metered import MeteredWebClient
 from bot.slack.notifier import SlackNotifier
+from bot.slack.projector import Projector
+from bot.slack.webapi import build_client
 from bot.store.admission import AdmissionStore, Quota
 from bot.store.audit import AuditLog
 from bot.store.connection import EmbeddedRedis, connect
@@ -66,6 +68,9 @@ class BotRuntime:
         self._worker_task: asyncio.Task[None] | None = None
         self._installation: asyncio.Task[None] | None = None
         self.worker: Worker | None = None
+        self.projector: Projector
+        self._projector_task: asyncio.Task[None] | None = None
+        self.http: aiohttp.ClientSession | None = None
         self.service: ApprovalService
         self.app: AsyncApp
 
@@ -82,7 +87,11 @@ class BotRuntime:
         self.leases = connect(url, max_connections=4)
         self.queue = JobQueue(self.redis, lease_seconds=s.job_lease_seconds, leases=self.leases)
         token = s.slack_bot_token.get_secret_value() if s.slack_bot_token else None
-        self.client = MeteredWebClient(token=token, base_url=s.slack_api_url)
+        # One HTTP session (pooled connections) for every Web API call of this process.
+        self.http = aiohttp.ClientSession()
+        self.client = build_client(
+            token, s.slack_api_url, self.http, timeout=s.slack_timeout_seconds
+        )
         use_slack_api(s.slack_api_url)
         tracing = Tracing(
             enabled=s.tracing == "on",
@@ -138,6 +147,10 @@ class BotRuntime:
                 policy,
             )
         await self.queue.ensure_group()
+        self.projector = Projector(
+            store, self.client, self.service.undeliverable, lease=s.job_lease_seconds
+        )
+        self._projector_task = asyncio.create_task(self.projector.run(), name="projector")
         self._sweeper = asyncio.create_task(
             self.service.sweep_forever(s.job_lease_seconds), name="sweeper"
         )
@@ -171,6 +184,11 @@ class BotRuntime:
         await _cancel(self._worker_task)
         await self.service.drain(left())
         await self.service.abandon()
+        # Messages still due are delivered by another process, or by this one when it is back.
+        await self.projector.stop(left())
+        await _cancel(self._projector_task)
+        if self.http is not None:
+            await self.http.close()
         await self.redis.aclose()
         await self.leases.aclose()
         if self.embedded is not None:

@@ -50,6 +50,13 @@ def truncate(text: str, limit: int) -> tuple[str, bool]:
     return cut, True
 
 
+def plain(text: str, limit: int = 200) -> str:
+    """Untrusted text inside a stored sentence that is escaped once, where it is shown: one
+    line, short, no backticks (so it cannot leave a code span). Not escaped here."""
+    flat = " ".join(clean(text).split())
+    return (flat[:limit] + "…" if len(flat) > limit else flat).replace("`", "'")
+
+
 def inline(text: str, limit: int = 200) -> str:
     """Untrusted text shown inline (a tool or agent name): escaped, one line, short."""
     flat, cut = truncate(escape(" ".join(clean(text).split())), limit)

@@ -284,6 +284,9 @@ async def test_an_approval_message_that_cannot_be_posted_stops_the_run_and_says_
 ) -> None:
     ledger = Ledger()
     async with BotHarness(redis_url, delete_agent(ledger), POLICY) as bot:
+        # Only a permanent refusal stops the run (anything else is retried); the run's starter
+        # is told the real cause.
+        bot.slack_api.fail_error = "not_in_channel"
         bot.slack_api.fail_when = lambda method, params: (
             method == "chat.postMessage" and "Approval needed" in str(params.get("text"))
         )
@@ -291,8 +294,9 @@ async def test_an_approval_message_that_cannot_be_posted_stops_the_run_and_says_
         await bot.wait_for_status("failed")
         await bot.idle()
         thread = " ".join(m.text for m in bot.run_thread())
-        assert "could not post the approval request for `delete_logs`" in thread
-        assert any("could not post" in t for t in bot.slack_api.ephemeral_to("U1"))
+        assert "could not post an approval request in this channel" in thread
+        assert "not a member of this channel" in thread and "(not_in_channel)" in thread
+        assert any("not_in_channel" in t for t in bot.slack_api.ephemeral_to("U1"))
     assert ledger.executed == []
 
 

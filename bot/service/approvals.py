@@ -38,39 +38,42 @@ class ApprovalService(DecisionFlow):
         - a run waiting for a worker that never got its job (the process that should have
           enqueued it stopped first): enqueue it again (a duplicate job is harmless: only one
           delivery can take an execution);
-        - a pause saved but not shown (its worker stopped before posting the messages);
-        - a review not posted.
+        - a pause saved but whose automatic decisions were not applied (its worker stopped);
+        - (the reconciler) a run whose outbox holds marks but which is not on the outbox
+          index (the process stopped between a transition and its index write): indexed, so a
+          projector brings its messages up to date.
         Then trim the job stream of entries every worker is done with.
         """
         count = 0
         cutoff = float(now()) - older_than
         for run_id in await self.store.active_runs():
             run = await self.store.get_run(run_id)
+            outbox = self.store.outbox
+            if await outbox.marks(run_id) and not await outbox.indexed(run_id):
+                log.info("re-indexing the undelivered messages of run %s", run_id)
+                await outbox.schedule(run_id)
+                count += 1
             if run is None or run.status in ("finished", "failed"):
                 await self.store.forget_active(run_id)
                 continue
-            if float(run.updated_at or 0) > cutoff or not run.message_ts:
+            if float(run.updated_at or 0) > cutoff:
                 continue
             if run.status in ("running", "resuming") and run.owner and "/" not in run.owner:
                 kind = "start" if run.status == "running" else "resume"
                 await self.store.set_run_fields(run_id, updated_at=now())  # once per interval
                 await self.queue.enqueue(kind, run_id, run.owner)
                 count += 1
-            elif run.status == "paused" and any(
-                not c.message_ts and not c.by_earlier_always
-                for c in await self.store.pause_calls(run_id)
-            ):
-                await self._show_pause(run)
-                count += 1
-            elif (
-                run.status == "needs_review"
-                and not run.review_ts
-                and await self.store.claim_once(f"review:{run.review_id}", ttl=int(older_than))
-            ):
-                await self._post_review(run, run.review_id, run.error)
+            elif run.status == "paused" and await self._undecided_by_rule(run_id):
+                await self._auto_decide(run)
                 count += 1
         await self.queue.trim()
         return count
+
+    async def _undecided_by_rule(self, run_id: str) -> bool:
+        """Whether a pending call awaits a policy rule or an earlier Always decision."""
+        sticky = await self.store.sticky_decisions(run_id)
+        calls = await self.store.pause_calls(run_id)
+        return any(not c.decided and (c.auto or c.sticky in sticky) for c in calls)
 
 
 __all__ = ["ApprovalService", "RejectForm", "Reply", "when"]

@@ -77,7 +77,6 @@ class ServiceCore:
         self.limits = limits or StartLimits()
         self.process_id = secrets.token_hex(6)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._refresh_locks: dict[str, asyncio.Lock] = {}
 
     def _owner(self) -> str:
         return f"{self.process_id}:{secrets.token_hex(4)}"
@@ -96,7 +95,7 @@ class ServiceCore:
         task.add_done_callback(self._tasks.discard)
 
     def later(self, what: str, coro: Coroutine[Any, Any, Any]) -> None:
-        """Run a best-effort call (a Slack message) in the background; failures are logged."""
+        """Run a best-effort call (a private reply) in the background; failures are logged."""
 
         async def run() -> None:
             await self._safely(what, coro)
@@ -120,7 +119,7 @@ class ServiceCore:
         await asyncio.wait(running, timeout=2.0)
 
     async def _safely(self, what: str, coro: Coroutine[Any, Any, Any]) -> Any:
-        """Run a notifier call; a failure to show something never breaks a transition."""
+        """Run a notifier call; a failure to tell someone never breaks a transition."""
         try:
             return await coro
         except Exception:
@@ -168,31 +167,19 @@ class ServiceCore:
         )
 
     def _progress(self, run: RunRecord) -> Callable[[str], Coroutine[Any, Any, None]]:
+        """Progress lines are recorded (shown with the run message); Slack never blocks a run."""
+
         async def progress(text: str) -> None:
-            await self.notifier.post_in_run_thread(run, text)
+            await self.store.add_progress(run.run_id, text)
 
         return progress
 
     async def _fail(self, run: RunRecord, owner: str, error: str) -> None:
+        """End the run as failed. `error` is plain text (escaped once, where it is shown)."""
         if await self.store.finish(
             run.run_id, owner, status="failed", text=error, drop_snapshot=False
         ):
             await self.audit("run_failed", run=run, detail=error)
-            await self._safely(
-                "post failure", self.notifier.post_in_run_thread(run, f":x: {error}")
-            )
-            await self._refresh_run(run.run_id)
-
-    async def _refresh_run(self, run_id: str) -> None:
-        """Re-render the run message from the latest record; one update at a time per run, so an
-        older status never overwrites a newer one from this process."""
-        lock = self._refresh_locks.setdefault(run_id, asyncio.Lock())
-        async with lock:
-            run = await self._safely("read run", self.store.get_run(run_id))
-            if run is not None and run.message_ts:
-                await self._safely("update run message", self.notifier.update_run(run))
-            if run is None or run.status in ("finished", "failed"):
-                self._refresh_locks.pop(run_id, None)
 
     async def _enqueue(self, kind: str, run_id: str, execution: str) -> None:
         try:

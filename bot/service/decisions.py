@@ -139,8 +139,7 @@ class DecisionFlow(RunFlow):
                 "approval_vote", call=call, actor=actor, decision=decision,
                 detail=f"{result.votes} of {result.required}",
             )  # fmt: skip
-            self.later("show vote", self._show_call(run, approval_id))
-            return reply
+            return reply  # the card shows the vote (decide.lua marked it in the outbox)
         assert isinstance(result, Decided)
         for settled in result.settled:
             via = "" if settled == approval_id else f"always decision on {approval_id}"
@@ -148,24 +147,9 @@ class DecisionFlow(RunFlow):
             await self.audit(
                 "decided", call=target, actor=actor, decision=decision, detail=reason.strip() or via
             )
-        self.spawn(self._after_decision(run, result, owner), name=f"decided-{run.run_id}")
+        if result.resume:  # the cards and the run message follow from the outbox
+            self.spawn(self._enqueue("resume", run.run_id, owner), name=f"resume-{run.run_id}")
         return reply
-
-    async def _show_call(self, run: RunRecord, approval_id: str) -> None:
-        call = await self.store.get_call(approval_id)
-        if call is not None:
-            await self.notifier.update_approval(run, call)
-
-    async def _after_decision(self, run: RunRecord, result: Decided, owner: str) -> None:
-        """Resume if the decision completed the pause, then show it on its message(s)."""
-        if result.resume:
-            await self._enqueue("resume", run.run_id, owner)
-        try:
-            for approval_id in result.settled:
-                await self._safely("update approval", self._show_call(run, approval_id))
-            await self._refresh_run(run.run_id)
-        except Exception:
-            log.exception("could not show the decision on run %s", run.run_id)
 
     async def thread_reply(
         self, actor: Actor, channel: str, thread_ts: str, text: str

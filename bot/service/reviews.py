@@ -31,18 +31,6 @@ class ReviewFlow(ServiceCore):
         if not await self.store.to_review(run.run_id, attempt, review_id, text, kind):
             return
         await self.audit("needs_review", run=run, detail=text)
-        await self._post_review(run, review_id, text)
-        await self._refresh_run(run.run_id)
-
-    async def _post_review(self, run: RunRecord, review_id: str, text: str) -> None:
-        """Post the review request (one retry); the sweeper posts it later if this fails."""
-        for _ in (1, 2):
-            try:
-                ts = await self.notifier.post_review(run, review_id, text)
-                await self.store.set_run_fields(run.run_id, review_ts=ts)
-                return
-            except Exception:
-                log.warning("could not post the review of run %s", run.run_id, exc_info=True)
 
     async def resolve_review(self, actor: Actor, review_id: str, *, action: str) -> Reply:
         """A person settles a review: mark the unknown calls done, or run them again."""
@@ -77,14 +65,8 @@ class ReviewFlow(ServiceCore):
             if votes < required:
                 await self.audit("review_vote", run=run, actor=actor, decision=action,
                                  detail=f"{votes} of {required}")  # fmt: skip
-                self.later(
-                    "post review vote",
-                    self.notifier.post_in_run_thread(
-                        run, f"<@{actor.user_id}> chose to run it again: {votes} of {required} "
-                        "approvals needed.",
-                    ),
-                )  # fmt: skip
-                return Reply(True)
+                await self.store.set_run_fields(run.run_id, review_required=str(required))
+                return Reply(True)  # the review message shows the vote (outbox)
         execution = self._owner()
         status = "running" if run.review_kind == "start" else "resuming"
         changed = await self.store.resolve_review(
@@ -96,14 +78,8 @@ class ReviewFlow(ServiceCore):
         await self.audit(
             "review_settled", run=run, actor=actor, decision=action, detail=", ".join(changed)
         )
-        verb = "marked the unknown call(s) done" if action == "done" else "chose to run them again"
-        self.later(
-            "post review outcome",
-            self.notifier.post_in_run_thread(run, f"<@{actor.user_id}> {verb}; continuing."),
-        )
         await self._enqueue(run.review_kind or "resume", run.run_id, execution)
-        self.later("update run message", self._refresh_run(run.run_id))
-        return Reply(True)
+        return Reply(True)  # the review and run messages show the outcome (outbox)
 
     @staticmethod
     def _beyond_text(calls: list[str]) -> str:

@@ -33,7 +33,7 @@ from bot.store.records import (
     Snapshot,
 )
 from bot.store.runs import StoreError, now
-from bot.untrusted import inline, redact
+from bot.untrusted import inline, plain, redact
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class RunFlow(ReviewFlow):
 
     async def _start(self, run: RunRecord) -> None:
         try:
-            await self.store.create_run(run)
+            await self.store.create_run(run)  # its run message is now due (the outbox)
             await self.audit("run_started", run=run, detail=audited_task(run.task))
         except Exception:
             log.exception("could not store new run %s", run.run_id)
@@ -126,31 +126,6 @@ class RunFlow(ReviewFlow):
                     "The bot could not reach its database, so the "
                     "run did not start. Try again in a moment.",
                 ),
-            )
-            return
-        try:
-            ts = await self.notifier.post_run(run)
-        except Exception:
-            log.exception("could not post the message of run %s", run.run_id)
-            await self.store.finish(
-                run.run_id, run.owner, status="failed", text="could not post", drop_snapshot=True
-            )
-            await self._safely(
-                "tell the starter",
-                self.notifier.tell(
-                    run.channel_id,
-                    run.user_id,
-                    "The bot could not post in this channel; "
-                    "is it a member? Invite it with `/invite @approval-bot` and try again.",
-                ),
-            )
-            return
-        run.message_ts = ts
-        try:
-            await self.store.set_run_message(run.run_id, ts)
-        except Exception as exc:
-            await self._fail(
-                run, run.owner, f"The bot could not record the run's message ({redact(str(exc))})."
             )
             return
         try:
@@ -175,16 +150,12 @@ class RunFlow(ReviewFlow):
                 run.run_id, owner, status="finished", text=outcome.output, drop_snapshot=True
             ):
                 await self.audit("run_finished", run=run, detail=outcome.output[:2000])
-                await self._safely(
-                    "post output", self.notifier.post_run_output(run, outcome.output)
-                )
-                await self._refresh_run(run.run_id)
             return
         if isinstance(outcome, Failed):
             await self._fail(run, owner, outcome.error)
             return
         if isinstance(outcome, NeedsReview):
-            shown = f"`{inline(outcome.tool)}` (call `{inline(outcome.call_id)}`)"
+            shown = f"`{plain(outcome.tool)}` (call `{plain(outcome.call_id)}`)"
             if outcome.call_id not in await self._approved_in_pause(run):
                 await self._fail(run, owner, self._beyond_text([shown]))
                 return
@@ -239,13 +210,13 @@ class RunFlow(ReviewFlow):
             log.error("run %s is no longer owned by this execution; pause not saved", run.run_id)
             return
         await self.audit("paused", run=run, detail=f"{len(calls)} call(s) need a decision")
-        await self._show_pause(run)
+        await self._auto_decide(run)
 
-    async def _show_pause(self, run: RunRecord) -> None:
-        """Apply the policy's automatic decisions and post the pause's approval messages.
+    async def _auto_decide(self, run: RunRecord) -> None:
+        """Apply the policy's automatic decisions (the pause's cards are shown by the projector).
 
         Safe to repeat, from any process: the sweeper repeats it for a pause whose worker
-        stopped after saving it. Each message is posted by one caller only.
+        stopped after saving it.
         """
         resume_owner = ""
         calls = await self.store.pause_calls(run.run_id)
@@ -271,32 +242,6 @@ class RunFlow(ReviewFlow):
         for call in await self.store.pause_calls(run.run_id):
             if not call.decided:
                 resume_owner = await self._apply_earlier_always(run, call) or resume_owner
-        current = await self.store.get_run(run.run_id) or run
-        unposted = []
-        for call in await self.store.pause_calls(run.run_id):
-            if call.by_earlier_always:
-                continue  # no card: the run thread says which Always decision settled it
-            if call.message_ts or not await self.store.claim_once(
-                f"post:{call.approval_id}", ttl=3600
-            ):
-                continue
-            if not await self._post_approval(current, call):
-                unposted.append(call)
-        if unposted and not resume_owner:
-            names = ", ".join(f"`{inline(c.tool)}`" for c in unposted)
-            error = (
-                f"The bot could not post the approval request for {names} in this channel, so "
-                "nobody could decide it; the run was stopped. Nothing further ran."
-            )
-            if await self.store.finish(
-                run.run_id, "paused", status="failed", text=error, drop_snapshot=False
-            ):
-                await self.audit("run_failed", run=run, detail=error)
-                await self._safely("post failure", self.notifier.post_in_run_thread(run, error))
-                await self._safely(
-                    "tell the starter", self.notifier.tell(run.channel_id, run.user_id, error)
-                )
-        await self._refresh_run(run.run_id)
         if resume_owner:
             await self._enqueue("resume", run.run_id, resume_owner)
 
@@ -305,7 +250,7 @@ class RunFlow(ReviewFlow):
         for this agent's tool and the policy in force still lets its decider decide this call
         alone. Otherwise forget that decision (audited, and said in the run thread) so the call
         waits for a person like any other. Returns the resume's owner token when this decided
-        the pause's last call, else ''. (Notes are plain text: the notifier escapes them.)"""
+        the pause's last call, else ''. (Notes are plain text: the projector escapes them.)"""
         sticky = (await self.store.sticky_decisions(run.run_id)).get(call.sticky)
         if sticky is None:
             return ""
@@ -328,7 +273,7 @@ class RunFlow(ReviewFlow):
                     f"({why}), so this call of it waits for a decision like any other."
                 )
                 await self.audit("always_dropped", call=call, decision=sticky.decision, detail=why)
-                await self._safely("post note", self.notifier.post_in_run_thread(run, text))
+                await self.store.add_note(run.run_id, text)
             return ""
         token = self._owner()
         result = await self.store.decide(
@@ -351,31 +296,32 @@ class RunFlow(ReviewFlow):
             detail=f"{verb} decision on {sticky.approval_id}, re-judged under the current policy",
         )
         shown = "approved" if sticky.decision == "approved" else "rejected"
-        await self._safely(
-            "post note",
-            self.notifier.post_in_run_thread(
-                run,
-                f"{call.tool} was {shown} by the {verb} decision of {sticky.user} earlier "
-                "in this run.",
-            ),
+        await self.store.add_note(
+            run.run_id,
+            f"{call.tool} was {shown} by the {verb} decision of {sticky.user} earlier in this run.",
         )
         return token if result.resume else ""
 
-    async def _post_approval(self, run: RunRecord, call: CallRecord) -> bool:
-        """Post one approval message (one retry) and index it; False when it could not be."""
-        for attempt in (1, 2):
-            try:
-                ts = await self.notifier.post_approval(run, call)
-                await self.store.set_call_message(call.approval_id, run.channel_id, ts)
-                return True
-            except Exception:
-                log.warning(
-                    "posting the approval message of %s failed (attempt %d)",
-                    call.approval_id,
-                    attempt,
-                    exc_info=True,
+    async def undeliverable(self, run_id: str, what: str, cause: str) -> None:
+        """Slack refused, for good, a message people need to follow or decide the run (its run
+        message, an approval request): stop the run, and tell its starter why."""
+        for _ in range(3):  # the run may change hands between the read and the end
+            run = await self.store.get_run(run_id)
+            if run is None or run.status in ("finished", "failed"):
+                return
+            owner = "paused" if run.status == "paused" else run.owner
+            error = (
+                f"The bot could not post {what} in this channel: {cause} "
+                "The run was stopped; nothing further ran."
+            )
+            if await self.store.finish(
+                run_id, owner, status="failed", text=error, drop_snapshot=False
+            ):
+                await self.audit("run_failed", run=run, detail=error)
+                await self._safely(
+                    "tell the starter", self.notifier.tell(run.channel_id, run.user_id, error)
                 )
-        return False
+                return
 
     async def run_job(self, job: Job) -> None:
         """Execute one start or resume job. Idempotent: a delivery for a run that moved on, or
@@ -433,7 +379,7 @@ class RunFlow(ReviewFlow):
             owner = str(entry.get("owner", ""))
             if not owner.startswith(job.execution + "/") or owner == attempt:
                 continue
-            shown = f"`{inline(str(entry.get('tool', '?')))}` (call `{inline(key)}`)"
+            shown = f"`{plain(str(entry.get('tool', '?')))}` (call `{plain(key)}`)"
             if key not in approved:
                 beyond.append(shown)
             elif entry.get("status") != "executed":
@@ -466,11 +412,9 @@ class RunFlow(ReviewFlow):
                 "not resumed and none of them ran.",
             )
             return
-        await self._refresh_run(run.run_id)
         approved = sum(c.status == "approved" for c in calls)
         summary = f"Resuming: {approved} approved, {len(calls) - approved} rejected."
         await self.audit("resumed", run=run, detail=summary)
-        await self._safely("post resume note", self.notifier.post_in_run_thread(run, summary))
         decisions = [
             Decision(
                 call_id=c.call_id,

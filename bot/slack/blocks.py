@@ -25,7 +25,7 @@ from slack_sdk.models.views import View
 
 from bot.service.authorize import describe_principals
 from bot.service.digest import short
-from bot.slack.text import code_block, escape, inline, quote, truncate
+from bot.slack.text import blockquote, code_block, escape, fit, inline, quote, truncate
 from bot.store.records import CallRecord, RunRecord
 from bot.untrusted import reveal
 
@@ -87,19 +87,43 @@ def status_text(run: RunRecord) -> str:
 
 
 def _md(text: str) -> MarkdownTextObject:
-    return MarkdownTextObject(text=text)
+    """Every mrkdwn text goes through here: cut to Block Kit's 3,000 characters, with a note."""
+    return MarkdownTextObject(text=fit(text, SECTION_LIMIT))
 
 
-def run_message(run: RunRecord) -> tuple[str, list[Block]]:
-    """The run's own message: who started which agent on what, and where it stands."""
-    task = quote(run.task, SECTION_LIMIT - 200, run.task_chars)
+OUTPUT_LIMIT = 3900
+
+
+def run_message(
+    run: RunRecord, progress: list[str] | None = None, waiting: list[CallRecord] | None = None
+) -> tuple[str, list[Block]]:
+    """The run's own message: who started which agent on what, where it stands, its latest
+    progress lines, and links to the approval requests it waits for."""
     header = f"<@{run.user_id}> started agent *{inline(run.agent_name)}*"
     status = status_text(run)
+    task = blockquote(run.task, SECTION_LIMIT - len(header) - 1, run.task_chars)
     blocks: list[Block] = [
-        SectionBlock(text=_md(f"{header}\n>{task.replace(chr(10), chr(10) + '>')}")),
+        SectionBlock(text=_md(f"{header}\n{task}")),
         ContextBlock(elements=[_md(f"*Status:* {status}  ·  run `{run.run_id}`")]),
     ]
+    links = [
+        f"<{permalink(c.channel_id or run.channel_id, c.message_ts)}|`{inline(c.tool)}`>"
+        for c in waiting or []
+        if c.message_ts and not c.decided
+    ]
+    if links and run.status == "paused":
+        blocks.append(ContextBlock(elements=[_md("Waiting for: " + ", ".join(links))]))
+    if progress:
+        lines = "\n".join(f"• {inline(line, 300)}" for line in progress)
+        blocks.append(ContextBlock(elements=[_md(f"*Progress:*\n{lines}")]))
     return f"Agent run by <@{run.user_id}>: {status}", blocks
+
+
+def result_message(run: RunRecord) -> str:
+    """The run's result in its thread: the output, or the error (plain text, escaped here)."""
+    if run.status == "failed":
+        return ":x: " + quote(run.error or "The run failed.", OUTPUT_LIMIT)
+    return quote(run.output or "(the agent finished without output)", OUTPUT_LIMIT)
 
 
 def _decision_line(call: CallRecord, decided_at: str) -> str:
@@ -206,11 +230,32 @@ def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
     return fallback, blocks
 
 
-def review_message(review_id: str, text: str) -> tuple[str, list[Block]]:
-    """Ask a person to settle calls whose outcome is unknown. `text` is the service's own
-    sentence, with untrusted parts already escaped."""
+def review_message(run: RunRecord, review_id: str, voters: list[str]) -> tuple[str, list[Block]]:
+    """Ask a person to settle calls whose outcome is unknown, or show how it was settled.
+    The question is the service's plain sentence (escaped here, once)."""
+    if run.resolved_review == review_id:
+        verb = (
+            "marked the unknown call(s) done"
+            if run.resolved_action == "done"
+            else "chose to run them again"
+        )
+        text = f":white_check_mark: *Review settled:* <@{run.resolved_by}> {verb}; continuing."
+        return "Review settled", [SectionBlock(text=_md(text))]
+    if run.review_id != review_id:
+        return "Review closed", [SectionBlock(text=_md("This review is closed."))]
+    text = quote(run.error, SECTION_LIMIT - 300)
     blocks: list[Block] = [
         SectionBlock(text=_md(f":warning: *This run needs a review.*\n{text}")),
+    ]
+    if voters:
+        names = ", ".join(f"<@{v}>" for v in voters)
+        needed = f" of {run.review_required}" if run.review_required else ""
+        blocks.append(
+            ContextBlock(
+                elements=[_md(f"Run again chosen by {names}: {len(voters)}{needed} approvals")]
+            )
+        )
+    blocks.append(
         ActionsBlock(
             block_id="review",
             elements=[
@@ -219,8 +264,8 @@ def review_message(review_id: str, text: str) -> tuple[str, list[Block]]:
                     text="Run again", action_id=REVIEW_RERUN, value=review_id, style="danger"
                 ),
             ],
-        ),
-    ]
+        )
+    )
     return "This run needs a review", blocks
 
 

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from bot.untrusted import ZWSP, clean, escape, inline, truncate, unescape
 
-__all__ = ["clean", "code_block", "escape", "inline", "quote", "truncate", "unescape"]
+__all__ = [
+    "blockquote",
+    "clean",
+    "code_block",
+    "escape",
+    "fit",
+    "inline",
+    "quote",
+    "truncate",
+    "unescape",
+]
 
 
 def code_block(text: str, limit: int, whole: int = 0) -> str:
@@ -17,6 +27,29 @@ def code_block(text: str, limit: int, whole: int = 0) -> str:
     if cut or whole > len(text):
         block += f"\n_(truncated: showing {len(body):,} of {max(whole, len(text)):,} characters)_"
     return block
+
+
+def blockquote(text: str, limit: int, whole: int = 0) -> str:
+    """Untrusted multi-line text as a mrkdwn quote (`>` on every line) of at most `limit`
+    characters, the quoting included, with a visible note when it was cut (or was cut before
+    it was stored: `whole` is then its full length in characters)."""
+    lines = escape(clean(text)).split("\n")
+    body = "\n".join(">" + line for line in lines)
+    cut_body, cut = truncate(body, limit - 80)
+    if whole > len(text):
+        return cut_body + f"\n_(truncated: showing part of {whole:,} characters)_"
+    if not cut:
+        return body
+    shown = cut_body.count("\n") + 1
+    return cut_body + f"\n_(truncated: showing {shown:,} of {len(lines):,} lines)_"
+
+
+def fit(text: str, limit: int) -> str:
+    """Already-rendered mrkdwn cut to a block's limit, with a visible note (a last guard)."""
+    if len(text) <= limit:
+        return text
+    body, _ = truncate(text, limit - 20)
+    return body + "\n_(truncated)_"
 
 
 def quote(text: str, limit: int, whole: int = 0) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from typing import Literal
 
 PREFIX = "ab"
 
@@ -103,3 +104,42 @@ def message_key(channel: str, ts: str) -> str:
 
 def delivery_key(kind: str, delivery_id: str) -> str:
     return f"{PREFIX}:seen:{kind}:{delivery_id}"
+
+
+# What people see in Slack is derived from these (bot/store/outbox.py, bot/slack/projector.py).
+OUTBOX_INDEX = f"{PREFIX}:outbox"  # sorted set: run id -> when its messages are due (ms)
+
+# A run's messages ("targets"): its run message, one card per call, the result in its thread,
+# and one review request per review.
+Target = str  # "run" | "result" | "card:<approval id>" | "review:<review id>" | "note:<n>"
+TargetKind = Literal["run", "result", "card", "review", "note"]
+
+
+def outbox_key(run_id: str) -> str:
+    """Hash: target -> change counter, and `<target>@` -> when it first changed since shown."""
+    return f"{PREFIX}:{{{run_id}}}:outbox"
+
+
+def shown_key(run_id: str) -> str:
+    """Hash: target -> JSON {ts, hash, posting}: what Slack holds of that message."""
+    return f"{PREFIX}:{{{run_id}}}:shown"
+
+
+def progress_key(run_id: str) -> str:
+    """List: the run's latest progress lines (shown in its run message)."""
+    return f"{PREFIX}:{{{run_id}}}:progress"
+
+
+def notes_key(run_id: str) -> str:
+    """List: plain-text notes for the run's thread (note n is shown by target `note:<n>`)."""
+    return f"{PREFIX}:{{{run_id}}}:notes"
+
+
+def review_votes_key(run_id: str, review_id: str) -> str:
+    return f"{PREFIX}:{{{run_id}}}:review:{review_id}:votes"
+
+
+def target_kind(target: Target) -> TargetKind:
+    kind = target.partition(":")[0]
+    assert kind in ("run", "result", "card", "review", "note"), target
+    return kind  # type: ignore[return-value]

@@ -82,6 +82,10 @@ class RunRecord:
     review_id: str = ""  # opaque id of the open review, while status is needs_review
     review_kind: str = ""  # the job to run again once the review is settled
     review_ts: str = ""  # the review request's message, once posted
+    review_required: int = 0  # approvers needed to run a reviewed call again (quorum rules)
+    resolved_review: str = ""  # the last review settled, by whom, and how (done | rerun)
+    resolved_by: str = ""
+    resolved_action: str = ""
 
     @classmethod
     def from_hash(cls, raw: Mapping[Any, Any]) -> RunRecord:

@@ -7,6 +7,7 @@ keys of a single run, all sharing that run's hash tag.
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Sequence
 from importlib import resources
@@ -15,6 +16,7 @@ from typing import Any
 import redis.asyncio as redis
 
 from bot.store import keys
+from bot.store.outbox import Outbox
 from bot.store.records import (
     SHOWN_TASK,
     AlreadyDecided,
@@ -30,9 +32,21 @@ from bot.store.records import (
 
 MAX_COMMENTS = 20
 
+_ADD_NOTE = """
+local n = redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+mark(KEYS[2], 'note:' .. n, ARGV[2], ARGV[3])
+return n
+"""
+
 
 def _script(name: str) -> str:
     return (resources.files("bot.store") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+
+
+def _marking(name: str) -> str:
+    """A transition script that marks messages in its run's outbox (see `_outbox.lua`)."""
+    return _script("_outbox") + _script(name)
 
 
 def _s(value: Any) -> str:
@@ -54,12 +68,14 @@ class RunStore:
     def __init__(self, client: redis.Redis, *, retention_seconds: int) -> None:
         self.redis = client
         self.retention = retention_seconds
-        self._save_pause = client.register_script(_script("save_pause"))
-        self._decide = client.register_script(_script("decide"))
-        self._finish = client.register_script(_script("finish"))
+        self.outbox = Outbox(client, retention_seconds=retention_seconds)
+        self._save_pause = client.register_script(_marking("save_pause"))
+        self._decide = client.register_script(_marking("decide"))
+        self._finish = client.register_script(_marking("finish"))
         self._take = client.register_script(_script("take_job"))
-        self._to_review = client.register_script(_script("to_review"))
-        self._resolve_review = client.register_script(_script("resolve_review"))
+        self._add_note = client.register_script(_script("_outbox") + _ADD_NOTE)
+        self._to_review = client.register_script(_marking("to_review"))
+        self._resolve_review = client.register_script(_marking("resolve_review"))
 
     async def ping(self) -> bool:
         try:
@@ -69,8 +85,15 @@ class RunStore:
 
     # Runs ---------------------------------------------------------------------------------
 
+    def _mark(self, pipe: Any, run_id: str, target: str) -> None:
+        """Inside a MULTI: `target` must show the state this transaction writes."""
+        outbox = keys.outbox_key(run_id)
+        pipe.hincrby(outbox, target, 1)
+        pipe.hsetnx(outbox, target + "@", now())
+        pipe.expire(outbox, self.retention)
+
     async def create_run(self, run: RunRecord) -> None:
-        """Store a new run, owned by `run.owner` until it pauses or ends."""
+        """Store a new run, owned by `run.owner` until it pauses or ends; its message is due."""
         key = keys.run_key(run.run_id)
         stored = run.to_hash()
         whole = run.task
@@ -81,9 +104,37 @@ class RunStore:
             pipe.expire(key, self.retention)
             if len(whole) > SHOWN_TASK:
                 pipe.set(keys.task_key(run.run_id), whole, ex=self.retention)
+            self._mark(pipe, run.run_id, "run")
             await pipe.execute()
         # Indexed only once it exists, so a sweeper never sees an id without its run.
         await self.redis.sadd(keys.EXECUTING_RUNS, run.run_id)
+        await self.outbox.schedule(run.run_id)
+
+    async def add_progress(self, run_id: str, line: str, keep: int = 8) -> None:
+        """Append a progress line (shown in the run message, coalesced with its status)."""
+        key = keys.progress_key(run_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(key, line)
+            pipe.ltrim(key, -keep, -1)
+            pipe.expire(key, self.retention)
+            self._mark(pipe, run_id, "run")
+            await pipe.execute()
+        await self.outbox.schedule(run_id)
+
+    async def add_note(self, run_id: str, text: str) -> None:
+        """A plain-text note for the run's thread (escaped once, where it is shown)."""
+        await self._add_note(
+            keys=[keys.notes_key(run_id), keys.outbox_key(run_id)],
+            args=[text, now(), self.retention],
+        )
+        await self.outbox.schedule(run_id)
+
+    async def note(self, run_id: str, number: int) -> str | None:
+        value = await self.redis.lindex(keys.notes_key(run_id), number - 1)
+        return _s(value) if value is not None else None
+
+    async def progress(self, run_id: str) -> list[str]:
+        return [_s(line) for line in await self.redis.lrange(keys.progress_key(run_id), 0, -1)]
 
     async def whole_task(self, run: RunRecord) -> str:
         """The task as the person typed it (a start job needs it; the run hash may hold a cut
@@ -105,17 +156,20 @@ class RunStore:
 
     async def review_vote(self, run_id: str, review_id: str, user: str) -> int:
         """Count `user` (once) towards running a reviewed call again; returns the votes so far."""
-        key = f"{keys.PREFIX}:{{{run_id}}}:review:{review_id}:votes"
+        key = keys.review_votes_key(run_id, review_id)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.sadd(key, user)
             pipe.expire(key, self.retention)
+            self._mark(pipe, run_id, f"review:{review_id}")
             pipe.scard(key)
             result = await pipe.execute()
+        await self.outbox.schedule(run_id)
         return int(result[-1])
 
-    async def claim_once(self, name: str, ttl: int) -> bool:
-        """True for the one caller that claims `name` within `ttl` seconds (any process)."""
-        return bool(await self.redis.set(f"{keys.PREFIX}:claim:{name}", "1", nx=True, ex=ttl))
+    async def review_voters(self, run_id: str, review_id: str) -> list[str]:
+        return sorted(
+            _s(u) for u in await self.redis.smembers(keys.review_votes_key(run_id, review_id))
+        )
 
     async def save_pause(
         self, run_id: str, owner: str, snapshot: Snapshot, calls: list[CallRecord]
@@ -128,6 +182,7 @@ class RunStore:
                 keys.snapshot_key(run_id),
                 keys.pause_key(run_id),
                 keys.task_key(run_id),
+                keys.outbox_key(run_id),
                 *call_keys,
             ],
             args=[
@@ -142,6 +197,7 @@ class RunStore:
         )
         if _s(reply[0]) != "ok":
             raise StoreError(f"cannot save pause of run {run_id}: {[_s(r) for r in reply]}")
+        await self.outbox.schedule(run_id)
         return int(reply[1])
 
     async def load_snapshot(self, run_id: str) -> Snapshot | None:
@@ -164,11 +220,13 @@ class RunStore:
                 keys.snapshot_key(run_id),
                 keys.pause_key(run_id),
                 keys.task_key(run_id),
+                keys.outbox_key(run_id),
             ],
             args=[owner, status, text, now(), self.retention, "1" if drop_snapshot else "0"],
         )
         ended = _s(reply[0]) == "ok"
-        if ended:
+        if ended:  # indexed before it leaves the active set that the reconciler scans
+            await self.outbox.schedule(run_id)
             await self.redis.srem(keys.EXECUTING_RUNS, run_id)
         return ended
 
@@ -267,6 +325,7 @@ class RunStore:
                 keys.snapshot_key(run_id),
                 keys.pause_key(run_id),
                 keys.sticky_key(run_id),
+                keys.outbox_key(run_id),
                 *others,
             ],
             args=[
@@ -283,6 +342,8 @@ class RunStore:
             ],
         )
         kind = _s(reply[0])
+        if kind in ("decided", "vote"):
+            await self.outbox.schedule(run_id)
         if kind == "decided":
             return Decided(
                 settled=[_s(r) for r in reply[3:]],
@@ -324,9 +385,11 @@ class RunStore:
         self, run_id: str, attempt: str, review_id: str, text: str, kind: str
     ) -> bool:
         reply = await self._to_review(
-            keys=[keys.run_key(run_id)],
+            keys=[keys.run_key(run_id), keys.outbox_key(run_id)],
             args=[attempt, review_id, text, now(), kind, self.retention],
         )
+        if int(reply) == 1:
+            await self.outbox.schedule(run_id)
         return int(reply) == 1
 
     async def resolve_review(
@@ -334,20 +397,26 @@ class RunStore:
     ) -> list[str] | None:
         """Settle a review once; returns the call ids it changed, or None if it was not open."""
         reply = await self._resolve_review(
-            keys=[keys.run_key(run_id), keys.journal_key(run_id)],
+            keys=[keys.run_key(run_id), keys.journal_key(run_id), keys.outbox_key(run_id)],
             args=[review_id, action, execution, user, now(), status, self.retention],
         )
         if _s(reply[0]) != "ok":
             return None
+        await self.outbox.schedule(run_id)
         return [_s(r) for r in reply[1:]]
 
     # Deliveries and liveness --------------------------------------------------------------
 
     async def first_delivery(self, kind: str, delivery_id: str, ttl: int = 3600) -> bool:
-        """True the first time a (kind, id) is seen within `ttl` seconds: drops duplicates."""
-        return bool(
-            await self.redis.set(keys.delivery_key(kind, delivery_id), "1", nx=True, ex=ttl)
+        """True the first time a (kind, id) is seen within `ttl` seconds: drops duplicates.
+
+        The claim holds a unique token: when redis-py retries the SET after a lost reply and
+        finds its own token, that is this caller's claim, not a duplicate."""
+        token = secrets.token_hex(8)
+        earlier = await self.redis.set(
+            keys.delivery_key(kind, delivery_id), token, nx=True, ex=ttl, get=True
         )
+        return earlier is None or _s(earlier) == token
 
     async def active_runs(self) -> list[str]:
         return sorted(_s(r) for r in await self.redis.smembers(keys.EXECUTING_RUNS))

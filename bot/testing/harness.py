@@ -197,7 +197,12 @@ class BotHarness:
         async def quiet() -> bool:
             await service.drain(timeout)
             busy = worker.busy if worker is not None else 0
-            return not service._tasks and busy == 0 and await queue.backlog() == 0
+            return (
+                not service._tasks
+                and busy == 0
+                and await queue.backlog() == 0
+                and await self.runtime.projector.idle()
+            )
 
         async def settled() -> bool:
             return await quiet() and await quiet()

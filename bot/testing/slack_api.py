@@ -2,7 +2,14 @@
 
 Point the bot's `SLACK_API_URL` at `FakeSlackAPI.url`. It answers the methods the bot uses,
 records every call, and keeps the latest version of every message so tests can read what people
-would see. Use it to test your own agents and policies too:
+would see. Knobs for Slack's bad days (each counts down per call of one method):
+
+- `rate_limit(method, times, retry_after)`: answer HTTP 429 with `Retry-After`, not performed;
+- `lose_response(method, times, status)`: perform the call, then answer a 5xx (a lost response);
+- `hang(method, times)`: never answer until `release()` (the call is not performed);
+- `fail_when` / `fail_methods` / `fail_error`: answer `ok: false` with `fail_error`.
+
+Use it to test your own agents and policies too:
 
     async with FakeSlackAPI() as slack:
         ...  # run the bot with SLACK_API_URL=slack.url, then inspect slack.calls / slack.messages
@@ -13,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +51,7 @@ class Message:
     blocks: list[dict[str, Any]] = field(default_factory=list)
     thread_ts: str | None = None
     updates: int = 0
+    metadata: dict[str, Any] | None = None
 
     def all_text(self) -> str:
         """The fallback text and every text field of every block, concatenated."""
@@ -96,9 +105,17 @@ class FakeSlackAPI:
         self.fail_when: Callable[[str, dict[str, Any]], bool] | None = None
         # Methods answered with HTTP 429 (rate limited, Retry-After: 1), as Slack does.
         self.rate_limited: set[str] = set()
+        self.fail_error = "fatal_error"
+        # Bad days: method -> [calls left, argument] (see the module docstring).
+        self._rate_limited: dict[str, list[int]] = {}
+        self._lost: dict[str, list[int]] = {}
+        self._hung: dict[str, int] = {}
+        self._release = asyncio.Event()
+        self.hanging = 0  # calls waiting for `release()` right now
         # User groups for usergroups.list: id -> (handle, member ids).
         self.usergroups: dict[str, tuple[str, list[str]]] = {}
         self._ts = itertools.count(1)
+        self._last_ts = 0.0
         self._runner: web.AppRunner | None = None
         self.url = ""
         self.changed = asyncio.Event()
@@ -131,6 +148,7 @@ class FakeSlackAPI:
         return self._runner is not None
 
     async def stop(self) -> None:
+        self._release.set()
         for socket in self.sockets:
             await socket.close()
         if self._runner is not None:
@@ -168,6 +186,37 @@ class FakeSlackAPI:
              "accepts_response_payload": kind != "events_api"}
         )  # fmt: skip
         return await asyncio.wait_for(future, timeout)
+
+    # Bad days ------------------------------------------------------------------------------
+
+    def rate_limit(self, method: str, times: int, retry_after: int = 1) -> None:
+        """The next `times` calls of `method` get HTTP 429 with `Retry-After: retry_after`."""
+        self._rate_limited[method] = [times, retry_after]
+
+    def lose_response(self, method: str, times: int = 1, status: int = 502) -> None:
+        """The next `times` calls of `method` are performed, then answered with HTTP `status`."""
+        self._lost[method] = [times, status]
+
+    def hang(self, method: str, times: int = 1) -> None:
+        """The next `times` calls of `method` get no answer until `release()` (not performed)."""
+        self._hung[method] = times
+
+    def release(self) -> None:
+        """Let every hanging call go on (it is then performed and answered)."""
+        self._release.set()
+        self._release = asyncio.Event()
+
+    @staticmethod
+    def _take(knob: dict[str, Any], method: str) -> bool:
+        left = knob.get(method)
+        count = left[0] if isinstance(left, list) else left
+        if not count:
+            return False
+        if isinstance(left, list):
+            left[0] -= 1
+        else:
+            knob[method] = count - 1
+        return True
 
     # Queries used by tests ----------------------------------------------------------------
 
@@ -207,7 +256,9 @@ class FakeSlackAPI:
         return params
 
     def _next_ts(self) -> str:
-        return f"1700000000.{next(self._ts):06d}"
+        """Unique, increasing, and near the real time (as `oldest` filters expect)."""
+        self._last_ts = max(time.time(), self._last_ts + 0.000001)
+        return f"{self._last_ts:.6f}"
 
     async def _handle(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
@@ -218,8 +269,21 @@ class FakeSlackAPI:
             return web.json_response(
                 {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"}
             )
+        if self._take(self._rate_limited, method):
+            retry_after = self._rate_limited[method][1]
+            return web.json_response(
+                {"ok": False, "error": "ratelimited"},
+                status=429,
+                headers={"Retry-After": str(retry_after)},
+            )
+        if self._take(self._hung, method):
+            self.hanging += 1
+            try:
+                await self._release.wait()
+            finally:
+                self.hanging -= 1
         if method in self.fail_methods or (self.fail_when and self.fail_when(method, params)):
-            return web.json_response({"ok": False, "error": "fatal_error"})
+            return web.json_response({"ok": False, "error": self.fail_error})
         handler = getattr(self, "_" + method.replace(".", "_"), None)
         if handler is None:
             return web.json_response({"ok": False, "error": "unknown_method"})
@@ -229,6 +293,8 @@ class FakeSlackAPI:
             return web.json_response({"ok": False, "error": str(exc)})
         self.changed.set()
         self.changed = asyncio.Event()
+        if self._take(self._lost, method):
+            return web.Response(status=self._lost[method][1], text="<html>Bad Gateway</html>")
         return web.json_response({"ok": True, **result})
 
     def _apps_connections_open(self, _: dict[str, Any]) -> dict[str, Any]:
@@ -252,6 +318,7 @@ class FakeSlackAPI:
             text=str(p.get("text", "")),
             blocks=list(p.get("blocks") or []),
             thread_ts=p.get("thread_ts"),
+            metadata=p.get("metadata") if isinstance(p.get("metadata"), dict) else None,
         )
         self.messages[(message.channel, ts)] = message
         return {"channel": message.channel, "ts": ts, "message": {"text": message.text}}
@@ -265,6 +332,36 @@ class FakeSlackAPI:
         message.blocks = list(p.get("blocks") or message.blocks)
         message.updates += 1
         return {"channel": key[0], "ts": key[1]}
+
+    def _listed(self, message: Message, p: dict[str, Any]) -> dict[str, Any]:
+        item: dict[str, Any] = {"type": "message", "ts": message.ts, "text": message.text}
+        if message.thread_ts:
+            item["thread_ts"] = message.thread_ts
+        if message.metadata and str(p.get("include_all_metadata", "")).lower() in ("1", "true"):
+            item["metadata"] = message.metadata
+        return item
+
+    def _conversations_history(self, p: dict[str, Any]) -> dict[str, Any]:
+        """Top-level messages of a channel, newest first, from `oldest` on."""
+        oldest = float(p.get("oldest") or 0)
+        found = [
+            self._listed(m, p)
+            for m in self.messages.values()
+            if m.channel == p.get("channel") and m.thread_ts is None and float(m.ts) >= oldest
+        ]
+        return {"messages": sorted(found, key=lambda m: m["ts"], reverse=True)}
+
+    def _conversations_replies(self, p: dict[str, Any]) -> dict[str, Any]:
+        """A thread's messages (its parent first), from `oldest` on."""
+        oldest, parent = float(p.get("oldest") or 0), str(p.get("ts", ""))
+        found = [
+            self._listed(m, p)
+            for m in self.messages.values()
+            if m.channel == p.get("channel")
+            and (m.ts == parent or m.thread_ts == parent)
+            and float(m.ts) >= oldest
+        ]
+        return {"messages": sorted(found, key=lambda m: m["ts"])}
 
     def _chat_postEphemeral(self, p: dict[str, Any]) -> dict[str, Any]:
         self.ephemeral.append(p)

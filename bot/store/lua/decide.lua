@@ -8,7 +8,8 @@
 -- When the pause has no undecided call left, the caller becomes the owner of the one resume.
 -- KEYS[1] run hash, KEYS[2] the decided call's hash, KEYS[3] its votes set,
 -- KEYS[4] the snapshot hash, KEYS[5] the pause set, KEYS[6] the run's sticky hash,
--- KEYS[7..] the pause's other call hashes
+-- KEYS[7] the run's outbox,
+-- KEYS[8..] the pause's other call hashes
 -- ARGV[1] decision (approved|rejected), ARGV[2] always (0|1), ARGV[3] team, ARGV[4] user,
 -- ARGV[5] now, ARGV[6] reason, ARGV[7] owner token for the resume, ARGV[8] retention seconds,
 -- ARGV[9] what settled the call when it is not the caller's own click (`via`, usually ''),
@@ -49,6 +50,7 @@ if ARGV[1] == 'approved' then
       voters = voters .. ','
     end
     redis.call('HSET', target, 'votes', count, 'voters', voters .. ARGV[4])
+    mark(KEYS[7], 'card:' .. redis.call('HGET', target, 'approval_id'), ARGV[5], ARGV[8])
     if count < required then
       return {'vote', count, required}
     end
@@ -72,7 +74,7 @@ if ARGV[2] == '1' then
   for i = 10, #ARGV do
     eligible[ARGV[i]] = true
   end
-  for i = 7, #KEYS do
+  for i = 8, #KEYS do
     local key = KEYS[i]
     if eligible[redis.call('HGET', key, 'approval_id') or '']
        and redis.call('HGET', key, 'status') == 'pending' and redis.call('HGET', key, 'pause') == pause
@@ -82,6 +84,10 @@ if ARGV[2] == '1' then
     end
   end
 end
+for _, id in ipairs(settled) do
+  mark(KEYS[7], 'card:' .. id, ARGV[5], ARGV[8])
+end
+mark(KEYS[7], 'run', ARGV[5], ARGV[8])
 local left = redis.call('HINCRBY', run, 'undecided', -#settled)
 redis.call('HSET', run, 'updated_at', ARGV[5])
 local resume = 0

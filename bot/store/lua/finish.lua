@@ -1,7 +1,8 @@
 -- End a run (finished or failed). Only the owner of its current execution may end it; the
 -- sweeper of dead processes passes the dead owner's token, so a live owner is never overruled.
 -- A paused run has no executing owner: ARGV[1] = 'paused' ends it (nothing of it is running).
--- KEYS[1] run hash, KEYS[2] snapshot hash, KEYS[3] pause set, KEYS[4] whole task (dropped)
+-- KEYS[1] run hash, KEYS[2] snapshot hash, KEYS[3] pause set, KEYS[4] whole task (dropped),
+-- KEYS[5] outbox
 -- ARGV[1] owner token, ARGV[2] final status, ARGV[3] text (output or error), ARGV[4] now,
 -- ARGV[5] retention seconds, ARGV[6] '1' to drop the snapshot
 local run = KEYS[1]
@@ -35,4 +36,6 @@ redis.call('DEL', KEYS[4])
 for i = 1, 3 do
   redis.call('EXPIRE', KEYS[i], ARGV[5])
 end
+mark(KEYS[5], 'run', ARGV[4], ARGV[5])
+mark(KEYS[5], 'result', ARGV[4], ARGV[5])
 return {'ok', status}

@@ -1,7 +1,7 @@
 -- A person settles a review, exactly once: calls left executing are marked done (their
 -- recorded output says so) or cleared so that they run again; the run resumes under a new
 -- execution token.
--- KEYS[1] run hash, KEYS[2] journal hash
+-- KEYS[1] run hash, KEYS[2] journal hash, KEYS[3] outbox
 -- ARGV[1] review id, ARGV[2] action (done|rerun), ARGV[3] new execution token, ARGV[4] user,
 -- ARGV[5] now, ARGV[6] status to resume in (resuming|running), ARGV[7] retention seconds
 if redis.call('HGET', KEYS[1], 'status') ~= 'needs_review'
@@ -30,7 +30,10 @@ for i = 1, #entries, 2 do
   end
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[6], 'owner', ARGV[3], 'review_id', '', 'job', '',
-           'updated_at', ARGV[5], 'resolved_review', ARGV[1], 'resolved_execution', ARGV[3])
+           'updated_at', ARGV[5], 'resolved_review', ARGV[1], 'resolved_execution', ARGV[3],
+           'resolved_by', ARGV[4], 'resolved_action', ARGV[2])
+mark(KEYS[3], 'run', ARGV[5], ARGV[7])
+mark(KEYS[3], 'review:' .. ARGV[1], ARGV[5], ARGV[7])
 for i = 1, 2 do
   if redis.call('EXISTS', KEYS[i]) == 1 then
     redis.call('EXPIRE', KEYS[i], ARGV[7])

@@ -1,0 +1,313 @@
+"""The projector: makes Slack show what Redis holds. The only code that posts or updates the
+bot's run messages, approval cards, results and review requests.
+
+It takes runs whose outbox has marks (see `bot.store.outbox`), with a lease that it renews while
+it works, reads the current records once, renders them (`blocks`), and delivers only what
+differs from what Slack already holds (a content hash per message):
+
+- a post carries message metadata (run id and target); when a post's outcome is unknown (a
+  timeout, a 5xx, a lost connection, a process killed mid-post) the next attempt looks the
+  message up (`conversations.history` / `conversations.replies` with `include_all_metadata`)
+  before posting again, so a card is never posted twice;
+- posts are paced per channel, updates per workspace; `Retry-After` is honoured;
+- a run message update waits `coalesce` seconds after its first change, so the changes of a
+  resume (status, progress) become one `chat.update`;
+- a permanent refusal (`not_in_channel`, ...) of a run message or card stops the run and tells
+  its starter the real cause; anything else is retried with backoff, forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.service.replies import when
+from bot.slack import blocks
+from bot.slack.text import quote
+from bot.slack.webapi import Later, Pacer, Refused, classify
+from bot.store import keys
+from bot.store.outbox import Claim, Mark, Shown
+from bot.store.records import RunRecord
+from bot.store.runs import RunStore
+
+log = logging.getLogger(__name__)
+
+EVENT_TYPE = "approval_bot_message"
+ORDER = {"run": 0, "card": 1, "review": 2, "note": 3, "result": 4}
+MAX_BACKOFF = 60.0
+
+Undeliverable = Callable[[str, str, str], Awaitable[None]]
+
+
+def _digest(text: str, body: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps([text, body], sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _order(target: str) -> tuple[int, int, str]:
+    """Run message first (cards link to it), then cards, reviews, notes in order, the result."""
+    kind, _, rest = target.partition(":")
+    return ORDER[kind], int(rest) if kind == "note" and rest.isdigit() else 0, rest
+
+
+class Projector:
+    """Delivers the outbox; run one per process (any number of processes share the work)."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        client: AsyncWebClient,
+        undeliverable: Undeliverable,
+        *,
+        lease: float = 30.0,
+        coalesce: float = 1.0,
+        concurrency: int = 16,
+        posts: Pacer | None = None,
+        updates: Pacer | None = None,
+    ) -> None:
+        self.store = store
+        self.outbox = store.outbox
+        self.client = client
+        self.undeliverable = undeliverable
+        self.lease = lease
+        self.coalesce = coalesce
+        self.concurrency = concurrency
+        self.posts = posts or Pacer(rate=1.0, burst=5)  # per channel: about one post a second
+        self.updates = updates or Pacer(rate=50 / 60, burst=10)  # per workspace
+        self._running: set[asyncio.Task[None]] = set()
+        self._failures: dict[str, int] = {}
+        self._stopping = asyncio.Event()
+
+    @property
+    def busy(self) -> int:
+        return len(self._running)
+
+    async def run(self) -> None:
+        """Take due runs until `stop()`; then finish the ones in hand."""
+        while not self._stopping.is_set():
+            try:
+                free = self.concurrency - len(self._running)
+                claims = await self.outbox.claim(free, self.lease) if free > 0 else []
+                for claim in claims:
+                    task = asyncio.create_task(self._handle(claim), name=f"project-{claim.run_id}")
+                    self._running.add(task)
+                    task.add_done_callback(self._running.discard)
+                if not claims:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stopping.wait(), 0.05)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("the projector could not read the outbox; retrying", exc_info=True)
+                await asyncio.sleep(1.0)
+
+    async def stop(self, timeout: float) -> None:
+        self._stopping.set()
+        if self._running:
+            await asyncio.wait(set(self._running), timeout=timeout)
+
+    async def _handle(self, claim: Claim) -> None:
+        held = {"claim": claim}
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(self.lease / 3)
+                with contextlib.suppress(Exception):
+                    renewed = await self.outbox.renew(held["claim"], self.lease)
+                    if renewed is None:
+                        return  # a newer change re-indexed the run: released as soon as done
+                    held["claim"] = renewed
+
+        renewing = asyncio.create_task(renew())
+        next_due: float | None = 1.0
+        try:
+            next_due = await self.project(claim.run_id)
+        except Exception:
+            log.exception("could not project run %s; retrying", claim.run_id)
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+        with contextlib.suppress(Exception):
+            await self.outbox.release(held["claim"], next_due)
+
+    async def project(self, run_id: str) -> float | None:
+        """Bring every marked message of the run up to date; seconds until it must be tried
+        again, or None when nothing is left."""
+        marks = await self.outbox.marks(run_id)
+        if not marks:
+            return None
+        run = await self.store.get_run(run_id)
+        if run is None:  # expired: nothing left to show
+            for target, mark in marks.items():
+                await self.outbox.done(run_id, target, mark)
+            return None
+        shown = await self.outbox.shown(run_id)
+        again: float | None = None
+        for target in sorted(marks, key=_order):
+            key = f"{run_id}/{target}"
+            try:
+                wait = await self._deliver(run, target, marks[target], shown)
+                self._failures.pop(key, None)
+            except Refused as refused:
+                log.error("Slack refused %s of run %s: %s", target, run_id, refused.code)
+                await self.outbox.done(run_id, target, marks[target])
+                kind = keys.target_kind(target)
+                if kind in ("run", "card"):
+                    what = "the run's message" if kind == "run" else "an approval request"
+                    await self.undeliverable(run_id, what, refused.cause)
+                wait = None
+            except Later as later:
+                failures = self._failures.get(key, 0) + 1
+                self._failures[key] = failures
+                wait = max(later.after, min(MAX_BACKOFF, 0.5 * 2 ** (failures - 1)))
+                log.warning("delivering %s of run %s failed (%s, attempt %d); again in %.1fs",
+                            target, run_id, later, failures, wait)  # fmt: skip
+            if wait is not None:
+                again = wait if again is None else min(again, wait)
+        return again
+
+    # One message ----------------------------------------------------------------------------
+
+    async def _deliver(
+        self, run: RunRecord, target: str, mark: Mark, shown: dict[str, Shown]
+    ) -> float | None:
+        kind = keys.target_kind(target)
+        current = shown.get(target, Shown())
+        thread = ""
+        if kind == "run":
+            if current.ts and time.time() < mark.since + self.coalesce:
+                return mark.since + self.coalesce - time.time()  # let changes gather
+            waiting = await self.store.pause_calls(run.run_id) if run.status == "paused" else []
+            progress = await self.store.progress(run.run_id)
+            text, body = blocks.run_message(run, progress, waiting)
+        elif kind == "card":
+            call = await self.store.get_call(target.partition(":")[2])
+            if call is None:
+                await self.outbox.done(run.run_id, target, mark)
+                return None
+            if call.by_earlier_always and not current.ts:
+                await self.outbox.done(run.run_id, target, mark)  # no card: a note says why
+                return None
+            if not call.decided and call.sticky in await self.store.sticky_decisions(run.run_id):
+                return 0.5  # an earlier Always decision is being re-judged for it: wait
+            text, body = blocks.approval_message(run, call, when(call.decided_at))
+        else:
+            if not run.message_ts:
+                # nothing to thread it under yet (or ever, if the run message was refused)
+                if run.status in ("finished", "failed") and "run" not in shown:
+                    await self.outbox.done(run.run_id, target, mark)
+                    return None
+                return 1.0
+            thread = run.message_ts
+            if kind == "note":
+                note = await self.store.note(run.run_id, int(target.partition(":")[2]))
+                if note is None:
+                    await self.outbox.done(run.run_id, target, mark)
+                    return None
+                text, body = quote(note, blocks.OUTPUT_LIMIT), []
+            elif kind == "result":
+                if run.status not in ("finished", "failed"):
+                    await self.outbox.done(run.run_id, target, mark)
+                    return None
+                text, body = blocks.result_message(run), []
+            else:
+                review_id = target.partition(":")[2]
+                voters = await self.store.review_voters(run.run_id, review_id)
+                text, body = blocks.review_message(run, review_id, voters)
+        payload = blocks.as_dicts(body)
+        digest = _digest(text, payload)
+        channel = run.channel_id
+        if current.ts and current.hash == digest:
+            await self.outbox.done(run.run_id, target, mark)
+            return None
+        stage = "find"
+        try:
+            if not current.ts and current.posting:
+                current.ts = await self._find(run, target, thread, current.posting)
+                if current.ts:
+                    log.info("found %s of run %s already posted; not posting it again",
+                             target, run.run_id)  # fmt: skip
+                    await self._posted(run, target, current.ts)
+            if current.ts:
+                stage = "update"
+                await self.updates.wait(run.team_id)
+                await self.client.chat_update(
+                    channel=channel, ts=current.ts, text=text, blocks=payload or None
+                )
+            else:
+                stage = "post"
+                current.posting = time.time()
+                await self.outbox.set_shown(run.run_id, target, current)
+                await self.posts.wait(channel)
+                response = await self.client.chat_postMessage(
+                    channel=channel,
+                    text=text,
+                    blocks=payload or None,
+                    thread_ts=thread or None,
+                    unfurl_links=False,
+                    unfurl_media=False,
+                    metadata={
+                        "event_type": EVENT_TYPE,
+                        "event_payload": {"run_id": run.run_id, "target": target},
+                    },
+                )
+                current.ts = str(response["ts"])
+                await self._posted(run, target, current.ts)
+        except Exception as exc:
+            failure = classify(exc)
+            gone = (stage, str(failure)) == ("update", "message_not_found")
+            if isinstance(failure, Later) and not failure.ambiguous and (gone or stage == "post"):
+                # not posted (or deleted in Slack since): the next attempt posts afresh
+                await self.outbox.set_shown(run.run_id, target, Shown())
+            raise failure from exc
+        await self.outbox.set_shown(run.run_id, target, Shown(current.ts, digest, 0.0))
+        await self.outbox.done(run.run_id, target, mark)
+        return None
+
+    async def _posted(self, run: RunRecord, target: str, ts: str) -> None:
+        """Record a new message's ts where the rest of the bot looks for it."""
+        await self.outbox.set_shown(run.run_id, target, Shown(ts, "", 0.0))
+        kind = keys.target_kind(target)
+        if kind == "run":
+            run.message_ts = ts
+            await self.store.set_run_message(run.run_id, ts)
+        elif kind == "card":  # indexed for thread replies (idempotent)
+            await self.store.set_call_message(target.partition(":")[2], run.channel_id, ts)
+        elif kind == "review":
+            await self.store.set_run_fields(run.run_id, review_ts=ts)
+
+    async def _find(self, run: RunRecord, target: str, thread: str, since: float) -> str:
+        """The ts of this target's message if an earlier, unconfirmed post made it."""
+        await self.updates.wait(run.team_id)
+        params: dict[str, Any] = {
+            "channel": run.channel_id,
+            "oldest": f"{since - 60:.6f}",
+            "include_all_metadata": True,
+            "limit": 200,
+        }
+        if thread:
+            response = await self.client.conversations_replies(ts=thread, **params)
+        else:
+            response = await self.client.conversations_history(**params)
+        for message in response.get("messages") or []:
+            metadata = message.get("metadata") or {}
+            payload = metadata.get("event_payload") or {}
+            if (
+                metadata.get("event_type") == EVENT_TYPE
+                and payload.get("run_id") == run.run_id
+                and payload.get("target") == target
+            ):
+                return str(message["ts"])
+        return ""
+
+    async def idle(self) -> bool:
+        """Nothing marked is waiting on the index and nothing is being delivered."""
+        return not self._running and await self.outbox.backlog() == 0

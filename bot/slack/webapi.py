@@ -1,0 +1,167 @@
+"""The one Web API client: a shared aiohttp session, Slack's rate limits honoured, and the
+retries that are safe.
+
+slack_sdk's rate-limit handler waits `Retry-After` and tries again; its server-error and
+connection-error handlers retry too, but only for calls that are safe to repeat: a
+`chat.postMessage` whose response was lost may have been posted, so the projector looks it up
+(by its metadata) before posting again, instead of a blind retry that posts it twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.async_handler import AsyncRetryHandler
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.metered import MeteredWebClient
+
+NOT_REPEATABLE = ("chat.postMessage",)
+
+# Errors that no retry can fix: the run's starter is told which one.
+PERMANENT: dict[str, str] = {
+    "channel_not_found": "the channel does not exist or the bot cannot see it (channel_not_found).",
+    "not_in_channel": (
+        "the bot is not a member of this channel; invite it with `/invite @approval-bot` "
+        "(not_in_channel)."
+    ),
+    "is_archived": "the channel is archived (is_archived).",
+    "invalid_auth": "the bot's token is not valid (invalid_auth).",
+    "not_authed": "the bot sent no token (not_authed).",
+    "account_inactive": "the bot's token was revoked or its app uninstalled (account_inactive).",
+    "token_revoked": "the bot's token was revoked (token_revoked).",
+    "missing_scope": "the app lacks a permission it needs (missing_scope).",
+    "restricted_action": "a workspace setting does not let the bot post here (restricted_action).",
+    "no_permission": "the bot has no permission to post here (no_permission).",
+    "team_access_not_granted": (
+        "the bot is not allowed in this workspace (team_access_not_granted)."
+    ),
+    "invalid_blocks": "Slack rejected the message's layout (invalid_blocks).",
+    "msg_too_long": "the message is too long for Slack (msg_too_long).",
+}
+
+
+class _OnlyRepeatable:
+    """Mixin: never retry a call that may have taken effect and is not safe to repeat."""
+
+    async def _can_retry_async(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        if request.url.rstrip("/").endswith(NOT_REPEATABLE):
+            return False
+        return await super()._can_retry_async(  # type: ignore[misc, no-any-return]
+            state=state, request=request, response=response, error=error
+        )
+
+
+class RepeatableServerErrorRetryHandler(_OnlyRepeatable, AsyncServerErrorRetryHandler):
+    """Retries 500/503 of calls that are safe to repeat."""
+
+
+class RepeatableConnectionErrorRetryHandler(_OnlyRepeatable, AsyncConnectionErrorRetryHandler):
+    """Retries connection errors of calls that are safe to repeat."""
+
+
+def retry_handlers(rate_limit_retries: int = 1) -> list[AsyncRetryHandler]:
+    return [
+        AsyncRateLimitErrorRetryHandler(max_retry_count=rate_limit_retries),
+        RepeatableServerErrorRetryHandler(max_retry_count=2),
+        RepeatableConnectionErrorRetryHandler(max_retry_count=2),
+    ]
+
+
+def build_client(
+    token: str | None, base_url: str, session: aiohttp.ClientSession, *, timeout: int = 10
+) -> AsyncWebClient:
+    """The process's one client: every call goes over `session` (pooled connections)."""
+    return MeteredWebClient(
+        token=token,
+        base_url=base_url,
+        session=session,
+        timeout=timeout,
+        retry_handlers=retry_handlers(),
+    )
+
+
+class Refused(Exception):
+    """Slack said something permanent; `cause` says what, in words for the run's starter."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+        self.cause = PERMANENT.get(code, f"Slack answered `{code}`.")
+
+
+class Later(Exception):
+    """Try again after `after` seconds; `ambiguous` when the call may have taken effect."""
+
+    def __init__(self, after: float, *, ambiguous: bool, why: str) -> None:
+        super().__init__(why)
+        self.after = after
+        self.ambiguous = ambiguous
+
+
+def classify(exc: Exception) -> Refused | Later:
+    """What a failed call means: permanent, rate limited, not done, or maybe done."""
+    if isinstance(exc, SlackApiError):
+        response = exc.response
+        status = int(getattr(response, "status_code", 200) or 200)
+        if status == 429:
+            headers: Any = getattr(response, "headers", {}) or {}
+            value = headers.get("Retry-After") or headers.get("retry-after") or "1"
+            if isinstance(value, list):
+                value = value[0]
+            return Later(float(value), ambiguous=False, why="rate limited (429)")
+        if status >= 500:
+            return Later(1.0, ambiguous=True, why=f"HTTP {status}")
+        code = str(response.get("error", "")) if hasattr(response, "get") else ""
+        if code in PERMANENT:
+            return Refused(code)
+        if code == "ratelimited":
+            return Later(1.0, ambiguous=False, why=code)
+        return Later(1.0, ambiguous=False, why=code or "error")
+    # A timeout or a connection error: the request may or may not have reached Slack.
+    return Later(1.0, ambiguous=True, why=type(exc).__name__)
+
+
+class Pacer:
+    """A token bucket per key (a channel for posts, the workspace for updates): bursts of
+    `burst` calls, then `rate` per second. Remembers the longest wait it imposed."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate = rate
+        self.burst = float(burst)
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self.longest_wait = 0.0
+
+    def reserve(self, key: str) -> float:
+        """Take a token; the seconds to wait before using it."""
+        now = time.monotonic()
+        tokens, last = self._buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate) - 1
+        self._buckets[key] = (tokens, now)
+        wait = max(0.0, -tokens / self.rate)
+        self.longest_wait = max(self.longest_wait, wait)
+        return wait
+
+    async def wait(self, key: str) -> None:
+        delay = self.reserve(key)
+        if delay > 0:
+            await asyncio.sleep(delay)

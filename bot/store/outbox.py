@@ -1,0 +1,150 @@
+"""The outbox: which Slack messages must be brought up to date with what Redis holds.
+
+A transition that changes what people see marks the message ("target") in its run's outbox hash,
+inside the same Lua script or MULTI (so a crash cannot separate the change from the mark). The
+run is then put on a sorted-set index, due now. A projector (any replica) claims due runs with a
+lease (a unique score), delivers their targets, and drops a mark only if no newer change came in
+meanwhile. A reconciler re-indexes any run whose outbox is not empty, so a crash between a
+transition and its index write delays a message, never loses it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as redis
+
+from bot.store import keys
+
+_CLAIM = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+local out = {}
+for i, member in ipairs(due) do
+  local score = tostring(tonumber(ARGV[2]) + i / 1000)
+  redis.call('ZADD', KEYS[1], 'XX', score, member)
+  table.insert(out, member)
+  table.insert(out, score)
+end
+return out
+"""
+
+# Renew (ARGV[2] = new score) or release (ARGV[2] = next due score, or '' to drop) a claim, only
+# while the entry still carries this claim's score: a newer change re-indexed it meanwhile.
+_HOLD = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score or tonumber(score) ~= tonumber(ARGV[3]) then
+  return 0
+end
+if ARGV[2] == '' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+else
+  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+end
+return 1
+"""
+
+_DONE = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HDEL', KEYS[1], ARGV[1], ARGV[1] .. '@')
+  return 1
+end
+return 0
+"""
+
+
+def _s(value: Any) -> str:
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
+
+
+def now_ms() -> float:
+    return time.time() * 1000
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A target that must show a newer state: its change counter, and since when (Unix s)."""
+
+    tick: str
+    since: float
+
+
+@dataclass
+class Shown:
+    """What Slack holds of one message: its ts, the hash of the content last confirmed
+    delivered, and when a post was last attempted without a confirmed answer."""
+
+    ts: str = ""
+    hash: str = ""
+    posting: float = 0.0
+
+
+@dataclass(frozen=True)
+class Claim:
+    run_id: str
+    score: str
+
+
+class Outbox:
+    """Reads and acknowledges the outbox; records what was shown."""
+
+    def __init__(self, client: redis.Redis, *, retention_seconds: int) -> None:
+        self.redis = client
+        self.retention = retention_seconds
+        self._claim = client.register_script(_CLAIM)
+        self._hold = client.register_script(_HOLD)
+        self._done = client.register_script(_DONE)
+
+    async def schedule(self, run_id: str, delay: float = 0.0) -> None:
+        """Index the run as due in `delay` seconds (never later than it already is)."""
+        await self.redis.zadd(keys.OUTBOX_INDEX, {run_id: now_ms() + delay * 1000}, lt=True)
+
+    async def claim(self, limit: int, lease: float) -> list[Claim]:
+        """Take up to `limit` due runs for `lease` seconds; each claim has a unique score."""
+        base = now_ms() + lease * 1000 + random.random()
+        reply = await self._claim(keys=[keys.OUTBOX_INDEX], args=[now_ms(), base, limit])
+        items = [_s(r) for r in reply]
+        return [Claim(items[i], items[i + 1]) for i in range(0, len(items), 2)]
+
+    async def renew(self, claim: Claim, lease: float) -> Claim | None:
+        score = f"{now_ms() + lease * 1000 + random.random():.6f}"
+        held = await self._hold(keys=[keys.OUTBOX_INDEX], args=[claim.run_id, score, claim.score])
+        return Claim(claim.run_id, score) if int(held) == 1 else None
+
+    async def release(self, claim: Claim, next_due: float | None) -> None:
+        """Give the run back: dropped from the index, or due again in `next_due` seconds.
+        A change that arrived meanwhile keeps it indexed (due now) either way."""
+        score = "" if next_due is None else f"{now_ms() + next_due * 1000:.3f}"
+        await self._hold(keys=[keys.OUTBOX_INDEX], args=[claim.run_id, score, claim.score])
+
+    async def marks(self, run_id: str) -> dict[str, Mark]:
+        raw = {_s(k): _s(v) for k, v in (await self.redis.hgetall(keys.outbox_key(run_id))).items()}
+        return {
+            target: Mark(tick, float(raw.get(target + "@", "0") or 0))
+            for target, tick in raw.items()
+            if not target.endswith("@")
+        }
+
+    async def done(self, run_id: str, target: str, mark: Mark) -> bool:
+        """Drop the mark if no newer change arrived since it was read."""
+        return int(await self._done(keys=[keys.outbox_key(run_id)], args=[target, mark.tick])) == 1
+
+    async def shown(self, run_id: str) -> dict[str, Shown]:
+        raw = await self.redis.hgetall(keys.shown_key(run_id))
+        return {_s(k): Shown(**json.loads(_s(v))) for k, v in raw.items()}
+
+    async def set_shown(self, run_id: str, target: str, shown: Shown) -> None:
+        key = keys.shown_key(run_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, target, json.dumps(shown.__dict__))
+            pipe.expire(key, self.retention)
+            await pipe.execute()
+
+    async def indexed(self, run_id: str) -> bool:
+        return await self.redis.zscore(keys.OUTBOX_INDEX, run_id) is not None
+
+    async def backlog(self) -> int:
+        return int(await self.redis.zcard(keys.OUTBOX_INDEX))
