@@ -142,6 +142,7 @@ async def test_a_worker_killed_during_the_tool_leaves_it_to_a_person(
             )
             assert "`delete_logs` (call `call_1`) was executing" in review.all_text()
             assert "stopped (or stalled)" in review.all_text()
+            mark_done = review.button_value(REVIEW_DONE)
             await wait_until(
                 lambda: any(
                     "needs review" in m.all_text()
@@ -167,9 +168,12 @@ async def test_a_worker_killed_during_the_tool_leaves_it_to_a_person(
                 assert executions(tmp_path) == [("start", "/var/log/b")]
                 await requests.click(choice, review.button_value(choice), user="U3", channel="C1")
             await wait_until(lambda: outputs(slack), timeout=30, what="the run to finish")
-            again = await requests.click(
-                REVIEW_DONE, review.button_value(REVIEW_DONE), user="U3", channel="C1"
+            # Settled: the review shows who chose what (a real mention), and no buttons.
+            await wait_until(
+                lambda: not review.action_ids(), timeout=10, what="the review to show its outcome"
             )
+            assert "<@U" in review.all_text() and "&lt;@" not in review.all_text()
+            again = await requests.click(REVIEW_DONE, mark_done, user="U3", channel="C1")
             assert again.status == 200
             await asyncio.sleep(0.5)
         finally:
@@ -274,3 +278,37 @@ async def test_redis_killed_and_restarted_while_runs_wait(
 async def _ready(http: aiohttp.ClientSession, url: str) -> bool:
     async with http.get(f"{url}/readyz") as response:
         return response.status == 200
+
+
+async def test_a_process_killed_while_posting_a_card_leaves_no_long_claim(
+    slack: FakeSlackAPI, env: dict[str, str], tmp_path: Path
+) -> None:
+    """The card's post hangs in Slack; the process posting it is SIGKILLed. Another process
+    takes the run's messages over once their lease (1 s here) lapses, finds that the post never
+    happened, and posts the card: exactly one, decidable."""
+    slack.hang("chat.postMessage", when=lambda p: "Approval needed" in str(p.get("text")))
+    first, second = free_port(), free_port()
+    async with running_bot(env, first) as doomed:
+        async with SlackRequests(
+            f"http://127.0.0.1:{first}/slack/events", SIGNING_SECRET
+        ) as requests:
+            await requests.command("/var/log/k", user="U1", channel="C1")
+            await wait_until(lambda: slack.hanging == 1, timeout=20, what="the card's post")
+        doomed.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(doomed.wait, 10)
+    loop = asyncio.get_running_loop()
+    async with (
+        running_bot(env, second),
+        SlackRequests(f"http://127.0.0.1:{second}/slack/events", SIGNING_SECRET) as requests,
+    ):
+        up = loop.time()
+        [card] = await wait_until(
+            lambda: [m for m in slack.approval_messages() if m.action_ids()],
+            timeout=20,
+            what="the card, posted by the surviving process",
+        )
+        assert loop.time() - up < 1.0 + 2.0  # within one lease (plus polling)
+        await requests.click(APPROVE, card.button_value(APPROVE), user="U2", channel="C1")
+        await wait_until(lambda: outputs(slack), timeout=30, what="the run to finish")
+    assert len(slack.approval_messages()) == 1
+    assert executions(tmp_path) == [("start", "/var/log/k"), ("end", "/var/log/k")]

@@ -27,6 +27,8 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+Picker = Callable[[dict[str, Any]], bool]  # picks the calls a knob applies to, by their params
+
 
 class _SlackError(Exception):
     """An error Slack would answer with `ok: false`."""
@@ -39,6 +41,7 @@ class ApiCall:
     method: str
     params: dict[str, Any]
     token: str = ""
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -106,10 +109,10 @@ class FakeSlackAPI:
         # Methods answered with HTTP 429 (rate limited, Retry-After: 1), as Slack does.
         self.rate_limited: set[str] = set()
         self.fail_error = "fatal_error"
-        # Bad days: method -> [calls left, argument] (see the module docstring).
-        self._rate_limited: dict[str, list[int]] = {}
-        self._lost: dict[str, list[int]] = {}
-        self._hung: dict[str, int] = {}
+        # Bad days: method -> (calls left, argument, which calls) (see the module docstring).
+        self._rate_limited: dict[str, list[Any]] = {}
+        self._lost: dict[str, list[Any]] = {}
+        self._hung: dict[str, list[Any]] = {}
         self._release = asyncio.Event()
         self.hanging = 0  # calls waiting for `release()` right now
         # User groups for usergroups.list: id -> (handle, member ids).
@@ -189,17 +192,24 @@ class FakeSlackAPI:
 
     # Bad days ------------------------------------------------------------------------------
 
-    def rate_limit(self, method: str, times: int, retry_after: int = 1) -> None:
-        """The next `times` calls of `method` get HTTP 429 with `Retry-After: retry_after`."""
-        self._rate_limited[method] = [times, retry_after]
+    def rate_limit(
+        self, method: str, times: int, retry_after: int = 1, *, when: Picker | None = None
+    ) -> None:
+        """The next `times` calls of `method` (that `when` picks, if given) get HTTP 429 with
+        `Retry-After: retry_after`, and are not performed."""
+        self._rate_limited[method] = [times, retry_after, when]
 
-    def lose_response(self, method: str, times: int = 1, status: int = 502) -> None:
-        """The next `times` calls of `method` are performed, then answered with HTTP `status`."""
-        self._lost[method] = [times, status]
+    def lose_response(
+        self, method: str, times: int = 1, status: int = 502, *, when: Picker | None = None
+    ) -> None:
+        """The next `times` calls of `method` (that `when` picks) are performed, then answered
+        with HTTP `status`: the caller cannot know they took effect."""
+        self._lost[method] = [times, status, when]
 
-    def hang(self, method: str, times: int = 1) -> None:
-        """The next `times` calls of `method` get no answer until `release()` (not performed)."""
-        self._hung[method] = times
+    def hang(self, method: str, times: int = 1, *, when: Picker | None = None) -> None:
+        """The next `times` calls of `method` (that `when` picks) get no answer until
+        `release()`; released, they are performed and answered."""
+        self._hung[method] = [times, None, when]
 
     def release(self) -> None:
         """Let every hanging call go on (it is then performed and answered)."""
@@ -207,15 +217,11 @@ class FakeSlackAPI:
         self._release = asyncio.Event()
 
     @staticmethod
-    def _take(knob: dict[str, Any], method: str) -> bool:
+    def _take(knob: dict[str, list[Any]], method: str, params: dict[str, Any]) -> bool:
         left = knob.get(method)
-        count = left[0] if isinstance(left, list) else left
-        if not count:
+        if not left or left[0] <= 0 or (left[2] is not None and not left[2](params)):
             return False
-        if isinstance(left, list):
-            left[0] -= 1
-        else:
-            knob[method] = count - 1
+        left[0] -= 1
         return True
 
     # Queries used by tests ----------------------------------------------------------------
@@ -269,14 +275,14 @@ class FakeSlackAPI:
             return web.json_response(
                 {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"}
             )
-        if self._take(self._rate_limited, method):
+        if self._take(self._rate_limited, method, params):
             retry_after = self._rate_limited[method][1]
             return web.json_response(
                 {"ok": False, "error": "ratelimited"},
                 status=429,
                 headers={"Retry-After": str(retry_after)},
             )
-        if self._take(self._hung, method):
+        if self._take(self._hung, method, params):
             self.hanging += 1
             try:
                 await self._release.wait()
@@ -293,7 +299,7 @@ class FakeSlackAPI:
             return web.json_response({"ok": False, "error": str(exc)})
         self.changed.set()
         self.changed = asyncio.Event()
-        if self._take(self._lost, method):
+        if self._take(self._lost, method, params):
             return web.Response(status=self._lost[method][1], text="<html>Bad Gateway</html>")
         return web.json_response({"ok": True, **result})
 

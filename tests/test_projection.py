@@ -1,0 +1,242 @@
+"""What Slack shows is a projection of what Redis holds: delivered despite rate limits, lost
+responses and lost Redis replies. Signed HTTP in, real Redis, the stand-in answering like Slack
+on a bad day."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from typing import Any
+from urllib.parse import urlparse
+
+from bot.slack.blocks import APPROVE
+from bot.testing.harness import BotHarness, status_line, wait_until
+from bot.testing.slack_api import FakeSlackAPI, Message
+from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+
+
+def _agent(ledger: Ledger, final: str = "Deleted.") -> Any:
+    agent, _ = ops_agent(
+        [[function_call("delete_logs", {"path": "/var/log/app"}, call_id="c1")],
+         [assistant_message(final)]],
+        ledger,
+    )  # fmt: skip
+    return agent
+
+
+def is_card(params: dict[str, Any]) -> bool:
+    return "Approval needed" in str(params.get("text", ""))
+
+
+def is_run_message(params: dict[str, Any]) -> bool:
+    return str(params.get("text", "")).startswith("Agent run by")
+
+
+def card_posts(slack: FakeSlackAPI) -> list[Any]:
+    return [c for c in slack.calls_to("chat.postMessage") if is_card(c.params)]
+
+
+async def approve_and_finish(bot: BotHarness, card: Message) -> None:
+    sent = await bot.click(card, APPROVE, user="U2")
+    assert sent.status == 200
+    await bot.wait_for_status("finished", timeout=30)
+    await bot.idle()
+
+
+async def test_two_and_five_429s_on_a_card_delay_it_and_retry_after_is_honoured(
+    redis_url: str,
+) -> None:
+    for times in (2, 5):
+        ledger = Ledger()
+        async with BotHarness(redis_url, _agent(ledger), POLICY) as bot:
+            bot.slack_api.rate_limit("chat.postMessage", times, retry_after=1, when=is_card)
+            await bot.slack.command("clean", user="U1", channel="C1")
+            [card] = await bot.wait_for_approvals(1, timeout=40)
+            attempts = card_posts(bot.slack_api)
+            assert len(attempts) == times + 1
+            gaps = [b.at - a.at for a, b in itertools.pairwise(attempts)]
+            assert min(gaps) >= 0.95, gaps  # never sooner than Retry-After
+            assert len(bot.slack_api.approval_messages()) == 1
+            assert "waiting for 1 approval" in status_line(bot.run_message())
+            await approve_and_finish(bot, card)
+        assert ledger.names() == ["delete_logs"]
+
+
+async def test_a_429_on_the_run_message_does_not_fail_the_run(redis_url: str) -> None:
+    ledger = Ledger()
+    async with BotHarness(redis_url, _agent(ledger), POLICY) as bot:
+        bot.slack_api.rate_limit("chat.postMessage", 1, retry_after=1, when=is_run_message)
+        await bot.slack.command("clean", user="U1", channel="C1")
+        [card] = await bot.wait_for_approvals(1, timeout=20)
+        await approve_and_finish(bot, card)
+        assert len([m for m in bot.slack_api.top_level() if "started agent" in m.all_text()]) == 1
+        assert bot.slack_api.ephemeral_to("U1") == []
+    assert ledger.names() == ["delete_logs"]
+
+
+async def test_a_lost_response_on_a_card_post_leaves_exactly_one_indexed_card(
+    redis_url: str,
+) -> None:
+    ledger = Ledger()
+    async with BotHarness(redis_url, _agent(ledger), POLICY) as bot:
+        slack = bot.slack_api
+        slack.lose_response("chat.postMessage", 1, status=502, when=is_card)
+        await bot.slack.command("clean", user="U1", channel="C1")
+        [card] = await bot.wait_for_approvals(1, timeout=20)
+        assert len(slack.approval_messages()) == 1
+        assert len(card_posts(slack)) == 1  # found by its metadata, not posted again
+        [lookup] = slack.calls_to("conversations.history")
+        assert lookup.params.get("include_all_metadata") in (True, "true", "1")
+        # Indexed for thread replies: `reject:` in its thread is a decision.
+        sent = await bot.slack.thread_reply(
+            "reject: not today", user="U2", channel=card.channel, thread_ts=card.ts
+        )
+        assert sent.status == 200
+        await bot.wait_for_status("finished", timeout=20)
+        await bot.idle()
+        assert "Rejected by <@U2>" in card.all_text() and card.action_ids() == []
+    assert ledger.executed == []
+
+
+async def test_a_429_on_the_decisions_update_is_repaired_when_slack_recovers(
+    redis_url: str,
+) -> None:
+    ledger = Ledger()
+    async with BotHarness(redis_url, _agent(ledger), POLICY) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        bot.slack_api.rate_limit(
+            "chat.update", 3, retry_after=1, when=lambda p: p.get("ts") == card.ts
+        )
+        await bot.click(card, APPROVE, user="U2")
+        await wait_until(lambda: card.action_ids() == [], timeout=15, what="the buttons to go")
+        await bot.wait_for_status("finished", timeout=20)
+        await bot.idle()
+        assert "Approved by <@U2>" in card.all_text()
+    assert ledger.names() == ["delete_logs"]
+
+
+async def test_one_completed_decision_costs_three_web_api_calls(redis_url: str) -> None:
+    ledger = Ledger()
+    async with BotHarness(redis_url, _agent(ledger), POLICY) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        before = len(bot.slack_api.calls)
+        await approve_and_finish(bot, card)
+        after = [c.method for c in bot.slack_api.calls[before:]]
+    # The card update, the output post, the run message update: nothing else.
+    assert sorted(after) == ["chat.postMessage", "chat.update", "chat.update"], after
+
+
+async def test_untrusted_text_is_escaped_once_and_a_long_task_fits(redis_url: str) -> None:
+    ledger = Ledger()
+    output = "Done for a&b <@U999> <!channel>"
+    task = "\n".join(f"line {i} & <b>" for i in range(1400))
+    async with BotHarness(redis_url, _agent(ledger, output), POLICY) as bot:
+        card = await bot.start_and_wait(task, user="U1")
+        run = bot.run_message()
+        for block in run.blocks:
+            for text in [block.get("text", {}).get("text", "")] + [
+                e.get("text", "") for e in block.get("elements", []) if isinstance(e, dict)
+            ]:
+                assert len(text) <= 3000
+        assert "truncated: showing" in run.all_text() and "of 1,400 lines" in run.all_text()
+        assert "line 0 &amp; &lt;b&gt;" in run.all_text()
+        await approve_and_finish(bot, card)
+        [result] = [m for m in bot.run_thread() if "Done for" in m.text]
+    assert result.text == "Done for a&amp;b &lt;@U999&gt; &lt;!channel&gt;"
+    assert "<@U1>" in run.all_text()  # the bot's own mention stays a mention
+
+
+# A lost Redis reply ---------------------------------------------------------------------------
+
+
+class LosingProxy:
+    """A TCP proxy in front of redis-server that, once armed, forwards a command containing
+    `marker` and its reply from Redis, then drops the connection instead of passing the reply
+    on: the command took effect, the client never heard (redis-py reconnects and retries)."""
+
+    def __init__(self, upstream: str) -> None:
+        parsed = urlparse(upstream)
+        self.host, self.port = parsed.hostname or "127.0.0.1", parsed.port or 6379
+        self.marker = b""
+        self.dropped = 0
+        self.server: asyncio.Server | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> LosingProxy:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        self.url = f"redis://127.0.0.1:{port}/0"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+        lose_next = asyncio.Event()
+
+        async def upstream() -> None:
+            while data := await reader.read(65536):
+                if self.marker and self.marker in data:
+                    self.marker = b""
+                    lose_next.set()
+                up_writer.write(data)
+                await up_writer.drain()
+
+        async def downstream() -> None:
+            while data := await up_reader.read(65536):
+                if lose_next.is_set():
+                    self.dropped += 1
+                    writer.transport.abort()  # the reply is lost with the connection
+                    return
+                writer.write(data)
+                await writer.drain()
+
+        tasks = [asyncio.create_task(upstream()), asyncio.create_task(downstream())]
+        with contextlib.suppress(Exception):
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            task.cancel()
+        writer.close()
+        up_writer.close()
+
+
+async def test_a_lost_reply_on_the_command_claim_does_not_drop_the_command(
+    redis_url: str,
+) -> None:
+    ledger = Ledger()
+    async with (
+        LosingProxy(redis_url) as proxy,
+        BotHarness(proxy.url, _agent(ledger), POLICY) as bot,
+    ):
+        proxy.marker = b"ab:seen:command"
+        await bot.slack.command("clean", user="U1", channel="C1")
+        [card] = await bot.wait_for_approvals(1, timeout=20)
+        assert proxy.dropped == 1
+        await approve_and_finish(bot, card)
+    assert ledger.names() == ["delete_logs"]
+
+
+async def test_a_lost_reply_on_the_event_claim_does_not_drop_a_reject_reply(
+    redis_url: str,
+) -> None:
+    ledger = Ledger()
+    async with (
+        LosingProxy(redis_url) as proxy,
+        BotHarness(proxy.url, _agent(ledger), POLICY) as bot,
+    ):
+        card = await bot.start_and_wait("clean", user="U1")
+        proxy.marker = b"ab:seen:event"
+        sent = await bot.slack.thread_reply(
+            "reject: no", user="U2", channel=card.channel, thread_ts=card.ts
+        )
+        assert sent.status == 200
+        assert proxy.dropped == 1
+        await bot.wait_for_status("finished", timeout=20)
+        await bot.idle()
+        assert "Rejected by <@U2>" in card.all_text()
+        entries = await bot.audit()
+    assert ledger.executed == []
+    assert [e["kind"] for e in entries if e.get("kind") == "decided"] == ["decided"]
