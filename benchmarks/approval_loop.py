@@ -4,7 +4,12 @@
   first model call (the scripted model notes the time), p50 / p99 over N runs;
 - decision throughput: concurrent Approve clicks on distinct pending calls, decisions per second;
 - storage: Redis bytes per paused run (run hash, snapshot, call record) and the snapshot's
-  compression ratio.
+  compression ratio;
+- Slack Web API calls per completed decision (from the click to the run's end, all settled);
+- pacing: the longest a card waits behind its channel's post pacing in a burst of 50 posts.
+
+Runs are spread over channels (one each) except in the pacing figure: Slack allows about one
+post per second per channel, and the bot paces itself to that.
 
 Everything is real but the model (ScriptedModel) and Slack's Web API (the local stand-in).
 """
@@ -31,7 +36,8 @@ from bot.store.connection import EmbeddedRedis
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import Message
 
-POLICY = "channels:\n  C1:\n    approvers: [U2]\n"
+CHANNELS = 200
+POLICY = "channels:\n" + "".join(f"  C{i}:\n    approvers: [U2]\n" for i in range(CHANNELS))
 
 
 def build_agent(resumed_at: dict[str, float], runs: int) -> Agent[Any]:
@@ -68,6 +74,16 @@ UNLIMITED = {
     "user_open_runs": 0,
     "channel_open_runs": 0,
 }
+# Figures about the bot itself: Slack's pacing (~1 post/s per channel, ~50 updates/min) off.
+UNPACED = {
+    **UNLIMITED,
+    "slack_posts_per_second": 10_000.0,
+    "slack_updates_per_minute": 600_000.0,
+}
+
+
+def live_cards(bot: BotHarness, channel: str) -> list[Message]:
+    return [m for m in bot.slack_api.approval_messages() if m.action_ids() and m.channel == channel]
 
 
 async def pending(bot: BotHarness, count: int) -> list[Message]:
@@ -77,18 +93,19 @@ async def pending(bot: BotHarness, count: int) -> list[Message]:
 async def latency(redis_url: str, runs: int) -> None:
     resumed_at: dict[str, float] = {}
     async with BotHarness(
-        redis_url, build_agent(resumed_at, runs), POLICY, settings=UNLIMITED
+        redis_url, build_agent(resumed_at, runs), POLICY, settings=UNPACED
     ) as bot:
         samples = []
         for i in range(runs):
-            await bot.slack.command(f"deploy v{i}", user="U1", channel="C1")
-            [message] = [m for m in await pending(bot, 1) if m.action_ids()]
+            channel = f"C{i % CHANNELS}"
+            await bot.slack.command(f"deploy v{i}", user="U1", channel=channel)
+            [message] = await wait_until(lambda ch=channel: live_cards(bot, ch), timeout=30)  # type: ignore[misc]
             started = time.perf_counter()
             await bot.click(message, APPROVE, user="U2")
             call_id = f"call-{i}"
             await wait_until(lambda cid=call_id: cid in resumed_at, timeout=30)  # type: ignore[misc]
             samples.append((resumed_at[call_id] - started) * 1000)
-            await bot.idle()
+        await bot.idle()
     print(f"click -> resumed model call, {runs} runs (ms):")
     print(
         f"  p50 {statistics.median(samples):.2f}  p99 {percentile(samples, 0.99):.2f}  "
@@ -99,10 +116,10 @@ async def latency(redis_url: str, runs: int) -> None:
 async def throughput(redis_url: str, runs: int) -> None:
     resumed_at: dict[str, float] = {}
     async with BotHarness(
-        redis_url, build_agent(resumed_at, runs), POLICY, settings=UNLIMITED
+        redis_url, build_agent(resumed_at, runs), POLICY, settings=UNPACED
     ) as bot:
         for i in range(runs):
-            await bot.slack.command(f"deploy v{i}", user="U1", channel="C1")
+            await bot.slack.command(f"deploy v{i}", user="U1", channel=f"C{i % CHANNELS}")
         messages = await pending(bot, runs)
         await bot.idle()
         started = time.perf_counter()
@@ -144,7 +161,7 @@ async def storage(redis_url: str, task_chars: int = 0) -> None:
     async with BotHarness(redis_url, build_agent(resumed_at, 1), POLICY, settings=settings) as bot:
         client = aioredis.Redis.from_url(redis_url)
         task = (prose(task_chars) + " ") if task_chars else ""
-        await bot.slack.command(task + "deploy v0", user="U1", channel="C1")
+        await bot.slack.command(task + "deploy v0", user="U1", channel="C0")
         [message] = await pending(bot, 1)
         await bot.idle()
         approval_id = message.button_value(APPROVE)
@@ -172,6 +189,57 @@ async def storage(redis_url: str, task_chars: int = 0) -> None:
     print(f"  snapshot {len(raw)} B of JSON stored as {len(blob)} B ({len(raw) / len(blob):.1f}x)")
 
 
+async def cost(redis_url: str, runs: int) -> None:
+    """Web API calls from an Approve click until the run finished and Slack shows it all."""
+    resumed_at: dict[str, float] = {}
+    counts: list[int] = []
+    methods: dict[str, int] = {}
+    async with BotHarness(
+        redis_url, build_agent(resumed_at, runs), POLICY, settings=UNPACED
+    ) as bot:
+        for i in range(runs):
+            channel = f"C{i % CHANNELS}"
+            await bot.slack.command(f"deploy v{i}", user="U1", channel=channel)
+            [message] = [m for m in await pending(bot, 1) if m.channel == channel]
+            before = len(bot.slack_api.calls)
+            await bot.click(message, APPROVE, user="U2")
+            await wait_until(lambda cid=f"call-{i}": cid in resumed_at, timeout=30)  # type: ignore[misc]
+            await bot.idle()
+            made = bot.slack_api.calls[before:]
+            counts.append(len(made))
+            for call in made:
+                methods[call.method] = methods.get(call.method, 0) + 1
+    print(f"Slack Web API calls per completed decision ({runs} runs; goal <= 3):")
+    print(
+        f"  mean {statistics.mean(counts):.2f}  max {max(counts)}  ("
+        + ", ".join(f"{m} {n / runs:.1f}" for m, n in sorted(methods.items()))
+        + ")"
+    )
+
+
+async def pacing(redis_url: str, posts: int) -> None:
+    """`posts` chat.postMessage calls at once in one channel (a run message and a card per
+    run): how long the last card waits behind the channel's pacing (≈1/s after a burst)."""
+    resumed_at: dict[str, float] = {}
+    runs = posts // 2
+    async with BotHarness(
+        redis_url, build_agent(resumed_at, runs), POLICY, settings=UNLIMITED
+    ) as bot:
+        started = time.perf_counter()
+        await asyncio.gather(
+            *(bot.slack.command(f"deploy v{i}", user="U1", channel="C0") for i in range(runs))
+        )
+        await pending(bot, runs)
+        elapsed = time.perf_counter() - started
+        waited = bot.runtime.projector.posts.longest_wait
+        retried = len(bot.slack_api.calls_to("chat.postMessage")) - posts
+    print(f"a burst of {posts} posts in one channel ({runs} runs):")
+    print(
+        f"  longest wait behind pacing {waited:.1f} s; all {runs} cards shown after "
+        f"{elapsed:.1f} s; posts beyond the {posts} needed: {retried}"
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=100)
@@ -187,6 +255,10 @@ async def main() -> None:
                 client = aioredis.Redis.from_url(server.url)
                 await client.flushall()
                 await throughput(server.url, args.runs)
+                await client.flushall()
+                await cost(server.url, 20)
+                await client.flushall()
+                await pacing(server.url, 50)
                 await client.flushall()
                 await client.aclose()
             await storage(server.url)

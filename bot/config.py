@@ -46,6 +46,13 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(default=8, alias="APPROVAL_BOT_WORKER_CONCURRENCY", ge=1)
     max_turns: int = Field(default=20, alias="APPROVAL_BOT_MAX_TURNS", ge=1)
     slack_timeout_seconds: int = Field(default=10, alias="APPROVAL_BOT_SLACK_TIMEOUT_SECONDS", ge=1)
+    # Slack allows about one post per second per channel and ~50 updates a minute per workspace.
+    slack_posts_per_second: float = Field(
+        default=1.0, alias="APPROVAL_BOT_SLACK_POSTS_PER_SECOND", gt=0
+    )
+    slack_updates_per_minute: float = Field(
+        default=50.0, alias="APPROVAL_BOT_SLACK_UPDATES_PER_MINUTE", gt=0
+    )
 
     # What one person or one channel may cost (0: no limit).
     user_starts_per_minute: float = Field(

@@ -31,7 +31,7 @@ from bot.slack.installation import learn_installation, learn_once
 from bot.slack.intake import refuse
 from bot.slack.notifier import SlackNotifier
 from bot.slack.projector import Projector
-from bot.slack.webapi import build_client
+from bot.slack.webapi import Pacer, build_client
 from bot.store.admission import AdmissionStore, Quota
 from bot.store.audit import AuditLog
 from bot.store.connection import EmbeddedRedis, connect
@@ -148,7 +148,12 @@ class BotRuntime:
             )
         await self.queue.ensure_group()
         self.projector = Projector(
-            store, self.client, self.service.undeliverable, lease=s.job_lease_seconds
+            store,
+            self.client,
+            self.service.undeliverable,
+            lease=s.job_lease_seconds,
+            posts=Pacer(rate=s.slack_posts_per_second, burst=5),
+            updates=Pacer(rate=s.slack_updates_per_minute / 60, burst=10),
         )
         self._projector_task = asyncio.create_task(self.projector.run(), name="projector")
         self._sweeper = asyncio.create_task(

@@ -286,7 +286,6 @@ class Projector:
 
     async def _find(self, run: RunRecord, target: str, thread: str, since: float) -> str:
         """The ts of this target's message if an earlier, unconfirmed post made it."""
-        await self.updates.wait(run.team_id)
         params: dict[str, Any] = {
             "channel": run.channel_id,
             "oldest": f"{since - 60:.6f}",

@@ -107,7 +107,9 @@ def delivery_key(kind: str, delivery_id: str) -> str:
 
 
 # What people see in Slack is derived from these (bot/store/outbox.py, bot/slack/projector.py).
-OUTBOX_INDEX = f"{PREFIX}:outbox"  # sorted set: run id -> when its messages are due (ms)
+# One hash tag, so the claim script touches one slot on Redis Cluster.
+OUTBOX_INDEX = f"{PREFIX}:{{outbox}}:due"  # sorted set: run id -> when its messages are due (ms)
+OUTBOX_LEASES = f"{PREFIX}:{{outbox}}:leases"  # hash: run id -> the claim holding it (score)
 
 # A run's messages ("targets"): its run message, one card per call, the result in its thread,
 # and one review request per review.

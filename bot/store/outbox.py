@@ -20,29 +20,52 @@ import redis.asyncio as redis
 
 from bot.store import keys
 
+# A claim is a lease on one run's messages: one holder at a time, whatever the index says. A
+# change that arrives meanwhile makes the run due again (its score drops), to be claimed once
+# the lease is released or lapses.
 _CLAIM = """
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+local now = tonumber(ARGV[1])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 4 * tonumber(ARGV[3]))
 local out = {}
 for i, member in ipairs(due) do
-  local score = tostring(tonumber(ARGV[2]) + i / 1000)
-  redis.call('ZADD', KEYS[1], 'XX', score, member)
-  table.insert(out, member)
-  table.insert(out, score)
+  local lease = redis.call('HGET', KEYS[2], member)
+  if not lease or tonumber(lease) < now then
+    local score = string.format('%.3f', tonumber(ARGV[2]) + i / 1000)
+    redis.call('ZADD', KEYS[1], 'XX', score, member)
+    redis.call('HSET', KEYS[2], member, score)
+    table.insert(out, member)
+    table.insert(out, score)
+    if #out >= 2 * tonumber(ARGV[3]) then
+      break
+    end
+  end
 end
 return out
 """
 
-# Renew (ARGV[2] = new score) or release (ARGV[2] = next due score, or '' to drop) a claim, only
-# while the entry still carries this claim's score: a newer change re-indexed it meanwhile.
+# Renew (ARGV[2] = the new lease) or release (ARGV[2] = the next due score, or '' to drop
+# the run from the index) a claim, only while this claim holds the lease. The index entry is
+# moved only if it still carries the claim's score: a newer change left it due now.
 _HOLD = """
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not score or tonumber(score) ~= tonumber(ARGV[3]) then
+if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[3] then
   return 0
 end
-if ARGV[2] == '' then
-  redis.call('ZREM', KEYS[1], ARGV[1])
-else
-  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local mine = score and tonumber(score) == tonumber(ARGV[3])
+if ARGV[4] == 'renew' then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+  if mine then
+    redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+  end
+  return 1
+end
+redis.call('HDEL', KEYS[2], ARGV[1])
+if mine then
+  if ARGV[2] == '' then
+    redis.call('ZREM', KEYS[1], ARGV[1])
+  else
+    redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+  end
 end
 return 1
 """
@@ -104,8 +127,10 @@ class Outbox:
 
     async def claim(self, limit: int, lease: float) -> list[Claim]:
         """Take up to `limit` due runs for `lease` seconds; each claim has a unique score."""
-        base = now_ms() + lease * 1000 + random.random()
-        reply = await self._claim(keys=[keys.OUTBOX_INDEX], args=[now_ms(), base, limit])
+        base = f"{now_ms() + lease * 1000 + random.random():.3f}"
+        reply = await self._claim(
+            keys=[keys.OUTBOX_INDEX, keys.OUTBOX_LEASES], args=[now_ms(), base, limit]
+        )
         items = [_s(r) for r in reply]
         return [Claim(items[i], items[i + 1]) for i in range(0, len(items), 2)]
 
@@ -118,7 +143,10 @@ class Outbox:
         """Give the run back: dropped from the index, or due again in `next_due` seconds.
         A change that arrived meanwhile keeps it indexed (due now) either way."""
         score = "" if next_due is None else f"{now_ms() + next_due * 1000:.3f}"
-        await self._hold(keys=[keys.OUTBOX_INDEX], args=[claim.run_id, score, claim.score])
+        await self._hold(
+            keys=[keys.OUTBOX_INDEX, keys.OUTBOX_LEASES],
+            args=[claim.run_id, score, claim.score, "release"],
+        )
 
     async def marks(self, run_id: str) -> dict[str, Mark]:
         raw = {_s(k): _s(v) for k, v in (await self.redis.hgetall(keys.outbox_key(run_id))).items()}
