@@ -130,7 +130,8 @@ async def test_one_completed_decision_costs_three_web_api_calls(redis_url: str) 
 async def test_untrusted_text_is_escaped_once_and_a_long_task_fits(redis_url: str) -> None:
     ledger = Ledger()
     output = "Done for a&b <@U999> <!channel>"
-    task = "\n".join(f"line {i} & <b>" for i in range(1400))
+    # 1,400 short lines (within the task cap): escaped and quoted they would overflow a block.
+    task = "a&b <c>\n" + "\n".join("&" for _ in range(1399))
     async with BotHarness(redis_url, _agent(ledger, output), POLICY) as bot:
         card = await bot.start_and_wait(task, user="U1")
         run = bot.run_message()
@@ -140,7 +141,7 @@ async def test_untrusted_text_is_escaped_once_and_a_long_task_fits(redis_url: st
             ]:
                 assert len(text) <= 3000
         assert "truncated: showing" in run.all_text() and "of 1,400 lines" in run.all_text()
-        assert "line 0 &amp; &lt;b&gt;" in run.all_text()
+        assert "a&amp;b &lt;c&gt;" in run.all_text()
         await approve_and_finish(bot, card)
         [result] = [m for m in bot.run_thread() if "Done for" in m.text]
     assert result.text == "Done for a&amp;b &lt;@U999&gt; &lt;!channel&gt;"

@@ -84,6 +84,7 @@ class Projector:
         self._running: set[asyncio.Task[None]] = set()
         self._failures: dict[str, int] = {}
         self._stopping = asyncio.Event()
+        self._fences: dict[str, Callable[[], Awaitable[None]]] = {}
 
     @property
     def busy(self) -> int:
@@ -125,13 +126,23 @@ class Projector:
                         return  # a newer change re-indexed the run: released as soon as done
                     held["claim"] = renewed
 
+        async def fence() -> None:
+            """Right before a Web API call: still ours? (a stalled process may have lost the
+            run to another one, which may be posting the same message)"""
+            renewed = await self.outbox.renew(held["claim"], self.lease)
+            if renewed is None:
+                raise Later(0.1, ambiguous=False, why="lease lost")
+            held["claim"] = renewed
+
         renewing = asyncio.create_task(renew())
+        self._fences[claim.run_id] = fence
         next_due: float | None = 1.0
         try:
             next_due = await self.project(claim.run_id)
         except Exception:
             log.exception("could not project run %s; retrying", claim.run_id)
         finally:
+            self._fences.pop(claim.run_id, None)
             renewing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewing
@@ -239,14 +250,16 @@ class Projector:
             if current.ts:
                 stage = "update"
                 await self.updates.wait(run.team_id)
+                await self._fence(run.run_id)
                 await self.client.chat_update(
                     channel=channel, ts=current.ts, text=text, blocks=payload or None
                 )
             else:
+                await self.posts.wait(channel)
+                await self._fence(run.run_id)
                 stage = "post"
                 current.posting = time.time()
                 await self.outbox.set_shown(run.run_id, target, current)
-                await self.posts.wait(channel)
                 response = await self.client.chat_postMessage(
                     channel=channel,
                     text=text,
@@ -271,6 +284,11 @@ class Projector:
         await self.outbox.set_shown(run.run_id, target, Shown(current.ts, digest, 0.0))
         await self.outbox.done(run.run_id, target, mark)
         return None
+
+    async def _fence(self, run_id: str) -> None:
+        fence = self._fences.get(run_id)
+        if fence is not None:
+            await fence()
 
     async def _posted(self, run: RunRecord, target: str, ts: str) -> None:
         """Record a new message's ts where the rest of the bot looks for it."""

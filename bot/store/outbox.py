@@ -136,7 +136,10 @@ class Outbox:
 
     async def renew(self, claim: Claim, lease: float) -> Claim | None:
         score = f"{now_ms() + lease * 1000 + random.random():.6f}"
-        held = await self._hold(keys=[keys.OUTBOX_INDEX], args=[claim.run_id, score, claim.score])
+        held = await self._hold(
+            keys=[keys.OUTBOX_INDEX, keys.OUTBOX_LEASES],
+            args=[claim.run_id, score, claim.score, "renew"],
+        )
         return Claim(claim.run_id, score) if int(held) == 1 else None
 
     async def release(self, claim: Claim, next_due: float | None) -> None:
