@@ -10,7 +10,11 @@ import itertools
 from typing import Any
 from urllib.parse import urlparse
 
+import redis.asyncio as aioredis
+
+from bot.runtime import BotRuntime
 from bot.slack.blocks import APPROVE
+from bot.store import keys
 from bot.testing.harness import BotHarness, status_line, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
 from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
@@ -241,3 +245,41 @@ async def test_a_lost_reply_on_the_event_claim_does_not_drop_a_reject_reply(
         entries = await bot.audit()
     assert ledger.executed == []
     assert [e["kind"] for e in entries if e.get("kind") == "decided"] == ["decided"]
+
+
+async def test_the_reconciler_indexes_marks_a_crash_left_unindexed(redis_url: str) -> None:
+    """A process stops between a decision (marked in the run's outbox, in the same script) and
+    its index write: the sweeper finds the marks and the card loses its buttons."""
+    ledger = Ledger()
+    async with BotHarness(redis_url, _agent(ledger), POLICY) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        runtime = bot.runtime
+        await runtime.projector.stop(5)  # nothing delivers while the crash is staged
+        assert runtime._projector_task is not None
+        runtime._projector_task.cancel()
+        await bot.click(card, APPROVE, user="U2")
+        await wait_until(lambda: ledger.names() == ["delete_logs"], what="the resumed tool")
+        # Redis as a process leaves it when it stops right after the transitions, before
+        # their index writes: marks in the run's outbox, the run not on the index.
+        client = aioredis.Redis.from_url(redis_url)
+        run_id = card.button_value(APPROVE).partition(".")[0]
+        await wait_until(lambda: _finished(runtime, run_id), what="the run to finish in Redis")
+        await client.zrem(keys.OUTBOX_INDEX, run_id)
+        await client.sadd(keys.EXECUTING_RUNS, run_id)  # left before the index write
+        await client.aclose()
+        assert await runtime.service.store.outbox.marks(run_id)
+        assert not await runtime.service.store.outbox.indexed(run_id)
+        runtime.projector._stopping.clear()
+        runtime._projector_task = asyncio.create_task(runtime.projector.run())
+        await wait_until(runtime.projector.idle, what="the projector to have nothing to do")
+        assert card.action_ids() != []  # nothing says the card must change
+        assert await runtime.service.requeue_stalled(older_than=3600) >= 1
+        await wait_until(lambda: card.action_ids() == [], what="the card to lose its buttons")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+    assert "Approved by <@U2>" in card.all_text()
+
+
+async def _finished(runtime: BotRuntime, run_id: str) -> bool:
+    run = await runtime.service.store.get_run(run_id)
+    return run is not None and run.status == "finished"

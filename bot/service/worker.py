@@ -41,7 +41,13 @@ class Worker:
 
     async def run(self) -> None:
         """Take jobs until `stop()`; then finish the jobs in hand."""
-        await self.queue.ensure_group()
+        while not self._stopping.is_set():  # Redis may be gone before this task first runs
+            try:
+                await self.queue.ensure_group()
+                break
+            except Exception:
+                log.warning("the worker could not reach the job queue; retrying", exc_info=True)
+                await asyncio.sleep(1.0)
         next_reclaim = 0.0
         loop = asyncio.get_running_loop()
         while not self._stopping.is_set():

@@ -37,7 +37,7 @@ def blockquote(text: str, limit: int, whole: int = 0) -> str:
     body = "\n".join(">" + line for line in lines)
     cut_body, cut = truncate(body, limit - 80)
     if whole > len(text):
-        return cut_body + f"\n_(truncated: showing part of {whole:,} characters)_"
+        return cut_body + f"\n_(truncated)_ (the task has {whole:,} characters)"
     if not cut:
         return body
     shown = cut_body.count("\n") + 1
