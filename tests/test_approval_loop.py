@@ -74,6 +74,7 @@ async def test_approve_runs_the_tool_and_posts_the_output(redis_url: str) -> Non
     # The tool saw who asked.
     [ctx] = ledger.contexts
     assert (ctx.user_id, ctx.channel_id, ctx.team_id) == ("U1", "C1", "T0TEST")
+    assert ctx.thread_ts == bot.run_message().ts  # the run starts once its message is shown
 
 
 def two_step(call: object, final: str = "ok") -> list[object]:

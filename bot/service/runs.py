@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -330,6 +331,8 @@ class RunFlow(ReviewFlow):
         run = await self.store.get_run(job.run_id)
         if run is None:
             return
+        if job.kind == "start" and not run.message_ts:
+            run = await self._shown(run)
         attempt = f"{job.execution}/{self._owner()}"
         taken, attempts = await self.store.take(job.run_id, job.execution, job.message_id, attempt)
         if taken == "skip":
@@ -363,6 +366,17 @@ class RunFlow(ReviewFlow):
             await self._fail(
                 run, attempt, f"The bot failed while running this run ({redact(str(exc))})."
             )
+
+    async def _shown(self, run: RunRecord, wait: float = 30.0) -> RunRecord:
+        """The run once its message is in Slack (its thread is the tools' `thread_ts`, and a
+        run whose message Slack refuses is stopped before it starts); after `wait` seconds of
+        a Slack outage it starts anyway, and its messages follow when Slack is back."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while not run.message_ts and run.status == "running" and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+            run = await self.store.get_run(run.run_id) or run
+        return run
 
     async def _retry_is_safe(self, run: RunRecord, job: Job, attempt: str) -> bool:
         """Whether an earlier, stopped attempt of this execution lets this one go on.
