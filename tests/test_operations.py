@@ -19,7 +19,7 @@ from bot.config import Settings
 from bot.logs import configure_logging
 from bot.slack.blocks import APPROVE
 from bot.store.connection import EmbeddedRedis
-from bot.testing.harness import BotHarness
+from bot.testing.harness import BotHarness, wait_until
 from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
 from tests.test_config import check
 
@@ -110,8 +110,21 @@ async def test_slack_errors_and_rate_limits_are_counted(redis_url: str) -> None:
         await bot.slack.command("hello", user="U1", channel="C1")
         await bot.slack.command("run nobody hello", user="U1", channel="C1")  # refused: told
         await bot.wait_for_status("running")  # the update to "finished" is rate limited
-        await bot.idle()
-        _, after = await scrape(bot.url)
+
+        # ... and retried (after Retry-After) until Slack recovers: wait for it to be counted.
+        async def counted() -> str:
+            _, text = await scrape(bot.url)
+            rate_limited = value(
+                text, "approval_bot_slack_rate_limited_total", method="chat.update"
+            )
+            return (
+                text
+                if rate_limited
+                > value(before, "approval_bot_slack_rate_limited_total", method="chat.update")
+                else ""
+            )
+
+        after = await wait_until(counted, timeout=20, what="the 429 to be counted")
 
     def moved(name: str, **labels: str) -> float:
         return value(after, name, **labels) - value(before, name, **labels)
