@@ -107,12 +107,12 @@ def run_message(
         ContextBlock(elements=[_md(f"*Status:* {status}  ·  run `{run.run_id}`")]),
     ]
     links = [
-        f"<{permalink(c.channel_id or run.channel_id, c.message_ts)}|`{inline(c.tool)}`>"
-        for c in waiting or []
+        f"<{permalink(c.channel_id or run.channel_id, c.message_ts)}|request {n}>"
+        for n, c in enumerate(waiting or [], start=1)
         if c.message_ts and not c.decided
     ]
     if links and run.status == "paused":
-        blocks.append(ContextBlock(elements=[_md("Waiting for: " + ", ".join(links))]))
+        blocks.append(ContextBlock(elements=[_md("Waiting for approval: " + ", ".join(links))]))
     if progress:
         lines = "\n".join(f"• {inline(line, 300)}" for line in progress)
         blocks.append(ContextBlock(elements=[_md(f"*Progress:*\n{lines}")]))

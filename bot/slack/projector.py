@@ -51,10 +51,12 @@ def _digest(text: str, body: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps([text, body], sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _order(target: str) -> tuple[int, int, str]:
-    """Run message first (cards link to it), then cards, reviews, notes in order, the result."""
+def _order(target: str, positions: dict[str, int]) -> tuple[int, int, str]:
+    """Run message first (cards link to it), then cards in the order the SDK listed their
+    calls, reviews, notes in order, the result."""
     kind, _, rest = target.partition(":")
-    return ORDER[kind], int(rest) if kind == "note" and rest.isdigit() else 0, rest
+    position = int(rest) if kind == "note" and rest.isdigit() else positions.get(rest, 0)
+    return ORDER[kind], position, rest
 
 
 class Projector:
@@ -162,7 +164,10 @@ class Projector:
             return None
         shown = await self.outbox.shown(run_id)
         again: float | None = None
-        for target in sorted(marks, key=_order):
+        positions = {}
+        if any(t.startswith("card:") for t in marks):
+            positions = {c.approval_id: c.index for c in await self.store.pause_calls(run_id)}
+        for target in sorted(marks, key=lambda t: _order(t, positions)):
             key = f"{run_id}/{target}"
             try:
                 wait = await self._deliver(run, target, marks[target], shown)
