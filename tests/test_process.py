@@ -38,7 +38,11 @@ def policy_file(tmp_path: Path) -> Path:
 async def test_sigkill_while_waiting_then_a_new_process_resumes(
     slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, redis_url: str
 ) -> None:
-    env = bot_env(slack, policy_file, tmp_path, REDIS_URL=redis_url)
+    # The killed process may hold the run's delivery lease: the new one delivers once it expires,
+    # so the lease is short here (a real deployment waits up to one lease, 30 s by default).
+    env = bot_env(
+        slack, policy_file, tmp_path, REDIS_URL=redis_url, APPROVAL_BOT_JOB_LEASE_SECONDS="2"
+    )
     port = free_port()
     url = f"http://127.0.0.1:{port}/slack/events"
     async with running_bot(env, port) as first, SlackRequests(url, SIGNING_SECRET) as requests:
