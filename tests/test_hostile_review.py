@@ -174,6 +174,9 @@ async def test_malformed_bodies_get_400_signed_and_401_unsigned_never_500(
             body = b"payload=%7B%7D"
             odd_time = await bot.slack.send_raw(body, FORM, signed(bot, body, timestamp="soon"))
             assert odd_time.status == 400
+            # Slack's certificate check still gets Bolt's 200, signed or not, and does nothing.
+            ssl_check = await bot.slack.send_raw(b"ssl_check=1&token=x", FORM)
+            assert ssl_check.status == 200 and ssl_check.text == ""
             # Well-formed requests still work.
             await bot.start_and_wait("clean", user="U1")
         await audited(bot)

@@ -82,8 +82,22 @@ def check_shape(body: bytes, content_type: str) -> Refusal | None:
     return None
 
 
+def is_ssl_check(body: bytes, content_type: str) -> bool:
+    """Slack's `ssl_check=1` request (which Slack may send unsigned): a tiny form of nothing but
+    `ssl_check` and `token`."""
+    if content_type.startswith("application/json") or len(body) > 512:
+        return False
+    try:
+        form = parse_qs(body.decode("ascii"))
+    except UnicodeDecodeError:
+        return False
+    return form.get("ssl_check") == ["1"] and set(form) <= {"ssl_check", "token"}
+
+
 def refuse(secret: str | None, body: bytes, headers: Any, content_type: str) -> Refusal | None:
     """None when the request may go to Bolt; otherwise what to answer (logged here)."""
+    if is_ssl_check(body, content_type):
+        return None  # Slack's certificate check: Bolt answers 200 to it and does nothing else
     refusal = authenticate(secret, body, headers) if secret is not None else None
     if refusal is None:
         refusal = check_shape(body, content_type)
