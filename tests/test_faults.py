@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -32,12 +31,6 @@ from tests.processes import (
 )
 
 LEASE = "1"
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlackAPI]:
-    async with FakeSlackAPI() as api:
-        yield api
 
 
 @pytest.fixture

@@ -21,22 +21,8 @@ from bot.store.connection import EmbeddedRedis
 from bot.testing.harness import BOT_TOKEN, SIGNING_SECRET, wait_until
 from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI
-from tests.agents_for_tests import POLICY
 from tests.processes import ROOT, bot_env, free_port, ledger, running_bot, stop_process
 from tests.test_operations import METRICS
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlackAPI]:
-    async with FakeSlackAPI() as api:
-        yield api
-
-
-@pytest.fixture
-def policy_file(tmp_path: Path) -> Path:
-    path = tmp_path / "policy.yml"
-    path.write_text(POLICY)
-    return path
 
 
 @pytest.fixture

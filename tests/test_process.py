@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,21 +17,7 @@ from bot.store.connection import EmbeddedRedis
 from bot.testing.harness import BOT_TOKEN, SIGNING_SECRET, wait_until
 from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI
-from tests.agents_for_tests import POLICY
 from tests.processes import bot_env, executions, free_port, running_bot
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlackAPI]:
-    async with FakeSlackAPI() as api:
-        yield api
-
-
-@pytest.fixture
-def policy_file(tmp_path: Path) -> Path:
-    path = tmp_path / "policy.yml"
-    path.write_text(POLICY)
-    return path
 
 
 async def test_sigkill_while_waiting_then_a_new_process_resumes(
