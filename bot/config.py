@@ -46,6 +46,11 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(default=8, alias="APPROVAL_BOT_WORKER_CONCURRENCY", ge=1)
     max_turns: int = Field(default=20, alias="APPROVAL_BOT_MAX_TURNS", ge=1)
     slack_timeout_seconds: int = Field(default=10, alias="APPROVAL_BOT_SLACK_TIMEOUT_SECONDS", ge=1)
+    # The longest Slack's HTTP request waits for its answer, whatever Redis or Slack do (Slack
+    # gives up at three seconds): work not done by then goes on and its result is told privately.
+    ack_budget_seconds: float = Field(
+        default=1.5, alias="APPROVAL_BOT_ACK_BUDGET_SECONDS", gt=0, le=2.5
+    )
     # Slack allows about one post per second per channel and ~50 updates a minute per workspace.
     slack_posts_per_second: float = Field(
         default=1.0, alias="APPROVAL_BOT_SLACK_POSTS_PER_SECOND", gt=0

@@ -102,7 +102,8 @@ class BotRuntime:
         engine = Engine(
             self.registry, rejection_text=s.rejection_text, max_turns=s.max_turns, tracing=tracing
         )
-        authorizer = Authorizer(SlackGroups(self.client))
+        self.groups = SlackGroups(self.client)
+        authorizer = Authorizer(self.groups)
         # Learned before serving when Slack answers; retried in the background if not (until
         # then every request is refused, closed).
         if not await learn_once(self.client, authorizer):
@@ -138,6 +139,7 @@ class BotRuntime:
                 signing_secret=secret,
                 service=self.service,
                 socket_mode=self.socket_mode,
+                ack_budget=s.ack_budget_seconds,
             )
         policy = await store.eviction_policy()
         if policy not in (None, "noeviction"):
@@ -192,6 +194,7 @@ class BotRuntime:
         # Messages still due are delivered by another process, or by this one when it is back.
         await self.projector.stop(left())
         await _cancel(self._projector_task)
+        await self.groups.close()
         if self.http is not None:
             await self.http.close()
         await self.redis.aclose()

@@ -3,18 +3,27 @@
 Identity (team, enterprise, user) is read only from the signed request through Bolt's context.
 Every listener acknowledges first and then works inside a guard that cannot leak an exception
 into Bolt (an exception after `ack()` can turn into a spurious "unhandled request").
+
+Slack's request is answered within the ack budget whatever Redis or Slack do (Slack counts a
+late answer as a failure): clicks and thread replies are answered at once and worked on in
+tracked background tasks; a command or a modal submission waits for its result until the
+budget is spent, then says it is still working and the result is told privately. Work still
+unfinished at the budget is told "still working" once; its outcome is told as usual.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 from slack_bolt import BoltResponse
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.service.approvals import ApprovalService, RejectForm
@@ -28,6 +37,26 @@ log = logging.getLogger(__name__)
 
 COMMAND = "/agent"
 TRY_AGAIN = "Something went wrong on the bot's side and nothing was changed. Try again in a moment."
+STILL_WORKING = "Still working on your click; the card will show the result."
+STILL_WORKING_COMMAND = "Still working on your command; you will see the result here."
+STILL_WORKING_REJECTION = "Still working on your rejection; the card will show the result."
+FORM_LATE = (
+    "The reject form could not be opened in time (Slack allows three seconds after a click). "
+    "Click the button again."
+)
+FORM_FAILED = (
+    "The reject form could not be opened (Slack answered `{error}`). Click the button again."
+)
+
+ACK_BUDGET_SECONDS = 1.5  # the default of APPROVAL_BOT_ACK_BUDGET_SECONDS
+# A modal must be opened within three seconds of the click, with the click's trigger id.
+TRIGGER_SECONDS = 2.8
+# Context keys our app sets on every request: when it arrived, and by when listeners answer.
+RECEIVED = "approval_bot_received"
+DEADLINE = "approval_bot_deadline"
+
+R = TypeVar("R")
+Spawn = Callable[[Coroutine[Any, Any, None], str], None]
 
 
 def _actor(context: AsyncBoltContext, body: dict[str, Any] | None = None) -> Actor:
@@ -42,15 +71,81 @@ def _actor(context: AsyncBoltContext, body: dict[str, Any] | None = None) -> Act
     )
 
 
-async def _guard(what: str, work: Awaitable[Any], tell: Callable[[str], Awaitable[Any]]) -> None:
+async def _guard(what: str, work: Awaitable[Any], tell: Callable[[str], Any]) -> None:
     try:
         await work
     except Exception:
         log.exception("failed to handle %s", what)
         try:
-            await tell(TRY_AGAIN)
+            tell(TRY_AGAIN)
         except Exception:
             log.exception("could not report the failure of %s", what)
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - asyncio.get_running_loop().time())
+
+
+class _BudgetedApp(AsyncApp):  # type: ignore[misc]
+    """Bolt, answering every request within `budget` seconds.
+
+    Listeners answer by the `DEADLINE` they find in their context. Should anything still hold
+    the answer past the budget (Bolt's own first `auth.test`, a middleware waiting), Slack gets
+    an empty 200 (a valid acknowledgement of every kind of request) and the dispatch goes on in
+    a tracked task."""
+
+    def __init__(self, *, budget: float, spawn: Spawn, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.budget = budget
+        self._spawn = spawn
+        # Listeners answer a little before the budget, so that their answer is the one sent.
+        self._margin = min(0.1, budget / 4)
+
+    async def async_dispatch(self, req: AsyncBoltRequest) -> BoltResponse:
+        loop = asyncio.get_running_loop()
+        received = loop.time()
+        req.context[RECEIVED] = received
+        req.context[DEADLINE] = received + self.budget - self._margin
+        task = asyncio.ensure_future(super().async_dispatch(req))
+        await asyncio.wait({task}, timeout=self.budget)
+        if task.done():
+            return task.result()
+
+        async def finish() -> None:
+            response = await task
+            log.warning(
+                "answered a Slack request after the %.1f s budget with an empty 200; the bot's "
+                "own answer (%d), %.1f s after the request arrived, was not sent",
+                self.budget, response.status, loop.time() - received,
+            )  # fmt: skip
+
+        self._spawn(finish(), "late request")
+        return BoltResponse(status=200, body="")
+
+
+async def _by_deadline(
+    spawn: Spawn,
+    name: str,
+    deadline: float,
+    work: Coroutine[Any, Any, R],
+    late: Callable[[R], Coroutine[Any, Any, None]],
+) -> R | None:
+    """Run `work` (which returns something, never None) in a tracked task: its result when it
+    finishes by `deadline`; otherwise None, and `late(result)` runs when it does finish."""
+    task = asyncio.ensure_future(work)
+    missed = False
+
+    async def watch() -> None:
+        result = await task
+        if missed:
+            await late(result)
+
+    spawn(watch(), name)
+    await asyncio.wait({task}, timeout=_left(deadline))
+    if task.done():
+        return task.result()
+    missed = True
+    return None
 
 
 class _SameTokenFilter(logging.Filter):
@@ -81,15 +176,19 @@ def build_app(
     signing_secret: str | None,
     service: ApprovalService,
     socket_mode: bool = False,
+    ack_budget: float = ACK_BUDGET_SECONDS,
 ) -> AsyncApp:
     """Wire Slack's commands, button clicks, modal submissions and thread replies."""
     _quiet_token_warning(client.token)
-    app = AsyncApp(
+    app = _BudgetedApp(
+        budget=ack_budget,
+        spawn=service.spawn,
         client=client,
         signing_secret=signing_secret,
         request_verification_enabled=not socket_mode,
-        # Listeners only authorize, record and schedule: they finish well within Slack's three
-        # seconds, so the response can wait for them and nothing runs untracked after it.
+        # The response waits for the listener, and listeners answer by the ack budget: work
+        # that takes longer goes on in tasks the service tracks (and drains on shutdown), so
+        # nothing runs untracked after a response.
         process_before_response=True,
         raise_error_for_unhandled_request=False,
         ignoring_self_events_enabled=True,
@@ -97,15 +196,47 @@ def build_app(
     store = service.store
     notifier = service.notifier
 
+    def teller(channel: str, user: str, thread_ts: str = "") -> Callable[[str], None]:
+        """Tell `user` something privately, in a tracked background task."""
+
+        def tell(text: str) -> None:
+            service.later("answer privately", notifier.tell(channel, user, text, thread_ts))
+
+        return tell
+
+    def in_background(
+        what: str, context: AsyncBoltContext, work: Awaitable[Any], tell: Callable[[str], None],
+        still_working: str | None = STILL_WORKING,
+    ) -> None:  # fmt: skip
+        """Do `work` in a tracked task (Slack's request is answered without waiting for it);
+        if it is still going at the ack deadline, say `still_working` once."""
+        deadline = float(context.get(DEADLINE) or 0)
+
+        async def run() -> None:
+            loop = asyncio.get_running_loop()
+            note = None
+            if still_working:
+                note = loop.call_later(max(0.0, deadline - loop.time()), tell, still_working)
+            try:
+                await _guard(what, work, tell)
+            finally:
+                if note is not None:
+                    note.cancel()
+
+        service.spawn(run(), what)
+
     @app.middleware
     async def drop_duplicate_events(
-        body: dict[str, Any], next: Callable[[], Awaitable[Any]]
+        body: dict[str, Any], context: AsyncBoltContext, next: Callable[[], Awaitable[Any]]
     ) -> Any:
         event_id = body.get("event_id") if body.get("type") == "event_callback" else None
+        if not event_id:
+            return await next()
+        left = _left(float(context.get(DEADLINE) or 0))
         try:
-            first = not event_id or await store.first_delivery("event", str(event_id))
-        except Exception:  # Redis unreachable: handle it (decisions are idempotent anyway)
-            log.warning("could not check event %s for duplicates", event_id)
+            first = await asyncio.wait_for(store.first_delivery("event", str(event_id)), left)
+        except Exception:  # Redis unreachable or slow: handle it (decisions are idempotent)
+            log.warning("could not check event %s for duplicates in time", event_id)
             first = True
         if not first:
             log.info("ignored duplicate delivery of event %s", event_id)
@@ -121,22 +252,73 @@ def build_app(
                 text=help_text(service.agent_names(), service.engine.registry.default_name),
             )
             return
-        try:
-            reply = await service.start_run(
-                _actor(context),
-                str(command.get("channel_id", "")),
-                parsed.agent,
-                parsed.task,
-                delivery_id=str(command.get("trigger_id", "")),
-            )
-        except Exception:
-            log.exception("could not start a run")
-            await ack(response_type="ephemeral", text=TRY_AGAIN)
-            return
-        if reply.ok:
+        actor = _actor(context)
+        channel = str(command.get("channel_id", ""))
+        tell = teller(channel, actor.user_id)
+
+        async def start() -> Reply:
+            try:
+                return await service.start_run(
+                    actor,
+                    channel,
+                    parsed.agent,
+                    parsed.task,
+                    delivery_id=str(command.get("trigger_id", "")),
+                )
+            except Exception:
+                log.exception("could not start a run")
+                return Reply(False, TRY_AGAIN)
+
+        async def late(reply: Reply) -> None:
+            if not reply.ok:
+                tell(reply.text)
+
+        deadline = float(context.get(DEADLINE) or 0)
+        reply = await _by_deadline(service.spawn, "command", deadline, start(), late)
+        if reply is None:
+            await ack(response_type="ephemeral", text=STILL_WORKING_COMMAND)
+        elif reply.ok:
             await ack()
         else:
             await ack(response_type="ephemeral", text=reply.text)
+
+    async def open_reject_form(
+        actor: Actor, approval_id: str, trigger_id: str, always: bool, received: float,
+        tell: Callable[[str], None],
+    ) -> None:  # fmt: skip
+        """Check the call, then open the reject modal with the click's trigger id, which
+        Slack accepts for three seconds only: late or refused, the clicker is told so."""
+        deadline = received + TRIGGER_SECONDS
+
+        async def refused(form: RejectForm | Reply) -> None:
+            if isinstance(form, Reply) and not form.ok:
+                tell(form.text)
+
+        form = await _by_deadline(
+            service.spawn,
+            "reject form",
+            deadline,
+            service.reject_form(actor, approval_id, always=always),
+            refused,
+        )
+        if form is None:
+            tell(FORM_LATE)
+            return
+        if isinstance(form, Reply):
+            await refused(form)
+            return
+        view = blocks.reject_modal(form.call, always=always, prefill=form.prefill)
+        try:
+            await asyncio.wait_for(
+                client.views_open(trigger_id=trigger_id, view=view.to_dict()), _left(deadline)
+            )
+        except TimeoutError:
+            log.warning("views.open did not answer within the click's three seconds")
+            tell(FORM_LATE)
+        except SlackApiError as exc:
+            error = str(exc.response.get("error", "an error"))
+            log.warning("views.open failed: %s", error)
+            tell(FORM_FAILED.format(error=error))
 
     async def on_decision(ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext) -> None:
         await ack()
@@ -145,27 +327,25 @@ def build_app(
         action_id = str(action.get("action_id", ""))
         actor = _actor(context, body)
         channel = str((body.get("channel") or {}).get("id", "")) or str(context.channel_id or "")
+        tell = teller(channel, actor.user_id)
 
-        async def tell(text: str) -> None:
-            service.later("answer privately", notifier.tell(channel, actor.user_id, text))
+        if action_id in (blocks.REJECT, blocks.ALWAYS_REJECT):
+            received = float(context.get(RECEIVED) or asyncio.get_running_loop().time())
+            always = action_id == blocks.ALWAYS_REJECT
+            form = open_reject_form(
+                actor, approval_id, str(body.get("trigger_id", "")), always, received, tell
+            )
+            in_background(action_id, context, form, tell, still_working=None)
+            return
 
         async def work() -> None:
-            if action_id in (blocks.REJECT, blocks.ALWAYS_REJECT):
-                always = action_id == blocks.ALWAYS_REJECT
-                form = await service.reject_form(actor, approval_id, always=always)
-                if isinstance(form, RejectForm):
-                    view = blocks.reject_modal(form.call, always=always, prefill=form.prefill)
-                    await client.views_open(trigger_id=body["trigger_id"], view=view.to_dict())
-                    return
-                reply = form
-            else:
-                reply = await service.decide(
-                    actor, approval_id, approve=True, always=action_id == blocks.ALWAYS_APPROVE
-                )
+            reply = await service.decide(
+                actor, approval_id, approve=True, always=action_id == blocks.ALWAYS_APPROVE
+            )
             if not reply.ok:
-                await tell(reply.text)
+                tell(reply.text)
 
-        await _guard(action_id, work(), tell)
+        in_background(action_id, context, work(), tell)
 
     for action_id in blocks.DECISION_ACTIONS:
         app.action(action_id)(on_decision)
@@ -183,18 +363,16 @@ def build_app(
             channel = str((body.get("channel") or {}).get("id", "")) or str(
                 context.channel_id or ""
             )
-
-            async def tell(text: str) -> None:
-                service.later("answer privately", notifier.tell(channel, actor.user_id, text))
+            tell = teller(channel, actor.user_id)
 
             async def work() -> None:
                 reply = await answer(
                     actor, str(action.get("value", "")), str(action.get("action_id", ""))
                 )
                 if reply.text:
-                    await tell(reply.text)
+                    tell(reply.text)
 
-            await _guard(what, work(), tell)
+            in_background(what, context, work(), tell)
 
         return listener
 
@@ -215,24 +393,45 @@ def build_app(
     async def on_reject_submit(
         ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], context: AsyncBoltContext
     ) -> None:
+        actor = _actor(context, body)
         try:
             meta = json.loads(view.get("private_metadata") or "{}")
             approval_id = str(meta.get("approval_id", ""))
             always = meta.get("always") is True
+            channel = str(meta.get("channel") or "")
             values = view.get("state", {}).get("values", {})
             reason = values.get(blocks.REASON_BLOCK, {}).get(blocks.REASON_INPUT, {}).get("value")
-            reply = await service.decide(
-                _actor(context, body),
-                approval_id,
-                approve=False,
-                always=always,
-                reason=reason or "",
-            )
         except Exception:
-            log.exception("could not apply a rejection")
+            log.exception("could not read a reject form")
             await ack(response_action="errors", errors={blocks.REASON_BLOCK: TRY_AGAIN})
             return
-        if reply.ok:
+
+        async def reject() -> Reply:
+            try:
+                return await service.decide(
+                    actor, approval_id, approve=False, always=always, reason=reason or ""
+                )
+            except Exception:
+                log.exception("could not apply a rejection")
+                return Reply(False, TRY_AGAIN)
+
+        async def late(reply: Reply) -> None:
+            if reply.ok:
+                return
+            where = channel
+            if not where:  # a form opened before forms carried their channel
+                call = await store.get_call(approval_id)
+                where = call.channel_id if call is not None else ""
+            if where:
+                teller(where, actor.user_id)(reply.text)
+
+        deadline = float(context.get(DEADLINE) or 0)
+        reply = await _by_deadline(service.spawn, "reject form", deadline, reject(), late)
+        if reply is None:
+            await ack()  # the modal closes; the outcome shows on the card, or is told
+            if channel:
+                teller(channel, actor.user_id)(STILL_WORKING_REJECTION)
+        elif reply.ok:
             await ack()
         else:
             await ack(response_action="errors", errors={blocks.REASON_BLOCK: reply.text})
@@ -253,12 +452,7 @@ def build_app(
             team_id=team, user_id=str(event.get("user", "")), enterprise_id=signed.enterprise_id
         )
         channel = str(event.get("channel", ""))
-
-        async def tell(text: str) -> None:
-            service.later(
-                "answer privately",
-                notifier.tell(channel, actor.user_id, text, thread_ts=str(thread_ts)),
-            )
+        tell = teller(channel, actor.user_id, str(thread_ts))
 
         async def work() -> None:
             reply = await service.thread_reply(
@@ -274,8 +468,9 @@ def build_app(
                     blocks=blocks.as_dicts(body),
                 )
             elif reply is not None and not reply.ok:
-                await tell(reply.text)
+                tell(reply.text)
 
-        await _guard("thread reply", work(), tell)
+        # Slack's request is answered at once; a reply needs no "still working" note.
+        in_background("thread reply", context, work(), tell, still_working=None)
 
     return app

@@ -312,7 +312,9 @@ def reject_modal(call: CallRecord, *, always: bool, prefill: str) -> View:
         title=PlainTextObject(text=title),
         submit=PlainTextObject(text=title),
         close=PlainTextObject(text="Cancel"),
-        private_metadata=json.dumps({"approval_id": call.approval_id, "always": always}),
+        private_metadata=json.dumps(
+            {"approval_id": call.approval_id, "always": always, "channel": call.channel_id}
+        ),
         blocks=[
             SectionBlock(
                 text=_md(f"Reject `{inline(call.tool)}` requested by agent *{inline(call.agent)}*.")
