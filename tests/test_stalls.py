@@ -123,7 +123,8 @@ async def test_a_redis_stall_holds_no_answer(slack_api: FakeSlackAPI, tmp_path: 
                 )
                 assert executed == [] and not decided(card)
             assert (click.status, command.status, reply.status) == (200, 200, 200)
-            assert click_took < SLACK_LIMIT, click_took
+            # A click is answered at once (it never waits for the budget); the rest in budget.
+            assert click_took < BUDGET, click_took
             assert reply_took < SLACK_LIMIT, reply_took
             assert command_took < SLACK_LIMIT, command_took
             assert STILL_WORKING_COMMAND in command.text
@@ -167,7 +168,7 @@ async def test_a_hanging_group_lookup_holds_no_click(
     ) as bot:
         card = await bot.start_and_wait("/var/log/a", user="U1")
         click, took = await timed(bot.click(card, APPROVE, user="U2"))
-        assert click.status == 200 and took < SLACK_LIMIT, took
+        assert click.status == 200 and took < BUDGET, took  # at once, not at the budget
         # Slack does not answer: the click is refused, closed, with the reason.
         refusal = await wait_until(
             lambda: [t for t in slack_api.ephemeral_to("U2") if "could not check" in t],
@@ -194,7 +195,7 @@ async def test_a_hanging_views_open_holds_no_reject_click(
         card = await bot.start_and_wait("/var/log/a", user="U1")
         slack_api.hang("views.open")
         click, took = await timed(bot.click(card, REJECT, user="U2"))
-        assert click.status == 200 and took < SLACK_LIMIT, took
+        assert click.status == 200 and took < BUDGET, took  # at once, not at the budget
         await wait_until(lambda: slack_api.ephemeral_to("U2") == [FORM_LATE], what="the note")
         assert slack_api.hanging == 1  # told while Slack still holds the call
         slack_api.release()
