@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from functools import partial
 
 import aiohttp
 from aiohttp import web
@@ -24,7 +25,7 @@ from bot.service.authorize import Authorizer
 from bot.service.limits import StartLimits
 from bot.service.policy_source import PolicySource
 from bot.service.worker import Worker
-from bot.slack.app import build_app
+from bot.slack.app import build_app, remember_auth_test
 from bot.slack.blocks import use_slack_api
 from bot.slack.groups import SlackGroups
 from bot.slack.installation import learn_installation, learn_once
@@ -104,12 +105,6 @@ class BotRuntime:
         )
         self.groups = SlackGroups(self.client)
         authorizer = Authorizer(self.groups)
-        # Learned before serving when Slack answers; retried in the background if not (until
-        # then every request is refused, closed).
-        if not await learn_once(self.client, authorizer):
-            self._installation = asyncio.create_task(
-                learn_installation(self.client, authorizer), name="auth.test"
-            )
         self.service = ApprovalService(
             store=store,
             engine=engine,
@@ -140,6 +135,14 @@ class BotRuntime:
                 service=self.service,
                 socket_mode=self.socket_mode,
                 ack_budget=s.ack_budget_seconds,
+            )
+        # Learned before serving when Slack answers; retried in the background if not (until
+        # then every request is refused, closed). The Bolt app keeps the answer too.
+        app = getattr(self, "app", None)
+        answered = partial(remember_auth_test, app) if app is not None else None
+        if not await learn_once(self.client, authorizer, answered):
+            self._installation = asyncio.create_task(
+                learn_installation(self.client, authorizer, answered=answered), name="auth.test"
             )
         policy = await store.eviction_policy()
         if policy not in (None, "noeviction"):

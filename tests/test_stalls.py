@@ -327,3 +327,21 @@ async def test_group_lookups_are_shared_cached_and_refreshed_in_the_background()
         assert time.monotonic() - started < 1.0
         slack.release()
         await groups.close()
+
+
+async def test_no_request_waits_for_bolt_to_ask_slack_who_the_bot_is(
+    slack_api: FakeSlackAPI, redis_url: str
+) -> None:
+    """Bolt asks `auth.test` on the first request it handles unless it is told the answer the
+    bot got at start-up: with Slack hanging then, that request would be lost."""
+    executed: list[str] = []
+    async with BotHarness(redis_url, stateless_agent(executed), POLICY, slack=slack_api) as bot:
+        slack_api.hang("auth.test")
+        sent, took = await timed(bot.slack.command("/var/log/a", user="U1", channel="C1"))
+        assert sent.status == 200 and took < SLACK_LIMIT, took
+        [card] = await bot.wait_for_approvals(1)
+        await bot.click(card, APPROVE, user="U2")
+        await wait_until(lambda: executed == ["/var/log/a"], what="the tool")
+        assert slack_api.hanging == 0
+        await bot.idle()
+    assert len(slack_api.calls_to("auth.test")) == 1  # the bot's own, at start-up

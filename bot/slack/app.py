@@ -22,6 +22,9 @@ from typing import Any, TypeVar
 
 from slack_bolt import BoltResponse
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
+from slack_bolt.middleware.authorization.async_single_team_authorization import (
+    AsyncSingleTeamAuthorization,
+)
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -121,6 +124,15 @@ class _BudgetedApp(AsyncApp):  # type: ignore[misc]
 
         self._spawn(finish(), "late request")
         return BoltResponse(status=200, body="")
+
+
+def remember_auth_test(app: AsyncApp, reply: Any) -> None:
+    """Give Bolt the bot's own `auth.test` answer: otherwise Bolt asks Slack on the first
+    request it handles, and that request's answer waits for Slack (a slow Slack would turn it
+    into the budget's empty 200, and the request would be lost)."""
+    for middleware in getattr(app, "_async_middleware_list", []):
+        if isinstance(middleware, AsyncSingleTeamAuthorization):
+            middleware.auth_test_result = middleware.auth_test_result or reply
 
 
 async def _by_deadline(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -16,9 +18,11 @@ log = logging.getLogger(__name__)
 RETRY_SECONDS = 5.0
 
 
-async def installation(client: AsyncWebClient) -> Installation:
-    """Ask Slack which team (and Grid org) the bot token belongs to."""
-    reply = await client.auth_test()
+# Told Slack's `auth.test` answer (the Bolt app keeps it, so that no request waits for its own).
+Answered = Callable[[Any], None]
+
+
+def _installation(reply: Any) -> Installation:
     return Installation(
         team_id=str(reply.get("team_id") or ""),
         enterprise_id=str(reply.get("enterprise_id") or ""),
@@ -26,10 +30,20 @@ async def installation(client: AsyncWebClient) -> Installation:
     )
 
 
-async def learn_once(client: AsyncWebClient, authorizer: Authorizer) -> bool:
+async def installation(client: AsyncWebClient) -> Installation:
+    """Ask Slack which team (and Grid org) the bot token belongs to."""
+    return _installation(await client.auth_test())
+
+
+async def learn_once(
+    client: AsyncWebClient, authorizer: Authorizer, answered: Answered | None = None
+) -> bool:
     """Set `authorizer.installation` from Slack; False (logged) when Slack did not say."""
     try:
-        authorizer.installation = await installation(client)
+        reply = await client.auth_test()
+        authorizer.installation = _installation(reply)
+        if answered is not None:
+            answered(reply)
     except SlackApiError as exc:
         log.error(
             "auth.test failed (%s): the bot cannot tell which workspace it serves and refuses "
@@ -45,11 +59,14 @@ async def learn_once(client: AsyncWebClient, authorizer: Authorizer) -> bool:
 
 
 async def learn_installation(
-    client: AsyncWebClient, authorizer: Authorizer, every: float = RETRY_SECONDS
+    client: AsyncWebClient,
+    authorizer: Authorizer,
+    every: float = RETRY_SECONDS,
+    answered: Answered | None = None,
 ) -> None:
     """After a first failure, retry `learn_once` every `every` seconds until Slack answers.
     Until then the authorizer refuses everyone (fail closed) with a sentence that says why."""
     while True:
         await asyncio.sleep(every)
-        if await learn_once(client, authorizer):
+        if await learn_once(client, authorizer, answered):
             return
