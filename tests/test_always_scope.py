@@ -99,6 +99,7 @@ async def test_always_on_one_agents_shell_leaves_another_agents_shell_pending(
         audit = await audited(bot)
         assert audit["decided"] == ["U2"]
         await bot.click(prod, APPROVE, user="U4")
+        await bot.idle()  # clicks are worked on in the background: U4's vote comes first
         await bot.click(prod, APPROVE, user="U5")
         await bot.wait_for_status("finished")
         await bot.idle()
@@ -221,6 +222,7 @@ async def test_an_always_decision_is_rejudged_when_the_policy_tightens(
         assert await bot.runtime.service.store.sticky_decisions(run_id) == {}
         await bot.click(pending[0], APPROVE, user="U2")  # no longer an approver of it
         await bot.click(pending[0], APPROVE, user="U3")
+        await bot.idle()  # clicks are worked on in the background: U3's vote comes first
         await bot.click(pending[0], APPROVE, user="U4")
         await bot.wait_for_status("finished")
         await bot.idle()

@@ -78,6 +78,7 @@ async def test_a_sticky_decision_is_rejudged_when_the_policy_tightens(
         assert ran == ["ls /srv"]
         [again] = [m for m in cards if "rm -rf /srv" in m.all_text()]
         await bot.click(again, APPROVE, user="U3")
+        await bot.idle()  # clicks are worked on in the background: U3's vote comes first
         await bot.click(again, APPROVE, user="U4")
         await bot.wait_for_status("finished")
         await bot.idle()
