@@ -208,6 +208,13 @@ def build_app(
     store = service.store
     notifier = service.notifier
 
+    def deadline_of(context: AsyncBoltContext) -> float:
+        """When the listener must have answered (set by the app as each request arrives)."""
+        deadline = context.get(DEADLINE)
+        if deadline is None:
+            return asyncio.get_running_loop().time() + ack_budget
+        return float(deadline)
+
     def teller(channel: str, user: str, thread_ts: str = "") -> Callable[[str], None]:
         """Tell `user` something privately, in a tracked background task."""
 
@@ -222,7 +229,7 @@ def build_app(
     ) -> None:  # fmt: skip
         """Do `work` in a tracked task (Slack's request is answered without waiting for it);
         if it is still going at the ack deadline, say `still_working` once."""
-        deadline = float(context.get(DEADLINE) or 0)
+        deadline = deadline_of(context)
 
         async def run() -> None:
             loop = asyncio.get_running_loop()
@@ -244,7 +251,7 @@ def build_app(
         event_id = body.get("event_id") if body.get("type") == "event_callback" else None
         if not event_id:
             return await next()
-        left = _left(float(context.get(DEADLINE) or 0))
+        left = _left(deadline_of(context))
         try:
             first = await asyncio.wait_for(store.first_delivery("event", str(event_id)), left)
         except Exception:  # Redis unreachable or slow: handle it (decisions are idempotent)
@@ -285,7 +292,7 @@ def build_app(
             if not reply.ok:
                 tell(reply.text)
 
-        deadline = float(context.get(DEADLINE) or 0)
+        deadline = deadline_of(context)
         reply = await _by_deadline(service.spawn, "command", deadline, start(), late)
         if reply is None:
             await ack(response_type="ephemeral", text=STILL_WORKING_COMMAND)
@@ -327,8 +334,11 @@ def build_app(
         except TimeoutError:
             log.warning("views.open did not answer within the click's three seconds")
             tell(FORM_LATE)
-        except SlackApiError as exc:
-            error = str(exc.response.get("error", "an error"))
+        except Exception as exc:
+            if isinstance(exc, SlackApiError):
+                error = str(exc.response.get("error", "an error"))
+            else:  # the connection failed: Slack's answer is unknown
+                error = type(exc).__name__
             log.warning("views.open failed: %s", error)
             tell(FORM_FAILED.format(error=error))
 
@@ -437,7 +447,7 @@ def build_app(
             if where:
                 teller(where, actor.user_id)(reply.text)
 
-        deadline = float(context.get(DEADLINE) or 0)
+        deadline = deadline_of(context)
         reply = await _by_deadline(service.spawn, "reject form", deadline, reject(), late)
         if reply is None:
             await ack()  # the modal closes; the outcome shows on the card, or is told
