@@ -24,10 +24,14 @@ class GroupLookupError(Exception):
 
 
 class GroupDirectory(Protocol):
-    """Resolves user groups (`S...` ids or `@handles`) to member user ids."""
+    """Resolves user groups (`S...` ids or `@handles`) to member user ids.
+
+    It is asked on every click that names a group, so it answers from what it knows when it
+    can, and otherwise within a bounded time: a decision never waits long on the chat
+    surface, and a lookup storm never becomes a storm of calls to it."""
 
     async def members(self, team_id: str, ref: str) -> frozenset[str]:
-        """The group's members; raises GroupLookupError when it cannot say."""
+        """The group's members; raises GroupLookupError when it cannot say (in time)."""
 
 
 class Notifier(Protocol):
