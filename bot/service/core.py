@@ -203,8 +203,12 @@ class ServiceCore:
         calls = await self.store.pause_calls(run.run_id) if run.pause else []
         return {c.call_id for c in calls if c.status == "approved"}
 
-    async def _authorize(self, actor: Actor, call: CallRecord) -> tuple[RunRecord | None, Verdict]:
-        run = await self.store.get_run(call.run_id)
+    async def _authorize(
+        self, actor: Actor, call: CallRecord, run: RunRecord | None = None
+    ) -> tuple[RunRecord | None, Verdict]:
+        """`run`: the call's run when the caller already read it."""
+        if run is None:
+            run = await self.store.get_run(call.run_id)
         if run is None:
             return None, Verdict(False, "This run no longer exists.")
         _, verdict = await self._judge(actor, run, call)

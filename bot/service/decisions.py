@@ -35,10 +35,10 @@ class DecisionFlow(RunFlow):
         self, actor: Actor, approval_id: str, *, approve: bool, always: bool
     ) -> tuple[CallRecord, RunRecord] | Reply:
         """Everything that must hold before a decision is recorded; a Reply when it does not."""
-        call = await self.store.get_call(approval_id)
+        call, stored_run = await self.store.call_and_run(approval_id)  # one round trip
         if call is None:
             return Reply(False, Gone().why)
-        run, verdict = await self._authorize(actor, call)
+        run, verdict = await self._authorize(actor, call, stored_run)
         # The checks, in order; who decided is told only to people allowed to decide.
         if run is None or not verdict.allowed:
             reply = Reply(False, verdict.reason)

@@ -53,6 +53,26 @@ def _s(value: Any) -> str:
     return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
 
 
+# A snapshot string: SNAPSHOT_TAG, the SDK version, NUL, the agent fingerprint, NUL, the state.
+SNAPSHOT_TAG = b"S2\x00"
+
+
+def encode_snapshot(snapshot: Snapshot) -> bytes:
+    return b"\x00".join(
+        (
+            SNAPSHOT_TAG[:-1],
+            snapshot.sdk_version.encode(),
+            snapshot.fingerprint.encode(),
+            snapshot.state,
+        )
+    )
+
+
+def decode_snapshot(blob: bytes) -> Snapshot:
+    _, sdk_version, fingerprint, state = blob.split(b"\x00", 3)
+    return Snapshot(state=state, sdk_version=_s(sdk_version), fingerprint=_s(fingerprint))
+
+
 def now() -> str:
     """Timestamps are Unix seconds with millisecond precision, as strings (Redis-native)."""
     return f"{time.time():.3f}"
@@ -146,7 +166,21 @@ class RunStore:
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         raw = await self.redis.hgetall(keys.run_key(run_id))
-        return RunRecord.from_hash(raw) if raw else None
+        return RunRecord.from_hash(raw, run_id) if raw else None
+
+    async def call_and_run(self, approval_id: str) -> tuple[CallRecord | None, RunRecord | None]:
+        """A call and its run, in one round trip (what a click needs to be authorized)."""
+        run_id = keys.run_of(approval_id)
+        if run_id is None:
+            return None, None
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.call_key(approval_id))
+            pipe.hgetall(keys.run_key(run_id))
+            call, run = await pipe.execute()
+        return (
+            CallRecord.from_hash(call, approval_id) if call else None,
+            RunRecord.from_hash(run, run_id) if run else None,
+        )
 
     async def set_run_message(self, run_id: str, ts: str) -> None:
         await self.redis.hset(keys.run_key(run_id), "message_ts", ts)
@@ -176,22 +210,24 @@ class RunStore:
     ) -> int:
         """Store the snapshot and the pause's calls; the run becomes `paused`. Returns the pause."""
         call_keys = [keys.call_key(c.approval_id) for c in calls]
+        tokens = " ".join(c.approval_id.partition(".")[2] for c in calls)
         reply = await self._save_pause(
             keys=[
                 keys.run_key(run_id),
+                keys.state_key(run_id),
                 keys.snapshot_key(run_id),
-                keys.pause_key(run_id),
                 keys.task_key(run_id),
                 keys.outbox_key(run_id),
+                keys.pause_key(run_id),
                 *call_keys,
             ],
             args=[
                 owner,
                 now(),
                 self.retention,
-                snapshot.state,
-                snapshot.sdk_version,
-                snapshot.fingerprint,
+                encode_snapshot(snapshot),
+                run_id,
+                tokens,
                 *(json.dumps(c.to_hash()) for c in calls),
             ],
         )
@@ -201,7 +237,16 @@ class RunStore:
         return int(reply[1])
 
     async def load_snapshot(self, run_id: str) -> Snapshot | None:
-        raw = await self.redis.hgetall(keys.snapshot_key(run_id))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.get(keys.state_key(run_id))
+            pipe.hgetall(keys.snapshot_key(run_id))  # layout 1
+            blob, raw = await pipe.execute()
+        return self._snapshot(blob, raw)
+
+    @staticmethod
+    def _snapshot(blob: bytes | None, raw: dict[bytes, bytes]) -> Snapshot | None:
+        if blob is not None:
+            return decode_snapshot(blob)
         if not raw or b"state" not in raw:
             return None
         return Snapshot(
@@ -217,10 +262,11 @@ class RunStore:
         reply = await self._finish(
             keys=[
                 keys.run_key(run_id),
+                keys.state_key(run_id),
                 keys.snapshot_key(run_id),
-                keys.pause_key(run_id),
                 keys.task_key(run_id),
                 keys.outbox_key(run_id),
+                keys.pause_key(run_id),
             ],
             args=[owner, status, text, now(), self.retention, "1" if drop_snapshot else "0"],
         )
@@ -236,17 +282,44 @@ class RunStore:
         if keys.run_of(approval_id) is None:
             return None
         raw = await self.redis.hgetall(keys.call_key(approval_id))
-        return CallRecord.from_hash(raw) if raw else None
+        return CallRecord.from_hash(raw, approval_id) if raw else None
+
+    async def pause_ids(self, run_id: str) -> list[str]:
+        """The approval ids of the run's latest pause (from the run hash; layout 1: a set)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(keys.run_key(run_id), "calls")
+            pipe.smembers(keys.pause_key(run_id))
+            tokens, members = await pipe.execute()
+        if tokens:
+            return [f"{run_id}.{token}" for token in _s(tokens).split()]
+        return sorted(_s(i) for i in members)
 
     async def pause_calls(self, run_id: str) -> list[CallRecord]:
         """The calls of the run's latest pause, in the order the SDK listed them."""
-        ids = sorted(_s(i) for i in await self.redis.smembers(keys.pause_key(run_id)))
+        return await self.calls(await self.pause_ids(run_id))
+
+    async def calls(self, ids: Sequence[str]) -> list[CallRecord]:
+        """These calls (one round trip), in the order the SDK listed them."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for approval_id in ids:
                 pipe.hgetall(keys.call_key(approval_id))
             raws = await pipe.execute()
-        calls = [CallRecord.from_hash(raw) for raw in raws if raw]
+        calls = [CallRecord.from_hash(raw, i) for i, raw in zip(ids, raws, strict=True) if raw]
         return sorted(calls, key=lambda c: c.index)
+
+    async def resume_state(self, run_id: str) -> tuple[list[CallRecord], Snapshot | None]:
+        """What a resume reads: the pause's calls and the snapshot (two round trips)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(keys.run_key(run_id), "calls")
+            pipe.smembers(keys.pause_key(run_id))
+            pipe.get(keys.state_key(run_id))
+            pipe.hgetall(keys.snapshot_key(run_id))
+            tokens, members, blob, raw = await pipe.execute()
+        if tokens:
+            ids = [f"{run_id}.{token}" for token in _s(tokens).split()]
+        else:
+            ids = sorted(_s(i) for i in members)
+        return await self.calls(ids), self._snapshot(blob, raw)
 
     async def set_call_message(self, approval_id: str, channel: str, ts: str) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -312,18 +385,19 @@ class RunStore:
         run_id = keys.run_of(approval_id)
         if run_id is None:
             return Gone()
-        others = [
-            keys.call_key(_s(i))
-            for i in await self.redis.smembers(keys.pause_key(run_id))
-            if _s(i) != approval_id
-        ]
+        # Only an Always decision may settle other calls of the pause: a plain click reads nothing.
+        others = (
+            [keys.call_key(i) for i in await self.pause_ids(run_id) if i != approval_id]
+            if always and also
+            else []
+        )
         reply = await self._decide(
             keys=[
                 keys.run_key(run_id),
                 keys.call_key(approval_id),
                 keys.votes_key(approval_id),
+                keys.state_key(run_id),
                 keys.snapshot_key(run_id),
-                keys.pause_key(run_id),
                 keys.sticky_key(run_id),
                 keys.outbox_key(run_id),
                 *others,

@@ -1,0 +1,105 @@
+"""Redis memory per paused run (issue #9), printed as figures (run: `python benchmarks/storage.py`).
+
+Two runs pause through the real bot (signed requests, the Slack stand-in) on one pending call:
+a minimal one (a short task, short arguments) and a realistic one (a 150-character task,
+100 characters of arguments). For each: MEMORY USAGE of every key of the run (its `{run id}`
+keys and the message map entry of its card) and how many keys that is.
+
+`paused_run_bytes(redis_url)` returns the figures for another benchmark to print; it flushes
+nothing, so give it a Redis of its own. Without an argument, an embedded redis-server is
+started with the bot's settings (`bot.store.connection.EmbeddedRedis`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+from agents import set_tracing_disabled
+
+from bot.slack.blocks import APPROVE
+from bot.store import keys
+from bot.store.connection import EmbeddedRedis
+from bot.testing.harness import BotHarness
+from bot.testing.slack_api import Message
+
+TASK_150 = (
+    "Free disk space on web-3: the app logs under /var/log/app have grown past 40 GB since the "
+    "last rotation failed; keep today's files and the audit logs."
+)[:150]
+PATH_100 = (
+    "/var/log/app/archive/2026-11-*/web-3.internal.example.com/requests-*.log.gz --older-than "
+    "7d --keep-audit"
+)[:100]
+POLICY = """
+channels:
+  C1:
+    approvers: [U2]
+"""
+CASES = {"minimal": ("clean", "/tmp"), "realistic": (TASK_150, PATH_100)}
+
+
+async def run_bytes(client: aioredis.Redis, card: Message) -> dict[str, Any]:
+    """Every key of the paused run of `card`: {"bytes", "keys", "by_key"}."""
+    approval_id = card.button_value(APPROVE)
+    run_id = keys.run_of(approval_id)
+    assert run_id is not None
+    found = [key async for key in client.scan_iter(match=f"ab:{{{run_id}}}*")]
+    found.append(keys.message_key(card.channel, card.ts).encode())
+    by_key: dict[str, int] = {}
+    for key in found:
+        size = await client.memory_usage(key, samples=0)
+        if size is not None:
+            name = key.decode().replace(run_id, "<run>").replace(approval_id, "<approval>")
+            by_key[name.replace(card.ts, "<ts>")] = int(size)
+    return {"bytes": sum(by_key.values()), "keys": len(by_key), "by_key": by_key}
+
+
+async def paused_run_bytes(redis_url: str) -> dict[str, dict[str, Any]]:
+    """{"minimal": {...}, "realistic": {...}}: bytes and keys of one paused run of each."""
+    from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
+
+    set_tracing_disabled(True)
+    figures: dict[str, dict[str, Any]] = {}
+    for case, (task, path) in CASES.items():
+        steps = [[function_call("delete_logs", {"path": path}, call_id="c1")]]
+        agent, _ = ops_agent([*steps, [assistant_message("done")]], Ledger())
+        async with BotHarness(redis_url, agent, POLICY) as bot:
+            card = await bot.start_and_wait(task, user="U1")
+            await bot.idle()
+            client = aioredis.Redis.from_url(redis_url)
+            try:
+                figures[case] = await run_bytes(client, card)
+            finally:
+                await client.aclose()
+    return figures
+
+
+def report(figures: dict[str, dict[str, Any]]) -> str:
+    lines = ["Redis memory per paused run with one pending call (MEMORY USAGE, bytes):"]
+    for case, data in figures.items():
+        parts = "  ".join(f"{k.split(':', 2)[-1]} {v}" for k, v in sorted(data["by_key"].items()))
+        lines.append(f"  {case}: {data['bytes']} B in {data['keys']} keys ({parts})")
+    return "\n".join(lines)
+
+
+async def main(url: str | None) -> None:
+    if url:
+        print(report(await paused_run_bytes(url)))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        server = EmbeddedRedis(Path(tmp))
+        await server.start()
+        try:
+            print(report(await paused_run_bytes(server.url)))
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.agents_for_tests
+    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else None))
