@@ -203,15 +203,19 @@ class RunFlow(ReviewFlow):
         version = self.policies.current().version
         calls = [self._new_call(run, a, version) for a in outcome.approvals]
         cp = outcome.checkpoint
+        since = float(now())
         try:
             await self.store.save_pause(
-                run.run_id, owner, Snapshot(cp.state, cp.sdk_version, cp.fingerprint), calls
+                run.run_id, owner, Snapshot(cp.state, cp.sdk_version, cp.fingerprint), calls, since
             )
         except StoreError:
             log.error("run %s is no longer owned by this execution; pause not saved", run.run_id)
             return
         await self.audit("paused", run=run, detail=f"{len(calls)} call(s) need a decision")
         await self._auto_decide(run)
+        # Its automatic decisions are applied: the sweeper need not look at it (unless a
+        # decision since made it due again: then it stays).
+        await self.store.not_due(run.run_id, since)
 
     async def _auto_decide(self, run: RunRecord) -> None:
         """Apply the policy's automatic decisions (the pause's cards are shown by the projector).

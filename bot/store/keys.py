@@ -23,6 +23,10 @@ APPROVAL_ID_RE = re.compile(r"^([0-9a-f]{16})\.([A-Za-z0-9_-]{16})$")
 
 # Keys outside any run (each is used alone, never inside a multi-key script).
 EXECUTING_RUNS = f"{PREFIX}:runs:active"
+# Sorted set: run id -> since when (Unix seconds) it waits on the bot itself, not on a person: an
+# execution enqueued but not yet taken by a worker, a pause whose automatic decisions may not
+# have been applied. The sweeper reads only the members older than its interval (`due_runs`).
+DUE_RUNS = f"{PREFIX}:runs:due"
 
 
 def new_run_id() -> str:

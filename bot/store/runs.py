@@ -32,6 +32,15 @@ from bot.store.records import (
 
 MAX_COMMENTS = 20
 
+# Drop a run from the due set only if nothing made it due again since `since` was read.
+_NOT_DUE = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) == tonumber(ARGV[2]) then
+  return redis.call('ZREM', KEYS[1], ARGV[1])
+end
+return 0
+"""
+
 _ADD_NOTE = """
 local n = redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
@@ -94,6 +103,7 @@ class RunStore:
         self._finish = client.register_script(_marking("finish"))
         self._take = client.register_script(_script("take_job"))
         self._add_note = client.register_script(_script("_outbox") + _ADD_NOTE)
+        self._not_due = client.register_script(_NOT_DUE)
         self._to_review = client.register_script(_marking("to_review"))
         self._resolve_review = client.register_script(_marking("resolve_review"))
 
@@ -126,9 +136,13 @@ class RunStore:
                 pipe.set(keys.task_key(run.run_id), whole, ex=self.retention)
             self._mark(pipe, run.run_id, "run")
             await pipe.execute()
-        # Indexed only once it exists, so a sweeper never sees an id without its run.
-        await self.redis.sadd(keys.EXECUTING_RUNS, run.run_id)
-        await self.outbox.schedule(run.run_id)
+        # Indexed only once it exists, so a sweeper never sees an id without its run; due
+        # (waiting for a worker) since its last change.
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.sadd(keys.EXECUTING_RUNS, run.run_id)
+            pipe.zadd(keys.DUE_RUNS, {run.run_id: float(run.updated_at or now())})
+            self.outbox.schedule_in(pipe, run.run_id)
+            await pipe.execute()
 
     async def add_progress(self, run_id: str, line: str, keep: int = 8) -> None:
         """Append a progress line (shown in the run message, coalesced with its status)."""
@@ -206,9 +220,10 @@ class RunStore:
         )
 
     async def save_pause(
-        self, run_id: str, owner: str, snapshot: Snapshot, calls: list[CallRecord]
+        self, run_id: str, owner: str, snapshot: Snapshot, calls: list[CallRecord], since: float
     ) -> int:
-        """Store the snapshot and the pause's calls; the run becomes `paused`. Returns the pause."""
+        """Store the snapshot and the pause's calls; the run becomes `paused`. Returns the pause.
+        The run is due (for the sweeper) from `since` until its automatic decisions are applied."""
         call_keys = [keys.call_key(c.approval_id) for c in calls]
         tokens = " ".join(c.approval_id.partition(".")[2] for c in calls)
         reply = await self._save_pause(
@@ -233,7 +248,11 @@ class RunStore:
         )
         if _s(reply[0]) != "ok":
             raise StoreError(f"cannot save pause of run {run_id}: {[_s(r) for r in reply]}")
-        await self.outbox.schedule(run_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            self.outbox.schedule_in(pipe, run_id)
+            # due until its automatic decisions are applied (`not_due` with this time)
+            pipe.zadd(keys.DUE_RUNS, {run_id: since})
+            await pipe.execute()
         return int(reply[1])
 
     async def load_snapshot(self, run_id: str) -> Snapshot | None:
@@ -273,7 +292,10 @@ class RunStore:
         ended = _s(reply[0]) == "ok"
         if ended:  # indexed before it leaves the active set that the reconciler scans
             await self.outbox.schedule(run_id)
-            await self.redis.srem(keys.EXECUTING_RUNS, run_id)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.srem(keys.EXECUTING_RUNS, run_id)
+                pipe.zrem(keys.DUE_RUNS, run_id)
+                await pipe.execute()
         return ended
 
     # Pending calls ------------------------------------------------------------------------
@@ -417,7 +439,11 @@ class RunStore:
         )
         kind = _s(reply[0])
         if kind in ("decided", "vote"):
-            await self.outbox.schedule(run_id)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                self.outbox.schedule_in(pipe, run_id)
+                if kind == "decided" and int(reply[1]) == 1:  # a resume waits for a worker
+                    pipe.zadd(keys.DUE_RUNS, {run_id: float(now())})
+                await pipe.execute()
         if kind == "decided":
             return Decided(
                 settled=[_s(r) for r in reply[3:]],
@@ -453,7 +479,10 @@ class RunStore:
             keys=[keys.run_key(run_id)],
             args=[execution, message_id, attempt, now(), self.retention],
         )
-        return _s(reply[0]), int(reply[2]) if len(reply) > 2 else 0
+        taken = _s(reply[0])
+        if taken != "skip":  # a worker has it now: its job's lease watches it
+            await self.redis.zrem(keys.DUE_RUNS, run_id)
+        return taken, int(reply[2]) if len(reply) > 2 else 0
 
     async def to_review(
         self, run_id: str, attempt: str, review_id: str, text: str, kind: str
@@ -476,7 +505,10 @@ class RunStore:
         )
         if _s(reply[0]) != "ok":
             return None
-        await self.outbox.schedule(run_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            self.outbox.schedule_in(pipe, run_id)
+            pipe.zadd(keys.DUE_RUNS, {run_id: float(now())})  # its job waits for a worker
+            await pipe.execute()
         return [_s(r) for r in reply[1:]]
 
     # Deliveries and liveness --------------------------------------------------------------
@@ -508,6 +540,56 @@ class RunStore:
             if status is not None and _s(status) == "paused":
                 total += int(_s(undecided or b"0") or 0)
         return total
+
+    # What the sweeper looks at --------------------------------------------------------------
+
+    async def due(self, run_id: str, since: float) -> None:
+        """The run waits on the bot since `since` (the sweeper looks at it once that is old)."""
+        await self.redis.zadd(keys.DUE_RUNS, {run_id: since})
+
+    async def not_due(self, run_id: str, since: float) -> bool:
+        """Done with the run's due entry, unless something made it due again after `since`."""
+        return int(await self._not_due(keys=[keys.DUE_RUNS], args=[run_id, since])) == 1
+
+    async def due_runs(self, before: float, limit: int = 1000) -> list[tuple[str, float]]:
+        """(run id, since) of runs waiting on the bot since before `before`, oldest first."""
+        found: Any = await self.redis.zrangebyscore(
+            keys.DUE_RUNS, "-inf", before, start=0, num=limit, withscores=True
+        )
+        return [(_s(member), float(score)) for member, score in found]
+
+    async def runs(self, run_ids: Sequence[str]) -> list[RunRecord | None]:
+        """These runs, in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hgetall(keys.run_key(run_id))
+            raws = await pipe.execute()
+        return [
+            RunRecord.from_hash(raw, run_id) if raw else None
+            for run_id, raw in zip(run_ids, raws, strict=True)
+        ]
+
+    async def active_overview(
+        self,
+    ) -> list[tuple[str, str | None, str, bool, bool, bool]]:
+        """For each active run, in one pipeline: (run id, status (None: gone), owner, on the
+        outbox index, has outbox marks, on the due set)."""
+        run_ids = await self.active_runs()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hmget(keys.run_key(run_id), ["status", "owner"])
+                pipe.zscore(keys.OUTBOX_INDEX, run_id)
+                pipe.hlen(keys.outbox_key(run_id))
+                pipe.zscore(keys.DUE_RUNS, run_id)
+            replies = await pipe.execute()
+        found = []
+        for i, run_id in enumerate(run_ids):
+            (status, owner), indexed, marked, due = replies[4 * i : 4 * i + 4]
+            text = _s(status) if status is not None else None
+            found.append(
+                (run_id, text, _s(owner or b""), indexed is not None, bool(marked), due is not None)
+            )
+        return found
 
     async def forget_active(self, run_id: str) -> None:
         await self.redis.srem(keys.EXECUTING_RUNS, run_id)
