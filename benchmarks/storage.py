@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,94 @@ async def paused_run_bytes(redis_url: str) -> dict[str, dict[str, Any]]:
     return figures
 
 
+class _Trips:
+    """Counts round trips to Redis (one per command or pipeline sent) and the time spent in
+    sending and reading replies, over every connection of the process."""
+
+    def __init__(self) -> None:
+        self.trips = 0
+        self.seconds = 0.0
+        self._saved: tuple[Any, Any] | None = None
+
+    def __enter__(self) -> _Trips:
+        from redis.asyncio.connection import AbstractConnection
+
+        send, read = AbstractConnection.send_packed_command, AbstractConnection.read_response
+        self._saved = (send, read)
+        counter = self
+
+        async def counted_send(conn: Any, *args: Any, **kwargs: Any) -> Any:
+            counter.trips += 1
+            started = time.perf_counter()
+            try:
+                return await send(conn, *args, **kwargs)
+            finally:
+                counter.seconds += time.perf_counter() - started
+
+        async def timed_read(conn: Any, *args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return await read(conn, *args, **kwargs)
+            finally:
+                counter.seconds += time.perf_counter() - started
+
+        AbstractConnection.send_packed_command = counted_send  # type: ignore[method-assign]
+        AbstractConnection.read_response = timed_read  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from redis.asyncio.connection import AbstractConnection
+
+        assert self._saved is not None
+        send, read = self._saved
+        AbstractConnection.send_packed_command = send  # type: ignore[method-assign]
+        AbstractConnection.read_response = read  # type: ignore[method-assign]
+
+
+async def click_trips(redis_url: str, clicks: int = 20) -> dict[str, float]:
+    """Round trips to Redis and time spent in Redis calls by one Approve click, from the signed
+    request to its HTTP response (workers and projector stopped, so only the click counts):
+    {"trips", "store_ms", "click_ms"}, means over `clicks` clicks on distinct pending calls.
+    The time in Redis calls includes redis-py's reply parsing (hiredis, when installed)."""
+    from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
+
+    set_tracing_disabled(True)
+    steps = [
+        [
+            [function_call("delete_logs", {"path": PATH_100}, call_id="c1")],
+            [assistant_message("ok")],
+        ]
+        for _ in range(clicks)
+    ]
+    agents = {f"a{i}": ops_agent(s, Ledger(), name=f"a{i}")[0] for i, s in enumerate(steps)}
+    unlimited = {
+        "user_start_burst": 0, "channel_start_burst": 0, "user_open_runs": 0,
+        "channel_open_runs": 0, "slack_posts_per_second": 1000.0,
+    }  # fmt: skip
+    async with BotHarness(redis_url, agents, POLICY, settings=unlimited) as bot:
+        for i in range(clicks):
+            await bot.slack.command(f"run a{i} {TASK_150}", user="U1", channel="C1")
+        cards = await bot.wait_for_approvals(clicks, timeout=60)
+        runtime = bot.runtime
+        if runtime.worker is not None:
+            await runtime.worker.stop(runtime._worker_task, 5)
+        await runtime.projector.stop(5)
+        trips, store, total = 0, 0.0, 0.0
+        for card in cards:
+            with _Trips() as counted:
+                started = time.perf_counter()
+                sent = await bot.click(card, APPROVE, user="U2")
+                total += time.perf_counter() - started
+            assert sent.status == 200, sent
+            trips += counted.trips
+            store += counted.seconds
+    return {
+        "trips": trips / clicks,
+        "store_ms": store / clicks * 1000,
+        "click_ms": total / clicks * 1000,
+    }
+
+
 def report(figures: dict[str, dict[str, Any]]) -> str:
     lines = ["Redis memory per paused run with one pending call (MEMORY USAGE, bytes):"]
     for case, data in figures.items():
@@ -87,15 +176,32 @@ def report(figures: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def click_report(figures: dict[str, float]) -> str:
+    from redis.utils import HIREDIS_AVAILABLE
+
+    parser = "hiredis" if HIREDIS_AVAILABLE else "pure-Python parser"
+    return (
+        f"One Approve click (mean, until its HTTP response; {parser}): "
+        f"{figures['trips']:.1f} Redis round trips, {figures['store_ms']:.2f} ms in Redis calls, "
+        f"{figures['click_ms']:.1f} ms in all"
+    )
+
+
+async def figures(url: str) -> None:
+    print(report(await paused_run_bytes(url)))
+    await aioredis.Redis.from_url(url).flushall()
+    print(click_report(await click_trips(url)))
+
+
 async def main(url: str | None) -> None:
     if url:
-        print(report(await paused_run_bytes(url)))
+        await figures(url)
         return
     with tempfile.TemporaryDirectory() as tmp:
         server = EmbeddedRedis(Path(tmp))
         await server.start()
         try:
-            print(report(await paused_run_bytes(server.url)))
+            await figures(server.url)
         finally:
             server.stop()
 
