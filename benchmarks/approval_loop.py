@@ -179,7 +179,7 @@ async def storage(redis_url: str, task_chars: int = 0) -> None:
             if fields.get(b"run_id") == run_id.encode()
         )
         stored = await client.get(keys.state_key(run_id))
-        blob = decode_snapshot(stored).state if stored else None
+        blob = decode_snapshot(stored).state if isinstance(stored, bytes) else None
         await client.aclose()
     assert isinstance(blob, bytes)
     raw = unpack_state(blob)

@@ -111,8 +111,8 @@ class _Trips:
             finally:
                 counter.seconds += time.perf_counter() - started
 
-        AbstractConnection.send_packed_command = counted_send  # type: ignore[method-assign]
-        AbstractConnection.read_response = timed_read  # type: ignore[method-assign]
+        AbstractConnection.send_packed_command = counted_send  # type: ignore[method-assign,assignment]
+        AbstractConnection.read_response = timed_read  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -120,8 +120,8 @@ class _Trips:
 
         assert self._saved is not None
         send, read = self._saved
-        AbstractConnection.send_packed_command = send  # type: ignore[method-assign]
-        AbstractConnection.read_response = read  # type: ignore[method-assign]
+        AbstractConnection.send_packed_command = send  # type: ignore[method-assign,assignment]
+        AbstractConnection.read_response = read  # type: ignore[method-assign,assignment]
 
 
 async def click_trips(redis_url: str, clicks: int = 20) -> dict[str, float]:
@@ -176,6 +176,44 @@ def report(figures: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+async def parser_figures(redis_url: str, reads: int = 2000) -> dict[str, float]:
+    """Microseconds per read of what a click reads (a call and its run, one pipeline), with
+    redis-py's pure-Python reply parser and with hiredis (when installed), interleaved so that
+    both see the same machine load: {"python_us", "hiredis_us"} (hiredis_us absent without
+    it). Needs one paused run in `redis_url` (run `paused_run_bytes` first)."""
+    from redis._parsers import _AsyncRESP2Parser
+    from redis.utils import HIREDIS_AVAILABLE
+
+    from bot.store.runs import RunStore
+
+    probe = aioredis.Redis.from_url(redis_url)
+    try:
+        found = [key async for key in probe.scan_iter(match="ab:{*}:call:*")]
+    finally:
+        await probe.aclose()
+    name = found[0].decode()
+    approval_id = name.split("{", 1)[1].split("}", 1)[0] + "." + name.rsplit(":", 1)[1]
+    parsers: dict[str, Any] = {"python_us": _AsyncRESP2Parser}
+    if HIREDIS_AVAILABLE:
+        from redis._parsers import _AsyncHiredisParser
+
+        parsers["hiredis_us"] = _AsyncHiredisParser
+    spent = dict.fromkeys(parsers, 0.0)
+    for _ in range(5):
+        for label, parser in parsers.items():
+            client = aioredis.Redis.from_url(redis_url, parser_class=parser)
+            store = RunStore(client, retention_seconds=3600)
+            try:
+                await store.call_and_run(approval_id)  # connected
+                started = time.perf_counter()
+                for _ in range(reads // 5):
+                    await store.call_and_run(approval_id)
+                spent[label] += time.perf_counter() - started
+            finally:
+                await client.aclose()
+    return {label: seconds / reads * 1e6 for label, seconds in spent.items()}
+
+
 def click_report(figures: dict[str, float]) -> str:
     from redis.utils import HIREDIS_AVAILABLE
 
@@ -189,6 +227,11 @@ def click_report(figures: dict[str, float]) -> str:
 
 async def figures(url: str) -> None:
     print(report(await paused_run_bytes(url)))
+    parse = await parser_figures(url)
+    print(
+        "Reading a call and its run (one pipeline), us per read: "
+        + ", ".join(f"{k.removesuffix('_us')} {v:.0f}" for k, v in parse.items())
+    )
     await aioredis.Redis.from_url(url).flushall()
     print(click_report(await click_trips(url)))
 

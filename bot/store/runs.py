@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -397,13 +397,16 @@ class RunStore:
         owner: str,
         also: Sequence[str] = (),
         via: str = "",
+        after: Callable[[Any, DecideResult], None] | None = None,
     ) -> DecideResult:
         """Record one decision atomically; see decide.lua for the rules.
 
         `also`: for an Always decision, the other pending calls of the pause that this person
         may decide alone under their own rules; the script settles those of them that are still
         pending in the same pause with the same sticky key, and nothing else. `via`: what
-        decided the call when it was not this person's own click (an earlier Always decision)."""
+        decided the call when it was not this person's own click (an earlier Always decision).
+        `after(pipe, result)`: writes to send with the index write that follows a recorded
+        decision or vote (an audit entry), in the same round trip."""
         run_id = keys.run_of(approval_id)
         if run_id is None:
             return Gone()
@@ -438,20 +441,25 @@ class RunStore:
             ],
         )
         kind = _s(reply[0])
-        if kind in ("decided", "vote"):
-            async with self.redis.pipeline(transaction=False) as pipe:
-                self.outbox.schedule_in(pipe, run_id)
-                if kind == "decided" and int(reply[1]) == 1:  # a resume waits for a worker
-                    pipe.zadd(keys.DUE_RUNS, {run_id: float(now())})
-                await pipe.execute()
+        result: DecideResult
         if kind == "decided":
-            return Decided(
+            result = Decided(
                 settled=[_s(r) for r in reply[3:]],
                 resume=int(reply[1]) == 1,
                 undecided=int(reply[2]),
             )
-        if kind in ("vote", "voted"):
-            return Voted(int(reply[1]), int(reply[2]), repeated=kind == "voted")
+        elif kind in ("vote", "voted"):
+            result = Voted(int(reply[1]), int(reply[2]), repeated=kind == "voted")
+        if kind in ("decided", "vote"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                self.outbox.schedule_in(pipe, run_id)
+                if isinstance(result, Decided) and result.resume:  # waits for a worker
+                    pipe.zadd(keys.DUE_RUNS, {run_id: float(now())})
+                if after is not None:
+                    after(pipe, result)
+                await pipe.execute()
+        if kind in ("decided", "vote", "voted"):
+            return result
         if kind == "already":
             return AlreadyDecided(*(_s(r) for r in reply[1:5]))
         if kind == "stale":
