@@ -332,15 +332,20 @@ class RunFlow(ReviewFlow):
         """Execute one start or resume job. Idempotent: a delivery for a run that moved on, or
         a duplicate message, does nothing; a redelivery after a worker stopped continues only
         where that is safe (see `_safe_to_retry`)."""
-        run = await self.store.get_run(job.run_id)
-        if run is None:
-            return
-        if job.kind == "start" and not run.message_ts:
-            run = await self._shown(run)
+        if job.kind == "start":  # it runs once its message is shown (the thread it posts in)
+            run = await self.store.get_run(job.run_id)
+            if run is None:
+                return
+            if not run.message_ts:
+                run = await self._shown(run)
         attempt = f"{job.execution}/{self._owner()}"
-        taken, attempts = await self.store.take(job.run_id, job.execution, job.message_id, attempt)
-        if taken == "skip":
+        took = await self.store.take_run(
+            job.run_id, job.execution, job.message_id, attempt, resume=job.kind == "resume"
+        )
+        taken, attempts = took.kind, took.attempts
+        if taken == "skip" or took.run is None:
             return
+        run = took.run
         run.owner = attempt
         if taken == "retry":
             if attempts > MAX_ATTEMPTS:
@@ -364,7 +369,7 @@ class RunFlow(ReviewFlow):
                 )
                 await self._settle(run, attempt, outcome)
             else:
-                await self._resume_owned(run, attempt, execution)
+                await self._resume_owned(run, attempt, execution, took.snapshot)
         except Exception as exc:
             log.exception("%s of run %s failed", job.kind, run.run_id)
             await self._fail(
@@ -415,8 +420,10 @@ class RunFlow(ReviewFlow):
             return False
         return True
 
-    async def _resume_owned(self, run: RunRecord, owner: str, execution: Execution) -> None:
-        calls, snapshot = await self.store.resume_state(run.run_id)
+    async def _resume_owned(
+        self, run: RunRecord, owner: str, execution: Execution, blob: bytes | None
+    ) -> None:
+        calls, snapshot = await self.store.pause_of(run, blob)
         if snapshot is None:
             await self._fail(run, owner, "The run's stored state is missing, so it cannot resume.")
             return

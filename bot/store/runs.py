@@ -10,6 +10,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -85,6 +86,17 @@ def decode_snapshot(blob: bytes) -> Snapshot:
 def now() -> str:
     """Timestamps are Unix seconds with millisecond precision, as strings (Redis-native)."""
     return f"{time.time():.3f}"
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What taking a job's execution found: `kind` fresh | retry | skip, the attempts so far,
+    and for a taken one the run (owned by the new attempt) and, for a resume, its snapshot."""
+
+    kind: str
+    attempts: int
+    run: RunRecord | None = None
+    snapshot: bytes | None = None
 
 
 class StoreError(Exception):
@@ -483,14 +495,37 @@ class RunStore:
         """Take the execution a job names: 'fresh', 'retry' (an earlier attempt stopped), or
         'skip' (nothing to do: the run moved on, or another delivery has it); and how many
         attempts the execution has had."""
-        reply = await self._take(
-            keys=[keys.run_key(run_id)],
-            args=[execution, message_id, attempt, now(), self.retention],
-        )
-        taken = _s(reply[0])
-        if taken != "skip":  # a worker has it now: its job's lease watches it
-            await self.redis.zrem(keys.DUE_RUNS, run_id)
-        return taken, int(reply[2]) if len(reply) > 2 else 0
+        taken = await self.take_run(run_id, execution, message_id, attempt)
+        return taken.kind, taken.attempts
+
+    async def take_run(
+        self, run_id: str, execution: str, message_id: str, attempt: str, *, resume: bool = False
+    ) -> Taken:
+        """`take`, with the run as taken (and for a `resume`, its snapshot) in the same round
+        trip; the run leaves the due set (a worker has it: its job's lease watches it)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            await self._take(
+                keys=[keys.run_key(run_id), keys.state_key(run_id)],
+                args=[execution, message_id, attempt, now(), self.retention, "1" if resume else ""],
+                client=pipe,
+            )
+            pipe.zrem(keys.DUE_RUNS, run_id)
+            reply, _ = await pipe.execute()
+        kind = _s(reply[0])
+        if kind == "skip":
+            return Taken(kind, 0)
+        flat = reply[4:]
+        run = RunRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)), run_id)
+        return Taken(kind, int(reply[2]), run, reply[3] or None)
+
+    async def pause_of(
+        self, run: RunRecord, blob: bytes | None
+    ) -> tuple[list[CallRecord], Snapshot | None]:
+        """The calls of a taken run's pause and its snapshot: one round trip (a run paused
+        under layout 1 takes another)."""
+        if run.calls and blob is not None:
+            return await self.calls(run.call_ids()), decode_snapshot(blob)
+        return await self.resume_state(run.run_id)
 
     async def to_review(
         self, run_id: str, attempt: str, review_id: str, text: str, kind: str
