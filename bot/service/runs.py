@@ -33,7 +33,7 @@ from bot.store.records import (
     RunRecord,
     Snapshot,
 )
-from bot.store.runs import StoreError, now
+from bot.store.runs import StoreError, Taken, now
 from bot.untrusted import inline, plain, redact
 
 log = logging.getLogger(__name__)
@@ -369,7 +369,7 @@ class RunFlow(ReviewFlow):
                 )
                 await self._settle(run, attempt, outcome)
             else:
-                await self._resume_owned(run, attempt, execution, took.snapshot)
+                await self._resume_owned(run, attempt, execution, took)
         except Exception as exc:
             log.exception("%s of run %s failed", job.kind, run.run_id)
             await self._fail(
@@ -421,9 +421,9 @@ class RunFlow(ReviewFlow):
         return True
 
     async def _resume_owned(
-        self, run: RunRecord, owner: str, execution: Execution, blob: bytes | None
+        self, run: RunRecord, owner: str, execution: Execution, taken: Taken
     ) -> None:
-        calls, snapshot = await self.store.pause_of(run, blob)
+        calls, snapshot = await self.store.pause_of(taken)
         if snapshot is None:
             await self._fail(run, owner, "The run's stored state is missing, so it cannot resume.")
             return

@@ -97,6 +97,7 @@ class Taken:
     attempts: int
     run: RunRecord | None = None
     snapshot: bytes | None = None
+    calls: list[CallRecord] | None = None  # a resume's pause (None: not read)
 
 
 class StoreError(Exception):
@@ -501,31 +502,35 @@ class RunStore:
     async def take_run(
         self, run_id: str, execution: str, message_id: str, attempt: str, *, resume: bool = False
     ) -> Taken:
-        """`take`, with the run as taken (and for a `resume`, its snapshot) in the same round
-        trip; the run leaves the due set (a worker has it: its job's lease watches it)."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            await self._take(
-                keys=[keys.run_key(run_id), keys.state_key(run_id)],
-                args=[execution, message_id, attempt, now(), self.retention, "1" if resume else ""],
-                client=pipe,
-            )
-            pipe.zrem(keys.DUE_RUNS, run_id)
-            reply, _ = await pipe.execute()
+        """`take`, with the run as taken and, for a `resume`, its snapshot and its pause's calls:
+        two round trips (the script, then the calls with the run's removal from the due set:
+        a worker has it, its job's lease watches it)."""
+        reply = await self._take(
+            keys=[keys.run_key(run_id), keys.state_key(run_id)],
+            args=[execution, message_id, attempt, now(), self.retention, "1" if resume else ""],
+        )
         kind = _s(reply[0])
         if kind == "skip":
             return Taken(kind, 0)
         flat = reply[4:]
         run = RunRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)), run_id)
-        return Taken(kind, int(reply[2]), run, reply[3] or None)
+        ids = run.call_ids() if resume else []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrem(keys.DUE_RUNS, run_id)
+            for approval_id in ids:
+                pipe.hgetall(keys.call_key(approval_id))
+            _, *raws = await pipe.execute()
+        calls = [CallRecord.from_hash(raw, i) for i, raw in zip(ids, raws, strict=True) if raw]
+        calls.sort(key=lambda c: c.index)
+        return Taken(kind, int(reply[2]), run, reply[3] or None, calls if ids else None)
 
-    async def pause_of(
-        self, run: RunRecord, blob: bytes | None
-    ) -> tuple[list[CallRecord], Snapshot | None]:
-        """The calls of a taken run's pause and its snapshot: one round trip (a run paused
-        under layout 1 takes another)."""
-        if run.calls and blob is not None:
-            return await self.calls(run.call_ids()), decode_snapshot(blob)
-        return await self.resume_state(run.run_id)
+    async def pause_of(self, taken: Taken) -> tuple[list[CallRecord], Snapshot | None]:
+        """The calls of a taken run's pause and its snapshot (as `take_run` read them; a run
+        paused under layout 1 takes two more round trips)."""
+        if taken.calls is not None and taken.snapshot is not None:
+            return taken.calls, decode_snapshot(taken.snapshot)
+        assert taken.run is not None
+        return await self.resume_state(taken.run.run_id)
 
     async def to_review(
         self, run_id: str, attempt: str, review_id: str, text: str, kind: str
