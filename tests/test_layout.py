@@ -4,6 +4,7 @@ code of that layout) resume after the upgrade, through signed clicks on their ol
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,10 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from benchmarks.storage import paused_run_bytes
+from bot.engine.runner import pack_state, unpack_state
 from bot.slack.blocks import APPROVE
 from bot.store import keys
+from bot.store.records import CallRecord, RunRecord
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import POLICY, Ledger
@@ -99,3 +102,44 @@ async def test_runs_paused_under_layout_1_resume_after_the_upgrade(
         ],
         key=str,
     )
+
+
+def test_records_store_no_default_and_no_derived_field() -> None:
+    call = CallRecord(
+        approval_id="0123456789abcdef.AAAAAAAAAAAAAAAA", run_id="0123456789abcdef", index=0,
+        call_id="c1", agent="ops", tool="delete_logs", kind="function", sticky="ops::delete_logs",
+        arguments="{}",
+    )  # fmt: skip
+    stored = call.to_hash()
+    assert "approval_id" not in stored and "run_id" not in stored  # the key says them
+    assert not [k for k, v in stored.items() if v == ""]
+    assert stored["status"] == "pending" and stored["pause"] == "0"  # the scripts compare them
+    assert CallRecord.from_hash(stored, call.approval_id) == call
+    run = RunRecord(run_id="0123456789abcdef", team_id="T", user_id="U", channel_id="C",
+                    agent_name="ops", task="t")  # fmt: skip
+    assert RunRecord.from_hash(run.to_hash(), run.run_id) == run
+    assert set(run.to_hash()) == {
+        "team_id",
+        "user_id",
+        "channel_id",
+        "agent_name",
+        "task",
+        "status",
+    }
+
+
+def test_a_snapshot_is_compressed_with_its_schema_dictionary_and_old_blobs_still_read() -> None:
+    data: dict[str, Any] = json.loads(FIXTURE.read_text())
+    [old] = [
+        base64.b64decode(e["value"]["state"]["base64"])
+        for e in data["keys"]
+        if e["key"] == keys.snapshot_key(data["runs"]["mini"]["run_id"])
+    ]
+    state = unpack_state(old)  # xz, as layout 1 stored it
+    assert old.startswith(b"\xfd7zXZ")
+    packed = pack_state(state)
+    assert packed.startswith(b"Z1.21:") and unpack_state(packed) == state
+    assert len(packed) * 3 < len(old)  # 1,344 B with xz; 326 B with the dictionary
+    # A schema without a dictionary is stored with xz.
+    other = state.replace(b'"$schemaVersion":"1.21"', b'"$schemaVersion":"9.99"')
+    assert pack_state(other).startswith(b"\xfd7zXZ") and unpack_state(pack_state(other)) == other
