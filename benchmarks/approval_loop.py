@@ -33,6 +33,7 @@ from bot.slack.blocks import APPROVE
 from bot.store import keys
 from bot.store.audit import AUDIT_STREAM
 from bot.store.connection import EmbeddedRedis
+from bot.store.runs import decode_snapshot
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import Message
 
@@ -177,7 +178,8 @@ async def storage(redis_url: str, task_chars: int = 0) -> None:
             for _, fields in entries
             if fields.get(b"run_id") == run_id.encode()
         )
-        blob = await client.hget(keys.snapshot_key(run_id), "state")
+        stored = await client.get(keys.state_key(run_id))
+        blob = decode_snapshot(stored).state if isinstance(stored, bytes) else None
         await client.aclose()
     assert isinstance(blob, bytes)
     raw = unpack_state(blob)

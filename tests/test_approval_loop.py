@@ -12,6 +12,8 @@ from agents.testing import ScriptedModel
 
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE, REJECT
 from bot.store import keys
+from bot.store.records import Snapshot
+from bot.store.runs import decode_snapshot, encode_snapshot
 from bot.testing.harness import BotHarness, status_line
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import (
@@ -371,7 +373,9 @@ async def test_a_run_paused_before_an_unrelated_agent_edit_resumes(redis_url: st
         run_id = keys.run_of(approval.button_value(APPROVE))
         assert run_id is not None
         client = aioredis.Redis.from_url(redis_url)
-        await client.hset(keys.snapshot_key(run_id), "sdk_version", "0.24.0rc1")
+        stored = decode_snapshot(await client.get(keys.state_key(run_id)))
+        older = Snapshot(stored.state, "0.24.0rc1", stored.fingerprint)
+        await client.set(keys.state_key(run_id), encode_snapshot(older))
         await client.aclose()
         helper, _ = ops_agent([[assistant_message("new")]], Ledger(), name="helper")
         async with BotHarness(
@@ -457,8 +461,11 @@ async def test_an_unreadable_snapshot_fails_the_run_and_runs_nothing(redis_url: 
         run_id = keys.run_of(approval.button_value(APPROVE))
         assert run_id is not None
         client = aioredis.Redis.from_url(redis_url)
-        await client.hset(
-            keys.snapshot_key(run_id), "state", zlib.compress(b'{"$schemaVersion": "1.21"}')
+        stored = decode_snapshot(await client.get(keys.state_key(run_id)))
+        unreadable = zlib.compress(b'{"$schemaVersion": "1.21"}')
+        await client.set(
+            keys.state_key(run_id),
+            encode_snapshot(Snapshot(unreadable, stored.sdk_version, stored.fingerprint)),
         )
         await client.aclose()
         await bot.click(approval, APPROVE, user="U2")

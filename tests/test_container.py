@@ -90,6 +90,8 @@ def test_the_image_build_step_installs_from_the_copied_files(tmp_path: Path) -> 
     )  # fmt: skip
     installed = list(prefix.rglob("site-packages/bot/store/lua/decide.lua"))
     assert installed, "the Lua scripts must be in the installed package"
+    dictionaries = list(prefix.rglob("site-packages/bot/engine/state_dicts/*.json"))
+    assert dictionaries, "the snapshot compression dictionaries must be in the installed package"
     assert (prefix / "bin" / "approval-bot").exists()
 
 
@@ -99,6 +101,7 @@ def test_compose_runs_the_bot_against_redis_with_aof_and_no_eviction() -> None:
     redis_command = " ".join(services["redis"]["command"])
     assert "--appendonly yes" in redis_command
     assert "--maxmemory-policy noeviction" in redis_command
+    assert "--hash-max-listpack-value 1024" in redis_command  # as the embedded redis-server
     assert any(v.endswith(":/data") for v in services["redis"]["volumes"])
     for name in ("bot", "worker"):
         service = services[name]

@@ -101,7 +101,7 @@ def test_every_key_of_a_run_is_in_one_cluster_slot() -> None:
     run_id = keys.new_run_id()
     approval_id = keys.new_approval_id(run_id)
     run_keys = [
-        keys.run_key(run_id), keys.snapshot_key(run_id), keys.pause_key(run_id),
+        keys.run_key(run_id), keys.state_key(run_id), keys.snapshot_key(run_id),
         keys.journal_key(run_id), keys.call_key(approval_id), keys.votes_key(approval_id),
         keys.comments_key(approval_id),
     ]  # fmt: skip

@@ -41,7 +41,7 @@ async def test_long_arguments_cost_the_snapshot_about_once_and_still_run_whole(
         assert run_id is not None
         client = aioredis.Redis.from_url(redis_url)
         try:
-            snapshot = await client.memory_usage(keys.snapshot_key(run_id), samples=0) or 0
+            snapshot = await client.memory_usage(keys.state_key(run_id), samples=0) or 0
             total = 0
             async for key in client.scan_iter(match=f"ab:{{{run_id}}}*"):
                 total += await client.memory_usage(key, samples=0) or 0

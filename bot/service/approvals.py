@@ -23,50 +23,83 @@ class ApprovalService(DecisionFlow):
     This class adds the sweeper, which finishes what a stopped process left half done.
     """
 
+    # A full pass over the active runs, on the first sweep and every RECONCILE_EVERY after: it
+    # catches what a process that stopped in the instant between a transition and the write
+    # that indexes it left unindexed. Every other sweep reads only what is due.
+    RECONCILE_EVERY = 20
+
     async def sweep_forever(self, every: float) -> None:
-        """Re-enqueue, every `every` seconds, executions no worker ever took."""
+        """Every `every` seconds, finish what is due: executions no worker took, pauses whose
+        automatic decisions were not applied (see `requeue_stalled`)."""
+        sweeps = 0
         while True:
             await asyncio.sleep(every)
             try:
-                await self.requeue_stalled(older_than=every * 2)
+                await self.requeue_stalled(
+                    older_than=every * 2, reconcile=sweeps % self.RECONCILE_EVERY == 0
+                )
             except Exception:
                 log.warning("sweep for stalled runs failed", exc_info=True)
+            sweeps += 1
 
-    async def requeue_stalled(self, *, older_than: float) -> int:
+    async def requeue_stalled(self, *, older_than: float, reconcile: bool = True) -> int:
         """Finish what a stopped process left half done; returns how many runs it touched.
 
+        It looks only at the runs due (`ab:runs:due`) for longer than `older_than`, so its cost
+        follows what is due, not how many runs wait for people:
         - a run waiting for a worker that never got its job (the process that should have
           enqueued it stopped first): enqueue it again (a duplicate job is harmless: only one
-          delivery can take an execution);
-        - a pause saved but whose automatic decisions were not applied (its worker stopped);
-        - (the reconciler) a run whose outbox holds marks but which is not on the outbox
-          index (the process stopped between a transition and its index write): indexed, so a
-          projector brings its messages up to date.
+          delivery can take an execution), unless its job is still in the stream waiting for a
+          free worker;
+        - a pause saved but whose automatic decisions were not applied (its worker stopped).
+        With `reconcile`, first a full pass (one pipeline) over the active runs: a run whose
+        outbox holds marks but which is not on the outbox index (the process stopped between
+        a transition and its index write) is indexed, so a projector brings its messages up to
+        date; an unfinished run missing from the due set is put back on it.
         Then trim the job stream of entries every worker is done with.
         """
-        count = 0
+        count = await self._reconcile() if reconcile else 0
         cutoff = float(now()) - older_than
-        for run_id in await self.store.active_runs():
-            run = await self.store.get_run(run_id)
-            outbox = self.store.outbox
-            if await outbox.marks(run_id) and not await outbox.indexed(run_id):
+        due = await self.store.due_runs(cutoff)
+        runs = await self.store.runs([run_id for run_id, _ in due]) if due else []
+        waiting: set[str] | None = None
+        for (run_id, since), run in zip(due, runs, strict=True):
+            if run is None or run.status in ("finished", "failed"):
+                await self.store.forget_active(run_id)
+                await self.store.not_due(run_id, since)
+            elif run.status in ("running", "resuming") and run.owner and "/" not in run.owner:
+                if waiting is None:
+                    waiting = await self.queue.waiting_runs()
+                if run_id not in waiting:  # its job is lost, not merely queued
+                    kind = "start" if run.status == "running" else "resume"
+                    await self.queue.enqueue(kind, run.run_id, run.owner)
+                    count += 1
+                await self.store.due(run_id, float(now()))  # looked at again, later
+            elif run.status == "paused":
+                if await self._undecided_by_rule(run_id):
+                    await self._auto_decide(run)
+                    count += 1
+                await self.store.not_due(run_id, since)
+            else:  # taken by a worker (its job's lease watches it), or waiting for a review
+                await self.store.not_due(run_id, since)
+        await self.queue.trim()
+        return count
+
+    async def _reconcile(self) -> int:
+        """The full pass over active runs (see `requeue_stalled`); returns the runs indexed."""
+        count = 0
+        outbox = self.store.outbox
+        for run_id, status, owner, indexed, marked, due in await self.store.active_overview():
+            if marked and not indexed:
                 log.info("re-indexing the undelivered messages of run %s", run_id)
                 await outbox.schedule(run_id)
                 count += 1
-            if run is None or run.status in ("finished", "failed"):
+            if status in (None, "finished", "failed"):
                 await self.store.forget_active(run_id)
-                continue
-            if float(run.updated_at or 0) > cutoff:
-                continue
-            if run.status in ("running", "resuming") and run.owner and "/" not in run.owner:
-                kind = "start" if run.status == "running" else "resume"
-                await self.store.set_run_fields(run_id, updated_at=now())  # once per interval
-                await self.queue.enqueue(kind, run_id, run.owner)
-                count += 1
-            elif run.status == "paused" and await self._undecided_by_rule(run_id):
-                await self._auto_decide(run)
-                count += 1
-        await self.queue.trim()
+            elif not due and (
+                status == "paused" or (status in ("running", "resuming") and "/" not in owner)
+            ):
+                await self.store.due(run_id, 0.0)  # looked at by this very sweep
         return count
 
     async def _undecided_by_rule(self, run_id: str) -> bool:

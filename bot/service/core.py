@@ -138,6 +138,32 @@ class ServiceCore:
     ) -> None:
         """Append to the audit trail; a failure is logged loudly but never breaks a flow.
         The metrics count what is audited, so both tell the same story."""
+        fields = self._audited(
+            kind, run=run, call=call, actor=actor, decision=decision, detail=detail
+        )
+        try:
+            await self.audit_log.append(kind, **fields)
+        except Exception:
+            log.exception("could not append %s to the audit trail", kind)
+
+    def audit_in(
+        self, pipe: Any, kind: str, *, call: CallRecord, actor: Actor, decision: str, detail: str
+    ) -> None:
+        """`audit`, as one command of a pipeline that carries other writes (one round trip)."""
+        fields = self._audited(kind, call=call, actor=actor, decision=decision, detail=detail)
+        self.audit_log.append_in(pipe, kind, **fields)
+
+    @staticmethod
+    def _audited(
+        kind: str,
+        *,
+        run: RunRecord | None = None,
+        call: CallRecord | None = None,
+        actor: Actor | None = None,
+        decision: str = "",
+        detail: str = "",
+    ) -> dict[str, str]:
+        """An audit entry's fields (and the metrics that count it)."""
         _count(kind, decision, call)
         fields = {"decision": decision, "detail": detail}
         if run is not None:
@@ -148,10 +174,7 @@ class ServiceCore:
             fields.update(tool=call.tool, digest=call.digest, channel=call.channel_id)
         if actor is not None:
             fields.update(team=actor.team_id, user=actor.user_id, enterprise=actor.enterprise_id)
-        try:
-            await self.audit_log.append(kind, **fields)
-        except Exception:
-            log.exception("could not append %s to the audit trail", kind)
+        return fields
 
     def agent_names(self) -> list[str]:
         return list(self.engine.registry.agents)
@@ -203,8 +226,12 @@ class ServiceCore:
         calls = await self.store.pause_calls(run.run_id) if run.pause else []
         return {c.call_id for c in calls if c.status == "approved"}
 
-    async def _authorize(self, actor: Actor, call: CallRecord) -> tuple[RunRecord | None, Verdict]:
-        run = await self.store.get_run(call.run_id)
+    async def _authorize(
+        self, actor: Actor, call: CallRecord, run: RunRecord | None = None
+    ) -> tuple[RunRecord | None, Verdict]:
+        """`run`: the call's run when the caller already read it."""
+        if run is None:
+            run = await self.store.get_run(call.run_id)
         if run is None:
             return None, Verdict(False, "This run no longer exists.")
         _, verdict = await self._judge(actor, run, call)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 from bot.service.ports import Actor
 from bot.service.replies import ConfirmReject, RejectForm, Reply, already_text
@@ -13,6 +14,7 @@ from bot.store.records import (
     AlreadyDecided,
     CallRecord,
     Decided,
+    DecideResult,
     Gone,
     RunRecord,
     Voted,
@@ -35,10 +37,10 @@ class DecisionFlow(RunFlow):
         self, actor: Actor, approval_id: str, *, approve: bool, always: bool
     ) -> tuple[CallRecord, RunRecord] | Reply:
         """Everything that must hold before a decision is recorded; a Reply when it does not."""
-        call = await self.store.get_call(approval_id)
+        call, stored_run = await self.store.call_and_run(approval_id)  # one round trip
         if call is None:
             return Reply(False, Gone().why)
-        run, verdict = await self._authorize(actor, call)
+        run, verdict = await self._authorize(actor, call, stored_run)
         # The checks, in order; who decided is told only to people allowed to decide.
         if run is None or not verdict.allowed:
             reply = Reply(False, verdict.reason)
@@ -106,6 +108,18 @@ class DecisionFlow(RunFlow):
         call, run = checked
         owner = self._owner()
         also = await self._settled_alongside(actor, run, call) if always else []
+        decision = ("always_" if always else "") + ("approve" if approve else "reject")
+
+        def audited(pipe: Any, result: DecideResult) -> None:
+            """The decision's (or vote's) audit entry, sent with the write that follows it."""
+            if isinstance(result, Voted):
+                detail = f"{result.votes} of {result.required}"
+                self.audit_in(pipe, "approval_vote", call=call, actor=actor, decision=decision,
+                              detail=detail)  # fmt: skip
+            elif isinstance(result, Decided):
+                self.audit_in(pipe, "decided", call=call, actor=actor, decision=decision,
+                              detail=reason.strip())  # fmt: skip
+
         result = await self.store.decide(
             approval_id,
             approve=approve,
@@ -115,8 +129,8 @@ class DecisionFlow(RunFlow):
             reason=reason.strip(),
             owner=owner,
             also=also,
+            after=audited,
         )
-        decision = ("always_" if always else "") + ("approve" if approve else "reject")
         if isinstance(result, AlreadyDecided):
             reply = Reply(False, already_text(result))
         elif isinstance(result, Gone):
@@ -135,18 +149,16 @@ class DecisionFlow(RunFlow):
             )
             return reply
         if isinstance(result, Voted):
-            await self.audit(
-                "approval_vote", call=call, actor=actor, decision=decision,
-                detail=f"{result.votes} of {result.required}",
-            )  # fmt: skip
-            return reply  # the card shows the vote (decide.lua marked it in the outbox)
+            return reply  # audited; the card shows the vote (decide.lua marked it in the outbox)
         assert isinstance(result, Decided)
-        for settled in result.settled:
-            via = "" if settled == approval_id else f"always decision on {approval_id}"
-            target = call if settled == approval_id else await self.store.get_call(settled)
-            await self.audit(
-                "decided", call=target, actor=actor, decision=decision, detail=reason.strip() or via
-            )
+        for settled in result.settled:  # this call was audited with the decision
+            if settled != approval_id:
+                via = f"always decision on {approval_id}"
+                target = await self.store.get_call(settled)
+                await self.audit(
+                    "decided", call=target, actor=actor, decision=decision,
+                    detail=reason.strip() or via,
+                )  # fmt: skip
         if result.resume:  # the cards and the run message follow from the outbox
             self.spawn(self._enqueue("resume", run.run_id, owner), name=f"resume-{run.run_id}")
         return reply

@@ -33,7 +33,7 @@ from bot.store.records import (
     RunRecord,
     Snapshot,
 )
-from bot.store.runs import StoreError, now
+from bot.store.runs import StoreError, Taken, now
 from bot.untrusted import inline, plain, redact
 
 log = logging.getLogger(__name__)
@@ -203,15 +203,19 @@ class RunFlow(ReviewFlow):
         version = self.policies.current().version
         calls = [self._new_call(run, a, version) for a in outcome.approvals]
         cp = outcome.checkpoint
+        since = float(now())
         try:
             await self.store.save_pause(
-                run.run_id, owner, Snapshot(cp.state, cp.sdk_version, cp.fingerprint), calls
+                run.run_id, owner, Snapshot(cp.state, cp.sdk_version, cp.fingerprint), calls, since
             )
         except StoreError:
             log.error("run %s is no longer owned by this execution; pause not saved", run.run_id)
             return
         await self.audit("paused", run=run, detail=f"{len(calls)} call(s) need a decision")
         await self._auto_decide(run)
+        # Its automatic decisions are applied: the sweeper need not look at it (unless a
+        # decision since made it due again: then it stays).
+        await self.store.not_due(run.run_id, since)
 
     async def _auto_decide(self, run: RunRecord) -> None:
         """Apply the policy's automatic decisions (the pause's cards are shown by the projector).
@@ -328,15 +332,20 @@ class RunFlow(ReviewFlow):
         """Execute one start or resume job. Idempotent: a delivery for a run that moved on, or
         a duplicate message, does nothing; a redelivery after a worker stopped continues only
         where that is safe (see `_safe_to_retry`)."""
-        run = await self.store.get_run(job.run_id)
-        if run is None:
-            return
-        if job.kind == "start" and not run.message_ts:
-            run = await self._shown(run)
+        if job.kind == "start":  # it runs once its message is shown (the thread it posts in)
+            run = await self.store.get_run(job.run_id)
+            if run is None:
+                return
+            if not run.message_ts:
+                run = await self._shown(run)
         attempt = f"{job.execution}/{self._owner()}"
-        taken, attempts = await self.store.take(job.run_id, job.execution, job.message_id, attempt)
-        if taken == "skip":
+        took = await self.store.take_run(
+            job.run_id, job.execution, job.message_id, attempt, resume=job.kind == "resume"
+        )
+        taken, attempts = took.kind, took.attempts
+        if taken == "skip" or took.run is None:
             return
+        run = took.run
         run.owner = attempt
         if taken == "retry":
             if attempts > MAX_ATTEMPTS:
@@ -360,7 +369,7 @@ class RunFlow(ReviewFlow):
                 )
                 await self._settle(run, attempt, outcome)
             else:
-                await self._resume_owned(run, attempt, execution)
+                await self._resume_owned(run, attempt, execution, took)
         except Exception as exc:
             log.exception("%s of run %s failed", job.kind, run.run_id)
             await self._fail(
@@ -411,9 +420,10 @@ class RunFlow(ReviewFlow):
             return False
         return True
 
-    async def _resume_owned(self, run: RunRecord, owner: str, execution: Execution) -> None:
-        calls = await self.store.pause_calls(run.run_id)
-        snapshot = await self.store.load_snapshot(run.run_id)
+    async def _resume_owned(
+        self, run: RunRecord, owner: str, execution: Execution, taken: Taken
+    ) -> None:
+        calls, snapshot = await self.store.pause_of(taken)
         if snapshot is None:
             await self._fail(run, owner, "The run's stored state is missing, so it cannot resume.")
             return

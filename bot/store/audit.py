@@ -37,14 +37,18 @@ class AuditLog:
 
     async def append(self, kind: str, **fields: str) -> str:
         """Append one entry; returns its stream id (milliseconds-sequence)."""
+        entry_id = await self.append_in(self.redis, kind, **fields)
+        return _text(entry_id)
+
+    def append_in(self, pipe: Any, kind: str, **fields: str) -> Any:
+        """Append one entry through `pipe` (a pipeline carrying other writes, or the client)."""
         now = time.time()
         entry = {"time": f"{now:.3f}", "kind": kind}
         entry.update({k: v for k, v in fields.items() if v})
         minid = None
         if self.retention_days > 0:
             minid = str(int((now - self.retention_days * 86400) * 1000))
-        entry_id = await self.redis.xadd(AUDIT_STREAM, entry, minid=minid, approximate=True)  # type: ignore[arg-type]
-        return _text(entry_id)
+        return pipe.xadd(AUDIT_STREAM, entry, minid=minid, approximate=True)
 
     async def read(
         self, *, since: float = 0.0, until: float | None = None, batch: int = 500

@@ -76,6 +76,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# A run or call hash holding realistic text (a 150-character task, 100 characters of arguments)
+# has values past Redis's default 64-byte listpack limit, which turns the whole hash into a
+# hashtable about 3.5 times its size (432 -> 1,552 bytes). Values up to 1 KB keep the compact
+# encoding; a hash has at most a few dozen fields, so a lookup in it stays cheap. The README's
+# "Redis settings for production" names the same settings.
+LISTPACK_SETTINGS = ("--hash-max-listpack-value", "1024", "--hash-max-listpack-entries", "128")
+
+
 class EmbeddedRedis:
     """A private `redis-server` on loopback, with its AOF kept in the bot's data directory.
 
@@ -110,6 +118,7 @@ class EmbeddedRedis:
             "--appendfsync", "everysec",
             "--save", "",
             "--maxmemory-policy", "noeviction",
+            *LISTPACK_SETTINGS,
             "--protected-mode", "yes",
             "--logfile", "redis.log",
         ]  # fmt: skip

@@ -1,5 +1,10 @@
 """Redis key names and the opaque ids that point at them.
 
+Layout 2 (#9): a run hash and a call hash store only fields that differ from their record's
+default and are not derived from the key (`bot.store.records`); the current pause's approval
+tokens are a field of the run hash; the snapshot is a plain string. Keys of layout 1 (the
+snapshot hash, the pause set, call hashes with every field) are still read, on the fly.
+
 Every key of one run shares the hash tag `{<run id>}`, so a transition script that touches a run's
 keys works unchanged on Redis Cluster. An approval id is `<run id>.<random>`: a click can address
 its run's keys directly, without a lookup, and guessing one is as hard as guessing 96 random bits.
@@ -18,6 +23,10 @@ APPROVAL_ID_RE = re.compile(r"^([0-9a-f]{16})\.([A-Za-z0-9_-]{16})$")
 
 # Keys outside any run (each is used alone, never inside a multi-key script).
 EXECUTING_RUNS = f"{PREFIX}:runs:active"
+# Sorted set: run id -> since when (Unix seconds) it waits on the bot itself, not on a person: an
+# execution enqueued but not yet taken by a worker, a pause whose automatic decisions may not
+# have been applied. The sweeper reads only the members older than its interval (`due_runs`).
+DUE_RUNS = f"{PREFIX}:runs:due"
 
 
 def new_run_id() -> str:
@@ -43,11 +52,20 @@ def task_key(run_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:task"
 
 
+def state_key(run_id: str) -> str:
+    """String: a paused run's snapshot (`bot.store.runs.encode_snapshot`: a tag, the SDK
+    version, the agent fingerprint, then the engine's compressed RunState JSON)."""
+    return f"{PREFIX}:{{{run_id}}}:state"
+
+
+# Layout 1 (before #9), still read: runs paused under it resume after an upgrade.
 def snapshot_key(run_id: str) -> str:
+    """Layout 1: hash {state, sdk_version, fingerprint}; now `state_key`."""
     return f"{PREFIX}:{{{run_id}}}:snapshot"
 
 
 def pause_key(run_id: str) -> str:
+    """Layout 1: set of the current pause's approval ids; now the run hash's `calls` field."""
     return f"{PREFIX}:{{{run_id}}}:pause"
 
 

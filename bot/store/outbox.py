@@ -125,6 +125,11 @@ class Outbox:
         """Index the run as due in `delay` seconds (never later than it already is)."""
         await self.redis.zadd(keys.OUTBOX_INDEX, {run_id: now_ms() + delay * 1000}, lt=True)
 
+    @staticmethod
+    def schedule_in(pipe: Any, run_id: str) -> None:
+        """`schedule(run_id)` as one command of a pipeline that carries other writes."""
+        pipe.zadd(keys.OUTBOX_INDEX, {run_id: now_ms()}, lt=True)
+
     async def claim(self, limit: int, lease: float) -> list[Claim]:
         """Take up to `limit` due runs for `lease` seconds; each claim has a unique score."""
         base = f"{now_ms() + lease * 1000 + random.random():.3f}"

@@ -133,6 +133,18 @@ class JobQueue:
         if floor:
             await self.redis.xtrim(STREAM, minid=floor)
 
+    async def waiting_runs(self) -> set[str]:
+        """Runs with a job in the stream that no worker has been given yet (queued behind busy
+        workers): the entries after the group's last delivered one. One round trip each."""
+        groups: Any = await self.redis.xinfo_groups(STREAM)
+        delivered = "0-0"
+        for group in groups:
+            info = {_text(k): v for k, v in dict(group).items()}
+            if _text(info.get("name", "")) == GROUP:
+                delivered = _text(info.get("last-delivered-id") or "0-0")
+        entries: Any = await self.redis.xrange(STREAM, min=f"({delivered}")
+        return {_text(fields.get(b"run_id", b"")) for _, fields in entries or []}
+
     async def oldest_age(self) -> float:
         """Seconds since the oldest job not yet acknowledged was enqueued (0: none): the
         oldest pending delivery, or else the first entry after the group's last delivered."""

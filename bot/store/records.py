@@ -9,7 +9,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 RunStatus = Literal["running", "paused", "resuming", "needs_review", "finished", "failed"]
 CallStatus = Literal["pending", "approved", "rejected"]
@@ -32,8 +32,11 @@ def _decode(raw: Mapping[Any, Any]) -> dict[str, str]:
     return {_text(k): _text(v) for k, v in raw.items()}
 
 
-def _from_hash(cls: type[_R], raw: Mapping[Any, Any]) -> _R:
+def _from_hash(cls: type[_R], raw: Mapping[Any, Any], derived: dict[str, str]) -> _R:
+    """A record from its stored fields; a field not stored has its default (see `_to_hash`),
+    and `derived` fields come from the key (an older layout that stored them still reads)."""
     values = _decode(raw)
+    values.update(derived)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name not in values:
@@ -48,12 +51,22 @@ def _from_hash(cls: type[_R], raw: Mapping[Any, Any]) -> _R:
 
 
 def _to_hash(record: RunRecord | CallRecord) -> dict[str, str]:
+    """The fields worth storing: none derived from the key, none equal to its default (read
+    back as the default), except those the transition scripts compare (`STORED_ALWAYS`).
+    Adding a field to a record is one line: it is stored only once it differs from its default."""
     out: dict[str, str] = {}
-    for key, value in dataclasses.asdict(record).items():
+    always = type(record).STORED_ALWAYS
+    derived = type(record).DERIVED
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if f.name in derived:
+            continue
+        if f.name not in always and f.default is not dataclasses.MISSING and value == f.default:
+            continue
         if isinstance(value, bool):
-            out[key] = "1" if value else "0"
+            out[f.name] = "1" if value else "0"
         else:
-            out[key] = str(value)
+            out[f.name] = str(value)
     return out
 
 
@@ -86,10 +99,20 @@ class RunRecord:
     resolved_review: str = ""  # the last review settled, by whom, and how (done | rerun)
     resolved_by: str = ""
     resolved_action: str = ""
+    calls: str = ""  # the approval tokens of the current pause, in the SDK order, space-separated
+
+    # Stored layout (see `_to_hash`): derived from the key, and compared by the scripts.
+    DERIVED: ClassVar[frozenset[str]] = frozenset({"run_id"})
+    STORED_ALWAYS: ClassVar[frozenset[str]] = frozenset({"status"})
 
     @classmethod
-    def from_hash(cls, raw: Mapping[Any, Any]) -> RunRecord:
-        return _from_hash(cls, raw)
+    def from_hash(cls, raw: Mapping[Any, Any], run_id: str = "") -> RunRecord:
+        return _from_hash(cls, raw, {"run_id": run_id} if run_id else {})
+
+    def call_ids(self) -> list[str]:
+        """The approval ids of the current pause (empty for a run paused before they were kept
+        here: its pause set holds them)."""
+        return [f"{self.run_id}.{token}" for token in self.calls.split()]
 
     def to_hash(self) -> dict[str, str]:
         return _to_hash(self)
@@ -132,12 +155,16 @@ class CallRecord:
     digest: str = ""
     paused_at: str = ""  # when the run paused on this call (time to decision)
 
+    DERIVED: ClassVar[frozenset[str]] = frozenset({"approval_id", "run_id"})
+    STORED_ALWAYS: ClassVar[frozenset[str]] = frozenset({"status", "pause"})
+
     def voter_ids(self) -> list[str]:
         return [v for v in self.voters.split(",") if v]
 
     @classmethod
-    def from_hash(cls, raw: Mapping[Any, Any]) -> CallRecord:
-        return _from_hash(cls, raw)
+    def from_hash(cls, raw: Mapping[Any, Any], approval_id: str = "") -> CallRecord:
+        derived = {"approval_id": approval_id, "run_id": approval_id.partition(".")[0]}
+        return _from_hash(cls, raw, derived if approval_id else {})
 
     def to_hash(self) -> dict[str, str]:
         return _to_hash(self)

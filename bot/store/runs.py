@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -32,6 +33,15 @@ from bot.store.records import (
 
 MAX_COMMENTS = 20
 
+# Drop a run from the due set only if nothing made it due again since `since` was read.
+_NOT_DUE = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) == tonumber(ARGV[2]) then
+  return redis.call('ZREM', KEYS[1], ARGV[1])
+end
+return 0
+"""
+
 _ADD_NOTE = """
 local n = redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
@@ -53,9 +63,41 @@ def _s(value: Any) -> str:
     return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
 
 
+# A snapshot string: SNAPSHOT_TAG, the SDK version, NUL, the agent fingerprint, NUL, the state.
+SNAPSHOT_TAG = b"S2\x00"
+
+
+def encode_snapshot(snapshot: Snapshot) -> bytes:
+    return b"\x00".join(
+        (
+            SNAPSHOT_TAG[:-1],
+            snapshot.sdk_version.encode(),
+            snapshot.fingerprint.encode(),
+            snapshot.state,
+        )
+    )
+
+
+def decode_snapshot(blob: bytes) -> Snapshot:
+    _, sdk_version, fingerprint, state = blob.split(b"\x00", 3)
+    return Snapshot(state=state, sdk_version=_s(sdk_version), fingerprint=_s(fingerprint))
+
+
 def now() -> str:
     """Timestamps are Unix seconds with millisecond precision, as strings (Redis-native)."""
     return f"{time.time():.3f}"
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What taking a job's execution found: `kind` fresh | retry | skip, the attempts so far,
+    and for a taken one the run (owned by the new attempt) and, for a resume, its snapshot."""
+
+    kind: str
+    attempts: int
+    run: RunRecord | None = None
+    snapshot: bytes | None = None
+    calls: list[CallRecord] | None = None  # a resume's pause (None: not read)
 
 
 class StoreError(Exception):
@@ -74,6 +116,7 @@ class RunStore:
         self._finish = client.register_script(_marking("finish"))
         self._take = client.register_script(_script("take_job"))
         self._add_note = client.register_script(_script("_outbox") + _ADD_NOTE)
+        self._not_due = client.register_script(_NOT_DUE)
         self._to_review = client.register_script(_marking("to_review"))
         self._resolve_review = client.register_script(_marking("resolve_review"))
 
@@ -106,9 +149,13 @@ class RunStore:
                 pipe.set(keys.task_key(run.run_id), whole, ex=self.retention)
             self._mark(pipe, run.run_id, "run")
             await pipe.execute()
-        # Indexed only once it exists, so a sweeper never sees an id without its run.
-        await self.redis.sadd(keys.EXECUTING_RUNS, run.run_id)
-        await self.outbox.schedule(run.run_id)
+        # Indexed only once it exists, so a sweeper never sees an id without its run; due
+        # (waiting for a worker) since its last change.
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.sadd(keys.EXECUTING_RUNS, run.run_id)
+            pipe.zadd(keys.DUE_RUNS, {run.run_id: float(run.updated_at or now())})
+            self.outbox.schedule_in(pipe, run.run_id)
+            await pipe.execute()
 
     async def add_progress(self, run_id: str, line: str, keep: int = 8) -> None:
         """Append a progress line (shown in the run message, coalesced with its status)."""
@@ -146,7 +193,21 @@ class RunStore:
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         raw = await self.redis.hgetall(keys.run_key(run_id))
-        return RunRecord.from_hash(raw) if raw else None
+        return RunRecord.from_hash(raw, run_id) if raw else None
+
+    async def call_and_run(self, approval_id: str) -> tuple[CallRecord | None, RunRecord | None]:
+        """A call and its run, in one round trip (what a click needs to be authorized)."""
+        run_id = keys.run_of(approval_id)
+        if run_id is None:
+            return None, None
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.call_key(approval_id))
+            pipe.hgetall(keys.run_key(run_id))
+            call, run = await pipe.execute()
+        return (
+            CallRecord.from_hash(call, approval_id) if call else None,
+            RunRecord.from_hash(run, run_id) if run else None,
+        )
 
     async def set_run_message(self, run_id: str, ts: str) -> None:
         await self.redis.hset(keys.run_key(run_id), "message_ts", ts)
@@ -172,36 +233,52 @@ class RunStore:
         )
 
     async def save_pause(
-        self, run_id: str, owner: str, snapshot: Snapshot, calls: list[CallRecord]
+        self, run_id: str, owner: str, snapshot: Snapshot, calls: list[CallRecord], since: float
     ) -> int:
-        """Store the snapshot and the pause's calls; the run becomes `paused`. Returns the pause."""
+        """Store the snapshot and the pause's calls; the run becomes `paused`. Returns the pause.
+        The run is due (for the sweeper) from `since` until its automatic decisions are applied."""
         call_keys = [keys.call_key(c.approval_id) for c in calls]
+        tokens = " ".join(c.approval_id.partition(".")[2] for c in calls)
         reply = await self._save_pause(
             keys=[
                 keys.run_key(run_id),
+                keys.state_key(run_id),
                 keys.snapshot_key(run_id),
-                keys.pause_key(run_id),
                 keys.task_key(run_id),
                 keys.outbox_key(run_id),
+                keys.pause_key(run_id),
                 *call_keys,
             ],
             args=[
                 owner,
                 now(),
                 self.retention,
-                snapshot.state,
-                snapshot.sdk_version,
-                snapshot.fingerprint,
+                encode_snapshot(snapshot),
+                run_id,
+                tokens,
                 *(json.dumps(c.to_hash()) for c in calls),
             ],
         )
         if _s(reply[0]) != "ok":
             raise StoreError(f"cannot save pause of run {run_id}: {[_s(r) for r in reply]}")
-        await self.outbox.schedule(run_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            self.outbox.schedule_in(pipe, run_id)
+            # due until its automatic decisions are applied (`not_due` with this time)
+            pipe.zadd(keys.DUE_RUNS, {run_id: since})
+            await pipe.execute()
         return int(reply[1])
 
     async def load_snapshot(self, run_id: str) -> Snapshot | None:
-        raw = await self.redis.hgetall(keys.snapshot_key(run_id))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.get(keys.state_key(run_id))
+            pipe.hgetall(keys.snapshot_key(run_id))  # layout 1
+            blob, raw = await pipe.execute()
+        return self._snapshot(blob, raw)
+
+    @staticmethod
+    def _snapshot(blob: bytes | None, raw: dict[bytes, bytes]) -> Snapshot | None:
+        if blob is not None:
+            return decode_snapshot(blob)
         if not raw or b"state" not in raw:
             return None
         return Snapshot(
@@ -217,17 +294,21 @@ class RunStore:
         reply = await self._finish(
             keys=[
                 keys.run_key(run_id),
+                keys.state_key(run_id),
                 keys.snapshot_key(run_id),
-                keys.pause_key(run_id),
                 keys.task_key(run_id),
                 keys.outbox_key(run_id),
+                keys.pause_key(run_id),
             ],
             args=[owner, status, text, now(), self.retention, "1" if drop_snapshot else "0"],
         )
         ended = _s(reply[0]) == "ok"
         if ended:  # indexed before it leaves the active set that the reconciler scans
             await self.outbox.schedule(run_id)
-            await self.redis.srem(keys.EXECUTING_RUNS, run_id)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.srem(keys.EXECUTING_RUNS, run_id)
+                pipe.zrem(keys.DUE_RUNS, run_id)
+                await pipe.execute()
         return ended
 
     # Pending calls ------------------------------------------------------------------------
@@ -236,17 +317,44 @@ class RunStore:
         if keys.run_of(approval_id) is None:
             return None
         raw = await self.redis.hgetall(keys.call_key(approval_id))
-        return CallRecord.from_hash(raw) if raw else None
+        return CallRecord.from_hash(raw, approval_id) if raw else None
+
+    async def pause_ids(self, run_id: str) -> list[str]:
+        """The approval ids of the run's latest pause (from the run hash; layout 1: a set)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(keys.run_key(run_id), "calls")
+            pipe.smembers(keys.pause_key(run_id))
+            tokens, members = await pipe.execute()
+        if tokens:
+            return [f"{run_id}.{token}" for token in _s(tokens).split()]
+        return sorted(_s(i) for i in members)
 
     async def pause_calls(self, run_id: str) -> list[CallRecord]:
         """The calls of the run's latest pause, in the order the SDK listed them."""
-        ids = sorted(_s(i) for i in await self.redis.smembers(keys.pause_key(run_id)))
+        return await self.calls(await self.pause_ids(run_id))
+
+    async def calls(self, ids: Sequence[str]) -> list[CallRecord]:
+        """These calls (one round trip), in the order the SDK listed them."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for approval_id in ids:
                 pipe.hgetall(keys.call_key(approval_id))
             raws = await pipe.execute()
-        calls = [CallRecord.from_hash(raw) for raw in raws if raw]
+        calls = [CallRecord.from_hash(raw, i) for i, raw in zip(ids, raws, strict=True) if raw]
         return sorted(calls, key=lambda c: c.index)
+
+    async def resume_state(self, run_id: str) -> tuple[list[CallRecord], Snapshot | None]:
+        """What a resume reads: the pause's calls and the snapshot (two round trips)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(keys.run_key(run_id), "calls")
+            pipe.smembers(keys.pause_key(run_id))
+            pipe.get(keys.state_key(run_id))
+            pipe.hgetall(keys.snapshot_key(run_id))
+            tokens, members, blob, raw = await pipe.execute()
+        if tokens:
+            ids = [f"{run_id}.{token}" for token in _s(tokens).split()]
+        else:
+            ids = sorted(_s(i) for i in members)
+        return await self.calls(ids), self._snapshot(blob, raw)
 
     async def set_call_message(self, approval_id: str, channel: str, ts: str) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -302,28 +410,32 @@ class RunStore:
         owner: str,
         also: Sequence[str] = (),
         via: str = "",
+        after: Callable[[Any, DecideResult], None] | None = None,
     ) -> DecideResult:
         """Record one decision atomically; see decide.lua for the rules.
 
         `also`: for an Always decision, the other pending calls of the pause that this person
         may decide alone under their own rules; the script settles those of them that are still
         pending in the same pause with the same sticky key, and nothing else. `via`: what
-        decided the call when it was not this person's own click (an earlier Always decision)."""
+        decided the call when it was not this person's own click (an earlier Always decision).
+        `after(pipe, result)`: writes to send with the index write that follows a recorded
+        decision or vote (an audit entry), in the same round trip."""
         run_id = keys.run_of(approval_id)
         if run_id is None:
             return Gone()
-        others = [
-            keys.call_key(_s(i))
-            for i in await self.redis.smembers(keys.pause_key(run_id))
-            if _s(i) != approval_id
-        ]
+        # Only an Always decision may settle other calls of the pause: a plain click reads nothing.
+        others = (
+            [keys.call_key(i) for i in await self.pause_ids(run_id) if i != approval_id]
+            if always and also
+            else []
+        )
         reply = await self._decide(
             keys=[
                 keys.run_key(run_id),
                 keys.call_key(approval_id),
                 keys.votes_key(approval_id),
+                keys.state_key(run_id),
                 keys.snapshot_key(run_id),
-                keys.pause_key(run_id),
                 keys.sticky_key(run_id),
                 keys.outbox_key(run_id),
                 *others,
@@ -342,16 +454,25 @@ class RunStore:
             ],
         )
         kind = _s(reply[0])
-        if kind in ("decided", "vote"):
-            await self.outbox.schedule(run_id)
+        result: DecideResult
         if kind == "decided":
-            return Decided(
+            result = Decided(
                 settled=[_s(r) for r in reply[3:]],
                 resume=int(reply[1]) == 1,
                 undecided=int(reply[2]),
             )
-        if kind in ("vote", "voted"):
-            return Voted(int(reply[1]), int(reply[2]), repeated=kind == "voted")
+        elif kind in ("vote", "voted"):
+            result = Voted(int(reply[1]), int(reply[2]), repeated=kind == "voted")
+        if kind in ("decided", "vote"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                self.outbox.schedule_in(pipe, run_id)
+                if isinstance(result, Decided) and result.resume:  # waits for a worker
+                    pipe.zadd(keys.DUE_RUNS, {run_id: float(now())})
+                if after is not None:
+                    after(pipe, result)
+                await pipe.execute()
+        if kind in ("decided", "vote", "voted"):
+            return result
         if kind == "already":
             return AlreadyDecided(*(_s(r) for r in reply[1:5]))
         if kind == "stale":
@@ -375,11 +496,41 @@ class RunStore:
         """Take the execution a job names: 'fresh', 'retry' (an earlier attempt stopped), or
         'skip' (nothing to do: the run moved on, or another delivery has it); and how many
         attempts the execution has had."""
+        taken = await self.take_run(run_id, execution, message_id, attempt)
+        return taken.kind, taken.attempts
+
+    async def take_run(
+        self, run_id: str, execution: str, message_id: str, attempt: str, *, resume: bool = False
+    ) -> Taken:
+        """`take`, with the run as taken and, for a `resume`, its snapshot and its pause's calls:
+        two round trips (the script, then the calls with the run's removal from the due set:
+        a worker has it, its job's lease watches it)."""
         reply = await self._take(
-            keys=[keys.run_key(run_id)],
-            args=[execution, message_id, attempt, now(), self.retention],
+            keys=[keys.run_key(run_id), keys.state_key(run_id)],
+            args=[execution, message_id, attempt, now(), self.retention, "1" if resume else ""],
         )
-        return _s(reply[0]), int(reply[2]) if len(reply) > 2 else 0
+        kind = _s(reply[0])
+        if kind == "skip":
+            return Taken(kind, 0)
+        flat = reply[4:]
+        run = RunRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)), run_id)
+        ids = run.call_ids() if resume else []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrem(keys.DUE_RUNS, run_id)
+            for approval_id in ids:
+                pipe.hgetall(keys.call_key(approval_id))
+            _, *raws = await pipe.execute()
+        calls = [CallRecord.from_hash(raw, i) for i, raw in zip(ids, raws, strict=True) if raw]
+        calls.sort(key=lambda c: c.index)
+        return Taken(kind, int(reply[2]), run, reply[3] or None, calls if ids else None)
+
+    async def pause_of(self, taken: Taken) -> tuple[list[CallRecord], Snapshot | None]:
+        """The calls of a taken run's pause and its snapshot (as `take_run` read them; a run
+        paused under layout 1 takes two more round trips)."""
+        if taken.calls is not None and taken.snapshot is not None:
+            return taken.calls, decode_snapshot(taken.snapshot)
+        assert taken.run is not None
+        return await self.resume_state(taken.run.run_id)
 
     async def to_review(
         self, run_id: str, attempt: str, review_id: str, text: str, kind: str
@@ -402,7 +553,10 @@ class RunStore:
         )
         if _s(reply[0]) != "ok":
             return None
-        await self.outbox.schedule(run_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            self.outbox.schedule_in(pipe, run_id)
+            pipe.zadd(keys.DUE_RUNS, {run_id: float(now())})  # its job waits for a worker
+            await pipe.execute()
         return [_s(r) for r in reply[1:]]
 
     # Deliveries and liveness --------------------------------------------------------------
@@ -434,6 +588,56 @@ class RunStore:
             if status is not None and _s(status) == "paused":
                 total += int(_s(undecided or b"0") or 0)
         return total
+
+    # What the sweeper looks at --------------------------------------------------------------
+
+    async def due(self, run_id: str, since: float) -> None:
+        """The run waits on the bot since `since` (the sweeper looks at it once that is old)."""
+        await self.redis.zadd(keys.DUE_RUNS, {run_id: since})
+
+    async def not_due(self, run_id: str, since: float) -> bool:
+        """Done with the run's due entry, unless something made it due again after `since`."""
+        return int(await self._not_due(keys=[keys.DUE_RUNS], args=[run_id, since])) == 1
+
+    async def due_runs(self, before: float, limit: int = 1000) -> list[tuple[str, float]]:
+        """(run id, since) of runs waiting on the bot since before `before`, oldest first."""
+        found: Any = await self.redis.zrangebyscore(
+            keys.DUE_RUNS, "-inf", before, start=0, num=limit, withscores=True
+        )
+        return [(_s(member), float(score)) for member, score in found]
+
+    async def runs(self, run_ids: Sequence[str]) -> list[RunRecord | None]:
+        """These runs, in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hgetall(keys.run_key(run_id))
+            raws = await pipe.execute()
+        return [
+            RunRecord.from_hash(raw, run_id) if raw else None
+            for run_id, raw in zip(run_ids, raws, strict=True)
+        ]
+
+    async def active_overview(
+        self,
+    ) -> list[tuple[str, str | None, str, bool, bool, bool]]:
+        """For each active run, in one pipeline: (run id, status (None: gone), owner, on the
+        outbox index, has outbox marks, on the due set)."""
+        run_ids = await self.active_runs()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hmget(keys.run_key(run_id), ["status", "owner"])
+                pipe.zscore(keys.OUTBOX_INDEX, run_id)
+                pipe.hlen(keys.outbox_key(run_id))
+                pipe.zscore(keys.DUE_RUNS, run_id)
+            replies = await pipe.execute()
+        found = []
+        for i, run_id in enumerate(run_ids):
+            (status, owner), indexed, marked, due = replies[4 * i : 4 * i + 4]
+            text = _s(status) if status is not None else None
+            found.append(
+                (run_id, text, _s(owner or b""), indexed is not None, bool(marked), due is not None)
+            )
+        return found
 
     async def forget_active(self, run_id: str) -> None:
         await self.redis.srem(keys.EXECUTING_RUNS, run_id)

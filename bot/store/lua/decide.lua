@@ -6,8 +6,10 @@
 -- pause's other pending calls that the service found this person may decide alone (ARGV[9..]);
 -- each is re-checked here (still pending, same pause, same sticky key). Nothing else is touched.
 -- When the pause has no undecided call left, the caller becomes the owner of the one resume.
+-- A call's approval id is `<run id>.<token>` of its key `ab:{<run id>}:call:<token>`; fields
+-- left empty are not stored (a call's record reads them as empty).
 -- KEYS[1] run hash, KEYS[2] the decided call's hash, KEYS[3] its votes set,
--- KEYS[4] the snapshot hash, KEYS[5] the pause set, KEYS[6] the run's sticky hash,
+-- KEYS[4] the snapshot string, KEYS[5] the layout 1 snapshot hash, KEYS[6] the run's sticky hash,
 -- KEYS[7] the run's outbox,
 -- KEYS[8..] the pause's other call hashes
 -- ARGV[1] decision (approved|rejected), ARGV[2] always (0|1), ARGV[3] team, ARGV[4] user,
@@ -15,6 +17,10 @@
 -- ARGV[9] what settled the call when it is not the caller's own click (`via`, usually ''),
 -- ARGV[10..] approval ids an always decision may also settle
 local run, target, votes = KEYS[1], KEYS[2], KEYS[3]
+local function approval_id(key)
+  local run_id, token = string.match(key, '{(.-)}:call:(.+)$')
+  return run_id .. '.' .. token
+end
 if redis.call('EXISTS', target) == 0 then
   return {'missing'}
 end
@@ -27,7 +33,7 @@ if status ~= 'pending' and redis.call('HGET', target, 'decided_owner') == ARGV[7
     resume = 1
   end
   return {'decided', resume, tonumber(redis.call('HGET', run, 'undecided') or '0'),
-          redis.call('HGET', target, 'approval_id')}
+          approval_id(target)}
 end
 if status ~= 'pending' then
   return {'already', status, redis.call('HGET', target, 'decided_by') or '',
@@ -50,19 +56,25 @@ if ARGV[1] == 'approved' then
       voters = voters .. ','
     end
     redis.call('HSET', target, 'votes', count, 'voters', voters .. ARGV[4])
-    mark(KEYS[7], 'card:' .. redis.call('HGET', target, 'approval_id'), ARGV[5], ARGV[8])
+    mark(KEYS[7], 'card:' .. approval_id(target), ARGV[5], ARGV[8])
     if count < required then
       return {'vote', count, required}
     end
   end
 end
 local function settle(key, via)
-  redis.call('HSET', key, 'status', ARGV[1], 'always', ARGV[2], 'decided_team', ARGV[3],
-             'decided_by', ARGV[4], 'decided_at', ARGV[5], 'reason', ARGV[6], 'via', via,
+  redis.call('HSET', key, 'status', ARGV[1], 'decided_by', ARGV[4], 'decided_at', ARGV[5],
              'decided_owner', ARGV[7])
+  local optional = {always = ARGV[2] == '1' and '1' or '', decided_team = ARGV[3],
+                    reason = ARGV[6], via = via}
+  for name, value in pairs(optional) do
+    if value ~= '' then
+      redis.call('HSET', key, name, value)
+    end
+  end
 end
 settle(target, ARGV[9] or '')
-local settled = {redis.call('HGET', target, 'approval_id')}
+local settled = {approval_id(target)}
 if ARGV[2] == '1' then
   local sticky = redis.call('HGET', target, 'sticky')
   redis.call('HSET', KEYS[6], sticky, cjson.encode({
@@ -76,11 +88,11 @@ if ARGV[2] == '1' then
   end
   for i = 8, #KEYS do
     local key = KEYS[i]
-    if eligible[redis.call('HGET', key, 'approval_id') or '']
+    if eligible[approval_id(key)]
        and redis.call('HGET', key, 'status') == 'pending' and redis.call('HGET', key, 'pause') == pause
        and redis.call('HGET', key, 'sticky') == sticky then
       settle(key, settled[1])
-      table.insert(settled, redis.call('HGET', key, 'approval_id'))
+      table.insert(settled, approval_id(key))
     end
   end
 end

@@ -1,8 +1,8 @@
 -- End a run (finished or failed). Only the owner of its current execution may end it; the
 -- sweeper of dead processes passes the dead owner's token, so a live owner is never overruled.
 -- A paused run has no executing owner: ARGV[1] = 'paused' ends it (nothing of it is running).
--- KEYS[1] run hash, KEYS[2] snapshot hash, KEYS[3] pause set, KEYS[4] whole task (dropped),
--- KEYS[5] outbox
+-- KEYS[1] run hash, KEYS[2] snapshot string, KEYS[3] layout 1 snapshot hash, KEYS[4] whole
+-- task (dropped), KEYS[5] outbox, KEYS[6] layout 1 pause set (dropped)
 -- ARGV[1] owner token, ARGV[2] final status, ARGV[3] text (output or error), ARGV[4] now,
 -- ARGV[5] retention seconds, ARGV[6] '1' to drop the snapshot
 local run = KEYS[1]
@@ -27,12 +27,13 @@ local field = 'output'
 if ARGV[2] == 'failed' then
   field = 'error'
 end
-redis.call('HSET', run, 'status', ARGV[2], field, ARGV[3], 'owner', '', 'undecided', 0,
-           'updated_at', ARGV[4], 'ended_by', ARGV[1])
+redis.call('HSET', run, 'status', ARGV[2], field, ARGV[3], 'updated_at', ARGV[4],
+           'ended_by', ARGV[1])
+redis.call('HDEL', run, 'owner', 'undecided')
 if ARGV[6] == '1' then
-  redis.call('DEL', KEYS[2])
+  redis.call('DEL', KEYS[2], KEYS[3])
 end
-redis.call('DEL', KEYS[4])
+redis.call('DEL', KEYS[4], KEYS[6])
 for i = 1, 3 do
   redis.call('EXPIRE', KEYS[i], ARGV[5])
 end

@@ -3,10 +3,24 @@
 -- the run (save_pause, finish, the call journal) is checked against this attempt alone.
 -- A redelivery of the same job message may take over from an earlier attempt (its worker
 -- stopped renewing the job's lease); any other message for a taken execution is a duplicate.
--- KEYS[1] run hash
+-- A taken execution's reply carries what it runs on, so the worker needs no other read of the
+-- run: {kind, previous owner, attempts, snapshot string or '', run hash fields and values...}.
+-- KEYS[1] run hash, KEYS[2] snapshot string
 -- ARGV[1] execution token, ARGV[2] job message id, ARGV[3] new attempt token, ARGV[4] now,
--- ARGV[5] retention seconds. The reply's third element counts the attempts of the execution.
+-- ARGV[5] retention seconds, ARGV[6] '1' to return the snapshot string (a resume).
+-- The reply's third element counts the attempts of the execution.
 local run = KEYS[1]
+local function taken(kind, previous, attempts)
+  local snapshot = ''
+  if ARGV[6] == '1' then
+    snapshot = redis.call('GET', KEYS[2]) or ''
+  end
+  local reply = {kind, previous, attempts, snapshot}
+  for _, item in ipairs(redis.call('HGETALL', run)) do
+    table.insert(reply, item)
+  end
+  return reply
+end
 local status = redis.call('HGET', run, 'status')
 if status ~= 'running' and status ~= 'resuming' then
   return {'skip', status or 'missing'}
@@ -16,13 +30,13 @@ local execution = ARGV[1]
 if owner == execution then
   redis.call('HSET', run, 'owner', ARGV[3], 'job', ARGV[2], 'updated_at', ARGV[4], 'attempts', 1)
   redis.call('EXPIRE', run, ARGV[5])
-  return {'fresh', '', 1}
+  return taken('fresh', '', 1)
 end
 if string.sub(owner, 1, #execution + 1) == execution .. '/'
    and redis.call('HGET', run, 'job') == ARGV[2] then
   redis.call('HSET', run, 'owner', ARGV[3], 'updated_at', ARGV[4])
   local attempts = redis.call('HINCRBY', run, 'attempts', 1)
   redis.call('EXPIRE', run, ARGV[5])
-  return {'retry', owner, attempts}
+  return taken('retry', owner, attempts)
 end
 return {'skip', 'taken'}
