@@ -85,7 +85,7 @@ def test_the_image_build_step_installs_from_the_copied_files(tmp_path: Path) -> 
     prefix = tmp_path / "install"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-         "--no-compile", "--prefix", str(prefix), str(context)],
+         "--no-compile", "--ignore-installed", "--prefix", str(prefix), str(context)],
         check=True, capture_output=True, timeout=300,
     )  # fmt: skip
     installed = list(prefix.rglob("site-packages/bot/store/lua/decide.lua"))
