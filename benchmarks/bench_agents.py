@@ -33,7 +33,8 @@ def _respond(call: Any) -> list[Any]:
             return [assistant_message("done")]
     first = items[0] if isinstance(items[0], dict) else items[0].model_dump()
     task = str(first.get("content", ""))
-    return [function_call("deploy", {"target": task[:100]}, call_id=f"call_{zlib.crc32(task.encode())}")]
+    call_id = f"call_{zlib.crc32(task.encode())}"
+    return [function_call("deploy", {"target": task[:100]}, call_id=call_id)]
 
 
 class OneCallModel(Model):

@@ -32,6 +32,7 @@ import asyncio
 import json
 import os
 import secrets
+import signal
 import socket
 import statistics
 import subprocess
@@ -46,7 +47,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 import redis.asyncio as aioredis
-from agents import RunState, Runner, set_tracing_disabled
+from agents import Runner, RunState, set_tracing_disabled
 
 from benchmarks.bench_agents import deployer
 from benchmarks.peers import SIGNING_SECRET, TOKEN
@@ -170,7 +171,7 @@ class Process:
     """A child process this benchmark started (and stops, by its own pid)."""
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen(  # noqa: ASYNC220
+        self.proc = subprocess.Popen(
             [sys.executable, *args],
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
@@ -190,6 +191,33 @@ class Process:
     async def stop(self) -> None:
         self.proc.terminate()
         await asyncio.to_thread(self.proc.wait, 30)
+
+
+class Profile:
+    """`py-spy record` of a process over one phase, when BENCH_PROFILE names a folder (py-spy
+    must be on PATH or beside this Python); collapsed stacks in BENCH_PROFILE/<phase>.txt."""
+
+    def __init__(self, pid: int, phase: str) -> None:
+        self.pid, self.phase = pid, phase
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    async def __aenter__(self) -> Profile:
+        folder = os.environ.get("BENCH_PROFILE")
+        if folder:
+            spy = Path(sys.executable).with_name("py-spy")
+            out = Path(folder) / f"{self.phase}.txt"
+            self.proc = subprocess.Popen(  # noqa: ASYNC220
+                [str(spy) if spy.exists() else "py-spy", "record", "-p", str(self.pid), "-r",
+                 "250", "-f", "raw", "-o", str(out)], stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            await asyncio.sleep(1.0)  # attached
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGINT)
+            await asyncio.to_thread(self.proc.wait, 30)
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
@@ -229,21 +257,23 @@ async def bare_floor(api_url: str, clicks: dict[int, int]) -> dict[int, Load]:
         await bare.stop()
 
 
-async def sdk_resume(samples: int) -> list[float]:
-    """The SDK's own resume of the minimal run, ms: `from_string` + `approve` + `Runner.run`."""
+async def sdk_resume(samples: int) -> tuple[list[float], list[float]]:
+    """The SDK's own resume of the minimal run: `from_string` + `approve` + `Runner.run`, ms
+    of wall time and of CPU."""
     agent = deployer()
-    taken = []
+    taken, cpu = [], []
     for i in range(samples + 5):  # the first few warm up
         paused = await Runner.run(agent, f"deploy v{i}")
         stored = paused.to_state().to_string()
-        started = time.perf_counter()
+        started, processed = time.perf_counter(), time.process_time()
         state = await RunState.from_string(agent, stored)
         for item in state.get_interruptions():
             state.approve(item)
         result = await Runner.run(agent, state)
         taken.append((time.perf_counter() - started) * 1000)
+        cpu.append((time.process_time() - processed) * 1000)
         assert result.final_output == "done"
-    return taken[5:]
+    return taken[5:], cpu[5:]
 
 
 # The bot ------------------------------------------------------------------------------------
@@ -286,7 +316,8 @@ class Bot:
 
     async def start(self) -> None:
         level = os.environ.get("BENCH_LOG", "WARNING")
-        args = ["-m", "bot", "--log-level", level, "serve", "--http", "--port", str(self.port)]
+        bot = os.environ.get("BENCH_BOT", "-m bot").split()  # e.g. a script that wraps it
+        args = [*bot, "--log-level", level, "serve", "--http", "--port", str(self.port)]
         self.process = Process(args, self.env)
         health = f"http://127.0.0.1:{self.port}/healthz"
         await until(lambda: healthy(self.session, health), 60, "the bot to serve")
@@ -365,10 +396,13 @@ class Bot:
             print(f"  note: {finished} of {len(runs)} runs finished", file=sys.stderr)
         return load
 
-    async def one_at_a_time(self, runs: list[tuple[str, str]]) -> tuple[list[float], list[int]]:
+    async def one_at_a_time(
+        self, runs: list[tuple[str, str]]
+    ) -> tuple[list[float], list[int], int]:
         """Decision -> final output (ms) and Web API calls per decision, one click at a time,
-        each once the bot is idle again."""
+        each once the bot is idle again; and the Web API connections it opened meanwhile."""
         taken, calls = [], []
+        peers = (await self.standin("bench.state"))["peers"]
         async with aiohttp.ClientSession() as session:
             for approval_id, run_id in runs:
                 before = (await self.standin("bench.state"))["calls"].get(run_id, 0)
@@ -380,7 +414,7 @@ class Bot:
                 taken.append((float(shown["at"]) - started) * 1000)
                 await until(self.settled, 30, "the run's messages")
                 calls.append((await self.standin("bench.state"))["calls"][run_id] - before)
-        return taken, calls
+        return taken, calls, (await self.standin("bench.state"))["peers"] - peers
 
 
 # Storage ------------------------------------------------------------------------------------
@@ -415,9 +449,10 @@ def report(
     bare: dict[int, Load],
     bot: dict[int, Load],
     serial: list[float],
-    sdk: list[float],
+    sdks: tuple[list[float], list[float]],
     calls: list[int],
     storage: dict[str, int],
+    connections: int,
 ) -> None:
     rows: list[tuple[str, str, str, str, str]] = []
     for in_flight in sorted(bot):
@@ -435,6 +470,7 @@ def report(
             f"{o.rate:.0f}", f"{o.rate / b.rate:.2f}x", ">= 1,000",
         ))  # fmt: skip
         rows.append((f"clicks lost, {in_flight} in flight", str(b.lost), str(o.lost), "", "0"))
+    sdk, sdk_cpu = sdks
     bot_med, sdk_med = statistics.median(serial), statistics.median(sdk)
     rows.append((
         f"decision -> final output p50, one at a time (ms; {len(serial)})",
@@ -449,8 +485,12 @@ def report(
     bare_cpu = sum(b.cpu for b in bare.values()) / sum(b.clicks for b in bare.values()) * 1000
     rows.append((f"CPU per completed decision (ms; {clicks})", f"{bare_cpu:.1f} (ack)",
                  f"{cpu:.1f}", "", "<= 8"))  # fmt: skip
+    rows.append(("  of which the SDK's own resume, at least (ms)", "",
+                 f"{statistics.median(sdk_cpu):.1f}", "", ""))  # fmt: skip
     rows.append(("Web API calls per decision (one at a time)", "", f"{statistics.mean(calls):.1f}",
                  "", ""))  # fmt: skip
+    rows.append((f"Web API connections opened, {len(serial) + 5} decisions one at a time", "",
+                 str(connections), "", ""))  # fmt: skip
     for name, goal in (("minimal", "<= 2 KB"), ("realistic", "<= 3 KB")):
         what = "minimal task" if name == "minimal" else "150-char task, 100-char args"
         rows.append((f"Redis per paused run, {what} (bytes)", "",
@@ -478,24 +518,26 @@ async def main() -> None:
         try:
             api_url = await standin.first_line()
             bare = await bare_floor(api_url, clicks)
-            sdk = await sdk_resume(args.serial)
+            sdk, sdk_cpu = await sdk_resume(args.serial)
             bot = Bot(server.url, api_url, Path(tmp))
             try:
                 await bot.start()
                 serial_runs = await bot.paused_runs(args.serial + 5, lambda i: f"deploy s{i}")
-                serial, calls = await bot.one_at_a_time(serial_runs)
+                async with Profile(bot.pid, "serial"):
+                    serial, calls, connections = await bot.one_at_a_time(serial_runs)
                 serial, calls = serial[5:], calls[5:]  # the first few warm up
                 loads = {}
                 for in_flight, n in clicks.items():
                     runs = await bot.paused_runs(n, lambda i, f=in_flight: f"deploy c{f}-{i}")  # type: ignore[misc]
-                    loads[in_flight] = await bot.burst(runs, in_flight)
+                    async with Profile(bot.pid, f"burst{in_flight}"):
+                        loads[in_flight] = await bot.burst(runs, in_flight)
                 storage = await paused_run_bytes_of(bot)
             finally:
                 await bot.stop()
         finally:
             await standin.stop()
             server.stop()
-    report(bare, loads, serial, sdk, calls, storage)
+    report(bare, loads, serial, (sdk, sdk_cpu), calls, storage, connections)
     print(f"(2 cores shared by Redis, the bot, the stand-in and the load generator; "
           f"{time.perf_counter() - began:.0f} s)")  # fmt: skip
 

@@ -7,7 +7,8 @@ CPU is its own and the load generator's loop is not the one serving them.
 The stand-in answers one extra method, `bench.result` (`run_id`): it returns, once the run's
 final output has been posted, when that post arrived (`time.monotonic()`, which every process
 of the machine shares); `bench.state` returns the cards posted (approval id -> run id) and
-the number of `chat.postMessage` and `chat.update` calls per run.
+the number of `chat.postMessage` and `chat.update` calls per run, and how many connections
+the bot opened so far.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class BenchSlackAPI(FakeSlackAPI):
         self.per_run: dict[str, int] = {}
         self.cards: dict[str, str] = {}  # approval id -> run id, in the order they were posted
         self.run_of: dict[str, str] = {}  # message ts -> run id
+        self.peers: set[Any] = set()  # the connections the bot opened (address, port)
         self.arrived = asyncio.Event()
 
     async def _handle(self, request: web.Request) -> web.Response:
@@ -47,7 +49,11 @@ class BenchSlackAPI(FakeSlackAPI):
         if method == "bench.result":
             return await self._result(request.query["run_id"])
         if method == "bench.state":
-            return web.json_response({"ok": True, "cards": self.cards, "calls": self.per_run})
+            return web.json_response(
+                {"ok": True, "cards": self.cards, "calls": self.per_run, "peers": len(self.peers)}
+            )
+        if request.transport is not None:
+            self.peers.add(request.transport.get_extra_info("peername"))
         response = await super()._handle(request)
         self.calls.clear()
         return response

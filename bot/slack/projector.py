@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 EVENT_TYPE = "approval_bot_message"
 ORDER = {"run": 0, "card": 1, "review": 2, "note": 3, "result": 4}
 MAX_BACKOFF = 60.0
+POLL = 0.05  # seconds between looks at the outbox index when nothing woke the projector
 
 Undeliverable = Callable[[str, str, str], Awaitable[None]]
 
@@ -94,47 +95,72 @@ class Projector:
 
     async def run(self) -> None:
         """Take due runs until `stop()`; then finish the ones in hand."""
+        woken = self.outbox.woken
         while not self._stopping.is_set():
             try:
+                woken.clear()  # a change from now on wakes the wait below
                 free = self.concurrency - len(self._running)
+                claimed_at = time.monotonic()
                 claims = await self.outbox.claim(free, self.lease) if free > 0 else []
                 for claim in claims:
-                    task = asyncio.create_task(self._handle(claim), name=f"project-{claim.run_id}")
+                    task = asyncio.create_task(
+                        self._handle(claim, claimed_at), name=f"project-{claim.run_id}"
+                    )
                     self._running.add(task)
                     task.add_done_callback(self._running.discard)
                 if not claims:
+                    # This process's changes wake it at once; other processes' within a poll.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._stopping.wait(), 0.05)
+                        await asyncio.wait_for(self._woken_or_stopping(woken), POLL)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.warning("the projector could not read the outbox; retrying", exc_info=True)
                 await asyncio.sleep(1.0)
 
+    async def _woken_or_stopping(self, woken: asyncio.Event) -> None:
+        if self._stopping.is_set():
+            return
+        waits = [asyncio.ensure_future(woken.wait()), asyncio.ensure_future(self._stopping.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+
     async def stop(self, timeout: float) -> None:
         self._stopping.set()
         if self._running:
             await asyncio.wait(set(self._running), timeout=timeout)
 
-    async def _handle(self, claim: Claim) -> None:
+    async def _handle(self, claim: Claim, claimed_at: float) -> None:
         held = {"claim": claim}
+        confirmed = [claimed_at]  # when the lease was last known to be ours (monotonic)
 
         async def renew() -> None:
             while True:
                 await asyncio.sleep(self.lease / 3)
                 with contextlib.suppress(Exception):
+                    started = time.monotonic()
                     renewed = await self.outbox.renew(held["claim"], self.lease)
                     if renewed is None:
                         return  # a newer change re-indexed the run: released as soon as done
                     held["claim"] = renewed
+                    confirmed[0] = started
 
         async def fence() -> None:
             """Right before a Web API call: still ours? (a stalled process may have lost the
-            run to another one, which may be posting the same message)"""
+            run to another one, which may be posting the same message). A lease taken or
+            renewed a moment ago (a tenth of its length; the clock runs on while a process is
+            stopped) is ours without asking Redis again."""
+            if time.monotonic() - confirmed[0] < self.lease / 10:
+                return
+            started = time.monotonic()
             renewed = await self.outbox.renew(held["claim"], self.lease)
             if renewed is None:
                 raise Later(0.1, ambiguous=False, why="lease lost")
             held["claim"] = renewed
+            confirmed[0] = started
 
         renewing = asyncio.create_task(renew())
         self._fences[claim.run_id] = fence
@@ -150,6 +176,7 @@ class Projector:
                 await renewing
         with contextlib.suppress(Exception):
             await self.outbox.release(held["claim"], next_due)
+        self.outbox.woken.set()  # a change that came during delivery left the run due now
 
     async def project(self, run_id: str) -> float | None:
         """Bring every marked message of the run up to date; seconds until it must be tried
@@ -165,7 +192,7 @@ class Projector:
         shown = await self.outbox.shown(run_id)
         again: float | None = None
         positions = {}
-        if any(t.startswith("card:") for t in marks):
+        if sum(t.startswith("card:") for t in marks) > 1:
             positions = {c.approval_id: c.index for c in await self.store.pause_calls(run_id)}
         for target in sorted(marks, key=lambda t: _order(t, positions)):
             key = f"{run_id}/{target}"
@@ -278,7 +305,8 @@ class Projector:
                     },
                 )
                 current.ts = str(response["ts"])
-                await self._posted(run, target, current.ts)
+                await self._posted(run, target, current.ts, digest, mark)
+                return None
         except Exception as exc:
             failure = classify(exc)
             gone = (stage, str(failure)) == ("update", "message_not_found")
@@ -286,8 +314,7 @@ class Projector:
                 # not posted (or deleted in Slack since): the next attempt posts afresh
                 await self.outbox.set_shown(run.run_id, target, Shown())
             raise failure from exc
-        await self.outbox.set_shown(run.run_id, target, Shown(current.ts, digest, 0.0))
-        await self.outbox.done(run.run_id, target, mark)
+        await self.outbox.delivered(run.run_id, target, Shown(current.ts, digest, 0.0), mark)
         return None
 
     async def _fence(self, run_id: str) -> None:
@@ -295,9 +322,13 @@ class Projector:
         if fence is not None:
             await fence()
 
-    async def _posted(self, run: RunRecord, target: str, ts: str) -> None:
-        """Record a new message's ts where the rest of the bot looks for it."""
-        await self.outbox.set_shown(run.run_id, target, Shown(ts, "", 0.0))
+    async def _posted(
+        self, run: RunRecord, target: str, ts: str, digest: str = "", mark: Mark | None = None
+    ) -> None:
+        """Record a new message's ts where the rest of the bot looks for it; with the hash of
+        what it shows and its `mark`, the message is delivered. (Until its ts is in `shown`, a
+        new attempt looks the message up before posting: these writes are safe to repeat.)"""
+        shown = Shown(ts, digest, 0.0)
         kind = keys.target_kind(target)
         if kind == "run":
             run.message_ts = ts
@@ -306,6 +337,10 @@ class Projector:
             await self.store.set_call_message(target.partition(":")[2], run.channel_id, ts)
         elif kind == "review":
             await self.store.set_run_fields(run.run_id, review_ts=ts)
+        if mark is None:
+            await self.outbox.set_shown(run.run_id, target, shown)
+        else:
+            await self.outbox.delivered(run.run_id, target, shown, mark)
 
     async def _find(self, run: RunRecord, target: str, thread: str, since: float) -> str:
         """The ts of this target's message if an earlier, unconfirmed post made it."""

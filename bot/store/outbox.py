@@ -10,6 +10,7 @@ transition and its index write delays a message, never loses it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import time
@@ -120,10 +121,15 @@ class Outbox:
         self._claim = client.register_script(_CLAIM)
         self._hold = client.register_script(_HOLD)
         self._done = client.register_script(_DONE)
+        # Set when this process makes a run due: its projector wakes at once instead of at its
+        # next poll (which is how it learns of other processes' changes).
+        self.woken = asyncio.Event()
 
     async def schedule(self, run_id: str, delay: float = 0.0) -> None:
         """Index the run as due in `delay` seconds (never later than it already is)."""
         await self.redis.zadd(keys.OUTBOX_INDEX, {run_id: now_ms() + delay * 1000}, lt=True)
+        if delay <= 0:
+            self.woken.set()
 
     async def claim(self, limit: int, lease: float) -> list[Claim]:
         """Take up to `limit` due runs for `lease` seconds; each claim has a unique score."""
@@ -173,6 +179,16 @@ class Outbox:
             pipe.hset(key, target, json.dumps(shown.__dict__))
             pipe.expire(key, self.retention)
             await pipe.execute()
+
+    async def delivered(self, run_id: str, target: str, shown: Shown, mark: Mark) -> bool:
+        """`set_shown` and `done` in one round trip (a delivered message)."""
+        key = keys.shown_key(run_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, target, json.dumps(shown.__dict__))
+            pipe.expire(key, self.retention)
+            await self._done(keys=[keys.outbox_key(run_id)], args=[target, mark.tick], client=pipe)
+            result = await pipe.execute()
+        return int(result[-1]) == 1
 
     async def indexed(self, run_id: str) -> bool:
         return await self.redis.zscore(keys.OUTBOX_INDEX, run_id) is not None
