@@ -412,8 +412,9 @@ class RunFlow(ReviewFlow):
         return True
 
     async def _resume_owned(self, run: RunRecord, owner: str, execution: Execution) -> None:
-        calls = await self.store.pause_calls(run.run_id)
-        snapshot = await self.store.load_snapshot(run.run_id)
+        calls, snapshot = await asyncio.gather(
+            self.store.pause_calls(run.run_id), self.store.load_snapshot(run.run_id)
+        )
         if snapshot is None:
             await self._fail(run, owner, "The run's stored state is missing, so it cannot resume.")
             return

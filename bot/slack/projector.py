@@ -181,15 +181,16 @@ class Projector:
     async def project(self, run_id: str) -> float | None:
         """Bring every marked message of the run up to date; seconds until it must be tried
         again, or None when nothing is left."""
-        marks = await self.outbox.marks(run_id)
+        # Read at once (one round trip's wait, not three in a row).
+        marks, run, shown = await asyncio.gather(
+            self.outbox.marks(run_id), self.store.get_run(run_id), self.outbox.shown(run_id)
+        )
         if not marks:
             return None
-        run = await self.store.get_run(run_id)
         if run is None:  # expired: nothing left to show
             for target, mark in marks.items():
                 await self.outbox.done(run_id, target, mark)
             return None
-        shown = await self.outbox.shown(run_id)
         again: float | None = None
         positions = {}
         if sum(t.startswith("card:") for t in marks) > 1:
