@@ -21,8 +21,12 @@ Figures:
   receiving the run's final output post; minus the SDK's own resume, that is the bot's overhead;
 - bot CPU (user + system, from /proc) per completed decision, from the first click until every
   resumed run is finished and Slack shows it all;
-- Web API calls per decision; Redis bytes per paused run (MEMORY USAGE of the run's keys), with
-  a minimal task and with a 150-character task whose call has 100 characters of arguments.
+- Web API calls per decision, connections opened to the Web API; Redis bytes per paused run
+  (MEMORY USAGE of the run's keys), with a minimal task and with a 150-character task whose
+  call has 100 characters of arguments.
+
+Environment: BENCH_LOG (the bot's log level), BENCH_PROFILE (a folder: py-spy profiles of the
+bot per phase), BENCH_BOT (what follows `python` to start the bot, default `-m bot`).
 """
 
 from __future__ import annotations
