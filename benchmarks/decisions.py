@@ -434,11 +434,26 @@ async def run_bytes(client: aioredis.Redis, run_id: str) -> tuple[int, int]:
 
 
 async def paused_run_bytes_of(bot: Bot) -> dict[str, int]:
-    """Redis bytes of one paused run, minimal and realistic (see REALISTIC_TASK)."""
+    """Redis bytes of one paused run of the benchmark's bot, minimal and realistic (see
+    REALISTIC_TASK). `storage_figures` prefers `benchmarks.storage` where it exists."""
     out: dict[str, int] = {}
     for name, task in (("minimal", "deploy v1"), ("realistic", REALISTIC_TASK)):
         [(_, run_id)] = await bot.paused_runs(1, lambda _, t=task: t)  # type: ignore[misc]
         out[name], out[f"{name}_keys"] = await run_bytes(bot.redis, run_id)
+    return out
+
+
+async def storage_figures(redis_url: str) -> dict[str, int] | None:
+    """The figures of `benchmarks.storage.paused_run_bytes` (it runs a bot of its own: call it
+    with no other bot on `redis_url`), or None where that module is absent."""
+    try:
+        from benchmarks.storage import paused_run_bytes  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    figures = await paused_run_bytes(redis_url)
+    out: dict[str, int] = {}
+    for name in ("minimal", "realistic"):
+        out[name], out[f"{name}_keys"] = figures[name]["bytes"], figures[name]["keys"]
     return out
 
 
@@ -535,9 +550,10 @@ async def main() -> None:
                     runs = await bot.paused_runs(n, lambda i, f=in_flight: f"deploy c{f}-{i}")  # type: ignore[misc]
                     async with Profile(bot.pid, f"burst{in_flight}"):
                         loads[in_flight] = await bot.burst(runs, in_flight)
-                storage = await paused_run_bytes_of(bot)
+                own = await paused_run_bytes_of(bot)
             finally:
                 await bot.stop()
+            storage = await storage_figures(server.url) or own
         finally:
             await standin.stop()
             server.stop()
