@@ -11,7 +11,7 @@ differs from what Slack already holds (a content hash per message):
   before posting again, so a card is never posted twice;
 - posts are paced per channel, updates per workspace; `Retry-After` is honoured;
 - a run message update waits `coalesce` seconds after its first change, so the changes of a
-  resume (status, progress) become one `chat.update`;
+  resume (status, progress) become one `chat.update`; an ended run's waits no longer;
 - a permanent refusal (`not_in_channel`, ...) of a run message or card stops the run and tells
   its starter the real cause; anything else is retried with backoff, forever.
 """
@@ -227,7 +227,8 @@ class Projector:
         current = shown.get(target, Shown())
         thread = ""
         if kind == "run":
-            if current.ts and time.time() < mark.since + self.coalesce:
+            ended = run.status in ("finished", "failed")  # nothing more to gather
+            if current.ts and not ended and time.time() < mark.since + self.coalesce:
                 return mark.since + self.coalesce - time.time()  # let changes gather
             waiting = await self.store.pause_calls(run.run_id) if run.status == "paused" else []
             progress = await self.store.progress(run.run_id)
