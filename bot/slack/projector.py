@@ -52,11 +52,14 @@ def _digest(text: str, body: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps([text, body], sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _order(target: str, positions: dict[str, int]) -> tuple[int, int, str]:
-    """Run message first (cards link to it), then cards in the order the SDK listed their
-    calls, reviews, notes in order, the result."""
+def _order(target: str, positions: dict[str, int], run_posted: bool) -> tuple[int, int, str]:
+    """Run message first (cards link to it, and the rest is threaded under it) until it is
+    posted, last after that (its updates are the least urgent); cards in the order the SDK
+    listed their calls, reviews, notes in order, the result."""
     kind, _, rest = target.partition(":")
     position = int(rest) if kind == "note" and rest.isdigit() else positions.get(rest, 0)
+    if kind == "run" and run_posted:
+        return len(ORDER), 0, rest
     return ORDER[kind], position, rest
 
 
@@ -108,28 +111,23 @@ class Projector:
                     )
                     self._running.add(task)
                     task.add_done_callback(self._running.discard)
-                if not claims:
+                if free <= 0:  # busy: look again when a delivery ends
+                    await asyncio.wait(
+                        set(self._running), timeout=POLL, return_when=asyncio.FIRST_COMPLETED
+                    )
+                elif not claims:
                     # This process's changes wake it at once; other processes' within a poll.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._woken_or_stopping(woken), POLL)
+                        await asyncio.wait_for(woken.wait(), POLL)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.warning("the projector could not read the outbox; retrying", exc_info=True)
                 await asyncio.sleep(1.0)
 
-    async def _woken_or_stopping(self, woken: asyncio.Event) -> None:
-        if self._stopping.is_set():
-            return
-        waits = [asyncio.ensure_future(woken.wait()), asyncio.ensure_future(self._stopping.wait())]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for wait in waits:
-                wait.cancel()
-
     async def stop(self, timeout: float) -> None:
         self._stopping.set()
+        self.outbox.woken.set()
         if self._running:
             await asyncio.wait(set(self._running), timeout=timeout)
 
@@ -195,7 +193,8 @@ class Projector:
         positions = {}
         if sum(t.startswith("card:") for t in marks) > 1:
             positions = {c.approval_id: c.index for c in await self.store.pause_calls(run_id)}
-        for target in sorted(marks, key=lambda t: _order(t, positions)):
+        posted = bool(shown.get("run", Shown()).ts)
+        for target in sorted(marks, key=lambda t: _order(t, positions, posted)):
             key = f"{run_id}/{target}"
             try:
                 wait = await self._deliver(run, target, marks[target], shown)
