@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install run sandbox test lint typecheck unit bench check clean
+.PHONY: install run sandbox test lint typecheck unit bench bench-more check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,9 +41,14 @@ unit: install
 ## Everything CI runs: lint, types, and the test suite against a real redis-server.
 test: lint typecheck unit
 
+## The cost of a decision against a bare Bolt app and the SDK's own resume, then queue throughput.
 bench: install
-	$(BIN)/python benchmarks/approval_loop.py
-	$(BIN)/python benchmarks/queue_throughput.py
+	$(BIN)/python -m benchmarks.decisions
+	$(BIN)/python -m benchmarks.queue_throughput
+
+## Longer figures: pacing of 50 posts in one channel, Redis for a 40,000-character task.
+bench-more: install
+	$(BIN)/python -m benchmarks.approval_loop
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,11 +1,13 @@
-"""An agent for the queue benchmark: answers at once, no network (a stateless scripted model)."""
+"""Agents for the benchmarks, no network (stateless scripted models): `agents` answers at once
+(queue throughput); `approvals` calls one tool that needs approval, then answers (decisions)."""
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
-from agents import Agent, Model, ModelResponse
-from agents.testing import ScriptedModel, assistant_message
+from agents import Agent, Model, ModelResponse, function_tool
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 
 class InstantModel(Model):
@@ -17,3 +19,43 @@ class InstantModel(Model):
 
 
 agents = {"bench": Agent(name="bench", model=InstantModel())}
+
+
+def _respond(call: Any) -> list[Any]:
+    """Stateless: after its tool's output, answer; else call `deploy` with the task's first 100
+    characters (runs start and resume in any order, in any process)."""
+    items = call.input if isinstance(call.input, list) else [
+        {"role": "user", "content": str(call.input)}
+    ]  # fmt: skip
+    for item in items:
+        data = item if isinstance(item, dict) else getattr(item, "model_dump", dict)()
+        if data.get("type") == "function_call_output":
+            return [assistant_message("done")]
+    first = items[0] if isinstance(items[0], dict) else items[0].model_dump()
+    task = str(first.get("content", ""))
+    call_id = f"call_{zlib.crc32(task.encode())}"
+    return [function_call("deploy", {"target": task[:100]}, call_id=call_id)]
+
+
+class OneCallModel(Model):
+    """The minimal paused run: one call that needs approval, then a final answer."""
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        step = ScriptedModel([ModelStep.respond(_respond)])
+        return await step.get_response(*args, **kwargs)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        return ScriptedModel([ModelStep.respond(_respond)]).stream_response(*args, **kwargs)
+
+
+@function_tool(needs_approval=True)
+def deploy(target: str) -> str:
+    """Deploy a target."""
+    return f"deployed {target}"
+
+
+def deployer() -> Agent[Any]:
+    return Agent(name="deployer", model=OneCallModel(), tools=[deploy])
+
+
+approvals = {"deployer": deployer()}

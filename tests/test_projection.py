@@ -120,6 +120,44 @@ async def test_a_429_on_the_decisions_update_is_repaired_when_slack_recovers(
     assert ledger.names() == ["delete_logs"]
 
 
+async def test_a_hung_slack_does_not_hold_up_the_resumed_run(redis_url: str) -> None:
+    """Slack stops answering at the click (the card's update hangs, and the run's messages
+    queue behind it): the approved tool still runs and the run ends in Redis, its progress and
+    result waiting in the outbox; Slack shows it all once it answers again."""
+    ledger = Ledger()
+    async with BotHarness(redis_url, _agent(ledger), POLICY) as bot:
+        await bot.slack.command("clean", user="U1", channel="C1")
+        [card] = await bot.wait_for_approvals(1, timeout=20)
+        await bot.idle()
+        bot.slack_api.hang("chat.update", times=1)
+        sent = await bot.click(card, APPROVE, user="U2")
+        assert sent.status == 200
+        run_id = keys.run_of(card.button_value(APPROVE))
+        assert run_id is not None
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+
+            async def ended() -> bool:
+                return await client.hget(keys.run_key(run_id), "status") == b"finished"
+
+            deadline = asyncio.get_running_loop().time() + 20
+            while not await ended():
+                assert asyncio.get_running_loop().time() < deadline, "the run did not end"
+                await asyncio.sleep(0.02)
+        finally:
+            await client.aclose()
+        assert ledger.names() == ["delete_logs"]
+        assert bot.slack_api.hanging == 1  # Slack has still shown nothing of the resume
+        assert "waiting for 1 approval" in status_line(bot.run_message())
+        assert card.action_ids()
+        bot.slack_api.release()
+        await bot.wait_for_status("finished", timeout=30)
+        await bot.idle()
+        thread = bot.slack_api.thread("C1", bot.run_message().ts)
+        assert [m.text for m in thread if "Deleted." in m.text]
+    assert ledger.names() == ["delete_logs"]
+
+
 async def test_one_completed_decision_costs_three_web_api_calls(redis_url: str) -> None:
     ledger = Ledger()
     async with BotHarness(redis_url, _agent(ledger), POLICY) as bot:

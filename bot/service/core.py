@@ -190,10 +190,26 @@ class ServiceCore:
         )
 
     def _progress(self, run: RunRecord) -> Callable[[str], Coroutine[Any, Any, None]]:
-        """Progress lines are recorded (shown with the run message); Slack never blocks a run."""
+        """Progress lines are recorded (shown with the run message, through the outbox) in the
+        background, in order: neither Redis nor Slack ever holds up a run for them."""
+        lines: list[str] = []
+        writing: list[asyncio.Task[None]] = []
+
+        async def write() -> None:
+            while lines:
+                line = lines.pop(0)
+                try:
+                    await self.store.add_progress(run.run_id, line)
+                except Exception:  # best effort, like every progress line
+                    log.warning("could not record progress of run %s", run.run_id, exc_info=True)
 
         async def progress(text: str) -> None:
-            await self.store.add_progress(run.run_id, text)
+            lines.append(text)
+            if not writing or writing[0].done():
+                task = asyncio.create_task(write(), name=f"progress-{run.run_id}")
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                writing[:] = [task]
 
         return progress
 

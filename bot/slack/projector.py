@@ -11,7 +11,7 @@ differs from what Slack already holds (a content hash per message):
   before posting again, so a card is never posted twice;
 - posts are paced per channel, updates per workspace; `Retry-After` is honoured;
 - a run message update waits `coalesce` seconds after its first change, so the changes of a
-  resume (status, progress) become one `chat.update`;
+  resume (status, progress) become one `chat.update`; an ended run's waits no longer;
 - a permanent refusal (`not_in_channel`, ...) of a run message or card stops the run and tells
   its starter the real cause; anything else is retried with backoff, forever.
 """
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 EVENT_TYPE = "approval_bot_message"
 ORDER = {"run": 0, "card": 1, "review": 2, "note": 3, "result": 4}
 MAX_BACKOFF = 60.0
+POLL = 0.05  # seconds between looks at the outbox index when nothing woke the projector
 
 Undeliverable = Callable[[str, str, str], Awaitable[None]]
 
@@ -51,11 +52,14 @@ def _digest(text: str, body: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps([text, body], sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _order(target: str, positions: dict[str, int]) -> tuple[int, int, str]:
-    """Run message first (cards link to it), then cards in the order the SDK listed their
-    calls, reviews, notes in order, the result."""
+def _order(target: str, positions: dict[str, int], run_posted: bool) -> tuple[int, int, str]:
+    """Run message first (cards link to it, and the rest is threaded under it) until it is
+    posted, last after that (its updates are the least urgent); cards in the order the SDK
+    listed their calls, reviews, notes in order, the result."""
     kind, _, rest = target.partition(":")
     position = int(rest) if kind == "note" and rest.isdigit() else positions.get(rest, 0)
+    if kind == "run" and run_posted:
+        return len(ORDER), 0, rest
     return ORDER[kind], position, rest
 
 
@@ -94,17 +98,27 @@ class Projector:
 
     async def run(self) -> None:
         """Take due runs until `stop()`; then finish the ones in hand."""
+        woken = self.outbox.woken
         while not self._stopping.is_set():
             try:
+                woken.clear()  # a change from now on wakes the wait below
                 free = self.concurrency - len(self._running)
+                claimed_at = time.monotonic()
                 claims = await self.outbox.claim(free, self.lease) if free > 0 else []
                 for claim in claims:
-                    task = asyncio.create_task(self._handle(claim), name=f"project-{claim.run_id}")
+                    task = asyncio.create_task(
+                        self._handle(claim, claimed_at), name=f"project-{claim.run_id}"
+                    )
                     self._running.add(task)
                     task.add_done_callback(self._running.discard)
-                if not claims:
+                if free <= 0:  # busy: look again when a delivery ends
+                    await asyncio.wait(
+                        set(self._running), timeout=POLL, return_when=asyncio.FIRST_COMPLETED
+                    )
+                elif not claims:
+                    # This process's changes wake it at once; other processes' within a poll.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._stopping.wait(), 0.05)
+                        await asyncio.wait_for(woken.wait(), POLL)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -113,28 +127,38 @@ class Projector:
 
     async def stop(self, timeout: float) -> None:
         self._stopping.set()
+        self.outbox.woken.set()
         if self._running:
             await asyncio.wait(set(self._running), timeout=timeout)
 
-    async def _handle(self, claim: Claim) -> None:
+    async def _handle(self, claim: Claim, claimed_at: float) -> None:
         held = {"claim": claim}
+        confirmed = [claimed_at]  # when the lease was last known to be ours (monotonic)
 
         async def renew() -> None:
             while True:
                 await asyncio.sleep(self.lease / 3)
                 with contextlib.suppress(Exception):
+                    started = time.monotonic()
                     renewed = await self.outbox.renew(held["claim"], self.lease)
                     if renewed is None:
                         return  # a newer change re-indexed the run: released as soon as done
                     held["claim"] = renewed
+                    confirmed[0] = started
 
         async def fence() -> None:
             """Right before a Web API call: still ours? (a stalled process may have lost the
-            run to another one, which may be posting the same message)"""
+            run to another one, which may be posting the same message). A lease taken or
+            renewed a moment ago (a tenth of its length; the clock runs on while a process is
+            stopped) is ours without asking Redis again."""
+            if time.monotonic() - confirmed[0] < self.lease / 10:
+                return
+            started = time.monotonic()
             renewed = await self.outbox.renew(held["claim"], self.lease)
             if renewed is None:
                 raise Later(0.1, ambiguous=False, why="lease lost")
             held["claim"] = renewed
+            confirmed[0] = started
 
         renewing = asyncio.create_task(renew())
         self._fences[claim.run_id] = fence
@@ -150,24 +174,27 @@ class Projector:
                 await renewing
         with contextlib.suppress(Exception):
             await self.outbox.release(held["claim"], next_due)
+        self.outbox.woken.set()  # a change that came during delivery left the run due now
 
     async def project(self, run_id: str) -> float | None:
         """Bring every marked message of the run up to date; seconds until it must be tried
         again, or None when nothing is left."""
-        marks = await self.outbox.marks(run_id)
+        # Read at once (one round trip's wait, not three in a row).
+        marks, run, shown = await asyncio.gather(
+            self.outbox.marks(run_id), self.store.get_run(run_id), self.outbox.shown(run_id)
+        )
         if not marks:
             return None
-        run = await self.store.get_run(run_id)
         if run is None:  # expired: nothing left to show
             for target, mark in marks.items():
                 await self.outbox.done(run_id, target, mark)
             return None
-        shown = await self.outbox.shown(run_id)
         again: float | None = None
         positions = {}
-        if any(t.startswith("card:") for t in marks):
+        if sum(t.startswith("card:") for t in marks) > 1:
             positions = {c.approval_id: c.index for c in await self.store.pause_calls(run_id)}
-        for target in sorted(marks, key=lambda t: _order(t, positions)):
+        posted = bool(shown.get("run", Shown()).ts)
+        for target in sorted(marks, key=lambda t: _order(t, positions, posted)):
             key = f"{run_id}/{target}"
             try:
                 wait = await self._deliver(run, target, marks[target], shown)
@@ -199,7 +226,8 @@ class Projector:
         current = shown.get(target, Shown())
         thread = ""
         if kind == "run":
-            if current.ts and time.time() < mark.since + self.coalesce:
+            ended = run.status in ("finished", "failed")  # nothing more to gather
+            if current.ts and not ended and time.time() < mark.since + self.coalesce:
                 return mark.since + self.coalesce - time.time()  # let changes gather
             waiting = await self.store.pause_calls(run.run_id) if run.status == "paused" else []
             progress = await self.store.progress(run.run_id)
@@ -278,7 +306,8 @@ class Projector:
                     },
                 )
                 current.ts = str(response["ts"])
-                await self._posted(run, target, current.ts)
+                await self._posted(run, target, current.ts, digest, mark)
+                return None
         except Exception as exc:
             failure = classify(exc)
             gone = (stage, str(failure)) == ("update", "message_not_found")
@@ -286,8 +315,7 @@ class Projector:
                 # not posted (or deleted in Slack since): the next attempt posts afresh
                 await self.outbox.set_shown(run.run_id, target, Shown())
             raise failure from exc
-        await self.outbox.set_shown(run.run_id, target, Shown(current.ts, digest, 0.0))
-        await self.outbox.done(run.run_id, target, mark)
+        await self.outbox.delivered(run.run_id, target, Shown(current.ts, digest, 0.0), mark)
         return None
 
     async def _fence(self, run_id: str) -> None:
@@ -295,9 +323,13 @@ class Projector:
         if fence is not None:
             await fence()
 
-    async def _posted(self, run: RunRecord, target: str, ts: str) -> None:
-        """Record a new message's ts where the rest of the bot looks for it."""
-        await self.outbox.set_shown(run.run_id, target, Shown(ts, "", 0.0))
+    async def _posted(
+        self, run: RunRecord, target: str, ts: str, digest: str = "", mark: Mark | None = None
+    ) -> None:
+        """Record a new message's ts where the rest of the bot looks for it; with the hash of
+        what it shows and its `mark`, the message is delivered. (Until its ts is in `shown`, a
+        new attempt looks the message up before posting: these writes are safe to repeat.)"""
+        shown = Shown(ts, digest, 0.0)
         kind = keys.target_kind(target)
         if kind == "run":
             run.message_ts = ts
@@ -306,6 +338,10 @@ class Projector:
             await self.store.set_call_message(target.partition(":")[2], run.channel_id, ts)
         elif kind == "review":
             await self.store.set_run_fields(run.run_id, review_ts=ts)
+        if mark is None:
+            await self.outbox.set_shown(run.run_id, target, shown)
+        else:
+            await self.outbox.delivered(run.run_id, target, shown, mark)
 
     async def _find(self, run: RunRecord, target: str, thread: str, since: float) -> str:
         """The ts of this target's message if an earlier, unconfirmed post made it."""

@@ -10,6 +10,7 @@ transition and its index write delays a message, never loses it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import time
@@ -70,6 +71,18 @@ end
 return 1
 """
 
+# A delivered message: what Slack holds (KEYS[1], the shown hash) and its mark dropped from the
+# outbox (KEYS[2]) unless a newer change came in, in one round trip.
+_DELIVERED = """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
+  redis.call('HDEL', KEYS[2], ARGV[1], ARGV[1] .. '@')
+  return 1
+end
+return 0
+"""
+
 _DONE = """
 if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
   redis.call('HDEL', KEYS[1], ARGV[1], ARGV[1] .. '@')
@@ -120,10 +133,16 @@ class Outbox:
         self._claim = client.register_script(_CLAIM)
         self._hold = client.register_script(_HOLD)
         self._done = client.register_script(_DONE)
+        self._delivered = client.register_script(_DELIVERED)
+        # Set when this process makes a run due: its projector wakes at once instead of at its
+        # next poll (which is how it learns of other processes' changes).
+        self.woken = asyncio.Event()
 
     async def schedule(self, run_id: str, delay: float = 0.0) -> None:
         """Index the run as due in `delay` seconds (never later than it already is)."""
         await self.redis.zadd(keys.OUTBOX_INDEX, {run_id: now_ms() + delay * 1000}, lt=True)
+        if delay <= 0:
+            self.woken.set()
 
     @staticmethod
     def schedule_in(pipe: Any, run_id: str) -> None:
@@ -178,6 +197,14 @@ class Outbox:
             pipe.hset(key, target, json.dumps(shown.__dict__))
             pipe.expire(key, self.retention)
             await pipe.execute()
+
+    async def delivered(self, run_id: str, target: str, shown: Shown, mark: Mark) -> bool:
+        """`set_shown` and `done` in one round trip (a delivered message)."""
+        done = await self._delivered(
+            keys=[keys.shown_key(run_id), keys.outbox_key(run_id)],
+            args=[target, mark.tick, json.dumps(shown.__dict__), self.retention],
+        )
+        return int(done) == 1
 
     async def indexed(self, run_id: str) -> bool:
         return await self.redis.zscore(keys.OUTBOX_INDEX, run_id) is not None

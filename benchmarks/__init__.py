@@ -1,0 +1,1 @@
+"""Benchmarks (`make bench`); run each as `python -m benchmarks.<name>`."""

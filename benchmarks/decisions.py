@@ -1,0 +1,543 @@
+"""The cost of a decision, the bot against its floors, in one run (`make bench`; issue #9).
+
+Three programs on one machine, each in its own process, receive the same signed `block_actions`
+clicks over HTTP from this load generator:
+
+- a bare slack-bolt AsyncApp whose only listener acks (`benchmarks/peers.py bare`): the floor
+  for acknowledging a click with Bolt on aiohttp with signature verification;
+- the bot (`approval-bot serve --http`, one in-process worker), where every click approves a
+  distinct paused run of a minimal agent (one call that needs approval, then an answer);
+- the SDK alone, in this process: `RunState.from_string` + `approve` + `Runner.run` on the same
+  minimal run, the floor for decision -> final output.
+
+The Slack Web API is the stand-in (`bot.testing.slack_api`), in a process of its own; the
+model is scripted (`benchmarks/bench_agents.py`); Redis is a local `redis-server`. Slack's
+pacing is off in the bot (these figures are the bot's, not Slack's limits).
+
+Figures:
+- click ack p50 / p99 at 50 and 200 clicks in flight, acks per second, clicks lost (not 200,
+  or not answered within Slack's 3 s); bot / bare ratios;
+- decision -> final output, one decision at a time: from sending the click to the stand-in
+  receiving the run's final output post; minus the SDK's own resume, that is the bot's overhead;
+- bot CPU (user + system, from /proc) per completed decision, from the first click until every
+  resumed run is finished and Slack shows it all;
+- Web API calls per decision, connections opened to the Web API; Redis bytes per paused run
+  (MEMORY USAGE of the run's keys), with a minimal task and with a 150-character task whose
+  call has 100 characters of arguments.
+
+Environment: BENCH_LOG (the bot's log level), BENCH_PROFILE (a folder: py-spy profiles of the
+bot per phase), BENCH_BOT (what follows `python` to start the bot, default `-m bot`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp
+import redis.asyncio as aioredis
+from agents import Runner, RunState, set_tracing_disabled
+
+from benchmarks.bench_agents import deployer
+from benchmarks.peers import SIGNING_SECRET, TOKEN
+from benchmarks.storage import paused_run_bytes
+from bot.slack.blocks import APPROVE
+from bot.store import keys
+from bot.store.connection import EmbeddedRedis
+from bot.store.queue import GROUP, STREAM
+from bot.testing.requests import signature_headers
+
+ROOT = Path(__file__).resolve().parents[1]
+SLACK_DEADLINE = 3.0  # Slack shows an error for a click not acknowledged within 3 s
+CHANNEL = "C1"
+PROSE = (
+    "please check the nightly backup of the billing database on db-7 and if the restore "
+    "test from yesterday failed again rotate the credentials then open an incident with "
+    "the storage team and summarise what you changed for the on call engineer"
+)
+REALISTIC_TASK = PROSE[:150]  # its call's arguments: the first 100 characters (see the model)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc; no psutil needed)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def click_body(approval_id: str, user: str = "U2") -> tuple[bytes, dict[str, str]]:
+    payload = {
+        "type": "block_actions",
+        "team": {"id": "T0TEST", "domain": "example"},
+        "user": {"id": user, "username": user.lower(), "team_id": "T0TEST"},
+        "api_app_id": "A0TEST",
+        "token": "unused",
+        "trigger_id": secrets.token_hex(8),
+        "container": {"type": "message", "message_ts": "", "channel_id": CHANNEL},
+        "channel": {"id": CHANNEL, "name": "ops"},
+        "message": {"ts": "", "text": ""},
+        "response_url": "https://hooks.slack.invalid/actions/1",
+        "actions": [
+            {
+                "type": "button",
+                "action_id": APPROVE,
+                "block_id": "decision",
+                "value": approval_id,
+                "action_ts": f"{time.time():.6f}",
+            }
+        ],
+    }
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    headers = {
+        "Content-Type": "application/x-www-form-urlencoded",
+        **signature_headers(body, SIGNING_SECRET),
+    }
+    return body, headers
+
+
+@dataclass
+class Load:
+    """Acks of one burst of clicks."""
+
+    in_flight: int
+    latencies: list[float] = field(default_factory=list)  # ms, of the clicks answered 200 in 3 s
+    lost: int = 0
+    elapsed: float = 0.0
+    cpu: float = 0.0  # CPU seconds of the receiving process over the burst (and what followed)
+
+    @property
+    def clicks(self) -> int:
+        return len(self.latencies) + self.lost
+
+    def p(self, q: float) -> float:
+        return percentile(self.latencies, q) if self.latencies else float("nan")
+
+    @property
+    def rate(self) -> float:
+        return len(self.latencies) / self.elapsed if self.elapsed else 0.0
+
+
+async def burst(url: str, bodies: list[tuple[bytes, dict[str, str]]], in_flight: int) -> Load:
+    """Send every click, `in_flight` at a time, each on its own connection slot (as many
+    connections as clicks in flight, kept alive)."""
+    load = Load(in_flight)
+    todo = iter(bodies)
+    connector = aiohttp.TCPConnector(limit=in_flight)
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+        async def sender() -> None:
+            for body, headers in todo:
+                started = time.perf_counter()
+                try:
+                    async with session.post(url, data=body, headers=headers) as response:
+                        await response.read()
+                        ok = response.status == 200
+                except (aiohttp.ClientError, TimeoutError):
+                    ok = False
+                took = time.perf_counter() - started
+                if ok and took <= SLACK_DEADLINE:
+                    load.latencies.append(took * 1000)
+                else:
+                    load.lost += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(sender() for _ in range(in_flight)))
+        load.elapsed = time.perf_counter() - started
+    return load
+
+
+class Process:
+    """A child process this benchmark started (and stops, by its own pid)."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, *args],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    async def first_line(self) -> str:
+        assert self.proc.stdout is not None
+        return (await asyncio.to_thread(self.proc.stdout.readline)).strip()
+
+    async def stop(self) -> None:
+        self.proc.terminate()
+        await asyncio.to_thread(self.proc.wait, 30)
+
+
+class Profile:
+    """`py-spy record` of a process over one phase, when BENCH_PROFILE names a folder (py-spy
+    must be on PATH or beside this Python); collapsed stacks in BENCH_PROFILE/<phase>.txt."""
+
+    def __init__(self, pid: int, phase: str) -> None:
+        self.pid, self.phase = pid, phase
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    async def __aenter__(self) -> Profile:
+        folder = os.environ.get("BENCH_PROFILE")
+        if folder:
+            spy = Path(sys.executable).with_name("py-spy")
+            out = Path(folder) / f"{self.phase}.txt"
+            self.proc = subprocess.Popen(  # noqa: ASYNC220
+                [str(spy) if spy.exists() else "py-spy", "record", "-p", str(self.pid), "-r",
+                 "250", "-f", "raw", "-o", str(out)], stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            await asyncio.sleep(1.0)  # attached
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGINT)
+            await asyncio.to_thread(self.proc.wait, 30)
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def healthy(session: aiohttp.ClientSession, url: str) -> bool:
+    try:
+        async with session.get(url) as response:
+            return response.status == 200
+    except aiohttp.ClientError:
+        return False
+
+
+# The floors ---------------------------------------------------------------------------------
+
+
+async def bare_floor(api_url: str, clicks: dict[int, int]) -> dict[int, Load]:
+    port = free_port()
+    bare = Process(["-m", "benchmarks.peers", "bare", str(port), api_url])
+    try:
+        await bare.first_line()
+        url = f"http://127.0.0.1:{port}/slack/events"
+        await burst(url, [click_body(f"warm-{i}") for i in range(100)], 10)
+        loads = {}
+        for in_flight, n in clicks.items():
+            bodies = [click_body(f"A{i}") for i in range(n)]
+            before = cpu_seconds(bare.pid)
+            loads[in_flight] = await burst(url, bodies, in_flight)
+            loads[in_flight].cpu = cpu_seconds(bare.pid) - before
+        return loads
+    finally:
+        await bare.stop()
+
+
+async def sdk_resume(samples: int) -> tuple[list[float], list[float]]:
+    """The SDK's own resume of the minimal run: `from_string` + `approve` + `Runner.run`, ms
+    of wall time and of CPU."""
+    agent = deployer()
+    taken, cpu = [], []
+    for i in range(samples + 5):  # the first few warm up
+        paused = await Runner.run(agent, f"deploy v{i}")
+        stored = paused.to_state().to_string()
+        started, processed = time.perf_counter(), time.process_time()
+        state = await RunState.from_string(agent, stored)
+        for item in state.get_interruptions():
+            state.approve(item)
+        result = await Runner.run(agent, state)
+        taken.append((time.perf_counter() - started) * 1000)
+        cpu.append((time.process_time() - processed) * 1000)
+        assert result.final_output == "done"
+    return taken[5:], cpu[5:]
+
+
+# The bot ------------------------------------------------------------------------------------
+
+
+class Bot:
+    """The bot in a process of its own, and what the stand-in saw of it."""
+
+    def __init__(self, redis_url: str, api_url: str, tmp: Path) -> None:
+        self.redis_url, self.api_url = redis_url, api_url
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/slack/events"
+        policy = tmp / "policy.yml"
+        policy.write_text(f"channels:\n  {CHANNEL}:\n    approvers: [U2]\n")
+        self.env = {
+            **{k: "" for k in os.environ if k.startswith(("SLACK_", "APPROVAL_BOT_"))},
+            "APPROVAL_BOT_ENV_FILE": "",
+            "SLACK_BOT_TOKEN": TOKEN,
+            "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+            "SLACK_API_URL": api_url,
+            "REDIS_URL": redis_url,
+            "APPROVAL_BOT_AGENTS": "benchmarks.bench_agents:approvals",
+            "APPROVAL_BOT_POLICY": str(policy),
+            "APPROVAL_BOT_METRICS_PORT": "0",
+            "OPENAI_API_KEY": "unused",
+            # one person starts every run: no start limits; Slack's pacing off
+            "APPROVAL_BOT_USER_STARTS_PER_MINUTE": "0",
+            "APPROVAL_BOT_USER_START_BURST": "0",
+            "APPROVAL_BOT_CHANNEL_STARTS_PER_MINUTE": "0",
+            "APPROVAL_BOT_CHANNEL_START_BURST": "0",
+            "APPROVAL_BOT_USER_OPEN_RUNS": "0",
+            "APPROVAL_BOT_CHANNEL_OPEN_RUNS": "0",
+            "APPROVAL_BOT_SLACK_POSTS_PER_SECOND": "100000",
+            "APPROVAL_BOT_SLACK_UPDATES_PER_MINUTE": "6000000",
+        }
+        self.env = {k: v for k, v in self.env.items() if v or k == "APPROVAL_BOT_ENV_FILE"}
+        self.process: Process | None = None
+        self.redis = aioredis.Redis.from_url(redis_url)
+        self.session = aiohttp.ClientSession()
+
+    async def start(self) -> None:
+        level = os.environ.get("BENCH_LOG", "WARNING")
+        bot = os.environ.get("BENCH_BOT", "-m bot").split()  # e.g. a script that wraps it
+        args = [*bot, "--log-level", level, "serve", "--http", "--port", str(self.port)]
+        self.process = Process(args, self.env)
+        health = f"http://127.0.0.1:{self.port}/healthz"
+        await until(lambda: healthy(self.session, health), 60, "the bot to serve")
+
+    async def stop(self) -> None:
+        if self.process is not None:
+            await self.process.stop()
+        await self.session.close()
+        await self.redis.aclose()
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    async def standin(self, method: str, **params: str) -> dict[str, Any]:
+        async with self.session.get(self.api_url + method, params=params) as response:
+            data: dict[str, Any] = await response.json()
+            return data
+
+    async def settled(self) -> bool:
+        """Nothing left to do: no job queued or running, no message due or being delivered."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zcard(keys.OUTBOX_INDEX)
+        pipe.xpending(STREAM, GROUP)
+        due, pending = await pipe.execute()
+        groups: Any = await self.redis.xinfo_groups(STREAM)
+        lag = sum(int(dict(g).get("lag") or dict(g).get(b"lag") or 0) for g in groups)
+        return due == 0 and int(pending["pending"]) == 0 and lag == 0
+
+    async def paused_runs(self, count: int, task: Callable[[int], str]) -> list[tuple[str, str]]:
+        """Start `count` runs and wait for all their cards: [(approval id, run id)]."""
+        known = set((await self.standin("bench.state"))["cards"])
+        async with aiohttp.ClientSession() as session:
+            sent = asyncio.Semaphore(16)
+
+            async def command(i: int) -> None:
+                fields = {
+                    "token": "unused", "team_id": "T0TEST", "team_domain": "example",
+                    "channel_id": CHANNEL, "channel_name": "ops", "user_id": "U1",
+                    "user_name": "u1", "command": "/agent", "text": task(i),
+                    "api_app_id": "A0TEST", "trigger_id": secrets.token_hex(8),
+                    "response_url": "https://hooks.slack.invalid/commands/1",
+                }  # fmt: skip
+                body = urlencode(fields).encode()
+                headers = {
+                    "Content-Type": "application/x-www-form-urlencoded",
+                    **signature_headers(body, SIGNING_SECRET),
+                }
+                async with sent, session.post(self.url, data=body, headers=headers) as response:
+                    assert response.status == 200, await response.text()
+
+            await asyncio.gather(*(command(i) for i in range(count)))
+        cards: dict[str, str] = {}
+
+        async def all_shown() -> bool:
+            nonlocal cards
+            seen = (await self.standin("bench.state"))["cards"]
+            cards = {a: r for a, r in seen.items() if a not in known}
+            return len(cards) >= count and await self.settled()
+
+        await until(all_shown, 30 + count / 5, f"{count} paused runs")
+        return list(cards.items())
+
+    async def burst(self, runs: list[tuple[str, str]], in_flight: int) -> Load:
+        bodies = [click_body(approval_id) for approval_id, _ in runs]
+        before = cpu_seconds(self.pid)
+        load = await burst(self.url, bodies, in_flight)
+        await until(self.settled, 60 + len(runs) / 5, "the resumed runs")
+        load.cpu = cpu_seconds(self.pid) - before
+        finished = 0
+        for _, run_id in runs:
+            finished += await self.redis.hget(keys.run_key(run_id), "status") == b"finished"
+        load.lost += len(runs) - len(load.latencies) - load.lost  # (never: clicks all counted)
+        if finished != len(load.latencies):
+            print(f"  note: {finished} of {len(runs)} runs finished", file=sys.stderr)
+        return load
+
+    async def one_at_a_time(
+        self, runs: list[tuple[str, str]]
+    ) -> tuple[list[float], list[int], int]:
+        """Decision -> final output (ms) and Web API calls per decision, one click at a time,
+        each once the bot is idle again; and the Web API connections it opened meanwhile."""
+        taken, calls = [], []
+        peers = (await self.standin("bench.state"))["peers"]
+        async with aiohttp.ClientSession() as session:
+            for approval_id, run_id in runs:
+                before = (await self.standin("bench.state"))["calls"].get(run_id, 0)
+                body, headers = click_body(approval_id)
+                started = time.monotonic()
+                async with session.post(self.url, data=body, headers=headers) as response:
+                    assert response.status == 200
+                shown = await self.standin("bench.result", run_id=run_id)
+                taken.append((float(shown["at"]) - started) * 1000)
+                await until(self.settled, 30, "the run's messages")
+                calls.append((await self.standin("bench.state"))["calls"][run_id] - before)
+        return taken, calls, (await self.standin("bench.state"))["peers"] - peers
+
+
+# Storage ------------------------------------------------------------------------------------
+
+
+async def storage_figures(redis_url: str) -> dict[str, int]:
+    """The figures of `benchmarks.storage.paused_run_bytes` (it runs a bot of its own: call it
+    with no other bot on `redis_url`)."""
+    figures = await paused_run_bytes(redis_url)
+    out: dict[str, int] = {}
+    for name in ("minimal", "realistic"):
+        out[name], out[f"{name}_keys"] = figures[name]["bytes"], figures[name]["keys"]
+    return out
+
+
+# The table ----------------------------------------------------------------------------------
+
+
+def ms(value: float) -> str:
+    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+def report(
+    bare: dict[int, Load],
+    bot: dict[int, Load],
+    serial: list[float],
+    sdks: tuple[list[float], list[float]],
+    calls: list[int],
+    storage: dict[str, int],
+    connections: int,
+) -> None:
+    rows: list[tuple[str, str, str, str, str]] = []
+    for in_flight in sorted(bot):
+        b, o = bare[in_flight], bot[in_flight]
+        rows.append((
+            f"click ack p50, {in_flight} in flight (ms)", ms(b.p(0.5)), ms(o.p(0.5)),
+            f"{o.p(0.5) / b.p(0.5):.1f}x", "",
+        ))  # fmt: skip
+        rows.append((
+            f"click ack p99, {in_flight} in flight (ms)", ms(b.p(0.99)), ms(o.p(0.99)),
+            f"{o.p(0.99) / b.p(0.99):.1f}x", "<= 1.5x",
+        ))  # fmt: skip
+        rows.append((
+            f"acks/s, {in_flight} in flight ({o.clicks} clicks)", f"{b.rate:.0f}",
+            f"{o.rate:.0f}", f"{o.rate / b.rate:.2f}x", ">= 1,000",
+        ))  # fmt: skip
+        rows.append((f"clicks lost, {in_flight} in flight", str(b.lost), str(o.lost), "", "0"))
+    sdk, sdk_cpu = sdks
+    bot_med, sdk_med = statistics.median(serial), statistics.median(sdk)
+    rows.append((
+        f"decision -> final output p50, one at a time (ms; {len(serial)})",
+        f"SDK {ms(sdk_med)}", ms(bot_med), "", "",
+    ))  # fmt: skip
+    rows.append(("  minus the SDK's own resume: overhead p50 (ms)", "", ms(bot_med - sdk_med),
+                 "", "<= 5"))  # fmt: skip
+    p90 = percentile(serial, 0.9) - percentile(sdk, 0.9)
+    rows.append(("  overhead p90 (ms)", "", ms(p90), "", ""))
+    clicks = sum(o.clicks for o in bot.values())
+    cpu = sum(o.cpu for o in bot.values()) / clicks * 1000
+    bare_cpu = sum(b.cpu for b in bare.values()) / sum(b.clicks for b in bare.values()) * 1000
+    rows.append((f"CPU per completed decision (ms; {clicks})", f"{bare_cpu:.1f} (ack)",
+                 f"{cpu:.1f}", "", "<= 8"))  # fmt: skip
+    rows.append(("  of which the SDK's own resume, at least (ms)", "",
+                 f"{statistics.median(sdk_cpu):.1f}", "", ""))  # fmt: skip
+    rows.append(("Web API calls per decision (one at a time)", "", f"{statistics.mean(calls):.1f}",
+                 "", ""))  # fmt: skip
+    rows.append((f"Web API connections opened, {len(serial) + 5} decisions one at a time", "",
+                 str(connections), "", ""))  # fmt: skip
+    for name, goal in (("minimal", "<= 2 KB"), ("realistic", "<= 3 KB")):
+        what = "minimal task" if name == "minimal" else "150-char task, 100-char args"
+        rows.append((f"Redis per paused run, {what} (bytes)", "",
+                     f"{storage[name]:,} in {storage[name + '_keys']} keys", "", goal))  # fmt: skip
+    head = ("measure", "bare / SDK", "bot", "ratio", "goal")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
+    for row in [head, tuple("-" * w for w in widths), *rows]:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in
+                        enumerate(zip(row, widths, strict=True))).rstrip())  # fmt: skip
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--clicks-50", type=int, default=400, help="clicks at 50 in flight")
+    parser.add_argument("--clicks-200", type=int, default=800, help="clicks at 200 in flight")
+    parser.add_argument("--serial", type=int, default=30, help="decisions one at a time")
+    args = parser.parse_args()
+    set_tracing_disabled(True)
+    clicks = {50: args.clicks_50, 200: args.clicks_200}
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        server = EmbeddedRedis(Path(tmp) / "redis")
+        await server.start()
+        standin = Process(["-m", "benchmarks.peers", "standin"])
+        try:
+            api_url = await standin.first_line()
+            bare = await bare_floor(api_url, clicks)
+            sdk, sdk_cpu = await sdk_resume(args.serial)
+            bot = Bot(server.url, api_url, Path(tmp))
+            try:
+                await bot.start()
+                serial_runs = await bot.paused_runs(args.serial + 5, lambda i: f"deploy s{i}")
+                async with Profile(bot.pid, "serial"):
+                    serial, calls, connections = await bot.one_at_a_time(serial_runs)
+                serial, calls = serial[5:], calls[5:]  # the first few warm up
+                loads = {}
+                for in_flight, n in clicks.items():
+                    runs = await bot.paused_runs(n, lambda i, f=in_flight: f"deploy c{f}-{i}")  # type: ignore[misc]
+                    async with Profile(bot.pid, f"burst{in_flight}"):
+                        loads[in_flight] = await bot.burst(runs, in_flight)
+            finally:
+                await bot.stop()
+            storage = await storage_figures(server.url)
+        finally:
+            await standin.stop()
+            server.stop()
+    report(bare, loads, serial, (sdk, sdk_cpu), calls, storage, connections)
+    print(f"(2 cores shared by Redis, the bot, the stand-in and the load generator; "
+          f"{time.perf_counter() - began:.0f} s)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

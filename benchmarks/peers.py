@@ -1,0 +1,138 @@
+"""The processes the decision benchmark talks to, each in a process of its own so that the bot's
+CPU is its own and the load generator's loop is not the one serving them.
+
+    python -m benchmarks.peers standin            # the Slack Web API stand-in; prints its URL
+    python -m benchmarks.peers bare PORT API_URL  # a bare Bolt app that only acks clicks
+
+The stand-in answers one extra method, `bench.result` (`run_id`): it returns, once the run's
+final output has been posted, when that post arrived (`time.monotonic()`, which every process
+of the machine shares); `bench.state` returns the cards posted (approval id -> run id) and
+the number of `chat.postMessage` and `chat.update` calls per run, and how many connections
+the bot opened so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import sys
+import time
+from typing import Any
+
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.testing.slack_api import FakeSlackAPI
+
+SIGNING_SECRET = "bench-signing-secret"
+TOKEN = "xoxb-bench"
+
+
+class BenchSlackAPI(FakeSlackAPI):
+    """The stand-in, plus when each run's result was posted and how many calls each run cost.
+    It keeps no message bodies: thousands of runs pass through it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.results: dict[str, float] = {}
+        self.per_run: dict[str, int] = {}
+        self.cards: dict[str, str] = {}  # approval id -> run id, in the order they were posted
+        self.run_of: dict[str, str] = {}  # message ts -> run id
+        self.peers: set[Any] = set()  # the connections the bot opened (address, port)
+        self.arrived = asyncio.Event()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        if method == "bench.result":
+            return await self._result(request.query["run_id"])
+        if method == "bench.state":
+            return web.json_response(
+                {"ok": True, "cards": self.cards, "calls": self.per_run, "peers": len(self.peers)}
+            )
+        if request.transport is not None:
+            self.peers.add(request.transport.get_extra_info("peername"))
+        response = await super()._handle(request)
+        self.calls.clear()
+        return response
+
+    def _chat_postMessage(self, p: dict[str, Any]) -> dict[str, Any]:
+        result = super()._chat_postMessage(p)
+        payload = (p.get("metadata") or {}).get("event_payload") or {}
+        run_id, target = str(payload.get("run_id", "")), str(payload.get("target", ""))
+        self._count(run_id)
+        if target == "result":
+            self.results[run_id] = time.monotonic()
+            self.arrived.set()
+            self.arrived = asyncio.Event()
+        elif target.startswith("card:"):
+            self.cards[target.partition(":")[2]] = run_id
+        self.run_of[str(result["ts"])] = run_id
+        return result
+
+    def _chat_update(self, p: dict[str, Any]) -> dict[str, Any]:
+        self._count(self.run_of.get(str(p.get("ts", "")), ""))
+        return super()._chat_update(p)
+
+    def _count(self, run_id: str) -> None:
+        self.per_run[run_id] = self.per_run.get(run_id, 0) + 1
+
+    async def _result(self, run_id: str) -> web.Response:
+        while run_id not in self.results:
+            await self.arrived.wait()
+        return web.json_response({"ok": True, "at": self.results[run_id]})
+
+
+async def standin() -> None:
+    async with BenchSlackAPI() as slack:
+        print(slack.url, flush=True)
+        await _until_terminated()
+
+
+async def bare(port: int, api_url: str) -> None:
+    """Bolt as the bot uses it (aiohttp, signature verification, a process-before-response
+    listener), with a listener that only acks."""
+    app = AsyncApp(
+        client=AsyncWebClient(token=TOKEN, base_url=api_url),
+        signing_secret=SIGNING_SECRET,
+        process_before_response=True,
+        raise_error_for_unhandled_request=False,
+    )
+
+    @app.action(re.compile(".*"))
+    async def ack_only(ack: AsyncAck) -> None:
+        await ack()
+
+    async def events(request: web.Request) -> web.Response:
+        response = await app.async_dispatch(await to_bolt_request(request))
+        return await to_aiohttp_response(response)
+
+    web_app = web.Application(client_max_size=1024 * 1024)
+    web_app.add_routes([web.post("/slack/events", events), web.get("/healthz", _ok)])
+    runner = web.AppRunner(web_app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    print("ready", flush=True)
+    await _until_terminated()
+    await runner.cleanup()
+
+
+async def _ok(_: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def _until_terminated() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "standin":
+        asyncio.run(standin())
+    else:
+        asyncio.run(bare(int(sys.argv[2]), sys.argv[3]))
