@@ -29,8 +29,10 @@ from bot.store.records import (
     StickyDecision,
     Voted,
 )
+from bot.store.timers import Timers
 
 MAX_COMMENTS = 20
+TIMER_MARGIN = 86400  # a paused run's records outlive its calls' expiry by at least this
 
 _ADD_NOTE = """
 local n = redis.call('RPUSH', KEYS[1], ARGV[1])
@@ -69,6 +71,7 @@ class RunStore:
         self.redis = client
         self.retention = retention_seconds
         self.outbox = Outbox(client, retention_seconds=retention_seconds)
+        self.timers = Timers(client, retention_seconds=retention_seconds)
         self._save_pause = client.register_script(_marking("save_pause"))
         self._decide = client.register_script(_marking("decide"))
         self._finish = client.register_script(_marking("finish"))
@@ -176,6 +179,8 @@ class RunStore:
     ) -> int:
         """Store the snapshot and the pause's calls; the run becomes `paused`. Returns the pause."""
         call_keys = [keys.call_key(c.approval_id) for c in calls]
+        # The records must outlive the longest wait: a call expires, it never just vanishes.
+        hold = max([self.retention, *(c.expire_after + TIMER_MARGIN for c in calls)])
         reply = await self._save_pause(
             keys=[
                 keys.run_key(run_id),
@@ -188,7 +193,7 @@ class RunStore:
             args=[
                 owner,
                 now(),
-                self.retention,
+                hold,
                 snapshot.state,
                 snapshot.sdk_version,
                 snapshot.fingerprint,

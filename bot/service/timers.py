@@ -1,0 +1,78 @@
+"""Timers of pending calls: a call nobody decides expires (rejected, with a reason the agent
+reads), its approvers are reminded in the card's thread, and it escalates to more people.
+
+Each process runs `timers_forever`; any of them fires a due timer, and fire_timers.lua makes
+each firing happen once. The service records what happened (the call, and outbox marks for
+its card, the run message and `remind:` thread replies); the projector shows it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from bot.service.decisions import DecisionFlow
+from bot.service.policy import human
+from bot.store.records import CallRecord
+from bot.store.timers import TimerClaim
+
+log = logging.getLogger(__name__)
+
+CLAIM_BATCH = 50
+
+
+def expired_reason(call: CallRecord) -> str:
+    """What the agent receives as the result of a call that expired undecided."""
+    return f"No reviewer decided within {human(call.expire_after)}; the call was not run."
+
+
+class TimerFlow(DecisionFlow):
+    """Expiry, reminders and escalation of pending calls."""
+
+    async def timers_forever(self, every: float = 1.0, lease: float = 30.0) -> None:
+        """Fire due timers until cancelled: polls at least every `every` seconds, and wakes up
+        when the earliest timer is due (a timer fires within a few tens of ms of its time)."""
+        while True:
+            wait = every
+            try:
+                if await self.fire_due(lease=lease) == 0:
+                    due_in = await self.store.timers.next_due_in()
+                    if due_in is not None:
+                        wait = max(0.02, min(every, due_in + 0.01))
+                else:
+                    wait = 0.0
+            except Exception:
+                log.warning("firing timers failed; retrying", exc_info=True)
+            await asyncio.sleep(wait)
+
+    async def fire_due(self, *, lease: float = 30.0) -> int:
+        """Claim and fire the timers due now; returns how many calls were claimed."""
+        claims = await self.store.timers.claim(CLAIM_BATCH, lease)
+        for claim in claims:
+            try:
+                await self._fire(claim)
+            except Exception:  # left on the index, due at the lease's end: fired then
+                log.exception("could not fire the timers of %s", claim.approval_id)
+        return len(claims)
+
+    async def _fire(self, claim: TimerClaim) -> None:
+        timers = self.store.timers
+        call = await self.store.get_call(claim.approval_id)
+        if call is None or call.decided:
+            await timers.release(claim, None)
+            return
+        owner = self._owner()
+        reason = expired_reason(call)
+        fired = await timers.fire(call, owner=owner, reason=reason)
+        if fired.expired or fired.fired:
+            await self.store.outbox.schedule(call.run_id)
+        run = await self.store.get_run(call.run_id)
+        if fired.expired:
+            await self.audit("expired", run=run, call=call, decision="expired", detail=reason)
+            if fired.resume:  # the same path as a pause's last decision (the sweeper backs it)
+                await self._enqueue("resume", call.run_id, owner)
+        for what in fired.fired:
+            if what == "escalated":
+                await self.audit("escalated", run=run, call=call, detail=call.escalate_to)
+            else:
+                await self.audit("reminded", run=run, call=call, detail=what)
+        await timers.release(claim, fired.next_due)
