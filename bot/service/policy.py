@@ -278,6 +278,9 @@ def parse_policy(text: str, *, source: str = "policy") -> Policy:
             if error["type"] == "string_pattern_mismatch":
                 pattern = error.get("ctx", {}).get("pattern", "")
                 message = f"{error['input']!r} is not {_WHAT.get(pattern, pattern)}"
+            if error["type"] == "value_error" and not error["loc"]:  # _timers_make_sense
+                problems += [f"{source}: {p}" for p in str(error["ctx"]["error"]).split("; ")]
+                continue
             problems.append(f"{source}: {_location(error['loc'])}: {message}")
         raise PolicyError(problems) from None
 
