@@ -119,10 +119,8 @@ class Timers:
         first = await self.redis.zrange(keys.TIMERS, 0, 0, withscores=True)
         return float(first[0][1]) / 1000 - time.time() if first else None
 
-    async def fire(
-        self, call: CallRecord, *, owner: str, reason: str, at: float | None = None
-    ) -> Fired:
-        """Fire what is due of `call`'s timers at `at` (default: now); see fire_timers.lua."""
+    async def fire(self, call: CallRecord, *, owner: str, reason: str) -> Fired:
+        """Fire what is due of `call`'s timers now; see fire_timers.lua."""
         run_id = call.run_id
         approval_id = call.approval_id
         pause = [_s(i) for i in await self.redis.smembers(keys.pause_key(run_id))]
@@ -138,7 +136,7 @@ class Timers:
                 keys.votes_key(approval_id),
                 *others,
             ],
-            args=[f"{time.time() if at is None else at:.3f}", owner, self.retention, reason],
+            args=[f"{time.time():.3f}", owner, self.retention, reason],
         )
         kind = _s(reply[0])
         if kind == "gone":
