@@ -187,6 +187,7 @@ class BotRuntime:
         # Finish in-flight runs while still heartbeating, so no other process takes them for
         # orphans; only then stop the loops.
         await _cancel(self._sweeper)
+        self.service.stop_timers()
         await _cancel(self._timers)
         if self.worker is not None:  # no new jobs; the ones in hand finish
             await self.worker.stop(self._worker_task, left())

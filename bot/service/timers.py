@@ -8,6 +8,7 @@ its card, the run message and `remind:` thread replies); the projector shows it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from bot.service.decisions import DecisionFlow
@@ -28,10 +29,20 @@ def expired_reason(call: CallRecord) -> str:
 class TimerFlow(DecisionFlow):
     """Expiry, reminders and escalation of pending calls."""
 
+    _timers_stop: asyncio.Event | None = None
+
+    def stop_timers(self) -> None:
+        """Ask `timers_forever` to return (a cancellation that lands inside a Redis command
+        may be absorbed by the client; this flag is not)."""
+        if self._timers_stop is not None:
+            self._timers_stop.set()
+
     async def timers_forever(self, every: float = 1.0, lease: float = 30.0) -> None:
-        """Fire due timers until cancelled: polls at least every `every` seconds, and wakes up
-        when the earliest timer is due (a timer fires within a few tens of ms of its time)."""
-        while True:
+        """Fire due timers until `stop_timers()`: polls at least every `every` seconds, and
+        wakes up when the earliest timer is due (a timer fires within a few tens of ms of its
+        time)."""
+        self._timers_stop = stop = asyncio.Event()
+        while not stop.is_set():
             wait = every
             try:
                 if await self.fire_due(lease=lease) == 0:
@@ -42,7 +53,8 @@ class TimerFlow(DecisionFlow):
                     wait = 0.0
             except Exception:
                 log.warning("firing timers failed; retrying", exc_info=True)
-            await asyncio.sleep(wait)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), wait)
 
     async def fire_due(self, *, lease: float = 30.0) -> int:
         """Claim the timers due now and fire them in tracked tasks (a shutdown drains them, so
