@@ -66,6 +66,7 @@ class BotRuntime:
         self.policies = policies or PolicySource.from_file(settings.policy_file)
         self.embedded: EmbeddedRedis | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._timers: asyncio.Task[None] | None = None
         self._worker_task: asyncio.Task[None] | None = None
         self._installation: asyncio.Task[None] | None = None
         self.worker: Worker | None = None
@@ -164,6 +165,9 @@ class BotRuntime:
         self._sweeper = asyncio.create_task(
             self.service.sweep_forever(s.job_lease_seconds), name="sweeper"
         )
+        self._timers = asyncio.create_task(
+            self.service.timers_forever(lease=s.job_lease_seconds), name="timers"
+        )
         if self.with_worker:
             self.worker = Worker(
                 self.service,
@@ -188,6 +192,8 @@ class BotRuntime:
         # Finish in-flight runs while still heartbeating, so no other process takes them for
         # orphans; only then stop the loops.
         await _cancel(self._sweeper)
+        self.service.stop_timers()
+        await _cancel(self._timers)
         if self.worker is not None:  # no new jobs; the ones in hand finish
             await self.worker.stop(self._worker_task, left())
             await self.worker.abandon()

@@ -10,17 +10,18 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from bot.service.decisions import DecisionFlow
 from bot.service.replies import RejectForm, Reply, when
+from bot.service.timers import TimerFlow
 from bot.store.runs import now
 
 log = logging.getLogger(__name__)
 
 
-class ApprovalService(DecisionFlow):
+class ApprovalService(TimerFlow):
     """Runs and decisions, for one bot process (any number of processes may share Redis).
 
-    This class adds the sweeper, which finishes what a stopped process left half done.
+    This class adds the sweeper, which finishes what a stopped process left half done
+    (the timers are in `TimerFlow`).
     """
 
     # A full pass over the active runs, on the first sweep and every RECONCILE_EVERY after: it
@@ -76,6 +77,10 @@ class ApprovalService(DecisionFlow):
                     count += 1
                 await self.store.due(run_id, float(now()))  # looked at again, later
             elif run.status == "paused":
+                # a pause whose process stopped before indexing its timers: indexed now
+                await self.store.timers.schedule(
+                    await self.store.pause_calls(run_id), only_missing=True
+                )
                 if await self._undecided_by_rule(run_id):
                     await self._auto_decide(run)
                     count += 1

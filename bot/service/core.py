@@ -4,6 +4,7 @@ the audit trail, and small helpers over runs and calls."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import secrets
 from collections.abc import Callable, Coroutine
@@ -17,7 +18,7 @@ from bot.engine.runner import (
 from bot.service.authorize import Authorizer
 from bot.service.digest import call_digest
 from bot.service.limits import StartLimits
-from bot.service.policy import CallRule, Verdict
+from bot.service.policy import CallRule, Policy, Verdict
 from bot.service.policy_source import PolicySource
 from bot.service.ports import Actor, Notifier
 from bot.store.admission import AdmissionStore
@@ -46,6 +47,8 @@ def _count(kind: str, decision: str, call: CallRecord | None) -> None:
         metrics.RESUMES.inc()
     elif kind == "run_failed":
         metrics.RUN_FAILURES.inc()
+    elif kind == "expired":
+        metrics.EXPIRIES.inc()
 
 
 class ServiceCore:
@@ -258,7 +261,7 @@ class ServiceCore:
     ) -> tuple[CallRule | None, Verdict]:
         """The rule the policy in force gives `call`, and whether `actor` may decide it."""
         policy = self.policies.current().policy
-        rule = policy.rule_for(channel=run.channel_id, agent=call.agent, tool=call.tool)
+        rule = self._rule_for(policy, run, call)
         verdict = await self.authorizer.may_decide(
             policy,
             actor,
@@ -269,3 +272,13 @@ class ServiceCore:
             rule=rule,
         )
         return rule, verdict
+
+    @staticmethod
+    def _rule_for(policy: Policy, run: RunRecord, call: CallRecord) -> CallRule | None:
+        """The policy's rule for `call`, its approvers widened by the call's escalation once
+        (and only once) that has fired (recorded on the call by fire_timers.lua)."""
+        rule = policy.rule_for(channel=run.channel_id, agent=call.agent, tool=call.tool)
+        extra = [p for p in call.escalated_principals() if rule and p not in rule.approvers]
+        if rule is not None and extra:
+            rule = dataclasses.replace(rule, approvers=(*rule.approvers, *extra))
+        return rule

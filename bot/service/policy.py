@@ -13,10 +13,17 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 CHANNEL_ID = r"^[CGD][A-Z0-9]+$"
 # A user id (U…/W…), a user group id (S…), a user group handle (@name) or "*" (anyone).
@@ -24,8 +31,31 @@ PRINCIPAL = r"^([UW][A-Z0-9]+|S[A-Z0-9]+|@[a-z0-9][a-z0-9._-]*|\*)$"
 TEAM_ID = r"^T[A-Z0-9]+$"
 ENTERPRISE_ID = r"^E[A-Z0-9]+$"
 
+DURATION = r"^[1-9][0-9]*[smhd]$"
+MAX_EXPIRE_AFTER = 30 * 86400  # nothing waits longer than 30 days
+
 Principal = Annotated[str, StringConstraints(pattern=PRINCIPAL)]
 ChannelId = Annotated[str, StringConstraints(pattern=CHANNEL_ID)]
+Duration = Annotated[str, StringConstraints(pattern=DURATION)]
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def seconds(duration: str) -> int:
+    """`90s`, `30m`, `4h`, `7d` as seconds."""
+    return int(duration[:-1]) * _UNITS[duration[-1]]
+
+
+def human(total: int) -> str:
+    """Seconds as people read them: 86400 -> "24h", 172800 -> "2d", 90 -> "90s"."""
+    if total >= 2 * 86400 and total % 86400 == 0:
+        return f"{total // 86400}d"
+    if total >= 3600 and total % 3600 == 0:
+        return f"{total // 3600}h"
+    if total >= 60 and total % 60 == 0:
+        return f"{total // 60}m"
+    return f"{total}s"
+
 
 POLICY_EXAMPLE = """\
 defaults:
@@ -56,19 +86,32 @@ class Workspace(_Strict):
     enterprise_id: Annotated[str, StringConstraints(pattern=ENTERPRISE_ID)] | None = None
 
 
-class Defaults(_Strict):
+class Timers(_Strict):
+    """How long a call waits, who is reminded and when it escalates (None: the next level's)."""
+
+    expire_after: Duration | None = None
+    remind_after: Duration | None = None
+    remind_max: int | None = Field(default=None, ge=0, le=20)
+    escalate_after: Duration | None = None
+    escalate_to: list[Principal] | None = Field(default=None, min_length=1)
+
+
+class Defaults(Timers):
     allow_self_approval: bool = False
     allow_always: bool = True
+    expire_after: Duration | None = "24h"
+    remind_after: Duration | None = "4h"
+    remind_max: int | None = Field(default=3, ge=0, le=20)
 
 
-class ChannelRule(_Strict):
+class ChannelRule(Timers):
     starters: list[Principal] = Field(default_factory=lambda: ["*"])
     approvers: list[Principal] = Field(min_length=1)
     agents: list[str] | None = None  # agent names that may be started here; None = all
     allow_self_approval: bool | None = None
 
 
-class ToolRule(_Strict):
+class ToolRule(Timers):
     """A rule for calls whose tool name matches `match` (a glob), optionally narrowed."""
 
     match: str = Field(min_length=1)
@@ -101,7 +144,9 @@ class Policy(_Strict):
                 continue
             if rule.channel is not None and rule.channel != channel:
                 continue
-            return CallRule(
+            return self._timed(
+                rule,
+                base,
                 approvers=tuple(rule.approvers or base.approvers),
                 required=rule.required_approvals,
                 allow_self=_first(
@@ -113,7 +158,9 @@ class Policy(_Strict):
                 auto=rule.auto,
                 source=f"tools[{index}] ({rule.match})",
             )
-        return CallRule(
+        return self._timed(
+            None,
+            base,
             approvers=tuple(base.approvers),
             required=1,
             allow_self=_first(base.allow_self_approval, self.defaults.allow_self_approval),
@@ -121,6 +168,52 @@ class Policy(_Strict):
             auto=None,
             source=f"channels.{channel}",
         )
+
+    def _timed(self, rule: ToolRule | None, base: ChannelRule, **fields: Any) -> CallRule:
+        """A CallRule with its timers: each from the most specific level that sets it."""
+        levels: list[Timers] = [t for t in (rule, base, self.defaults) if t is not None]
+
+        def pick(name: str) -> Any:
+            return next((getattr(t, name) for t in levels if getattr(t, name) is not None), None)
+
+        expire = pick("expire_after")
+        remind = pick("remind_after")
+        escalate = pick("escalate_after")
+        return CallRule(
+            **fields,
+            expire_after=seconds(expire) if expire else 86400,
+            remind_after=seconds(remind) if remind else 0,
+            remind_max=int(pick("remind_max") or 0),
+            escalate_after=seconds(escalate) if escalate else 0,
+            escalate_to=tuple(pick("escalate_to") or ()),
+        )
+
+    @model_validator(mode="after")
+    def _timers_make_sense(self) -> Policy:
+        """Durations within bounds; an escalation names whom it escalates to, wherever it
+        applies (the settings combine across levels, so each combination is checked)."""
+        problems = []
+        places: list[tuple[str, Timers]] = [("defaults", self.defaults)]
+        places += [(f"channels.{c}", r) for c, r in self.channels.items()]
+        places += [(f"tools.{i}", r) for i, r in enumerate(self.tools)]
+        for where, level in places:
+            if level.expire_after and seconds(level.expire_after) > MAX_EXPIRE_AFTER:
+                problems.append(f"{where}.expire_after: at most 30d")
+        for channel, base in self.channels.items():
+            for rule in [None, *self.tools]:
+                if rule is not None and rule.channel not in (None, channel):
+                    continue
+                timed = self._timed(rule, base, approvers=(), required=1, allow_self=False,
+                                    allow_always=False, auto=None, source="")  # fmt: skip
+                where = f"channels.{channel}" + (f" with tools[{self.tools.index(rule)}]"
+                                                 if rule is not None else "")  # fmt: skip
+                if timed.escalate_after and not timed.escalate_to:
+                    problems.append(f"{where}: escalate_after needs escalate_to")
+                if timed.escalate_to and not timed.escalate_after:
+                    problems.append(f"{where}: escalate_to needs escalate_after")
+        if problems:
+            raise ValueError("; ".join(dict.fromkeys(problems)))
+        return self
 
 
 def _first(*values: bool | None) -> bool:
@@ -137,6 +230,11 @@ class CallRule:
     allow_always: bool
     auto: str | None
     source: str
+    expire_after: int = 86400  # seconds a call waits before it expires (rejected, unseen)
+    remind_after: int = 0  # seconds between reminders in the card's thread (0: none)
+    remind_max: int = 0
+    escalate_after: int = 0  # seconds before `escalate_to` may decide too (0: never)
+    escalate_to: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,6 +257,7 @@ _WHAT = {
     PRINCIPAL: 'a user id (U0123ABC), a user group id (S0123ABC), a group handle (@oncall) or "*"',
     TEAM_ID: "a team id like T0123ABC",
     ENTERPRISE_ID: "an enterprise id like E0123ABC",
+    DURATION: "a duration like 90s, 30m, 4h or 7d",
 }
 
 
@@ -179,6 +278,9 @@ def parse_policy(text: str, *, source: str = "policy") -> Policy:
             if error["type"] == "string_pattern_mismatch":
                 pattern = error.get("ctx", {}).get("pattern", "")
                 message = f"{error['input']!r} is not {_WHAT.get(pattern, pattern)}"
+            if error["type"] == "value_error" and not error["loc"]:  # _timers_make_sense
+                problems += [f"{source}: {p}" for p in str(error["ctx"]["error"]).split("; ")]
+                continue
             problems.append(f"{source}: {_location(error['loc'])}: {message}")
         raise PolicyError(problems) from None
 

@@ -44,6 +44,11 @@ def when(timestamp: str) -> str:
 
 
 def already_text(result: AlreadyDecided) -> str:
+    if result.status == "expired":
+        return (
+            f"This request expired at {when(result.decided_at)}: no reviewer decided in time, "
+            "so the call was not run and the agent was told so. Nothing changed."
+        )
     verb = "approved" if result.status == "approved" else "rejected"
     who = f"<@{result.decided_by}>" if result.decided_by else "someone"
     return f"This call was already {verb} by {who} at {when(result.decided_at)}. Nothing changed."

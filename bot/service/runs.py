@@ -19,7 +19,7 @@ from bot.engine.runner import (
     Paused,
 )
 from bot.service.limits import refusal, task_too_long
-from bot.service.policy import Verdict
+from bot.service.policy import CallRule, Verdict
 from bot.service.ports import Actor
 from bot.service.replies import Reply
 from bot.service.reviews import ReviewFlow
@@ -196,8 +196,21 @@ class RunFlow(ReviewFlow):
             )
             call.approvers = json.dumps(list(rule.approvers))
             call.auto = rule.auto or ""
+            self._time(call, rule)
         call.digest = self._digest(call)
         return call
+
+    @staticmethod
+    def _time(call: CallRecord, rule: CallRule) -> None:
+        """The call's timers, as the policy sets them when it is posted (bot/store/timers.py)."""
+        start = float(call.paused_at)
+        call.expire_after = rule.expire_after
+        call.expires_at = f"{start + rule.expire_after:.3f}"
+        call.remind_after, call.remind_max = rule.remind_after, rule.remind_max
+        if rule.escalate_after and rule.escalate_to:
+            call.escalate_after = rule.escalate_after
+            call.escalate_at = f"{start + rule.escalate_after:.3f}"
+            call.escalate_to = json.dumps(list(rule.escalate_to))
 
     async def _pause(self, run: RunRecord, owner: str, outcome: Paused) -> None:
         version = self.policies.current().version
@@ -212,6 +225,10 @@ class RunFlow(ReviewFlow):
             log.error("run %s is no longer owned by this execution; pause not saved", run.run_id)
             return
         await self.audit("paused", run=run, detail=f"{len(calls)} call(s) need a decision")
+        try:  # the sweeper indexes them if this process stops first
+            await self.store.timers.schedule([c for c in calls if not c.auto])
+        except Exception:
+            log.exception("could not schedule the timers of run %s; the sweeper will", run.run_id)
         await self._auto_decide(run)
         # Its automatic decisions are applied: the sweeper need not look at it (unless a
         # decision since made it due again: then it stays).

@@ -25,6 +25,8 @@ from slack_sdk.models.views import View
 
 from bot.service.authorize import describe_principals
 from bot.service.digest import short
+from bot.service.policy import human
+from bot.service.replies import when
 from bot.slack.text import blockquote, code_block, escape, fit, inline, quote, truncate
 from bot.store.records import CallRecord, RunRecord
 from bot.untrusted import reveal
@@ -126,7 +128,84 @@ def result_message(run: RunRecord) -> str:
     return quote(run.output or "(the agent finished without output)", OUTPUT_LIMIT)
 
 
+def slack_date(timestamp: str) -> str:
+    """A time every reader sees in their own time zone (Slack's date formatting), with a UTC
+    fallback for clients that cannot format it."""
+    try:
+        moment = int(float(timestamp))
+    except ValueError:
+        return escape(timestamp)
+    return f"<!date^{moment}^{{date_short_pretty}} at {{time}}|{when(timestamp)}>"
+
+
+def mention(principal: str) -> str:
+    """A principal as a mention that notifies: users <@U…>, groups <!subteam^S…>. A group
+    handle cannot be pinged without its id (it is shown); "*" names nobody in particular."""
+    if principal == "*":
+        return "anyone in this channel"
+    if principal[0] in "UW":
+        return f"<@{principal}>"
+    if principal[0] == "S":
+        return f"<!subteam^{principal}>"
+    return f"`{principal}`"
+
+
+def _principals(text: str) -> list[str]:
+    try:
+        return [str(p) for p in json.loads(text)] if text else []
+    except ValueError:
+        return []
+
+
+def timers_text(call: CallRecord) -> str:
+    """E.g. "Expires <date> · Reminds approvers every 1h · Escalates to @x after 4h"."""
+    parts = []
+    if call.expires_at:
+        parts.append(f":hourglass_flowing_sand: Expires {slack_date(call.expires_at)}")
+    if call.remind_after and call.remind_max:
+        times = "once" if call.remind_max == 1 else f"up to {call.remind_max} times"
+        parts.append(f"Reminds approvers every {human(call.remind_after)} ({times})")
+    escalated = call.escalated_principals()
+    if escalated:
+        parts.append(
+            f"Escalated to {describe_principals(escalated)} {slack_date(call.escalated_at)}"
+        )
+    elif call.escalate_after and call.escalate_to:
+        parts.append(
+            f"Escalates to {describe_principals(_principals(call.escalate_to))} "
+            f"after {human(call.escalate_after)}"
+        )
+    return "  ·  ".join(parts)
+
+
+def reminder_message(call: CallRecord, which: str) -> str:
+    """A thread reply on a card that waits: who must decide (mentioned: they are notified),
+    and when it expires. `which` is the reminder's number, or "escalated"."""
+    approvers = _principals(call.approvers)
+    escalated = call.escalated_principals()
+    expires = f" It expires {slack_date(call.expires_at)}." if call.expires_at else ""
+    if which == "escalated":
+        return (
+            f":rotating_light: No decision after {human(call.escalate_after)}: escalated to "
+            + ", ".join(mention(p) for p in escalated)
+            + f", who may now decide this call of `{inline(call.tool)}` too.{expires}"
+        )
+    everyone = list(dict.fromkeys([*approvers, *escalated]))
+    of = f" ({which} of {call.remind_max})" if call.remind_max > 1 else ""
+    return (
+        f":bell: Reminder{of}: this call of `{inline(call.tool)}` is still waiting for a "
+        "decision from "
+        + (", ".join(mention(p) for p in everyone) or "its approvers")
+        + f".{expires}"
+    )
+
+
 def _decision_line(call: CallRecord, decided_at: str) -> str:
+    if call.status == "expired":
+        return (
+            f":hourglass: *Expired* at {decided_at}: no reviewer decided within "
+            f"{human(call.expire_after)}, so the call was not run (the agent was told)."
+        )
     verb = ":white_check_mark: Approved" if call.status == "approved" else ":no_entry: Rejected"
     if call.decided_by == "policy":
         return f"{verb} automatically by policy rule `{inline(call.rule)}` at {decided_at}"
@@ -192,10 +271,12 @@ def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
     blocks.append(ContextBlock(elements=[_md(_binding(call))]))
     if call.decided:
         text = _decision_line(call, decided_at)
-        if call.reason:
+        if call.reason and call.status != "expired":
             text += f"\n*Reason:* {quote(call.reason, 2500)}"
         blocks.append(SectionBlock(text=_md(text)))
         fallback = f"{inline(call.tool)}: {call.status} by <@{call.decided_by}>"
+        if call.status == "expired":
+            fallback = f"{inline(call.tool)}: expired undecided, not run"
     else:
         if call.required > 1:
             blocks.append(SectionBlock(text=_md(quorum_text(call))))
@@ -216,6 +297,9 @@ def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
                 ButtonElement(text="Always reject", action_id=ALWAYS_REJECT, value=call.approval_id)
             )
         blocks.append(ActionsBlock(block_id="decision", elements=buttons))
+        timers = timers_text(call)
+        if timers:
+            blocks.append(ContextBlock(elements=[_md(timers)]))
         blocks.append(
             ContextBlock(
                 elements=[

@@ -41,7 +41,7 @@ from bot.store.runs import RunStore
 log = logging.getLogger(__name__)
 
 EVENT_TYPE = "approval_bot_message"
-ORDER = {"run": 0, "card": 1, "review": 2, "note": 3, "result": 4}
+ORDER = {"run": 0, "card": 1, "review": 2, "note": 3, "remind": 3, "result": 4}
 MAX_BACKOFF = 60.0
 POLL = 0.05  # seconds between looks at the outbox index when nothing woke the projector
 
@@ -243,6 +243,16 @@ class Projector:
             if not call.decided and call.sticky in await self.store.sticky_decisions(run.run_id):
                 return 0.5  # an earlier Always decision is being re-judged for it: wait
             text, body = blocks.approval_message(run, call, when(call.decided_at))
+        elif kind == "remind":  # a reminder or an escalation, in the card's thread
+            approval_id, _, which = target.partition(":")[2].rpartition(":")
+            call = await self.store.get_call(approval_id)
+            if call is None or (call.decided and not current.ts):
+                await self.outbox.done(run.run_id, target, mark)  # decided first: not sent
+                return None
+            thread = shown.get(f"card:{approval_id}", Shown()).ts or call.message_ts
+            if not thread:
+                return 1.0  # its card is not in Slack yet
+            text, body = blocks.reminder_message(call, which), []
         else:
             if not run.message_ts:
                 # nothing to thread it under yet (or ever, if the run message was refused)

@@ -129,10 +129,16 @@ def delivery_key(kind: str, delivery_id: str) -> str:
 OUTBOX_INDEX = f"{PREFIX}:{{outbox}}:due"  # sorted set: run id -> when its messages are due (ms)
 OUTBOX_LEASES = f"{PREFIX}:{{outbox}}:leases"  # hash: run id -> the claim holding it (score)
 
+# Timers of pending calls (expiry, reminders, escalation): approval id -> when its next timer
+# is due (ms). One hash tag of its own: the claim touches one slot; each firing is then a script
+# on its run's keys (bot/store/timers.py).
+TIMERS = f"{PREFIX}:{{timers}}:due"
+
 # A run's messages ("targets"): its run message, one card per call, the result in its thread,
 # and one review request per review.
 Target = str  # "run" | "result" | "card:<approval id>" | "review:<review id>" | "note:<n>"
-TargetKind = Literal["run", "result", "card", "review", "note"]
+# | "remind:<approval id>:<n>" (a reminder in the card's thread) | "remind:<approval id>:escalated"
+TargetKind = Literal["run", "result", "card", "review", "note", "remind"]
 
 
 def outbox_key(run_id: str) -> str:
@@ -161,5 +167,5 @@ def review_votes_key(run_id: str, review_id: str) -> str:
 
 def target_kind(target: Target) -> TargetKind:
     kind = target.partition(":")[0]
-    assert kind in ("run", "result", "card", "review", "note"), target
+    assert kind in ("run", "result", "card", "review", "note", "remind"), target
     return kind  # type: ignore[return-value]

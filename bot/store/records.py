@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
 RunStatus = Literal["running", "paused", "resuming", "needs_review", "finished", "failed"]
-CallStatus = Literal["pending", "approved", "rejected"]
+CallStatus = Literal["pending", "approved", "rejected", "expired"]
 
 # How much text a run and a call keep for display (the snapshot holds the rest).
 SHOWN_TASK = 3000
@@ -154,6 +154,25 @@ class CallRecord:
     policy_version: str = ""
     digest: str = ""
     paused_at: str = ""  # when the run paused on this call (time to decision)
+    # Timers (bot/store/timers.py), from the policy when the call was posted; times in Unix s.
+    expire_after: int = 0  # seconds; 0: a call stored before expiry existed (never expires)
+    expires_at: str = ""
+    remind_after: int = 0  # seconds between reminders (0: none)
+    remind_max: int = 0
+    reminders: int = 0  # reminders fired so far
+    escalate_after: int = 0  # seconds (0: never)
+    escalate_at: str = ""
+    escalate_to: str = ""  # JSON list of principals who may decide once escalated
+    escalated_at: str = ""  # set once, atomically, when escalate_after has passed
+
+    def escalated_principals(self) -> list[str]:
+        """Who the escalation added to the approvers: nobody before it fired."""
+        if not self.escalated_at or not self.escalate_to:
+            return []
+        try:
+            return [str(p) for p in json.loads(self.escalate_to)]
+        except ValueError:
+            return []
 
     DERIVED: ClassVar[frozenset[str]] = frozenset({"approval_id", "run_id"})
     STORED_ALWAYS: ClassVar[frozenset[str]] = frozenset({"status", "pause"})

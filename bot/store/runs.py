@@ -30,8 +30,10 @@ from bot.store.records import (
     StickyDecision,
     Voted,
 )
+from bot.store.timers import Timers
 
 MAX_COMMENTS = 20
+TIMER_MARGIN = 86400  # a paused run's records outlive its calls' expiry by at least this
 
 # Drop a run from the due set only if nothing made it due again since `since` was read.
 _NOT_DUE = """
@@ -111,6 +113,7 @@ class RunStore:
         self.redis = client
         self.retention = retention_seconds
         self.outbox = Outbox(client, retention_seconds=retention_seconds)
+        self.timers = Timers(client, retention_seconds=retention_seconds)
         self._save_pause = client.register_script(_marking("save_pause"))
         self._decide = client.register_script(_marking("decide"))
         self._finish = client.register_script(_marking("finish"))
@@ -239,6 +242,8 @@ class RunStore:
         The run is due (for the sweeper) from `since` until its automatic decisions are applied."""
         call_keys = [keys.call_key(c.approval_id) for c in calls]
         tokens = " ".join(c.approval_id.partition(".")[2] for c in calls)
+        # The records must outlive the longest wait: a call expires, it never just vanishes.
+        hold = max([self.retention, *(c.expire_after + TIMER_MARGIN for c in calls)])
         reply = await self._save_pause(
             keys=[
                 keys.run_key(run_id),
@@ -252,7 +257,7 @@ class RunStore:
             args=[
                 owner,
                 now(),
-                self.retention,
+                hold,
                 encode_snapshot(snapshot),
                 run_id,
                 tokens,

@@ -5,3 +5,10 @@ local function mark(outbox, target, now, retention)
   redis.call('HSETNX', outbox, target .. '@', now)
   redis.call('EXPIRE', outbox, retention)
 end
+
+-- A call's approval id is `<run id>.<token>` of its key `ab:{<run id>}:call:<token>` (the call
+-- hash does not store it).
+local function approval_id(key)
+  local run_id, token = string.match(key, '{(.-)}:call:(.+)$')
+  return run_id .. '.' .. token
+end

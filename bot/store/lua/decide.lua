@@ -17,10 +17,6 @@
 -- ARGV[9] what settled the call when it is not the caller's own click (`via`, usually ''),
 -- ARGV[10..] approval ids an always decision may also settle
 local run, target, votes = KEYS[1], KEYS[2], KEYS[3]
-local function approval_id(key)
-  local run_id, token = string.match(key, '{(.-)}:call:(.+)$')
-  return run_id .. '.' .. token
-end
 if redis.call('EXISTS', target) == 0 then
   return {'missing'}
 end

@@ -1,0 +1,80 @@
+-- Fire what is due of one pending call's timers, exactly once whichever process runs it:
+-- expiry (a compare-and-swap on the call's status: a click that decided it first wins, and
+-- this does nothing), escalation (recorded once: only from then on may `escalate_to` decide),
+-- and reminders (counted: reminder n is due at paused_at + n * remind_after; after a pause in
+-- firing, only the latest one due is sent). Expiring the pause's last undecided call moves the
+-- run to `resuming` under ARGV[2], exactly as a decision does (decide.lua).
+-- KEYS[1] run hash, KEYS[2] the call's hash, KEYS[3] the run's outbox,
+-- KEYS[4..] the run's other keys (snapshot, pause, sticky, votes, other calls): kept as long
+-- as the run's records once it resumes
+-- ARGV[1] now (Unix s), ARGV[2] owner token for the resume, ARGV[3] retention seconds,
+-- ARGV[4] the reason the agent receives when the call expires
+local run, call, outbox = KEYS[1], KEYS[2], KEYS[3]
+local now = tonumber(ARGV[1])
+if redis.call('HGET', call, 'status') ~= 'pending' then
+  return {'gone'}
+end
+local pause = redis.call('HGET', call, 'pause')
+if redis.call('HGET', run, 'status') ~= 'paused' or redis.call('HGET', run, 'pause') ~= pause then
+  return {'gone'}
+end
+local id = approval_id(call)
+local expires = tonumber(redis.call('HGET', call, 'expires_at') or '') or 0
+if expires > 0 and now >= expires then
+  redis.call('HSET', call, 'status', 'expired', 'decided_at', ARGV[1], 'reason', ARGV[4],
+             'decided_owner', ARGV[2])
+  mark(outbox, 'card:' .. id, ARGV[1], ARGV[3])
+  mark(outbox, 'run', ARGV[1], ARGV[3])
+  local left = redis.call('HINCRBY', run, 'undecided', -1)
+  redis.call('HSET', run, 'updated_at', ARGV[1])
+  local resume = 0
+  if left <= 0 then
+    redis.call('HSET', run, 'status', 'resuming', 'owner', ARGV[2])
+    for i = 1, #KEYS do
+      if redis.call('EXISTS', KEYS[i]) == 1 then
+        redis.call('EXPIRE', KEYS[i], ARGV[3])
+      end
+    end
+    resume = 1
+  end
+  return {'expired', resume, left}
+end
+local fired = {}
+local next_due = expires
+local function sooner(t)
+  if t > 0 and (next_due <= 0 or t < next_due) then
+    next_due = t
+  end
+end
+local escalate = tonumber(redis.call('HGET', call, 'escalate_at') or '') or 0
+if escalate > 0 and (redis.call('HGET', call, 'escalated_at') or '') == '' then
+  if now >= escalate then
+    redis.call('HSET', call, 'escalated_at', ARGV[1])
+    mark(outbox, 'card:' .. id, ARGV[1], ARGV[3])
+    mark(outbox, 'remind:' .. id .. ':escalated', ARGV[1], ARGV[3])
+    table.insert(fired, 'escalated')
+  else
+    sooner(escalate)
+  end
+end
+local every = tonumber(redis.call('HGET', call, 'remind_after') or '') or 0
+local most = tonumber(redis.call('HGET', call, 'remind_max') or '') or 0
+local sent = tonumber(redis.call('HGET', call, 'reminders') or '') or 0
+local since = tonumber(redis.call('HGET', call, 'paused_at') or '') or 0
+if every > 0 and since > 0 and sent < most then
+  local due = math.min(most, math.floor((now - since) / every))
+  if due > sent then
+    sent = due
+    redis.call('HSET', call, 'reminders', sent)
+    mark(outbox, 'remind:' .. id .. ':' .. sent, ARGV[1], ARGV[3])
+    table.insert(fired, 'remind:' .. sent)
+  end
+  if sent < most then
+    sooner(since + (sent + 1) * every)
+  end
+end
+local reply = {'ok', string.format('%.3f', next_due)}
+for _, what in ipairs(fired) do
+  table.insert(reply, what)
+end
+return reply
