@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from bot.service.decisions import DecisionFlow
+from bot.service.people import PeopleFlow
 from bot.service.replies import RejectForm, Reply, when
 from bot.store.runs import now
 
 log = logging.getLogger(__name__)
 
 
-class ApprovalService(DecisionFlow):
+class ApprovalService(PeopleFlow):
     """Runs and decisions, for one bot process (any number of processes may share Redis).
 
     This class adds the sweeper, which finishes what a stopped process left half done.
@@ -53,7 +53,7 @@ class ApprovalService(DecisionFlow):
                 log.info("re-indexing the undelivered messages of run %s", run_id)
                 await outbox.schedule(run_id)
                 count += 1
-            if run is None or run.status in ("finished", "failed"):
+            if run is None or run.ended:
                 await self.store.forget_active(run_id)
                 continue
             if float(run.updated_at or 0) > cutoff:

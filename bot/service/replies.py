@@ -44,6 +44,8 @@ def when(timestamp: str) -> str:
 
 
 def already_text(result: AlreadyDecided) -> str:
-    verb = "approved" if result.status == "approved" else "rejected"
+    verb = result.status or "decided"  # approved, rejected, cancelled, expired, ...
+    if result.via == "cancel":
+        verb = "cancelled (with its run)"
     who = f"<@{result.decided_by}>" if result.decided_by else "someone"
     return f"This call was already {verb} by {who} at {when(result.decided_at)}. Nothing changed."

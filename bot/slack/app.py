@@ -20,8 +20,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.service.approvals import ApprovalService, RejectForm
 from bot.service.ports import Actor
 from bot.service.replies import ConfirmReject, Reply
-from bot.slack import blocks
+from bot.slack import asks, blocks
 from bot.slack.commands import help_text, parse
+from bot.slack.home import HomePublisher
 from bot.slack.text import unescape
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ def build_app(
     signing_secret: str | None,
     service: ApprovalService,
     socket_mode: bool = False,
+    home: HomePublisher | None = None,
 ) -> AsyncApp:
     """Wire Slack's commands, button clicks, modal submissions and thread replies."""
     _quiet_token_warning(client.token)
@@ -120,6 +122,16 @@ def build_app(
                 response_type="ephemeral",
                 text=help_text(service.agent_names(), service.engine.registry.default_name),
             )
+            return
+        if parsed.action in ("cancel", "status", "list"):
+            try:
+                answer = await asks.answer(
+                    service, _actor(context), str(command.get("channel_id", "")), parsed
+                )
+            except Exception:
+                log.exception("could not answer /agent %s", parsed.action)
+                answer = {"response_type": "ephemeral", "text": TRY_AGAIN}
+            await ack(**answer)
             return
         try:
             reply = await service.start_run(
@@ -206,6 +218,11 @@ def build_app(
         reject = action_id == blocks.REPLY_REJECT
         return await service.confirm_reply(actor, reply_id, reject=reject)
 
+    async def cancel(actor: Actor, run_id: str, action_id: str) -> Reply:
+        reply = await service.cancel_run(actor, run_id)
+        return Reply(True) if reply.ok else reply  # the run message shows who cancelled
+
+    app.action(blocks.CANCEL_RUN)(private_button("cancel", cancel))
     for action_id in (blocks.REVIEW_DONE, blocks.REVIEW_RERUN):
         app.action(action_id)(private_button("review", review))
     for action_id in (blocks.REPLY_REJECT, blocks.REPLY_KEEP):
@@ -236,6 +253,17 @@ def build_app(
             await ack()
         else:
             await ack(response_action="errors", errors={blocks.REASON_BLOCK: reply.text})
+
+    @app.event("app_home_opened")
+    async def on_home_opened(event: dict[str, Any], context: AsyncBoltContext) -> None:
+        if home is None or event.get("tab", "home") != "home":
+            return
+        signed = _actor(context)
+        actor = Actor(signed.team_id, str(event.get("user", "")), signed.enterprise_id)
+        try:
+            await home.opened(actor)  # published by the Home publisher, within its pacing
+        except Exception:
+            log.exception("could not record that %s opened the App Home", actor.user_id)
 
     @app.event("message")
     async def on_message(event: dict[str, Any], context: AsyncBoltContext) -> None:

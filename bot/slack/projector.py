@@ -31,20 +31,22 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.service.replies import when
 from bot.slack import blocks
+from bot.slack.overview import notice_message
 from bot.slack.text import quote
 from bot.slack.webapi import Later, Pacer, Refused, classify
 from bot.store import keys
 from bot.store.outbox import Claim, Mark, Shown
-from bot.store.records import RunRecord
+from bot.store.records import CallRecord, RunRecord
 from bot.store.runs import RunStore
 
 log = logging.getLogger(__name__)
 
 EVENT_TYPE = "approval_bot_message"
-ORDER = {"run": 0, "card": 1, "review": 2, "note": 3, "result": 4}
+ORDER = {"run": 0, "card": 1, "review": 2, "note": 3, "result": 4, "notice": 5}
 MAX_BACKOFF = 60.0
 
 Undeliverable = Callable[[str, str, str], Awaitable[None]]
+RunChanged = Callable[[RunRecord], Awaitable[None]]
 
 
 def _digest(text: str, body: list[dict[str, Any]]) -> str:
@@ -73,6 +75,9 @@ class Projector:
         concurrency: int = 16,
         posts: Pacer | None = None,
         updates: Pacer | None = None,
+        notice: str = "dm",
+        notice_window: float = 3.0,
+        run_changed: RunChanged | None = None,
     ) -> None:
         self.store = store
         self.outbox = store.outbox
@@ -87,6 +92,11 @@ class Projector:
         self._failures: dict[str, int] = {}
         self._stopping = asyncio.Event()
         self._fences: dict[str, Callable[[], Awaitable[None]]] = {}
+        # The requester's message: "dm", "ephemeral" (in the run's channel) or "off"; sent
+        # `notice_window` seconds after the first outcome not yet told, so a burst is one.
+        self.notice = notice
+        self.notice_window = notice_window
+        self.run_changed = run_changed  # the App Home publisher's hook
 
     @property
     def busy(self) -> int:
@@ -162,6 +172,14 @@ class Projector:
             for target, mark in marks.items():
                 await self.outbox.done(run_id, target, mark)
             return None
+        if any(keys.target_kind(t) in ("run", "card") for t in marks):
+            if await self._note_outcomes(run, marks):
+                marks = await self.outbox.marks(run_id)
+            if self.run_changed is not None:
+                try:
+                    await self.run_changed(run)
+                except Exception:
+                    log.warning("could not mark App Homes of run %s due", run_id, exc_info=True)
         shown = await self.outbox.shown(run_id)
         again: float | None = None
         positions = {}
@@ -190,12 +208,69 @@ class Projector:
                 again = wait if again is None else min(again, wait)
         return again
 
+    async def _note_outcomes(self, run: RunRecord, marks: dict[str, Mark]) -> bool:
+        """Record, from the records, the outcomes the run's starter must be told: decided calls
+        (marked cards) and the run's end. Not what they did themselves; not the end of a run
+        that never waited for anyone and finished. True when one is new."""
+        if self.notice == "off":
+            return False
+        outcomes: dict[str, str] = {}
+        for target in marks:
+            if keys.target_kind(target) != "card":
+                continue
+            call = await self.store.get_call(target.partition(":")[2])
+            if call is None or not call.decided or call.decided_by == run.user_id:
+                continue
+            outcomes[call.approval_id] = call.status
+        by_starter = run.status == "cancelled" and run.cancelled_by == run.user_id
+        if run.ended and not by_starter and (run.pause or run.status != "finished"):
+            outcomes["run"] = run.status
+        return await self.store.record_outcomes(run.run_id, outcomes)
+
+    async def _tell_starter(self, run: RunRecord, target: str, mark: Mark) -> float | None:
+        """The requester's one message for the outcomes not yet told (a burst is one)."""
+        if time.time() < mark.since + self.notice_window:
+            return mark.since + self.notice_window - time.time()  # let outcomes gather
+        untold = await self.store.untold_outcomes(run.run_id)
+        if not untold or self.notice == "off":
+            await self.outbox.done(run.run_id, target, mark)
+            return None
+        calls: list[CallRecord] = []
+        for approval_id in untold:
+            call = await self.store.get_call(approval_id) if approval_id != "run" else None
+            if call is not None:
+                calls.append(call)
+        calls.sort(key=lambda c: (c.pause, c.index))
+        text = notice_message(run, calls, "run" in untold)
+        try:
+            await self.posts.wait(run.user_id)
+            await self._fence(run.run_id)
+            if self.notice == "ephemeral":
+                await self.client.chat_postEphemeral(
+                    channel=run.channel_id, user=run.user_id, text=text
+                )
+            else:
+                opened = await self.client.conversations_open(users=run.user_id)
+                await self.client.chat_postMessage(
+                    channel=str(opened["channel"]["id"]),
+                    text=text,
+                    unfurl_links=False,
+                    unfurl_media=False,
+                )
+        except Exception as exc:
+            raise classify(exc) from exc
+        await self.store.told_outcomes(run.run_id, untold)
+        await self.outbox.done(run.run_id, target, mark)
+        return None
+
     # One message ----------------------------------------------------------------------------
 
     async def _deliver(
         self, run: RunRecord, target: str, mark: Mark, shown: dict[str, Shown]
     ) -> float | None:
         kind = keys.target_kind(target)
+        if kind == "notice":
+            return await self._tell_starter(run, target, mark)
         current = shown.get(target, Shown())
         thread = ""
         if kind == "run":
@@ -218,7 +293,7 @@ class Projector:
         else:
             if not run.message_ts:
                 # nothing to thread it under yet (or ever, if the run message was refused)
-                if run.status in ("finished", "failed") and "run" not in shown:
+                if run.ended and "run" not in shown:
                     await self.outbox.done(run.run_id, target, mark)
                     return None
                 return 1.0

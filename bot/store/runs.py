@@ -21,6 +21,7 @@ from bot.store.records import (
     SHOWN_TASK,
     AlreadyDecided,
     CallRecord,
+    CancelResult,
     Decided,
     DecideResult,
     Gone,
@@ -31,12 +32,31 @@ from bot.store.records import (
 )
 
 MAX_COMMENTS = 20
+RECENT_RUNS = 20  # runs kept per person for their App Home
 
 _ADD_NOTE = """
 local n = redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 mark(KEYS[2], 'note:' .. n, ARGV[2], ARGV[3])
 return n
+"""
+
+
+# Record outcomes the run's starter must be told; mark their message when one is new.
+# KEYS[1] outcomes hash, KEYS[2] outbox; ARGV[1] now, ARGV[2] retention, ARGV[3..] id, outcome
+_OUTCOMES = """
+local new = 0
+for i = 3, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) ~= ARGV[i + 1] then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+    new = new + 1
+  end
+end
+if new > 0 then
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
+  mark(KEYS[2], 'notice', ARGV[1], ARGV[2])
+end
+return new
 """
 
 
@@ -76,6 +96,8 @@ class RunStore:
         self._add_note = client.register_script(_script("_outbox") + _ADD_NOTE)
         self._to_review = client.register_script(_marking("to_review"))
         self._resolve_review = client.register_script(_marking("resolve_review"))
+        self._cancel = client.register_script(_marking("cancel"))
+        self._outcomes = client.register_script(_script("_outbox") + _OUTCOMES)
 
     async def ping(self) -> bool:
         try:
@@ -108,6 +130,12 @@ class RunStore:
             await pipe.execute()
         # Indexed only once it exists, so a sweeper never sees an id without its run.
         await self.redis.sadd(keys.EXECUTING_RUNS, run.run_id)
+        mine = keys.user_runs_key(run.team_id, run.user_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(mine, {run.run_id: float(run.created_at or now())})
+            pipe.zremrangebyrank(mine, 0, -RECENT_RUNS - 1)
+            pipe.expire(mine, self.retention)
+            await pipe.execute()
         await self.outbox.schedule(run.run_id)
 
     async def add_progress(self, run_id: str, line: str, keep: int = 8) -> None:
@@ -147,6 +175,10 @@ class RunStore:
     async def get_run(self, run_id: str) -> RunRecord | None:
         raw = await self.redis.hgetall(keys.run_key(run_id))
         return RunRecord.from_hash(raw) if raw else None
+
+    async def run_status(self, run_id: str) -> str:
+        value = await self.redis.hget(keys.run_key(run_id), "status")
+        return _s(value) if value is not None else ""
 
     async def set_run_message(self, run_id: str, ts: str) -> None:
         await self.redis.hset(keys.run_key(run_id), "message_ts", ts)
@@ -229,6 +261,67 @@ class RunStore:
             await self.outbox.schedule(run_id)
             await self.redis.srem(keys.EXECUTING_RUNS, run_id)
         return ended
+
+    async def cancel(self, run_id: str, *, team: str, user: str) -> CancelResult:
+        """Cancel a run and its pending calls, exactly once (see cancel.lua)."""
+        calls = [keys.call_key(_s(i)) for i in await self.redis.smembers(keys.pause_key(run_id))]
+        reply = await self._cancel(
+            keys=[keys.run_key(run_id), keys.pause_key(run_id), keys.outbox_key(run_id), *calls],
+            args=[team, user, now(), self.retention],
+        )
+        kind = _s(reply[0])
+        if kind == "ok":
+            await self.outbox.schedule(run_id)
+            await self.redis.srem(keys.EXECUTING_RUNS, run_id)
+            return CancelResult("ok", status=_s(reply[1]), calls=tuple(_s(r) for r in reply[2:]))
+        if kind == "already":
+            return CancelResult("already", by=_s(reply[1]), at=_s(reply[2]))
+        if kind == "ended":
+            return CancelResult("ended", status=_s(reply[1]))
+        return CancelResult("missing")
+
+    async def record_outcomes(self, run_id: str, outcomes: dict[str, str]) -> bool:
+        """Note outcomes the starter must be told (approval id or `run` -> status); their
+        message (`notice`) is marked when one is new. Idempotent."""
+        if not outcomes:
+            return False
+        args: list[str] = [now(), str(self.retention)]
+        for item in sorted(outcomes.items()):
+            args.extend(item)
+        new = int(
+            await self._outcomes(
+                keys=[keys.outcomes_key(run_id), keys.outbox_key(run_id)], args=args
+            )
+        )
+        if new:
+            await self.outbox.schedule(run_id)
+        return new > 0
+
+    async def untold_outcomes(self, run_id: str) -> dict[str, str]:
+        """Outcomes recorded and not yet told to the starter (id -> status)."""
+        raw = {
+            _s(k): _s(v) for k, v in (await self.redis.hgetall(keys.outcomes_key(run_id))).items()
+        }
+        return {k: v for k, v in raw.items() if not k.endswith("!") and raw.get(k + "!") != v}
+
+    async def told_outcomes(self, run_id: str, told: dict[str, str]) -> None:
+        if told:
+            await self.redis.hset(
+                keys.outcomes_key(run_id), mapping={k + "!": v for k, v in told.items()}
+            )
+
+    async def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
+        """The runs that still exist, in the order asked (one round trip)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hgetall(keys.run_key(run_id))
+            raws = await pipe.execute()
+        return [RunRecord.from_hash(raw) for raw in raws if raw]
+
+    async def recent_runs(self, team: str, user: str, limit: int = 10) -> list[RunRecord]:
+        """The runs a person started, newest first."""
+        ids = await self.redis.zrevrange(keys.user_runs_key(team, user), 0, limit - 1)
+        return await self.get_runs([_s(i) for i in ids])
 
     # Pending calls ------------------------------------------------------------------------
 
