@@ -421,12 +421,7 @@ async def test_the_requester_message_can_be_an_ephemeral(redis_url: str) -> None
 
 async def test_a_click_racing_a_cancel_resolves_once(redis_url: str) -> None:
     ledger = Ledger()
-    agent, _ = ops_agent(
-        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")]]
-        + [[assistant_message("ok")]],
-        ledger,
-    )
-    async with BotHarness(redis_url, agent, POLICY) as bot:
+    async with BotHarness(redis_url, one_call_agent(ledger), POLICY) as bot:
         card = await bot.start_and_wait("clean", user="U1")
         approval_id = card.button_value(APPROVE)
         run_id = run_id_of(bot.run_message())

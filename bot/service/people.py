@@ -154,7 +154,9 @@ class PeopleFlow(DecisionFlow):
 
     async def overview(self, actor: Actor, channel: str) -> Overview:
         """`/agent list`: first what waits for this person (anywhere), then the channel's
-        unfinished runs."""
+        unfinished runs. Nothing for a person of a workspace this bot does not serve."""
+        if not self.authorizer.served(self.policies.current().policy, actor).allowed:
+            return Overview([], [])
         runs = await self._unfinished()
         mine = await self.waiting_for(actor, runs)
         here = [r for r in runs if r.channel_id == channel and r.team_id == actor.team_id]
@@ -163,6 +165,8 @@ class PeopleFlow(DecisionFlow):
 
     async def home(self, actor: Actor, recent: int = 10) -> Overview:
         """The App Home of one person: what waits for their decision, and their own runs."""
+        if not self.authorizer.served(self.policies.current().policy, actor).allowed:
+            return Overview([], [])
         mine = await self.waiting_for(actor)
         own = await self.store.recent_runs(actor.team_id, actor.user_id, recent)
         return Overview(mine, [await self._view(r) for r in own])
