@@ -52,9 +52,15 @@ class HomePublisher:
         await self.index.opened(actor.team_id, actor.user_id, actor.enterprise_id)
 
     async def run_changed(self, run: RunRecord) -> None:
-        """A run's records changed: its starter's Home and its workspace's viewers' Homes
-        may show something else now (the calls waiting for them, the run's status)."""
+        """A run's records changed: its starter's Home, and the Homes of the viewers who
+        approve calls in its channel (all of the workspace's viewers when the approvers are
+        "*" or a user group), may show something else now."""
         viewers = await self.index.viewers(run.team_id)
+        if not viewers:
+            return
+        approvers = self.service.policies.current().policy.channel_approvers(run.channel_id)
+        if not any(p == "*" or p[0] in "S@" for p in approvers):
+            viewers = [v for v in viewers if v == run.user_id or v in approvers]
         if viewers:
             await self.index.touch(run.team_id, viewers, self.interval)
 
