@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import time
 from typing import Any
 
 from agents import function_tool
