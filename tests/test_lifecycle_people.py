@@ -379,25 +379,33 @@ async def test_the_requester_gets_one_message_for_a_burst(redis_url: str) -> Non
         ],
         ledger,
     )
-    settings = {"requester_notice_seconds": 2.0}
+    settings = {"requester_notice_seconds": 3.0}
     async with BotHarness(redis_url, agent, POLICY, settings=settings) as bot:
         await bot.slack.command("clean", user="U1", channel="C1")
         cards = await bot.wait_for_approvals(3)
         run_id = run_id_of(bot.run_message())
         restart = next(c for c in cards if "restart_service" in c.all_text())
-        await asyncio.gather(
-            *(bot.click(c, APPROVE, user="U2") for c in cards if c is not restart),
-            bot.reject(restart, user="U3", reason="not <!here> now"),
-        )
+        for card in cards:  # a burst: three decisions over about a second
+            if card is restart:
+                await bot.reject(restart, user="U3", reason="not <!here> now")
+            else:
+                await bot.click(card, APPROVE, user="U2")
+            await asyncio.sleep(0.4)
         await bot.wait_for_status("finished")
         await bot.idle()
-        await wait_until(lambda: bot.slack_api.dms("U1"), what="the starter's message")
-        await asyncio.sleep(2.5)  # a second message would come within the window
-        [dm] = bot.slack_api.dms("U1")
-        assert f"Your run `{run_id}`" in dm.text
-        assert dm.text.count("Approved by <@U2>") == 2
-        assert "Rejected by <@U3>: not &lt;!here&gt; now" in dm.text
-        assert "finished" in dm.text
+        await wait_until(
+            lambda: any("finished" in m.text for m in bot.slack_api.dms("U1")),
+            what="the starter told that the run finished",
+        )
+        await asyncio.sleep(0.5)
+        dms = sorted(bot.slack_api.dms("U1"), key=lambda m: m.ts)
+        # The three decisions are one message; the run's end comes with them when it falls
+        # within the same window (as it usually does), else in one more.
+        first = dms[0].text
+        assert f"Your run `{run_id}`" in first
+        assert first.count("Approved by <@U2>") == 2
+        assert "Rejected by <@U3>: not &lt;!here&gt; now" in first
+        assert len(dms) <= 2 and "finished" in dms[-1].text, [m.text for m in dms]
         assert bot.slack_api.calls_to("conversations.open")[-1].params["users"] == "U1"
         assert bot.slack_api.dms("U2") == [] and bot.slack_api.dms("U3") == []
 
@@ -423,6 +431,7 @@ async def test_a_click_racing_a_cancel_resolves_once(redis_url: str) -> None:
         approval_id = card.button_value(APPROVE)
         run_id = run_id_of(bot.run_message())
         store = bot.runtime.service.store
+        owner = f"race:{secrets.token_hex(4)}"
         decided, cancelled = await asyncio.gather(
             store.decide(
                 approval_id,
@@ -431,7 +440,7 @@ async def test_a_click_racing_a_cancel_resolves_once(redis_url: str) -> None:
                 team="T0TEST",
                 user="U2",
                 reason="",
-                owner=f"race:{secrets.token_hex(4)}",
+                owner=owner,
             ),
             store.cancel(run_id, team="T0TEST", user="U3"),
         )
@@ -442,5 +451,8 @@ async def test_a_click_racing_a_cancel_resolves_once(redis_url: str) -> None:
         else:
             assert call.status == "cancelled" and cancelled.calls == (call.approval_id,)
         assert (await stored_run(bot, run_id)).status == "cancelled"
+        # The resume the decision would have started: a worker takes it and runs nothing.
+        await bot.runtime.queue.enqueue("resume", run_id, owner)
         await bot.idle()
-        assert ledger.executed == []  # the resume (if any) found the run cancelled
+        assert ledger.executed == []
+        assert (await stored_run(bot, run_id)).status == "cancelled"

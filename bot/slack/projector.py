@@ -209,9 +209,10 @@ class Projector:
         return again
 
     async def _note_outcomes(self, run: RunRecord, marks: dict[str, Mark]) -> bool:
-        """Record, from the records, the outcomes the run's starter must be told: decided calls
-        (marked cards) and the run's end. Not what they did themselves; not the end of a run
-        that never waited for anyone and finished. True when one is new."""
+        """Record, from the records, the outcomes the run's starter must be told: calls decided
+        by someone else (or that expired: any status but pending) and the run's end. Not what
+        they did themselves, not a policy rule's automatic decision, and not the end of a run
+        that finished without a call waiting for someone else. True when one is new."""
         if self.notice == "off":
             return False
         outcomes: dict[str, str] = {}
@@ -219,12 +220,14 @@ class Projector:
             if keys.target_kind(target) != "card":
                 continue
             call = await self.store.get_call(target.partition(":")[2])
-            if call is None or not call.decided or call.decided_by == run.user_id:
+            if call is None or not call.decided or call.decided_by in (run.user_id, "policy"):
                 continue
             outcomes[call.approval_id] = call.status
         by_starter = run.status == "cancelled" and run.cancelled_by == run.user_id
-        if run.ended and not by_starter and (run.pause or run.status != "finished"):
-            outcomes["run"] = run.status
+        if run.ended and not by_starter:
+            waited = bool(outcomes) or await self.store.has_outcomes(run.run_id)
+            if waited or run.status != "finished":
+                outcomes["run"] = run.status
         return await self.store.record_outcomes(run.run_id, outcomes)
 
     async def _tell_starter(self, run: RunRecord, target: str, mark: Mark) -> float | None:

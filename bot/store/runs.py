@@ -304,6 +304,9 @@ class RunStore:
         }
         return {k: v for k, v in raw.items() if not k.endswith("!") and raw.get(k + "!") != v}
 
+    async def has_outcomes(self, run_id: str) -> bool:
+        return bool(await self.redis.exists(keys.outcomes_key(run_id)))
+
     async def told_outcomes(self, run_id: str, told: dict[str, str]) -> None:
         if told:
             await self.redis.hset(
