@@ -12,6 +12,7 @@ from typing import Any
 
 from agents import function_tool
 
+from bot import metrics
 from bot.slack.blocks import APPROVE, CANCEL_RUN
 from bot.store.records import CallRecord, RunRecord
 from bot.testing.harness import BotHarness, status_line, wait_until
@@ -75,6 +76,7 @@ async def test_the_starter_cancels_from_the_command_and_twice_is_harmless(redis_
         refused = await bot.slack.command("another", user="U1", channel="C1")
         assert "unfinished runs" in ephemeral(refused)
 
+        cancels = metrics.REGISTRY.get_sample_value("approval_bot_runs_cancelled_total") or 0
         sent = await bot.slack.command(f"cancel {run_id}", user="U1", channel="C1")
         assert f"Cancelled run `{run_id}` and its 1 pending call(s)." in ephemeral(sent)
         await bot.wait_for_status("cancelled")
@@ -91,6 +93,8 @@ async def test_the_starter_cancels_from_the_command_and_twice_is_harmless(redis_
 
         again = await bot.slack.command(f"cancel {run_id}", user="U1", channel="C1")
         assert "already cancelled by <@U1>" in ephemeral(again)
+        counted = metrics.REGISTRY.get_sample_value("approval_bot_runs_cancelled_total")
+        assert counted == cancels + 1
         # A click on the card after the cancel changes nothing and says why.
         await bot.slack.click(APPROVE, approval_id, user="U2", channel="C1", message_ts=card.ts)
         await wait_until(lambda: bot.slack_api.ephemeral_to("U2"), what="the late clicker told")
