@@ -174,7 +174,11 @@ class Projector:
             return None
         if any(keys.target_kind(t) in ("run", "card") for t in marks):
             if await self._note_outcomes(run, marks):
-                marks = await self.outbox.marks(run_id)
+                # Only the notice's mark is taken from this later read: a mark newer than the
+                # run read above (a result, say) must wait for a pass that reads the run anew.
+                notice = (await self.outbox.marks(run_id)).get(keys.NOTICE)
+                if notice is not None:
+                    marks[keys.NOTICE] = notice
             if self.run_changed is not None:
                 try:
                     await self.run_changed(run)
@@ -245,8 +249,11 @@ class Projector:
                 calls.append(call)
         calls.sort(key=lambda c: (c.pause, c.index))
         text = notice_message(run, calls, "run" in untold)
+        ahead = self.posts.ahead(f"notice:{run.user_id}")
+        if ahead > 0:  # never hold the run's lease (and its other messages) for a notice
+            return ahead
         try:
-            await self.posts.wait(run.user_id)
+            await self.posts.wait(f"notice:{run.user_id}")
             await self._fence(run.run_id)
             if self.notice == "ephemeral":
                 await self.client.chat_postEphemeral(
