@@ -264,10 +264,15 @@ class RunStore:
 
     async def cancel(self, run_id: str, *, team: str, user: str) -> CancelResult:
         """Cancel a run and its pending calls, exactly once (see cancel.lua)."""
-        calls = [keys.call_key(_s(i)) for i in await self.redis.smembers(keys.pause_key(run_id))]
+        ids = [c.approval_id for c in await self.pause_calls(run_id)]
         reply = await self._cancel(
-            keys=[keys.run_key(run_id), keys.pause_key(run_id), keys.outbox_key(run_id), *calls],
-            args=[team, user, now(), self.retention],
+            keys=[
+                keys.run_key(run_id),
+                keys.pause_key(run_id),
+                keys.outbox_key(run_id),
+                *(keys.call_key(i) for i in ids),
+            ],
+            args=[team, user, now(), self.retention, *ids],
         )
         kind = _s(reply[0])
         if kind == "ok":

@@ -4,8 +4,11 @@
 -- that has not been taken yet is skipped (take_job only takes running or resuming runs).
 -- A decision racing the cancel is settled by whichever script runs first: decide.lua refuses a
 -- call that is no longer pending, and this script leaves a decided call as it is.
--- KEYS[1] run hash, KEYS[2] pause set, KEYS[3] outbox, KEYS[4..] the pause's call hashes
--- ARGV[1] team, ARGV[2] user, ARGV[3] now, ARGV[4] retention seconds
+-- KEYS[1] run hash, KEYS[2] pause set (if the layout has one), KEYS[3] outbox,
+-- KEYS[4..] the pause's call hashes
+-- ARGV[1] team, ARGV[2] user, ARGV[3] now, ARGV[4] retention seconds,
+-- ARGV[5..] the approval ids of KEYS[4..], in the same order (not read from the call hashes, so
+-- the script does not depend on which fields a call hash keeps)
 local run = KEYS[1]
 local status = redis.call('HGET', run, 'status')
 if status == false then
@@ -23,9 +26,12 @@ local cancelled = {}
 for i = 4, #KEYS do
   local key = KEYS[i]
   if redis.call('HGET', key, 'status') == 'pending' and redis.call('HGET', key, 'pause') == pause then
-    redis.call('HSET', key, 'status', 'cancelled', 'decided_team', ARGV[1], 'decided_by', ARGV[2],
-               'decided_at', ARGV[3], 'via', 'cancel')
-    local id = redis.call('HGET', key, 'approval_id')
+    redis.call('HSET', key, 'status', 'cancelled', 'decided_by', ARGV[2], 'decided_at', ARGV[3],
+               'via', 'cancel')
+    if ARGV[1] ~= '' then
+      redis.call('HSET', key, 'decided_team', ARGV[1])
+    end
+    local id = ARGV[1 + i]
     table.insert(cancelled, id)
     mark(KEYS[3], 'card:' .. id, ARGV[3], ARGV[4])
   end
@@ -34,9 +40,10 @@ local review = redis.call('HGET', run, 'review_id') or ''
 if review ~= '' then
   mark(KEYS[3], 'review:' .. review, ARGV[3], ARGV[4])  -- its request now says it is closed
 end
-redis.call('HSET', run, 'status', 'cancelled', 'cancelled_by', ARGV[2], 'cancelled_team', ARGV[1],
-           'cancelled_at', ARGV[3], 'owner', '', 'undecided', 0, 'review_id', '',
+redis.call('HSET', run, 'status', 'cancelled', 'cancelled_by', ARGV[2], 'cancelled_at', ARGV[3],
            'updated_at', ARGV[3])
+-- no owner any more: every owner-checked write of the execution in progress is refused
+redis.call('HDEL', run, 'owner', 'undecided', 'review_id')
 for i = 1, 2 do
   redis.call('EXPIRE', KEYS[i], ARGV[4])
 end
