@@ -72,6 +72,19 @@ class Settings(BaseSettings):
     channel_open_runs: int = Field(default=50, alias="APPROVAL_BOT_CHANNEL_OPEN_RUNS", ge=0)
     max_task_chars: int = Field(default=4000, alias="APPROVAL_BOT_MAX_TASK_CHARS", ge=0)
 
+    # People: the requester's message about their run's outcomes (a direct message, an
+    # ephemeral in the run's channel, or none), sent this many seconds after the first outcome
+    # not yet told (a burst is one message); the App Home is published at most this often.
+    requester_notice: Literal["dm", "ephemeral", "off"] = Field(
+        default="dm", alias="APPROVAL_BOT_REQUESTER_NOTICE"
+    )
+    requester_notice_seconds: float = Field(
+        default=3.0, alias="APPROVAL_BOT_REQUESTER_NOTICE_SECONDS", ge=0
+    )
+    home_refresh_seconds: float = Field(
+        default=5.0, alias="APPROVAL_BOT_HOME_REFRESH_SECONDS", ge=0
+    )
+
     # Operations: shutdown budget, logs, the metrics/health port of worker and Socket Mode.
     drain_seconds: float = Field(default=20.0, alias="APPROVAL_BOT_DRAIN_SECONDS", gt=0)
     log_level: str = Field(default="INFO", alias="APPROVAL_BOT_LOG_LEVEL")

@@ -88,6 +88,9 @@ RESUMES = Counter(
     "approval_bot_resumes", "Paused runs resumed after their decisions.", registry=REGISTRY
 )
 RUN_FAILURES = Counter("approval_bot_run_failures", "Runs that ended failed.", registry=REGISTRY)
+RUNS_CANCELLED = Counter(
+    "approval_bot_runs_cancelled", "Runs cancelled by a person.", registry=REGISTRY
+)
 SCRAPE_ERRORS = Counter(
     "approval_bot_scrape_errors",
     "Scrapes whose Redis-backed gauges could not be refreshed (they keep their last value).",

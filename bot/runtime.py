@@ -28,6 +28,7 @@ from bot.service.worker import Worker
 from bot.slack.app import build_app, remember_auth_test
 from bot.slack.blocks import use_slack_api
 from bot.slack.groups import SlackGroups
+from bot.slack.home import HomePublisher
 from bot.slack.installation import learn_installation, learn_once
 from bot.slack.intake import refuse
 from bot.slack.notifier import SlackNotifier
@@ -72,6 +73,8 @@ class BotRuntime:
         self.worker: Worker | None = None
         self.projector: Projector
         self._projector_task: asyncio.Task[None] | None = None
+        self.home: HomePublisher
+        self._home_task: asyncio.Task[None] | None = None
         self.http: aiohttp.ClientSession | None = None
         self.service: ApprovalService
         self.app: AsyncApp
@@ -128,6 +131,7 @@ class BotRuntime:
                 max_task_chars=s.max_task_chars,
             ),
         )
+        self.home = HomePublisher(self.service, self.client, interval=s.home_refresh_seconds)
         secret = s.slack_signing_secret.get_secret_value() if s.slack_signing_secret else None
         if secret is not None or self.socket_mode:  # a worker-only process receives nothing
             self.app = build_app(
@@ -136,6 +140,7 @@ class BotRuntime:
                 service=self.service,
                 socket_mode=self.socket_mode,
                 ack_budget=s.ack_budget_seconds,
+                home=self.home,
             )
         # Learned before serving when Slack answers; retried in the background if not (until
         # then every request is refused, closed). The Bolt app keeps the answer too.
@@ -160,8 +165,12 @@ class BotRuntime:
             lease=s.job_lease_seconds,
             posts=Pacer(rate=s.slack_posts_per_second, burst=5),
             updates=Pacer(rate=s.slack_updates_per_minute / 60, burst=10),
+            notice=s.requester_notice,
+            notice_window=s.requester_notice_seconds,
+            run_changed=self.home.run_changed,
         )
         self._projector_task = asyncio.create_task(self.projector.run(), name="projector")
+        self._home_task = asyncio.create_task(self.home.run(), name="app-home")
         self._sweeper = asyncio.create_task(
             self.service.sweep_forever(s.job_lease_seconds), name="sweeper"
         )
@@ -203,6 +212,8 @@ class BotRuntime:
         # Messages still due are delivered by another process, or by this one when it is back.
         await self.projector.stop(left())
         await _cancel(self._projector_task)
+        self.home.stop()
+        await _cancel(self._home_task)
         await self.groups.close()
         if self.http is not None:
             await self.http.close()

@@ -16,7 +16,14 @@ SHARED_SCHEMA = REPO.parent / "shared" / "slack-app-manifest.schema.json"
 HTTP_MANIFEST = REPO / "manifest.yml"
 SOCKET_MANIFEST = REPO / "manifest.socket.yml"
 
-BOT_SCOPES = {"commands", "chat:write", "channels:history", "groups:history", "usergroups:read"}
+BOT_SCOPES = {
+    "commands",
+    "chat:write",
+    "channels:history",
+    "groups:history",
+    "usergroups:read",
+    "im:write",
+}
 
 
 def schema_path() -> Path:
@@ -81,7 +88,9 @@ def test_manifest_has_the_agent_command_and_thread_reply_events(path: Path) -> N
     assert set(settings["event_subscriptions"]["bot_events"]) == {
         "message.channels",
         "message.groups",
+        "app_home_opened",
     }
+    assert manifest["features"]["app_home"]["home_tab_enabled"] is True
 
 
 def test_http_manifest_sends_everything_to_slack_events() -> None:

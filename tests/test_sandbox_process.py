@@ -61,11 +61,14 @@ def assert_nothing_left(tmp_path: Path) -> None:
 
 
 def cards(state: dict[str, Any]) -> list[dict[str, Any]]:
-    """Messages on the page that show approval buttons."""
+    """Messages on the page that show approval buttons (not the run message's Cancel run)."""
     return [
         m
         for m in state["messages"]
-        if any(b.get("type") == "actions" for b in m.get("blocks") or [])
+        if any(
+            b.get("type") == "actions" and b.get("block_id") == "decision"
+            for b in m.get("blocks") or []
+        )
     ]
 
 

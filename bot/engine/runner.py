@@ -45,6 +45,8 @@ SDK_VERSION: str = getattr(agents, "__version__", "unknown")
 NEEDS = "needs:"
 
 Progress = Callable[[str], Awaitable[None]]
+# Asked before every model call: True when the run must go no further (it was cancelled).
+StopCheck = Callable[[], Awaitable[bool]]
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,16 @@ class NeedsReview:
     tool: str
 
 
-Outcome = Paused | Finished | Failed | NeedsReview
+@dataclass(frozen=True)
+class Stopped:
+    """The run was stopped from outside (cancelled) before a model call: nothing more ran."""
+
+
+Outcome = Paused | Finished | Failed | NeedsReview | Stopped
+
+
+class _StopRequested(Exception):
+    """Raised by the hooks before a model call of a run that must go no further."""
 
 
 _XZ_MAGIC = b"\xfd7zXZ\x00"
@@ -140,6 +151,18 @@ def unpack_state(blob: bytes) -> bytes:
     return zlib.decompress(blob)
 
 
+def _stop_cause(exc: BaseException) -> bool:
+    """Whether a stop request is what ended the run (the SDK may wrap it)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, _StopRequested):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def _review_cause(exc: BaseException) -> CallNeedsReview | None:
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -189,10 +212,23 @@ def without_permanent_decisions(data: Any) -> Any:
 
 
 class _ProgressHooks(RunHooks[Any]):
-    """Reports tool calls and handoffs as they happen, in plain text."""
+    """Reports tool calls and handoffs as they happen, in plain text; and before each model
+    call asks `stop` whether the run must go no further (the tool call in progress has
+    finished by then; no further model call is made)."""
 
-    def __init__(self, progress: Progress | None) -> None:
+    def __init__(self, progress: Progress | None, stop: StopCheck | None = None) -> None:
         self.progress = progress
+        self.stop = stop
+
+    async def on_llm_start(
+        self,
+        context: RunContextWrapper[Any],
+        agent: Agent[Any],
+        system_prompt: str | None,
+        input_items: list[Any],
+    ) -> None:
+        if self.stop is not None and await self.stop():
+            raise _StopRequested()
 
     async def _say(self, text: str) -> None:
         if self.progress is None:
@@ -285,12 +321,20 @@ class Engine:
         context: RunContext,
         progress: Progress | None = None,
         execution: Execution | None = None,
+        stop: StopCheck | None = None,
     ) -> Outcome:
         agent = self.registry.get(agent_name)
         if agent is None:
             return Failed(f"No agent named {agent_name!r} is defined any more.")
         return await self._run(
-            agent_name, agent, task, progress, execution, run_id=context.run_id, context=context
+            agent_name,
+            agent,
+            task,
+            progress,
+            execution,
+            run_id=context.run_id,
+            context=context,
+            stop=stop,
         )
 
     async def _run(
@@ -303,6 +347,7 @@ class Engine:
         *,
         run_id: str,
         context: RunContext | None = None,
+        stop: StopCheck | None = None,
     ) -> Outcome:
         """One `Runner.run` under `execution` (so tool calls go through its journal)."""
         token = CURRENT.set(execution)
@@ -313,9 +358,13 @@ class Engine:
                 context=context,
                 max_turns=self.max_turns,
                 run_config=self.run_config(run_id, agent_name),
-                hooks=_ProgressHooks(progress),
+                hooks=_ProgressHooks(progress, stop),
             )
+        except _StopRequested:
+            return Stopped()
         except Exception as exc:
+            if _stop_cause(exc):
+                return Stopped()
             return self._failure(exc)
         finally:
             CURRENT.reset(token)
@@ -337,6 +386,7 @@ class Engine:
         progress: Progress | None = None,
         execution: Execution | None = None,
         run_id: str = "",
+        stop: StopCheck | None = None,
     ) -> Outcome:
         """Apply `decisions` to the stored state and run on; `run_id` names the trace group."""
         agent = self.registry.get(agent_name)
@@ -392,7 +442,9 @@ class Engine:
                 state.approve(item)
             else:
                 state.reject(item, rejection_message=decision.message or None)
-        return await self._run(agent_name, agent, state, progress, execution, run_id=run_id)
+        return await self._run(
+            agent_name, agent, state, progress, execution, run_id=run_id, stop=stop
+        )
 
     def _outcome(self, agent_name: str, result: RunResult) -> Outcome:
         if not result.interruptions:

@@ -10,14 +10,15 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from bot.service.people import PeopleFlow
 from bot.service.replies import RejectForm, Reply, when
-from bot.service.timers import TimerFlow
+from bot.store.records import ENDED
 from bot.store.runs import now
 
 log = logging.getLogger(__name__)
 
 
-class ApprovalService(TimerFlow):
+class ApprovalService(PeopleFlow):
     """Runs and decisions, for one bot process (any number of processes may share Redis).
 
     This class adds the sweeper, which finishes what a stopped process left half done
@@ -65,7 +66,7 @@ class ApprovalService(TimerFlow):
         runs = await self.store.runs([run_id for run_id, _ in due]) if due else []
         waiting: set[str] | None = None
         for (run_id, since), run in zip(due, runs, strict=True):
-            if run is None or run.status in ("finished", "failed"):
+            if run is None or run.ended:
                 await self.store.forget_active(run_id)
                 await self.store.not_due(run_id, since)
             elif run.status in ("running", "resuming") and run.owner and "/" not in run.owner:
@@ -99,7 +100,7 @@ class ApprovalService(TimerFlow):
                 log.info("re-indexing the undelivered messages of run %s", run_id)
                 await outbox.schedule(run_id)
                 count += 1
-            if status in (None, "finished", "failed"):
+            if status is None or status in ENDED:
                 await self.store.forget_active(run_id)
             elif not due and (
                 status == "paused" or (status in ("running", "resuming") and "/" not in owner)

@@ -160,3 +160,25 @@ class Authorizer:
                 f"`{inline(tool)}`: ask another approver.",
             )
         return ALLOWED
+
+    async def may_manage(
+        self, policy: Policy, actor: Actor, *, run_team: str, run_starter: str, channel: str
+    ) -> Verdict:
+        """May the actor cancel a run, or see its status? Its starter may; so may anyone who
+        approves some call in the run's channel (`Policy.channel_approvers`)."""
+        served = self.served(policy, actor)
+        if not served.allowed:
+            return served
+        if actor.team_id != run_team:
+            return Verdict(False, "This run belongs to another Slack workspace.")
+        if actor.user_id == run_starter:
+            return ALLOWED
+        member = await self.is_among(actor, policy.channel_approvers(channel))
+        if not member.allowed:
+            return Verdict(
+                False,
+                member.reason
+                or "Only the person who started this run, or an approver in its channel, may "
+                "do this.",
+            )
+        return ALLOWED

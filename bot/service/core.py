@@ -49,6 +49,8 @@ def _count(kind: str, decision: str, call: CallRecord | None) -> None:
         metrics.RUN_FAILURES.inc()
     elif kind == "expired":
         metrics.EXPIRIES.inc()
+    elif kind == "cancelled" and call is None:  # the run (each cancelled call is audited too)
+        metrics.RUNS_CANCELLED.inc()
 
 
 class ServiceCore:

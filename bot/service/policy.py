@@ -215,6 +215,18 @@ class Policy(_Strict):
             raise ValueError("; ".join(dict.fromkeys(problems)))
         return self
 
+    def channel_approvers(self, channel: str) -> tuple[str, ...]:
+        """Everyone who approves some call in `channel`: the channel's approvers and those of
+        every tool rule that applies there (unscoped, or scoped to this channel)."""
+        base = self.channels.get(channel)
+        if base is None:
+            return ()
+        found = list(base.approvers)
+        for rule in self.tools:
+            if rule.channel in (None, channel) and rule.approvers:
+                found.extend(p for p in rule.approvers if p not in found)
+        return tuple(found)
+
 
 def _first(*values: bool | None) -> bool:
     return next(v for v in values if v is not None)

@@ -49,6 +49,8 @@ def already_text(result: AlreadyDecided) -> str:
             f"This request expired at {when(result.decided_at)}: no reviewer decided in time, "
             "so the call was not run and the agent was told so. Nothing changed."
         )
-    verb = "approved" if result.status == "approved" else "rejected"
+    verb = result.status or "decided"  # approved, rejected, cancelled, ...
+    if result.via == "cancel":
+        verb = "cancelled (with its run)"
     who = f"<@{result.decided_by}>" if result.decided_by else "someone"
     return f"This call was already {verb} by {who} at {when(result.decided_at)}. Nothing changed."

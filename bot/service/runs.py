@@ -17,6 +17,8 @@ from bot.engine.runner import (
     NeedsReview,
     Outcome,
     Paused,
+    StopCheck,
+    Stopped,
 )
 from bot.service.limits import refusal, task_too_long
 from bot.service.policy import CallRule, Verdict
@@ -146,6 +148,9 @@ class RunFlow(ReviewFlow):
             )
 
     async def _settle_unsafe(self, run: RunRecord, owner: str, outcome: Outcome) -> None:
+        if isinstance(outcome, Stopped):
+            log.info("run %s was cancelled; its execution stopped before a model call", run.run_id)
+            return
         if isinstance(outcome, Finished):
             if await self.store.finish(
                 run.run_id, owner, status="finished", text=outcome.output, drop_snapshot=True
@@ -329,7 +334,7 @@ class RunFlow(ReviewFlow):
         message, an approval request): stop the run, and tell its starter why."""
         for _ in range(3):  # the run may change hands between the read and the end
             run = await self.store.get_run(run_id)
-            if run is None or run.status in ("finished", "failed"):
+            if run is None or run.ended:
                 return
             owner = "paused" if run.status == "paused" else run.owner
             error = (
@@ -383,6 +388,7 @@ class RunFlow(ReviewFlow):
                     self._context(run),
                     progress=self._progress(run),
                     execution=execution,
+                    stop=self._stop_check(run.run_id),
                 )
                 await self._settle(run, attempt, outcome)
             else:
@@ -392,6 +398,20 @@ class RunFlow(ReviewFlow):
             await self._fail(
                 run, attempt, f"The bot failed while running this run ({redact(str(exc))})."
             )
+
+    def _stop_check(self, run_id: str) -> StopCheck:
+        """Asked by the engine before every model call: was the run cancelled meanwhile? (Read
+        from the run's record: one HGET; a Redis error lets the run go on, and its next
+        owner-checked write is refused anyway.)"""
+
+        async def stop() -> bool:
+            try:
+                return await self.store.run_status(run_id) == "cancelled"
+            except Exception:
+                log.warning("could not check whether run %s was cancelled", run_id)
+                return False
+
+        return stop
 
     async def _shown(self, run: RunRecord, wait: float = 30.0) -> RunRecord:
         """The run once its message is in Slack (its thread is the tools' `thread_ts`, and a
@@ -473,5 +493,6 @@ class RunFlow(ReviewFlow):
             progress=self._progress(run),
             execution=execution,
             run_id=run.run_id,
+            stop=self._stop_check(run.run_id),
         )
         await self._settle(run, owner, outcome)

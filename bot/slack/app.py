@@ -32,8 +32,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.service.approvals import ApprovalService, RejectForm
 from bot.service.ports import Actor
 from bot.service.replies import ConfirmReject, Reply
-from bot.slack import blocks
+from bot.slack import asks, blocks
 from bot.slack.commands import help_text, parse
+from bot.slack.home import HomePublisher
 from bot.slack.text import unescape
 
 log = logging.getLogger(__name__)
@@ -189,6 +190,7 @@ def build_app(
     service: ApprovalService,
     socket_mode: bool = False,
     ack_budget: float = ACK_BUDGET_SECONDS,
+    home: HomePublisher | None = None,
 ) -> AsyncApp:
     """Wire Slack's commands, button clicks, modal submissions and thread replies."""
     _quiet_token_warning(client.token)
@@ -274,6 +276,28 @@ def build_app(
         actor = _actor(context)
         channel = str(command.get("channel_id", ""))
         tell = teller(channel, actor.user_id)
+        deadline = deadline_of(context)
+        if parsed.action in ("cancel", "status", "list"):
+
+            async def ask() -> dict[str, Any]:
+                try:
+                    return await asks.answer(service, actor, channel, parsed)
+                except Exception:
+                    log.exception("could not answer /agent %s", parsed.action)
+                    return {"response_type": "ephemeral", "text": TRY_AGAIN}
+
+            async def answer_late(answer: dict[str, Any]) -> None:
+                await client.chat_postEphemeral(
+                    channel=channel, user=actor.user_id, text=answer["text"],
+                    blocks=answer.get("blocks"),
+                )  # fmt: skip
+
+            answer = await _by_deadline(service.spawn, "ask", deadline, ask(), answer_late)
+            if answer is None:
+                await ack(response_type="ephemeral", text=STILL_WORKING_COMMAND)
+            else:
+                await ack(**answer)
+            return
 
         async def start() -> Reply:
             try:
@@ -292,7 +316,6 @@ def build_app(
             if not reply.ok:
                 tell(reply.text)
 
-        deadline = deadline_of(context)
         reply = await _by_deadline(service.spawn, "command", deadline, start(), late)
         if reply is None:
             await ack(response_type="ephemeral", text=STILL_WORKING_COMMAND)
@@ -406,6 +429,11 @@ def build_app(
         reject = action_id == blocks.REPLY_REJECT
         return await service.confirm_reply(actor, reply_id, reject=reject)
 
+    async def cancel(actor: Actor, run_id: str, action_id: str) -> Reply:
+        reply = await service.cancel_run(actor, run_id)
+        return Reply(True) if reply.ok else reply  # the run message shows who cancelled
+
+    app.action(blocks.CANCEL_RUN)(private_button("cancel", cancel))
     for action_id in (blocks.REVIEW_DONE, blocks.REVIEW_RERUN):
         app.action(action_id)(private_button("review", review))
     for action_id in (blocks.REPLY_REJECT, blocks.REPLY_KEEP):
@@ -457,6 +485,21 @@ def build_app(
             await ack()
         else:
             await ack(response_action="errors", errors={blocks.REASON_BLOCK: reply.text})
+
+    @app.event("app_home_opened")
+    async def on_home_opened(event: dict[str, Any], context: AsyncBoltContext) -> None:
+        if home is None or event.get("tab", "home") != "home":
+            return
+        signed = _actor(context)
+        actor = Actor(signed.team_id, str(event.get("user", "")), signed.enterprise_id)
+
+        async def record() -> None:
+            try:
+                await home.opened(actor)  # published by the Home publisher, within its pacing
+            except Exception:
+                log.exception("could not record that %s opened the App Home", actor.user_id)
+
+        service.spawn(record(), "app home opened")  # answered at once, like every event
 
     @app.event("message")
     async def on_message(event: dict[str, Any], context: AsyncBoltContext) -> None:

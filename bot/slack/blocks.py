@@ -14,6 +14,7 @@ from slack_sdk.models.blocks import (
     ActionsBlock,
     Block,
     ButtonElement,
+    ConfirmObject,
     ContextBlock,
     InputBlock,
     MarkdownTextObject,
@@ -39,6 +40,8 @@ DECISION_ACTIONS = (APPROVE, REJECT, ALWAYS_APPROVE, ALWAYS_REJECT)
 
 REVIEW_DONE = "review_mark_done"
 REVIEW_RERUN = "review_run_again"
+
+CANCEL_RUN = "run_cancel"
 
 REPLY_REJECT = "reply_confirm_reject"
 REPLY_KEEP = "reply_keep_comment"
@@ -79,6 +82,9 @@ def status_text(run: RunRecord) -> str:
     if run.status == "paused":
         n = run.undecided
         return f":raised_hand: waiting for {n} approval{'s' if n != 1 else ''}"
+    if run.status == "cancelled":
+        by = f" by <@{run.cancelled_by}>" if run.cancelled_by else ""
+        return f":no_entry_sign: cancelled{by}"
     return {
         "running": ":hourglass_flowing_sand: running",
         "resuming": ":hourglass_flowing_sand: running",
@@ -118,7 +124,24 @@ def run_message(
     if progress:
         lines = "\n".join(f"• {inline(line, 300)}" for line in progress)
         blocks.append(ContextBlock(elements=[_md(f"*Progress:*\n{lines}")]))
+    if not run.ended:
+        blocks.append(ActionsBlock(block_id="run", elements=[cancel_button(run)]))
     return f"Agent run by <@{run.user_id}>: {status}", blocks
+
+
+def cancel_button(run: RunRecord) -> ButtonElement:
+    """Cancel a run (its starter, or an approver in its channel), after a confirmation."""
+    return ButtonElement(
+        text="Cancel run",
+        action_id=CANCEL_RUN,
+        value=run.run_id,
+        confirm=ConfirmObject(
+            title="Cancel this run?",
+            text="Its pending calls are cancelled and the agent stops before its next step.",
+            confirm="Cancel run",
+            deny="Keep it",
+        ),
+    )
 
 
 def result_message(run: RunRecord) -> str:
@@ -200,13 +223,30 @@ def reminder_message(call: CallRecord, which: str) -> str:
     )
 
 
+OUTCOME_WORDS = {
+    "approved": ":white_check_mark: Approved",
+    "rejected": ":no_entry: Rejected",
+    "cancelled": ":no_entry_sign: Cancelled",
+    "expired": ":hourglass: Expired",
+}
+
+
+def outcome_word(status: str) -> str:
+    """How a call's outcome reads; a status this version does not know reads as itself."""
+    return OUTCOME_WORDS.get(status, f":grey_question: {inline(status.capitalize(), 40)}")
+
+
 def _decision_line(call: CallRecord, decided_at: str) -> str:
     if call.status == "expired":
         return (
             f":hourglass: *Expired* at {decided_at}: no reviewer decided within "
             f"{human(call.expire_after)}, so the call was not run (the agent was told)."
         )
-    verb = ":white_check_mark: Approved" if call.status == "approved" else ":no_entry: Rejected"
+    verb = outcome_word(call.status)
+    if call.status == "cancelled" and call.via == "cancel":
+        return f"{verb} by <@{call.decided_by}> at {decided_at}, with its run"
+    if not call.decided_by:
+        return f"{verb} at {decided_at}"
     if call.decided_by == "policy":
         return f"{verb} automatically by policy rule `{inline(call.rule)}` at {decided_at}"
     voters = call.voter_ids()
@@ -216,7 +256,7 @@ def _decision_line(call: CallRecord, decided_at: str) -> str:
         line = f"{verb} by <@{call.decided_by}> at {decided_at}"
     if call.always:
         line += " (always, for the rest of this run)"
-    if call.via:
+    if call.via and call.status in ("approved", "rejected"):
         line += " through an *Always* decision on another call"
     return line
 
@@ -280,23 +320,7 @@ def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
     else:
         if call.required > 1:
             blocks.append(SectionBlock(text=_md(quorum_text(call))))
-        buttons = [
-            ButtonElement(
-                text="Approve", action_id=APPROVE, value=call.approval_id, style="primary"
-            ),
-            ButtonElement(text="Reject", action_id=REJECT, value=call.approval_id, style="danger"),
-        ]
-        if call.allow_always and call.required == 1:
-            buttons.append(
-                ButtonElement(
-                    text="Always approve", action_id=ALWAYS_APPROVE, value=call.approval_id
-                )
-            )
-        if call.allow_always:
-            buttons.append(
-                ButtonElement(text="Always reject", action_id=ALWAYS_REJECT, value=call.approval_id)
-            )
-        blocks.append(ActionsBlock(block_id="decision", elements=buttons))
+        blocks.append(ActionsBlock(block_id="decision", elements=decision_buttons(call)))
         timers = timers_text(call)
         if timers:
             blocks.append(ContextBlock(elements=[_md(timers)]))
@@ -312,6 +336,24 @@ def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
         )
         fallback = f"Approval needed: {inline(call.agent)} wants to run {inline(call.tool)}"
     return fallback, blocks
+
+
+def decision_buttons(call: CallRecord) -> list[ButtonElement]:
+    """A pending call's buttons (on its card, and on the App Home: the same action ids, so the
+    same listeners and the same authorization apply)."""
+    buttons = [
+        ButtonElement(text="Approve", action_id=APPROVE, value=call.approval_id, style="primary"),
+        ButtonElement(text="Reject", action_id=REJECT, value=call.approval_id, style="danger"),
+    ]
+    if call.allow_always and call.required == 1:
+        buttons.append(
+            ButtonElement(text="Always approve", action_id=ALWAYS_APPROVE, value=call.approval_id)
+        )
+    if call.allow_always:
+        buttons.append(
+            ButtonElement(text="Always reject", action_id=ALWAYS_REJECT, value=call.approval_id)
+        )
+    return buttons
 
 
 def review_message(run: RunRecord, review_id: str, voters: list[str]) -> tuple[str, list[Block]]:

@@ -8,12 +8,17 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 
 class SlackNotifier:
-    """Says something only one person can see (chat.postEphemeral), on the shared client."""
+    """Says something only one person can see: an ephemeral message in the channel where they
+    acted, or a direct message when they acted where there is no channel (the App Home)."""
 
     def __init__(self, client: AsyncWebClient) -> None:
         self.client = client
 
     async def tell(self, channel: str, user: str, text: str, thread_ts: str = "") -> None:
+        if not channel:
+            opened = await self.client.conversations_open(users=user)
+            await self.client.chat_postMessage(channel=str(opened["channel"]["id"]), text=text)
+            return
         await self.client.chat_postEphemeral(
             channel=channel, user=user, text=text, thread_ts=thread_ts or None
         )

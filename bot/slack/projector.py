@@ -31,21 +31,23 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.service.replies import when
 from bot.slack import blocks
+from bot.slack.overview import notice_message
 from bot.slack.text import quote
 from bot.slack.webapi import Later, Pacer, Refused, classify
 from bot.store import keys
 from bot.store.outbox import Claim, Mark, Shown
-from bot.store.records import RunRecord
+from bot.store.records import CallRecord, RunRecord
 from bot.store.runs import RunStore
 
 log = logging.getLogger(__name__)
 
 EVENT_TYPE = "approval_bot_message"
-ORDER = {"run": 0, "card": 1, "review": 2, "note": 3, "remind": 3, "result": 4}
+ORDER = {"run": 0, "card": 1, "review": 2, "note": 3, "remind": 3, "result": 4, "notice": 5}
 MAX_BACKOFF = 60.0
 POLL = 0.05  # seconds between looks at the outbox index when nothing woke the projector
 
 Undeliverable = Callable[[str, str, str], Awaitable[None]]
+RunChanged = Callable[[RunRecord], Awaitable[None]]
 
 
 def _digest(text: str, body: list[dict[str, Any]]) -> str:
@@ -77,6 +79,9 @@ class Projector:
         concurrency: int = 16,
         posts: Pacer | None = None,
         updates: Pacer | None = None,
+        notice: str = "dm",
+        notice_window: float = 3.0,
+        run_changed: RunChanged | None = None,
     ) -> None:
         self.store = store
         self.outbox = store.outbox
@@ -91,6 +96,11 @@ class Projector:
         self._failures: dict[str, int] = {}
         self._stopping = asyncio.Event()
         self._fences: dict[str, Callable[[], Awaitable[None]]] = {}
+        # The requester's message: "dm", "ephemeral" (in the run's channel) or "off"; sent
+        # `notice_window` seconds after the first outcome not yet told, so a burst is one.
+        self.notice = notice
+        self.notice_window = notice_window
+        self.run_changed = run_changed  # the App Home publisher's hook
 
     @property
     def busy(self) -> int:
@@ -189,6 +199,18 @@ class Projector:
             for target, mark in marks.items():
                 await self.outbox.done(run_id, target, mark)
             return None
+        if any(keys.target_kind(t) in ("run", "card") for t in marks):
+            if await self._note_outcomes(run, marks):
+                # Only the notice's mark is taken from this later read: a mark newer than the
+                # run read above (a result, say) must wait for a pass that reads the run anew.
+                notice = (await self.outbox.marks(run_id)).get(keys.NOTICE)
+                if notice is not None:
+                    marks[keys.NOTICE] = notice
+            if self.run_changed is not None:
+                try:
+                    await self.run_changed(run)
+                except Exception:
+                    log.warning("could not mark App Homes of run %s due", run_id, exc_info=True)
         again: float | None = None
         positions = {}
         if sum(t.startswith("card:") for t in marks) > 1:
@@ -217,12 +239,75 @@ class Projector:
                 again = wait if again is None else min(again, wait)
         return again
 
+    async def _note_outcomes(self, run: RunRecord, marks: dict[str, Mark]) -> bool:
+        """Record, from the records, the outcomes the run's starter must be told: calls decided
+        by someone else (or that expired: any status but pending) and the run's end. Not what
+        they did themselves, not a policy rule's automatic decision, and not the end of a run
+        that finished without a call waiting for someone else. True when one is new."""
+        if self.notice == "off":
+            return False
+        outcomes: dict[str, str] = {}
+        for target in marks:
+            if keys.target_kind(target) != "card":
+                continue
+            call = await self.store.get_call(target.partition(":")[2])
+            if call is None or not call.decided or call.decided_by in (run.user_id, "policy"):
+                continue
+            outcomes[call.approval_id] = call.status
+        by_starter = run.status == "cancelled" and run.cancelled_by == run.user_id
+        if run.ended and not by_starter:
+            waited = bool(outcomes) or await self.store.has_outcomes(run.run_id)
+            if waited or run.status != "finished":
+                outcomes["run"] = run.status
+        return await self.store.record_outcomes(run.run_id, outcomes)
+
+    async def _tell_starter(self, run: RunRecord, target: str, mark: Mark) -> float | None:
+        """The requester's one message for the outcomes not yet told (a burst is one)."""
+        if time.time() < mark.since + self.notice_window:
+            return mark.since + self.notice_window - time.time()  # let outcomes gather
+        untold = await self.store.untold_outcomes(run.run_id)
+        if not untold or self.notice == "off":
+            await self.outbox.done(run.run_id, target, mark)
+            return None
+        calls: list[CallRecord] = []
+        for approval_id in untold:
+            call = await self.store.get_call(approval_id) if approval_id != "run" else None
+            if call is not None:
+                calls.append(call)
+        calls.sort(key=lambda c: (c.pause, c.index))
+        text = notice_message(run, calls, "run" in untold)
+        ahead = self.posts.ahead(f"notice:{run.user_id}")
+        if ahead > 0:  # never hold the run's lease (and its other messages) for a notice
+            return ahead
+        try:
+            await self.posts.wait(f"notice:{run.user_id}")
+            await self._fence(run.run_id)
+            if self.notice == "ephemeral":
+                await self.client.chat_postEphemeral(
+                    channel=run.channel_id, user=run.user_id, text=text
+                )
+            else:
+                opened = await self.client.conversations_open(users=run.user_id)
+                await self.client.chat_postMessage(
+                    channel=str(opened["channel"]["id"]),
+                    text=text,
+                    unfurl_links=False,
+                    unfurl_media=False,
+                )
+        except Exception as exc:
+            raise classify(exc) from exc
+        await self.store.told_outcomes(run.run_id, untold)
+        await self.outbox.done(run.run_id, target, mark)
+        return None
+
     # One message ----------------------------------------------------------------------------
 
     async def _deliver(
         self, run: RunRecord, target: str, mark: Mark, shown: dict[str, Shown]
     ) -> float | None:
         kind = keys.target_kind(target)
+        if kind == "notice":
+            return await self._tell_starter(run, target, mark)
         current = shown.get(target, Shown())
         thread = ""
         if kind == "run":
@@ -256,7 +341,7 @@ class Projector:
         else:
             if not run.message_ts:
                 # nothing to thread it under yet (or ever, if the run message was refused)
-                if run.status in ("finished", "failed") and "run" not in shown:
+                if run.ended and "run" not in shown:
                     await self.outbox.done(run.run_id, target, mark)
                     return None
                 return 1.0

@@ -161,6 +161,12 @@ class Pacer:
         self.longest_wait = max(self.longest_wait, wait)
         return wait
 
+    def ahead(self, key: str) -> float:
+        """The seconds until a token is free for `key`, without taking one."""
+        tokens, last = self._buckets.get(key, (self.burst, time.monotonic()))
+        tokens = min(self.burst, tokens + (time.monotonic() - last) * self.rate)
+        return max(0.0, (1 - tokens) / self.rate)
+
     async def wait(self, key: str) -> None:
         delay = self.reserve(key)
         if delay > 0:

@@ -11,9 +11,9 @@ from typing import Any, Literal
 import redis.asyncio as redis
 
 from bot.store import keys
+from bot.store.records import ENDED
 
 Verdict = Literal["ok", "user_rate", "channel_rate", "user_open", "channel_open"]
-ENDED = ("finished", "failed")
 MISSING_GRACE_SECONDS = 60.0
 
 

@@ -138,7 +138,8 @@ TIMERS = f"{PREFIX}:{{timers}}:due"
 # and one review request per review.
 Target = str  # "run" | "result" | "card:<approval id>" | "review:<review id>" | "note:<n>"
 # | "remind:<approval id>:<n>" (a reminder in the card's thread) | "remind:<approval id>:escalated"
-TargetKind = Literal["run", "result", "card", "review", "note", "remind"]
+# | "notice" (the requester's message)
+TargetKind = Literal["run", "result", "card", "review", "note", "remind", "notice"]
 
 
 def outbox_key(run_id: str) -> str:
@@ -167,5 +168,27 @@ def review_votes_key(run_id: str, review_id: str) -> str:
 
 def target_kind(target: Target) -> TargetKind:
     kind = target.partition(":")[0]
-    assert kind in ("run", "result", "card", "review", "note", "remind"), target
+    assert kind in ("run", "result", "card", "review", "note", "remind", "notice"), target
     return kind  # type: ignore[return-value]
+
+
+# People: their recent runs, and the App Home tabs to keep up to date.
+def user_runs_key(team: str, user: str) -> str:
+    """Sorted set: the runs a person started (run id -> created time), the latest kept."""
+    return f"{PREFIX}:runs:user:{team}:{user}"
+
+
+# One hash tag, so the claim script touches one slot on Redis Cluster.
+HOME_VIEWERS = f"{PREFIX}:{{home}}:viewers"  # hash: "<team>:<user>" -> when they last opened it
+HOME_DUE = f"{PREFIX}:{{home}}:due"  # sorted set: "<team>:<user>" -> when to publish (ms)
+HOME_SHOWN = f"{PREFIX}:{{home}}:shown"  # hash: "<team>:<user>" -> "<ms> <hash>" last published
+HOME_ORGS = f"{PREFIX}:{{home}}:orgs"  # hash: "<team>:<user>" -> their enterprise id ('' if none)
+
+# The requester's message about their run's outcomes is one more outbox target of the run.
+NOTICE = "notice"
+
+
+def outcomes_key(run_id: str) -> str:
+    """Hash: what the run's starter must be told (approval id, or `run`) -> the outcome, and
+    `<id>!` -> the outcome they were last told (their message is the `notice` target)."""
+    return f"{PREFIX}:{{{run_id}}}:outcomes"

@@ -11,8 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
-RunStatus = Literal["running", "paused", "resuming", "needs_review", "finished", "failed"]
-CallStatus = Literal["pending", "approved", "rejected", "expired"]
+RunStatus = Literal[
+    "running", "paused", "resuming", "needs_review", "finished", "failed", "cancelled"
+]
+CallStatus = Literal["pending", "approved", "rejected", "expired", "cancelled"]
+
+# A run in one of these states does nothing more: no job takes it, no call of it is decided.
+ENDED: tuple[str, ...] = ("finished", "failed", "cancelled")
 
 # How much text a run and a call keep for display (the snapshot holds the rest).
 SHOWN_TASK = 3000
@@ -100,10 +105,16 @@ class RunRecord:
     resolved_by: str = ""
     resolved_action: str = ""
     calls: str = ""  # the approval tokens of the current pause, in the SDK order, space-separated
+    cancelled_by: str = ""  # who cancelled the run (status cancelled), and when
+    cancelled_at: str = ""
 
     # Stored layout (see `_to_hash`): derived from the key, and compared by the scripts.
     DERIVED: ClassVar[frozenset[str]] = frozenset({"run_id"})
     STORED_ALWAYS: ClassVar[frozenset[str]] = frozenset({"status"})
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ENDED
 
     @classmethod
     def from_hash(cls, raw: Mapping[Any, Any], run_id: str = "") -> RunRecord:
@@ -267,3 +278,16 @@ class Gone:
 
 
 DecideResult = Decided | Voted | AlreadyDecided | Gone
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """What `cancel.lua` did: `ok` (cancelled now; `calls` lists the pending calls it
+    cancelled), `already` (cancelled before, by `by` at `at`), `ended` (finished or failed
+    before: `status`), or `missing`."""
+
+    outcome: Literal["ok", "already", "ended", "missing"]
+    status: str = ""
+    by: str = ""
+    at: str = ""
+    calls: tuple[str, ...] = ()

@@ -22,6 +22,7 @@ from bot.store.records import (
     SHOWN_TASK,
     AlreadyDecided,
     CallRecord,
+    CancelResult,
     Decided,
     DecideResult,
     Gone,
@@ -34,6 +35,7 @@ from bot.store.timers import Timers
 
 MAX_COMMENTS = 20
 TIMER_MARGIN = 86400  # a paused run's records outlive its calls' expiry by at least this
+RECENT_RUNS = 20  # runs kept per person for their App Home
 
 # Drop a run from the due set only if nothing made it due again since `since` was read.
 _NOT_DUE = """
@@ -49,6 +51,24 @@ local n = redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 mark(KEYS[2], 'note:' .. n, ARGV[2], ARGV[3])
 return n
+"""
+
+
+# Record outcomes the run's starter must be told; mark their message when one is new.
+# KEYS[1] outcomes hash, KEYS[2] outbox; ARGV[1] now, ARGV[2] retention, ARGV[3..] id, outcome
+_OUTCOMES = """
+local new = 0
+for i = 3, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) ~= ARGV[i + 1] then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+    new = new + 1
+  end
+end
+if new > 0 then
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
+  mark(KEYS[2], 'notice', ARGV[1], ARGV[2])
+end
+return new
 """
 
 
@@ -122,6 +142,8 @@ class RunStore:
         self._not_due = client.register_script(_NOT_DUE)
         self._to_review = client.register_script(_marking("to_review"))
         self._resolve_review = client.register_script(_marking("resolve_review"))
+        self._cancel = client.register_script(_marking("cancel"))
+        self._outcomes = client.register_script(_script("_outbox") + _OUTCOMES)
 
     async def ping(self) -> bool:
         try:
@@ -153,10 +175,14 @@ class RunStore:
             self._mark(pipe, run.run_id, "run")
             await pipe.execute()
         # Indexed only once it exists, so a sweeper never sees an id without its run; due
-        # (waiting for a worker) since its last change.
+        # (waiting for a worker) since its last change; listed among its starter's runs.
+        mine = keys.user_runs_key(run.team_id, run.user_id)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.sadd(keys.EXECUTING_RUNS, run.run_id)
             pipe.zadd(keys.DUE_RUNS, {run.run_id: float(run.updated_at or now())})
+            pipe.zadd(mine, {run.run_id: float(run.created_at or now())})
+            pipe.zremrangebyrank(mine, 0, -RECENT_RUNS - 1)
+            pipe.expire(mine, self.retention)
             self.outbox.schedule_in(pipe, run.run_id)
             await pipe.execute()
 
@@ -211,6 +237,10 @@ class RunStore:
             CallRecord.from_hash(call, approval_id) if call else None,
             RunRecord.from_hash(run, run_id) if run else None,
         )
+
+    async def run_status(self, run_id: str) -> str:
+        value = await self.redis.hget(keys.run_key(run_id), "status")
+        return _s(value) if value is not None else ""
 
     async def set_run_message(self, run_id: str, ts: str) -> None:
         await self.redis.hset(keys.run_key(run_id), "message_ts", ts)
@@ -315,6 +345,74 @@ class RunStore:
                 pipe.zrem(keys.DUE_RUNS, run_id)
                 await pipe.execute()
         return ended
+
+    async def cancel(self, run_id: str, *, team: str, user: str) -> CancelResult:
+        """Cancel a run and its pending calls, exactly once (see cancel.lua)."""
+        ids = [c.approval_id for c in await self.pause_calls(run_id)]
+        reply = await self._cancel(
+            keys=[
+                keys.run_key(run_id),
+                keys.pause_key(run_id),
+                keys.outbox_key(run_id),
+                *(keys.call_key(i) for i in ids),
+            ],
+            args=[team, user, now(), self.retention, *ids],
+        )
+        kind = _s(reply[0])
+        if kind == "ok":
+            async with self.redis.pipeline(transaction=False) as pipe:
+                self.outbox.schedule_in(pipe, run_id)
+                pipe.srem(keys.EXECUTING_RUNS, run_id)
+                pipe.zrem(keys.DUE_RUNS, run_id)
+                await pipe.execute()
+            return CancelResult("ok", status=_s(reply[1]), calls=tuple(_s(r) for r in reply[2:]))
+        if kind == "already":
+            return CancelResult("already", by=_s(reply[1]), at=_s(reply[2]))
+        if kind == "ended":
+            return CancelResult("ended", status=_s(reply[1]))
+        return CancelResult("missing")
+
+    async def record_outcomes(self, run_id: str, outcomes: dict[str, str]) -> bool:
+        """Note outcomes the starter must be told (approval id or `run` -> status); their
+        message (`notice`) is marked when one is new. Idempotent."""
+        if not outcomes:
+            return False
+        args: list[str] = [now(), str(self.retention)]
+        for item in sorted(outcomes.items()):
+            args.extend(item)
+        new = int(
+            await self._outcomes(
+                keys=[keys.outcomes_key(run_id), keys.outbox_key(run_id)], args=args
+            )
+        )
+        if new:
+            await self.outbox.schedule(run_id)
+        return new > 0
+
+    async def untold_outcomes(self, run_id: str) -> dict[str, str]:
+        """Outcomes recorded and not yet told to the starter (id -> status)."""
+        raw = {
+            _s(k): _s(v) for k, v in (await self.redis.hgetall(keys.outcomes_key(run_id))).items()
+        }
+        return {k: v for k, v in raw.items() if not k.endswith("!") and raw.get(k + "!") != v}
+
+    async def has_outcomes(self, run_id: str) -> bool:
+        return bool(await self.redis.exists(keys.outcomes_key(run_id)))
+
+    async def told_outcomes(self, run_id: str, told: dict[str, str]) -> None:
+        if told:
+            await self.redis.hset(
+                keys.outcomes_key(run_id), mapping={k + "!": v for k, v in told.items()}
+            )
+
+    async def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
+        """The runs that still exist, in the order asked (one round trip)."""
+        return [run for run in await self.runs(run_ids) if run is not None]
+
+    async def recent_runs(self, team: str, user: str, limit: int = 10) -> list[RunRecord]:
+        """The runs a person started, newest first."""
+        ids = await self.redis.zrevrange(keys.user_runs_key(team, user), 0, limit - 1)
+        return await self.get_runs([_s(i) for i in ids])
 
     # Pending calls ------------------------------------------------------------------------
 

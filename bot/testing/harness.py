@@ -84,7 +84,12 @@ class BotHarness:
         self.slack: SlackRequests
 
     def settings(self) -> Settings:
-        extra: dict[str, Any] = dict(self.overrides)
+        # Short windows by default, so tests need not wait (override them to test bursts).
+        extra: dict[str, Any] = {
+            "requester_notice_seconds": 0.2,
+            "home_refresh_seconds": 0.2,
+            **self.overrides,
+        }
         if self.rejection_text is not None:
             extra["rejection_text"] = self.rejection_text
         if self.data_dir is not None:

@@ -103,6 +103,9 @@ class FakeSlackAPI:
         self.messages: dict[tuple[str, str], Message] = {}
         self.ephemeral: list[dict[str, Any]] = []
         self.views: list[dict[str, Any]] = []
+        # App Home tabs: user id -> the view last published (views.publish), and how many times.
+        self.home_views: dict[str, dict[str, Any]] = {}
+        self.home_publishes: dict[str, int] = {}
         self.fail_methods: set[str] = set()
         # Fail only the calls this predicate picks: (method, params) -> True to fail.
         self.fail_when: Callable[[str, dict[str, Any]], bool] | None = None
@@ -230,11 +233,22 @@ class FakeSlackAPI:
         return [c for c in self.calls if c.method == method]
 
     def top_level(self, channel: str | None = None) -> list[Message]:
+        """Top-level messages of `channel`, or of every channel (direct messages apart: see
+        `dms`)."""
         return [
             m
             for m in self.messages.values()
-            if m.thread_ts is None and (channel is None or m.channel == channel)
+            if m.thread_ts is None
+            and (m.channel == channel if channel is not None else not m.channel.startswith("D"))
         ]
+
+    def dms(self, user: str) -> list[Message]:
+        """The bot's direct messages to `user` (conversations.open, then chat.postMessage)."""
+        return [m for m in self.messages.values() if m.channel == self.dm_channel(user)]
+
+    @staticmethod
+    def dm_channel(user: str) -> str:
+        return f"D{user}"
 
     def thread(self, channel: str, ts: str) -> list[Message]:
         return [m for m in self.messages.values() if m.channel == channel and m.thread_ts == ts]
@@ -383,6 +397,23 @@ class FakeSlackAPI:
             for gid, (handle, users) in self.usergroups.items()
         ]
         return {"usergroups": groups}
+
+    def _conversations_open(self, p: dict[str, Any]) -> dict[str, Any]:
+        users = str(p.get("users", "")).split(",")
+        if len(users) != 1 or not users[0]:
+            raise _SlackError("not_implemented")  # group DMs: not used by the bot
+        return {"channel": {"id": self.dm_channel(users[0])}}
+
+    def _views_publish(self, p: dict[str, Any]) -> dict[str, Any]:
+        user = str(p.get("user_id", ""))
+        view = p.get("view")
+        if isinstance(view, str):
+            view = json.loads(view)
+        if not user or not isinstance(view, dict) or view.get("type") != "home":
+            raise _SlackError("invalid_arguments")
+        self.home_views[user] = view
+        self.home_publishes[user] = self.home_publishes.get(user, 0) + 1
+        return {"view": {"id": f"VH{user}", **view}}
 
     def _chat_getPermalink(self, p: dict[str, Any]) -> dict[str, Any]:
         ts = str(p.get("message_ts", "")).replace(".", "")

@@ -1,0 +1,178 @@
+"""What people ask about their runs: cancel one, see where one stands, list what waits for them.
+
+Cancelling is allowed to the run's starter and to anyone who approves some call in the run's
+channel (`Authorizer.may_manage`); seeing a run's status too. "Waiting for me" lists exactly the
+calls a click by this person would decide now: the same authorization as a click.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bot.service.policy import Verdict
+from bot.service.ports import Actor
+from bot.service.replies import Reply, when
+from bot.service.timers import TimerFlow
+from bot.store import keys
+from bot.store.records import CallRecord, RunRecord
+from bot.untrusted import inline
+
+MAX_LISTED = 20
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One run and the calls of its current pause still waiting for a decision."""
+
+    run: RunRecord
+    waiting: list[CallRecord] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A call this person may decide now, with its run."""
+
+    run: RunRecord
+    call: CallRecord
+
+
+@dataclass(frozen=True)
+class Overview:
+    """What `/agent list` and the App Home show one person."""
+
+    mine: list[Waiting]  # calls waiting for this person's decision, oldest first
+    runs: list[RunView]  # the channel's unfinished runs (list) or the person's own (Home)
+
+
+def bad_run_id(text: str) -> str:
+    """The refusal for something that is not a run id, or ''."""
+    if keys.RUN_ID_RE.match(text):
+        return ""
+    if not text:
+        return "Which run? Give its id, as shown on the run message (`run 0123456789abcdef`)."
+    return (
+        f"`{inline(text, 40)}` is not a run id: a run id is 16 characters of 0-9 and a-f, shown "
+        "on the run message (`run 0123456789abcdef`)."
+    )
+
+
+class PeopleFlow(TimerFlow):
+    """Cancel, status and the lists of what waits for whom."""
+
+    async def _managed(self, actor: Actor, run_id: str) -> RunRecord | Reply:
+        """The run, if `actor` may cancel it or see its status; otherwise the answer."""
+        refusal = bad_run_id(run_id)
+        if refusal:
+            return Reply(False, refusal)
+        run = await self.store.get_run(run_id)
+        if run is None:
+            return Reply(
+                False,
+                f"There is no run `{run_id}` (or it is too old to be kept). Its id is shown on "
+                "its run message.",
+            )
+        policy = self.policies.current().policy
+        verdict: Verdict = await self.authorizer.may_manage(
+            policy, actor, run_team=run.team_id, run_starter=run.user_id, channel=run.channel_id
+        )
+        if not verdict.allowed:
+            return Reply(False, verdict.reason)
+        return run
+
+    async def cancel_run(self, actor: Actor, run_id: str) -> Reply:
+        """Cancel a run: its pending calls and the run become `cancelled`; an execution in
+        progress stops before its next model call. Harmless when repeated."""
+        run = await self._managed(actor, run_id.strip())
+        if isinstance(run, Reply):
+            if run_id.strip() and keys.RUN_ID_RE.match(run_id.strip()):
+                known = await self.store.get_run(run_id.strip())
+                if known is not None:
+                    await self.audit("refused", run=known, actor=actor, decision="cancel",
+                                     detail=run.text)  # fmt: skip
+            return run
+        result = await self.store.cancel(run.run_id, team=actor.team_id, user=actor.user_id)
+        if result.outcome == "already":
+            return Reply(
+                False,
+                f"This run was already cancelled by <@{result.by}> at {when(result.at)}. "
+                "Nothing changed.",
+            )
+        if result.outcome == "ended":
+            return Reply(
+                False,
+                f"This run already {result.status}; there is nothing left to cancel.",
+            )
+        if result.outcome == "missing":
+            return Reply(False, f"There is no run `{run.run_id}` any more.")
+        detail = f"was {result.status}"
+        if result.calls:
+            detail += f"; {len(result.calls)} pending call(s) cancelled: " + ", ".join(result.calls)
+        await self.audit("cancelled", run=run, actor=actor, decision="cancel", detail=detail)
+        for approval_id in result.calls:
+            call = await self.store.get_call(approval_id)
+            if call is not None:
+                await self.audit("cancelled", call=call, actor=actor, decision="cancel")
+        calls = f" and its {len(result.calls)} pending call(s)" if result.calls else ""
+        return Reply(True, f"Cancelled run `{run.run_id}`{calls}.")
+
+    async def run_status(self, actor: Actor, run_id: str) -> RunView | Reply:
+        """Where a run stands (for its starter and the channel's approvers)."""
+        run = await self._managed(actor, run_id.strip())
+        if isinstance(run, Reply):
+            return run
+        waiting = []
+        if run.status == "paused":
+            waiting = [c for c in await self.store.pause_calls(run.run_id) if not c.decided]
+        return RunView(run, waiting)
+
+    async def _unfinished(self) -> list[RunRecord]:
+        runs = await self.store.get_runs(await self.store.active_runs())
+        return sorted((r for r in runs if not r.ended), key=lambda r: r.created_at)
+
+    async def waiting_for(self, actor: Actor, runs: list[RunRecord] | None = None) -> list[Waiting]:
+        """The calls `actor` may decide now (what a click of theirs would record), oldest
+        first: pending, in the run's current pause, not decided by a rule, not yet approved by
+        them (quorum), and allowed by the policy in force."""
+        found: list[Waiting] = []
+        for run in runs if runs is not None else await self._unfinished():
+            if run.status != "paused":
+                continue
+            for call in await self.store.pause_calls(run.run_id):
+                if (
+                    call.decided
+                    or call.auto
+                    or call.pause != run.pause
+                    or actor.user_id in call.voter_ids()
+                    or self._digest(call) != call.digest
+                ):
+                    continue
+                _, verdict = await self._judge(actor, run, call)
+                if verdict.allowed:
+                    found.append(Waiting(run, call))
+        found.sort(key=lambda w: (w.call.paused_at, w.call.index))
+        return found[:MAX_LISTED]
+
+    async def overview(self, actor: Actor, channel: str) -> Overview:
+        """`/agent list`: first what waits for this person (anywhere), then the channel's
+        unfinished runs. Nothing for a person of a workspace this bot does not serve."""
+        if not self.authorizer.served(self.policies.current().policy, actor).allowed:
+            return Overview([], [])
+        runs = await self._unfinished()
+        mine = await self.waiting_for(actor, runs)
+        here = [r for r in runs if r.channel_id == channel and r.team_id == actor.team_id]
+        views = [await self._view(r) for r in here[-MAX_LISTED:]]
+        return Overview(mine, views)
+
+    async def home(self, actor: Actor, recent: int = 10) -> Overview:
+        """The App Home of one person: what waits for their decision, and their own runs."""
+        if not self.authorizer.served(self.policies.current().policy, actor).allowed:
+            return Overview([], [])
+        mine = await self.waiting_for(actor)
+        own = await self.store.recent_runs(actor.team_id, actor.user_id, recent)
+        return Overview(mine, [await self._view(r) for r in own])
+
+    async def _view(self, run: RunRecord) -> RunView:
+        waiting = []
+        if run.status == "paused":
+            waiting = [c for c in await self.store.pause_calls(run.run_id) if not c.decided]
+        return RunView(run, waiting)

@@ -1,0 +1,29 @@
+"""`/agent cancel`, `/agent status` and `/agent list`: answered privately, in the command's
+own response (ephemeral), from the service's records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.service.approvals import ApprovalService
+from bot.service.ports import Actor
+from bot.service.replies import Reply
+from bot.slack.commands import AgentCommand
+from bot.slack.overview import overview_message, status_message
+
+
+async def answer(
+    service: ApprovalService, actor: Actor, channel: str, command: AgentCommand
+) -> dict[str, Any]:
+    """The ephemeral response (ack arguments) to a command about runs."""
+    if command.action == "cancel":
+        reply = await service.cancel_run(actor, command.run_id)
+        return {"response_type": "ephemeral", "text": reply.text}
+    if command.action == "status":
+        found = await service.run_status(actor, command.run_id)
+        if isinstance(found, Reply):
+            return {"response_type": "ephemeral", "text": found.text}
+        text, body = status_message(found)
+        return {"response_type": "ephemeral", "text": text, "blocks": body}
+    text, body = overview_message(await service.overview(actor, channel))
+    return {"response_type": "ephemeral", "text": text, "blocks": body}

@@ -1,0 +1,113 @@
+"""The App Home tab: what waits for the viewer's decision (with the cards' own buttons) and
+their recent runs, published with `views.publish`.
+
+Publishing is never done inline in a decision: the projector, as it delivers a run's changes,
+makes the run's starter and the workspace's Home viewers due (`HomeIndex.touch`); this
+publisher takes due people, at most once per person every `interval` seconds (a burst of
+changes costs one publish per person), renders their Home from the records, and publishes it
+only when it differs from what they were last shown. `views.publish` is safe to repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.service.approvals import ApprovalService
+from bot.service.ports import Actor
+from bot.slack.overview import home_view
+from bot.slack.webapi import Later, Pacer, Refused, classify
+from bot.store.home import HomeIndex
+from bot.store.records import RunRecord
+
+log = logging.getLogger(__name__)
+
+
+class HomePublisher:
+    """Keeps the App Home of people who opened it up to date; one per process."""
+
+    def __init__(
+        self,
+        service: ApprovalService,
+        client: AsyncWebClient,
+        *,
+        interval: float = 5.0,
+        pacer: Pacer | None = None,
+    ) -> None:
+        self.service = service
+        self.client = client
+        self.index = HomeIndex(service.store.redis)
+        self.interval = interval
+        self.pacer = pacer or Pacer(rate=100 / 60, burst=20)  # views.publish: Tier 4
+        self._stopping = asyncio.Event()
+        self._busy = 0
+
+    async def opened(self, actor: Actor) -> None:
+        """The `app_home_opened` event: publish this person's Home (soon, by the loop)."""
+        await self.index.opened(actor.team_id, actor.user_id, actor.enterprise_id)
+
+    async def run_changed(self, run: RunRecord) -> None:
+        """A run's records changed: its starter's Home, and the Homes of the viewers who
+        approve calls in its channel (all of the workspace's viewers when the approvers are
+        "*" or a user group), may show something else now."""
+        viewers = await self.index.viewers(run.team_id)
+        if not viewers:
+            return
+        approvers = self.service.policies.current().policy.channel_approvers(run.channel_id)
+        if not any(p == "*" or p[0] in "S@" for p in approvers):
+            viewers = [v for v in viewers if v == run.user_id or v in approvers]
+        if viewers:
+            await self.index.touch(run.team_id, viewers, self.interval)
+
+    async def run(self) -> None:
+        """Publish due Homes until `stop()`."""
+        while not self._stopping.is_set():
+            try:
+                due = await self.index.claim(10)
+                for team, user in due:
+                    self._busy += 1
+                    try:
+                        await self.publish(team, user)
+                    finally:
+                        self._busy -= 1
+                if not due:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stopping.wait(), 0.1)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("the App Home publisher could not read its index", exc_info=True)
+                await asyncio.sleep(1.0)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def publish(self, team: str, user: str) -> bool:
+        """Render and publish one person's Home if it changed; True when it was published."""
+        actor = Actor(team, user, await self.index.enterprise(team, user))
+        try:
+            view = home_view(await self.service.home(actor))
+            digest = hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()[:24]
+            if digest == await self.index.shown(team, user):
+                return False
+            await self.pacer.wait(team)
+            await self.client.views_publish(user_id=user, view=view)
+        except Exception as exc:
+            failure: Refused | Later = classify(exc)
+            if isinstance(failure, Refused):
+                log.warning("Slack refused the App Home of %s: %s", user, failure.code)
+                return False
+            log.warning("could not publish the App Home of %s (%s); again later", user, failure)
+            await self.index.again(team, user, max(failure.after, self.interval))
+            return False
+        await self.index.published(team, user, digest)
+        return True
+
+    async def idle(self) -> bool:
+        """Nothing due and nothing being published (tests)."""
+        return self._busy == 0 and await self.index.pending() == 0

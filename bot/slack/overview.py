@@ -1,0 +1,172 @@
+"""Block Kit for what people ask about runs: `/agent status`, `/agent list`, the App Home tab,
+and the requester's message about their run's outcomes. All untrusted text goes through
+`bot.slack.text`; links are built from the Slack in use (`blocks.permalink`), no API call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    Block,
+    ContextBlock,
+    DividerBlock,
+    HeaderBlock,
+    SectionBlock,
+)
+
+from bot.service.people import Overview, RunView, Waiting
+from bot.service.replies import when
+from bot.slack.blocks import (
+    KIND_LABELS,
+    _md,
+    as_dicts,
+    decision_buttons,
+    outcome_word,
+    permalink,
+    quorum_text,
+    status_text,
+)
+from bot.slack.text import escape, inline, quote, truncate
+from bot.store.records import CallRecord, RunRecord
+
+HOME_RUNS = 10
+MAX_BLOCKS = 95  # a message or a Home view holds at most 100 blocks
+
+
+def _task(run: RunRecord, limit: int = 150) -> str:
+    text, cut = truncate(escape(" ".join(run.task.split())), limit)
+    return text + ("…" if cut else "")
+
+
+def _run_link(run: RunRecord, label: str = "run message") -> str:
+    if not run.message_ts:
+        return "_(run message not posted yet)_"
+    return f"<{permalink(run.channel_id, run.message_ts)}|{label}>"
+
+
+def _call_link(call: CallRecord, run: RunRecord, label: str) -> str:
+    if not call.message_ts:
+        return label
+    return f"<{permalink(call.channel_id or run.channel_id, call.message_ts)}|{label}>"
+
+
+def _run_line(view: RunView) -> str:
+    run = view.run
+    line = (
+        f"`{run.run_id}` · *{inline(run.agent_name)}* by <@{run.user_id}> in <#{run.channel_id}>"
+        f" · {status_text(run)} · {_run_link(run)}\n_{_task(run)}_"
+    )
+    if view.waiting:
+        links = ", ".join(_call_link(c, run, f"`{inline(c.tool, 60)}`") for c in view.waiting[:10])
+        line += f"\nWaiting for: {links}"
+    return line
+
+
+def _waiting_line(item: Waiting) -> str:
+    run, call = item.run, item.call
+    what = KIND_LABELS.get(call.kind, "tool")
+    text = (
+        f"*{inline(call.agent)}* wants to run {what} `{inline(call.tool)}` · run `{run.run_id}` "
+        f"by <@{run.user_id}> in <#{run.channel_id}> · "
+        f"{_call_link(call, run, 'approval request')}\n_{_task(run, 120)}_"
+    )
+    if call.required > 1:
+        text += "\n" + quorum_text(call)
+    return text
+
+
+def status_message(view: RunView) -> tuple[str, list[dict[str, Any]]]:
+    """`/agent status <run id>`: status, agent, who started it, what it waits for, links."""
+    run = view.run
+    lines = [
+        f"*Run `{run.run_id}`*: agent *{inline(run.agent_name)}*, started by <@{run.user_id}> "
+        f"in <#{run.channel_id}> at {when(run.created_at)}",
+        f"*Status:* {status_text(run)}"
+        + (f" at {when(run.cancelled_at)}" if run.cancelled_at else ""),
+        f"*Task:* _{_task(run, 500)}_",
+        f"*Run message:* {_run_link(run)}",
+    ]
+    if view.waiting:
+        lines.append("*Waiting for a decision on:*")
+        for n, call in enumerate(view.waiting, start=1):
+            votes = f" ({len(call.voter_ids())} of {call.required} approvals)" if (
+                call.required > 1) else ""  # fmt: skip
+            lines.append(
+                f"• {_call_link(call, run, f'request {n}')}: `{inline(call.tool)}` by agent "
+                f"*{inline(call.agent)}*{votes}"
+            )
+    elif run.status == "needs_review" and run.review_ts:
+        link = f"<{permalink(run.channel_id, run.review_ts)}|review request>"
+        lines.append(f"*Waiting for:* a person to settle the {link}")
+    text = "\n".join(lines)
+    return f"Run {run.run_id}: {run.status}", as_dicts([SectionBlock(text=_md(text))])
+
+
+def overview_message(overview: Overview) -> tuple[str, list[dict[str, Any]]]:
+    """`/agent list`: the calls waiting for the asker's decision, then the channel's runs."""
+    blocks: list[Block] = []
+    if overview.mine:
+        blocks.append(
+            SectionBlock(text=_md(f"*Waiting for your decision ({len(overview.mine)}):*"))
+        )
+        blocks.extend(SectionBlock(text=_md(_waiting_line(w))) for w in overview.mine)
+    else:
+        blocks.append(SectionBlock(text=_md("*Waiting for your decision:* nothing.")))
+    blocks.append(DividerBlock())
+    if overview.runs:
+        blocks.append(
+            SectionBlock(text=_md(f"*Unfinished runs in this channel ({len(overview.runs)}):*"))
+        )
+        blocks.extend(SectionBlock(text=_md(_run_line(v))) for v in overview.runs)
+    else:
+        blocks.append(SectionBlock(text=_md("*Unfinished runs in this channel:* none.")))
+    text = f"{len(overview.mine)} call(s) waiting for you; {len(overview.runs)} unfinished run(s)"
+    return text, as_dicts(blocks[:MAX_BLOCKS])
+
+
+def home_view(overview: Overview) -> dict[str, Any]:
+    """The App Home tab of one person: the calls waiting for their decision, each with the
+    card's own buttons, and their recent runs."""
+    blocks: list[Block] = [HeaderBlock(text="Waiting for your decision")]
+    if not overview.mine:
+        blocks.append(SectionBlock(text=_md("Nothing is waiting for your decision.")))
+    for item in overview.mine:
+        blocks.append(SectionBlock(text=_md(_waiting_line(item))))
+        blocks.append(
+            ActionsBlock(
+                block_id=f"home:{item.call.approval_id}", elements=decision_buttons(item.call)
+            )
+        )
+    blocks.append(DividerBlock())
+    blocks.append(HeaderBlock(text="Your recent runs"))
+    if not overview.runs:
+        blocks.append(SectionBlock(text=_md("You have not started a run yet: `/agent <task>`.")))
+    blocks.extend(SectionBlock(text=_md(_run_line(v))) for v in overview.runs[:HOME_RUNS])
+    blocks.append(
+        ContextBlock(elements=[_md("This tab follows your runs and decisions as they change.")])
+    )
+    return {"type": "home", "blocks": as_dicts(blocks[:MAX_BLOCKS])}
+
+
+def _outcome_line(call: CallRecord) -> str:
+    line = f"• `{inline(call.tool)}` (agent *{inline(call.agent)}*): {outcome_word(call.status)}"
+    if call.decided_by == "policy":
+        line += " automatically by policy"
+    elif call.decided_by:
+        line += f" by <@{call.decided_by}>"
+    if call.status == "cancelled" and call.via == "cancel":
+        line += " (the run was cancelled)"
+    if call.reason and call.status == "rejected":
+        line += f": {quote(call.reason, 300)}"
+    return line
+
+
+def notice_message(run: RunRecord, calls: list[CallRecord], ended: bool) -> str:
+    """The requester's message: what happened to their run since they were last told (one
+    message for a burst of decisions), and where the run stands now."""
+    lines = [f"Your run `{run.run_id}` of agent *{inline(run.agent_name)}* ({_run_link(run)}):"]
+    lines.extend(_outcome_line(c) for c in calls)
+    if ended or run.status != "running":
+        lines.append(f"*Now:* {status_text(run)}")
+    return "\n".join(lines)

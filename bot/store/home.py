@@ -1,0 +1,118 @@
+"""Who has opened the bot's App Home, and whose Home must be published again, when.
+
+A person is a viewer once they open the tab (`app_home_opened`), for `VIEWER_DAYS`. A change to
+a run makes its viewers due (`touch`); a person is due at most once per `interval` seconds after
+their last publish, so a burst of changes costs one `views.publish` per person. A publisher takes
+due people with `claim` (one claimer per person: the claim removes them from the index).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis.asyncio as redis
+
+from bot.store import keys
+
+VIEWER_DAYS = 7
+
+# KEYS[1] due index, KEYS[2] shown hash; ARGV[1] now (ms), ARGV[2] interval (ms),
+# ARGV[3..] people ("<team>:<user>"). Due at the later of now and their last publish + interval;
+# never later than they already are.
+_TOUCH = """
+local now, interval = tonumber(ARGV[1]), tonumber(ARGV[2])
+for i = 3, #ARGV do
+  local due = now
+  local last = redis.call('HGET', KEYS[2], ARGV[i])
+  if last then
+    local at = tonumber(string.match(last, '^([%d.]+)')) or 0
+    if at + interval > due then
+      due = at + interval
+    end
+  end
+  redis.call('ZADD', KEYS[1], 'LT', due, ARGV[i])  -- LT adds a new member too
+end
+return 1
+"""
+
+# KEYS[1] due index; ARGV[1] now (ms), ARGV[2] limit. Takes the due people off the index.
+_CLAIM = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+for _, member in ipairs(due) do
+  redis.call('ZREM', KEYS[1], member)
+end
+return due
+"""
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def person(team: str, user: str) -> str:
+    return f"{team}:{user}"
+
+
+class HomeIndex:
+    """The App Home viewers and their due publishes."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.redis = client
+        self._touch = client.register_script(_TOUCH)
+        self._claim = client.register_script(_CLAIM)
+
+    async def opened(self, team: str, user: str, enterprise: str = "") -> None:
+        """`user` opened their App Home: a viewer from now on, due now."""
+        now_ms = time.time() * 1000
+        member = person(team, user)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(keys.HOME_ORGS, member, enterprise)
+            pipe.zadd(keys.HOME_VIEWERS, {member: now_ms})
+            pipe.zremrangebyscore(keys.HOME_VIEWERS, "-inf", now_ms - VIEWER_DAYS * 86400_000)
+            pipe.zadd(keys.HOME_DUE, {member: now_ms}, lt=True)
+            await pipe.execute()
+
+    async def viewers(self, team: str) -> list[str]:
+        """The users of `team` who opened their App Home in the last `VIEWER_DAYS` days."""
+        since = time.time() * 1000 - VIEWER_DAYS * 86400_000
+        members = await self.redis.zrangebyscore(keys.HOME_VIEWERS, since, "+inf")
+        prefix = team + ":"
+        return [_s(m)[len(prefix) :] for m in members if _s(m).startswith(prefix)]
+
+    async def touch(self, team: str, users: list[str], interval: float) -> None:
+        """These viewers' Homes must show a change: due now, or `interval` after their last
+        publish (whichever is later)."""
+        if not users:
+            return
+        await self._touch(
+            keys=[keys.HOME_DUE, keys.HOME_SHOWN],
+            args=[time.time() * 1000, interval * 1000, *(person(team, u) for u in users)],
+        )
+
+    async def claim(self, limit: int) -> list[tuple[str, str]]:
+        """Take up to `limit` people whose Home is due: (team, user)."""
+        due = await self._claim(keys=[keys.HOME_DUE], args=[time.time() * 1000, limit])
+        return [tuple(_s(m).split(":", 1)) for m in due]  # type: ignore[misc]
+
+    async def again(self, team: str, user: str, delay: float) -> None:
+        """Publishing failed: due again in `delay` seconds (unless due sooner)."""
+        at = time.time() * 1000 + delay * 1000
+        await self.redis.zadd(keys.HOME_DUE, {person(team, user): at}, nx=True)
+
+    async def shown(self, team: str, user: str) -> str:
+        """The hash of the view last published for this person ('' if none)."""
+        value = await self.redis.hget(keys.HOME_SHOWN, person(team, user))
+        return _s(value).partition(" ")[2] if value is not None else ""
+
+    async def published(self, team: str, user: str, digest: str) -> None:
+        await self.redis.hset(
+            keys.HOME_SHOWN, person(team, user), f"{time.time() * 1000:.0f} {digest}"
+        )
+
+    async def enterprise(self, team: str, user: str) -> str:
+        value = await self.redis.hget(keys.HOME_ORGS, person(team, user))
+        return _s(value) if value is not None else ""
+
+    async def pending(self) -> int:
+        return int(await self.redis.zcard(keys.HOME_DUE))

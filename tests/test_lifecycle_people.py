@@ -1,0 +1,462 @@
+"""Nothing waits forever unseen (issue #10), the people's side: cancel a run, see where it
+stands, list what waits for me, the App Home, and the requester's one message for a burst.
+
+Signed HTTP into the real Bolt app, real Redis, the Slack Web API stand-in at the edge."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from typing import Any
+
+from agents import function_tool
+
+from bot import metrics
+from bot.slack.blocks import APPROVE, CANCEL_RUN
+from bot.store.records import CallRecord, RunRecord
+from bot.testing.harness import BotHarness, status_line, wait_until
+from bot.testing.slack_api import Message
+from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+
+RUN_ID_WORDS = "run `"
+
+# U2 and U3 approve the channel's calls; only U4 approves restart_service.
+POLICY_U4 = (
+    POLICY
+    + """
+tools:
+  - match: restart_service
+    approvers: [U4]
+"""
+)
+
+
+def run_id_of(message: Message) -> str:
+    """The run id shown on a run message (`run <id>` in its status line)."""
+    line = status_line(message)
+    return line.split(RUN_ID_WORDS, 1)[1].split("`", 1)[0]
+
+
+async def stored_run(bot: BotHarness, run_id: str) -> RunRecord:
+    run = await bot.runtime.service.store.get_run(run_id)
+    assert run is not None
+    return run
+
+
+async def stored_call(bot: BotHarness, approval_id: str) -> CallRecord:
+    call = await bot.runtime.service.store.get_call(approval_id)
+    assert call is not None
+    return call
+
+
+def ephemeral(sent: Any) -> str:
+    body = sent.json()
+    assert body["response_type"] == "ephemeral", body
+    return str(body["text"]) + json.dumps(body.get("blocks") or [])
+
+
+def one_call_agent(ledger: Ledger) -> Any:
+    agent, _ = ops_agent(
+        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("ok")]],
+        ledger,
+    )
+    return agent
+
+
+async def test_the_starter_cancels_from_the_command_and_twice_is_harmless(redis_url: str) -> None:
+    ledger = Ledger()
+    limits = {"user_open_runs": 1}
+    async with BotHarness(redis_url, one_call_agent(ledger), POLICY, settings=limits) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        approval_id = card.button_value(APPROVE)
+        run_id = run_id_of(bot.run_message())
+        assert CANCEL_RUN in bot.run_message().action_ids()
+        # The open-run limit holds the paused run...
+        refused = await bot.slack.command("another", user="U1", channel="C1")
+        assert "unfinished runs" in ephemeral(refused)
+
+        cancels = metrics.REGISTRY.get_sample_value("approval_bot_runs_cancelled_total") or 0
+        sent = await bot.slack.command(f"cancel {run_id}", user="U1", channel="C1")
+        assert f"Cancelled run `{run_id}` and its 1 pending call(s)." in ephemeral(sent)
+        await bot.wait_for_status("cancelled")
+        await bot.idle()
+        assert "cancelled by <@U1>" in status_line(bot.run_message())
+        assert bot.run_message().action_ids() == []  # no Cancel button once ended
+        assert card.action_ids() == []  # the card lost its buttons
+        assert "Cancelled by <@U1>" in card.all_text()
+        assert (await stored_run(bot, run_id)).status == "cancelled"
+        assert (await stored_call(bot, approval_id)).status == "cancelled"
+        audit = await bot.audit()
+        assert [e["kind"] for e in audit].count("cancelled") == 2  # the run and its call
+        assert any(e["kind"] == "cancelled" and e["user"] == "U1" for e in audit)
+
+        again = await bot.slack.command(f"cancel {run_id}", user="U1", channel="C1")
+        assert "already cancelled by <@U1>" in ephemeral(again)
+        counted = metrics.REGISTRY.get_sample_value("approval_bot_runs_cancelled_total")
+        assert counted == cancels + 1
+        # A click on the card after the cancel changes nothing and says why.
+        await bot.slack.click(APPROVE, approval_id, user="U2", channel="C1", message_ts=card.ts)
+        await wait_until(lambda: bot.slack_api.ephemeral_to("U2"), what="the late clicker told")
+        assert "already cancelled" in bot.slack_api.ephemeral_to("U2")[-1]
+        # ...and the cancelled run no longer counts towards it.
+        admitted = await bot.slack.command("another", user="U1", channel="C1")
+        assert admitted.status == 200 and not admitted.text, admitted
+        await wait_until(lambda: len(bot.slack_api.top_level("C1")) == 3, what="new run")
+        await bot.idle()
+        assert [e["kind"] for e in await bot.audit()].count("cancelled") == 2
+    assert ledger.executed == []
+
+
+async def test_cancel_button_for_an_approver_and_not_for_an_outsider(redis_url: str) -> None:
+    ledger = Ledger()
+    async with BotHarness(redis_url, one_call_agent(ledger), POLICY) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        run = bot.run_message()
+        run_id = run_id_of(run)
+        clicks = len(bot.slack_api.calls_to("chat.update"))
+
+        sent = await bot.click(run, CANCEL_RUN, user="U9")
+        assert sent.status == 200
+        await wait_until(lambda: bot.slack_api.ephemeral_to("U9"), what="the outsider told")
+        assert "Only the person who started this run" in bot.slack_api.ephemeral_to("U9")[-1]
+        await bot.idle()
+        assert (await stored_run(bot, run_id)).status == "paused"
+        assert (await stored_call(bot, card.button_value(APPROVE))).status == "pending"
+        assert len(bot.slack_api.calls_to("chat.update")) == clicks  # nothing changed
+        assert card.action_ids() and CANCEL_RUN in bot.run_message().action_ids()
+        refused = [e for e in await bot.audit() if e["kind"] == "refused"]
+        assert refused and refused[-1]["decision"] == "cancel" and refused[-1]["user"] == "U9"
+
+        await bot.click(run, CANCEL_RUN, user="U2")  # an approver in the channel
+        await bot.wait_for_status("cancelled")
+        await bot.idle()
+        assert "cancelled by <@U2>" in status_line(bot.run_message())
+        assert card.action_ids() == [] and "Cancelled by <@U2>" in card.all_text()
+        assert bot.slack_api.ephemeral_to("U2") == []  # the run message says it
+
+        await bot.slack.click(CANCEL_RUN, run_id, user="U3", channel="C1", message_ts=run.ts)
+        await wait_until(lambda: bot.slack_api.ephemeral_to("U3"), what="U3 told")
+        assert "already cancelled by <@U2>" in bot.slack_api.ephemeral_to("U3")[-1]
+    assert ledger.executed == []
+
+
+async def test_the_starter_cancels_with_the_button(redis_url: str) -> None:
+    ledger = Ledger()
+    async with BotHarness(redis_url, one_call_agent(ledger), POLICY) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        await bot.click(bot.run_message(), CANCEL_RUN, user="U1")
+        await bot.wait_for_status("cancelled")
+        await bot.idle()
+        assert "cancelled by <@U1>" in status_line(bot.run_message())
+        assert card.action_ids() == []
+        # The starter cancelled it: nobody needs to tell them.
+        assert bot.slack_api.dms("U1") == []
+    assert ledger.executed == []
+
+
+async def test_cancel_while_running_stops_before_the_next_model_call(redis_url: str) -> None:
+    ledger = Ledger()
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @function_tool
+    async def slow_check(host: str) -> str:
+        """Check a host slowly (no approval needed)."""
+        started.set()
+        await release.wait()
+        ledger.executed.append(("slow_check", {"host": host}))
+        return f"{host} is fine"
+
+    agent, model = ops_agent(
+        [
+            [function_call("slow_check", {"host": "db1"}, call_id="s1")],
+            [function_call("delete_logs", {"path": "/a"}, call_id="c1")],
+            [assistant_message("never")],
+        ],
+        ledger,
+        extra_tools=[slow_check],
+    )
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await bot.slack.command("check then clean", user="U1", channel="C1")
+        await asyncio.wait_for(started.wait(), 10)
+        run_id = run_id_of(await bot.wait_for_status("running"))
+        sent = await bot.slack.command(f"cancel {run_id}", user="U2", channel="C1")
+        assert f"Cancelled run `{run_id}`" in ephemeral(sent)
+        release.set()  # the tool call in progress finishes...
+        await bot.wait_for_status("cancelled")
+        await bot.idle()
+        await wait_until(lambda: ledger.executed, what="the tool to finish")
+        assert ledger.names() == ["slow_check"]
+        assert len(model.calls) == 1  # ...and no further model call was made
+        assert model.remaining_steps == 2
+        assert bot.slack_api.approval_messages() == []
+        assert bot.run_thread() == []  # no result: the run did not finish
+        assert (await stored_run(bot, run_id)).status == "cancelled"
+        assert "cancelled by <@U2>" in status_line(bot.run_message())
+        # The starter is told (someone else cancelled their run).
+        await wait_until(lambda: bot.slack_api.dms("U1"), what="the starter's message")
+        assert "cancelled by <@U2>" in bot.slack_api.dms("U1")[0].text
+
+
+async def test_finished_unknown_and_bad_run_ids_get_clear_answers(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent([[assistant_message("all good")]], ledger)
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await bot.slack.command("hello", user="U1", channel="C1")
+        run_id = run_id_of(await bot.wait_for_status("finished"))
+        await bot.idle()
+        finished = await bot.slack.command(f"cancel {run_id}", user="U1", channel="C1")
+        assert "already finished; there is nothing left to cancel" in ephemeral(finished)
+        unknown = await bot.slack.command("status 0123456789abcdef", user="U1", channel="C1")
+        assert "There is no run `0123456789abcdef`" in ephemeral(unknown)
+        bad = await bot.slack.command("cancel xyz!", user="U1", channel="C1")
+        assert "`xyz!` is not a run id" in ephemeral(bad)
+        missing = await bot.slack.command("status", user="U1", channel="C1")
+        assert "Which run?" in ephemeral(missing)
+        await bot.idle()
+        assert (await stored_run(bot, run_id)).status == "finished"
+        # A task that merely starts with a command word still reaches the agent.
+        await bot.slack.command("cancel the old cron jobs", user="U1", channel="C1")
+        await wait_until(lambda: len(bot.slack_api.top_level("C1")) == 2, what="second run")
+
+
+async def test_help_lists_every_command(redis_url: str) -> None:
+    async with BotHarness(redis_url, one_call_agent(Ledger()), POLICY) as bot:
+        text = ephemeral(await bot.slack.command("help", user="U1", channel="C1"))
+    for usage in (
+        "/agent <task>",
+        "/agent run <agent> <task>",
+        "/agent status <run id>",
+        "/agent list",
+        "/agent cancel <run id>",
+        "/agent help",
+    ):
+        assert usage in text, usage
+
+
+async def test_status_and_list_show_what_waits_for_whom(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [
+            [
+                function_call("delete_logs", {"path": "/a"}, call_id="c1"),
+                function_call("restart_service", {"service": "web"}, call_id="c2"),
+            ],
+            [assistant_message("done")],
+        ],
+        ledger,
+    )
+    async with BotHarness(redis_url, agent, POLICY_U4) as bot:
+        await bot.slack.command("clean and restart", user="U1", channel="C1")
+        cards = await bot.wait_for_approvals(2)
+        run_id = run_id_of(bot.run_message())
+        by_tool = {
+            ("delete_logs" if "delete_logs" in c.all_text() else "restart"): c for c in cards
+        }
+
+        status = ephemeral(await bot.slack.command(f"status {run_id}", user="U1", channel="C1"))
+        assert f"Run `{run_id}`" in status and "*ops*" in status and "<@U1>" in status
+        assert "waiting for 2 approvals" in status
+        run_link = f"/archives/C1/p{bot.run_message().ts.replace('.', '')}"
+        assert run_link in status
+        for card in cards:
+            assert f"/archives/C1/p{card.ts.replace('.', '')}" in status
+        outsider = ephemeral(await bot.slack.command(f"status {run_id}", user="U9", channel="C1"))
+        assert "Only the person who started this run" in outsider and run_link not in outsider
+
+        def mine(text: str) -> str:
+            return text.split("Unfinished runs in this channel")[0]
+
+        u2 = ephemeral(await bot.slack.command("list", user="U2", channel="C1"))
+        assert "delete_logs" in mine(u2) and "restart_service" not in mine(u2)
+        assert run_id in u2.split("Unfinished runs in this channel")[1]
+        u4 = ephemeral(await bot.slack.command("list", user="U4", channel="C1"))
+        assert "restart_service" in mine(u4) and "delete_logs" not in mine(u4)
+        u1 = ephemeral(await bot.slack.command("list", user="U1", channel="C1"))
+        assert "Waiting for your decision:* nothing" in u1  # no self-approval here
+        assert run_id in u1
+
+        await bot.click(by_tool["delete_logs"], APPROVE, user="U2")
+        await bot.idle()
+        u2 = ephemeral(await bot.slack.command("list", user="U2", channel="C1"))
+        assert "Waiting for your decision:* nothing" in u2  # decided: no longer waits for U2
+        await bot.click(by_tool["restart"], APPROVE, user="U4")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        done = ephemeral(await bot.slack.command("list", user="U4", channel="C1"))
+        assert "Unfinished runs in this channel:* none" in done
+
+
+def home_click(bot: BotHarness, action_id: str, value: str, user: str) -> dict[str, Any]:
+    """A click on a button of the App Home: no channel, a `view` container."""
+    payload = bot.slack.click_payload(action_id, value, user=user, channel="")
+    del payload["channel"], payload["message"]
+    payload["container"] = {"type": "view", "view_id": f"VH{user}"}
+    payload["view"] = {"id": f"VH{user}", "type": "home", "team_id": bot.slack_api.team_id}
+    return payload
+
+
+async def test_app_home_shows_my_calls_and_a_decision_from_it(redis_url: str) -> None:
+    ledger = Ledger()
+    async with BotHarness(redis_url, one_call_agent(ledger), POLICY) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        approval_id = card.button_value(APPROVE)
+
+        for user in ("U2", "U1"):
+            event = {"type": "app_home_opened", "user": user, "channel": f"D{user}", "tab": "home"}
+            sent = await bot.slack.send_json(bot.slack.event_payload(event))
+            assert sent.status == 200
+        await wait_until(lambda: {"U1", "U2"} <= set(bot.slack_api.home_views), what="Homes")
+        home = Message("home", "", "", bot.slack_api.home_views["U2"]["blocks"])
+        assert home.button_value(APPROVE) == approval_id  # the card's own button
+        assert "delete_logs" in home.all_text()
+        starter = Message("home", "", "", bot.slack_api.home_views["U1"]["blocks"])
+        assert starter.action_ids() == []  # U1 may not approve their own run
+        assert run_id_of(bot.run_message()) in starter.all_text()  # their recent run
+
+        # An outsider's click from the Home: refused, told by direct message.
+        await bot.slack.send_interaction(home_click(bot, APPROVE, approval_id, "U9"))
+        await wait_until(lambda: bot.slack_api.dms("U9"), what="the outsider's DM")
+        assert "not among the approvers" in bot.slack_api.dms("U9")[0].text
+        assert (await stored_call(bot, approval_id)).status == "pending"
+
+        sent = await bot.slack.send_interaction(home_click(bot, APPROVE, approval_id, "U2"))
+        assert sent.status == 200
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        assert "Approved by <@U2>" in card.all_text()
+
+        def refreshed() -> bool:
+            view = Message("home", "", "", bot.slack_api.home_views["U2"]["blocks"])
+            return "Nothing is waiting for your decision" in view.all_text()
+
+        await wait_until(refreshed, what="U2's Home without the decided call")
+        await wait_until(
+            lambda: "finished" in json.dumps(bot.slack_api.home_views["U1"]),
+            what="U1's Home showing the finished run",
+        )
+    assert ledger.names() == ["delete_logs"]
+
+
+async def test_home_publishes_are_coalesced_per_person(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [
+            [function_call("delete_logs", {"path": f"/{n}"}, call_id=f"c{n}") for n in range(4)],
+            [assistant_message("ok")],
+        ],
+        ledger,
+    )
+
+    def buttons() -> int:
+        view = bot.slack_api.home_views.get("U3")
+        return Message("home", "", "", view["blocks"]).action_ids().count(APPROVE) if view else -1
+
+    settings = {"home_refresh_seconds": 2.0}
+    async with BotHarness(redis_url, agent, POLICY, settings=settings) as bot:
+        event = {"type": "app_home_opened", "user": "U3", "channel": "DU3", "tab": "home"}
+        await bot.slack.send_json(bot.slack.event_payload(event))
+        await bot.slack.command("clean", user="U1", channel="C1")
+        cards = await bot.wait_for_approvals(4)
+        await wait_until(lambda: buttons() == 4, what="U3's Home with the four calls")
+        before = bot.slack_api.home_publishes["U3"]
+        for card in cards:  # four decisions within 1.5 s, each a change to U3's Home
+            await bot.click(card, APPROVE, user="U2")
+            await asyncio.sleep(0.4)
+        await bot.wait_for_status("finished")
+        await wait_until(lambda: buttons() == 0, what="U3's Home without the calls")
+        await asyncio.sleep(2.5)  # another publish would come within the interval
+        after = bot.slack_api.home_publishes["U3"]
+    assert 1 <= after - before <= 2, (before, after)
+
+
+async def test_the_requester_gets_one_message_for_a_burst(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [
+            [
+                function_call("delete_logs", {"path": "/a"}, call_id="c1"),
+                function_call("delete_logs", {"path": "/b"}, call_id="c2"),
+                function_call("restart_service", {"service": "web"}, call_id="c3"),
+            ],
+            [assistant_message("done")],
+        ],
+        ledger,
+    )
+    settings = {"requester_notice_seconds": 3.0}
+    async with BotHarness(redis_url, agent, POLICY, settings=settings) as bot:
+        await bot.slack.command("clean", user="U1", channel="C1")
+        cards = await bot.wait_for_approvals(3)
+        run_id = run_id_of(bot.run_message())
+        restart = next(c for c in cards if "restart_service" in c.all_text())
+        for card in cards:  # a burst: three decisions over about a second
+            if card is restart:
+                await bot.reject(restart, user="U3", reason="not <!here> now")
+            else:
+                await bot.click(card, APPROVE, user="U2")
+            await asyncio.sleep(0.4)
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        await wait_until(
+            lambda: any("finished" in m.text for m in bot.slack_api.dms("U1")),
+            what="the starter told that the run finished",
+        )
+        await asyncio.sleep(0.5)
+        dms = sorted(bot.slack_api.dms("U1"), key=lambda m: m.ts)
+        # The three decisions are one message; the run's end comes with them when it falls
+        # within the same window (as it usually does), else in one more.
+        first = dms[0].text
+        assert f"Your run `{run_id}`" in first
+        assert first.count("Approved by <@U2>") == 2
+        assert "Rejected by <@U3>: not &lt;!here&gt; now" in first
+        assert len(dms) <= 2 and "finished" in dms[-1].text, [m.text for m in dms]
+        assert bot.slack_api.calls_to("conversations.open")[-1].params["users"] == "U1"
+        assert bot.slack_api.dms("U2") == [] and bot.slack_api.dms("U3") == []
+
+
+async def test_the_requester_message_can_be_an_ephemeral(redis_url: str) -> None:
+    ledger = Ledger()
+    settings = {"requester_notice": "ephemeral"}
+    async with BotHarness(redis_url, one_call_agent(ledger), POLICY, settings=settings) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        await bot.reject(card, user="U2", reason="no")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        await wait_until(lambda: bot.slack_api.ephemeral_to("U1"), what="the starter told")
+        told = bot.slack_api.ephemeral_to("U1")
+        assert len(told) == 1 and "Rejected by <@U2>: no" in told[0]
+        assert bot.slack_api.dms("U1") == []
+
+
+async def test_a_click_racing_a_cancel_resolves_once(redis_url: str) -> None:
+    ledger = Ledger()
+    async with BotHarness(redis_url, one_call_agent(ledger), POLICY) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        approval_id = card.button_value(APPROVE)
+        run_id = run_id_of(bot.run_message())
+        store = bot.runtime.service.store
+        owner = f"race:{secrets.token_hex(4)}"
+        decided, cancelled = await asyncio.gather(
+            store.decide(
+                approval_id,
+                approve=True,
+                always=False,
+                team="T0TEST",
+                user="U2",
+                reason="",
+                owner=owner,
+            ),
+            store.cancel(run_id, team="T0TEST", user="U3"),
+        )
+        call = await stored_call(bot, approval_id)
+        assert cancelled.outcome == "ok"
+        if type(decided).__name__ == "Decided":
+            assert call.status == "approved" and cancelled.calls == ()
+        else:
+            assert call.status == "cancelled" and cancelled.calls == (call.approval_id,)
+        assert (await stored_run(bot, run_id)).status == "cancelled"
+        # The resume the decision would have started: a worker takes it and runs nothing.
+        await bot.runtime.queue.enqueue("resume", run_id, owner)
+        await bot.idle()
+        assert ledger.executed == []
+        assert (await stored_run(bot, run_id)).status == "cancelled"
