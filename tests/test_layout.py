@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +144,35 @@ def test_a_snapshot_is_compressed_with_its_schema_dictionary_and_old_blobs_still
     # A schema without a dictionary is stored with xz.
     other = state.replace(b'"$schemaVersion":"1.21"', b'"$schemaVersion":"9.99"')
     assert pack_state(other).startswith(b"\xfd7zXZ") and unpack_state(pack_state(other)) == other
+
+
+async def test_calls_paused_before_timers_existed_get_an_expiry_from_the_upgrade(
+    redis_url: str, slack_api: FakeSlackAPI
+) -> None:
+    """Layout 1 calls carry no timers: the sweeper's full pass gives them the policy's expiry,
+    counted from the upgrade, so they cannot wait unseen forever; decided calls are untouched."""
+    data: dict[str, Any] = json.loads(FIXTURE.read_text())
+    client = aioredis.Redis.from_url(redis_url)
+    await load_keys(client, data["keys"])
+    load_messages(slack_api, data["messages"])
+    mini = data["runs"]["mini"]
+    [card] = mini["approvals"]
+    try:
+        async with BotHarness(
+            redis_url, fixture_agents(Ledger(), resumed=True), POLICY, slack=slack_api
+        ) as bot:
+            assert not await client.hget(keys.call_key(card["approval_id"]), "expires_at")
+            before = time.time()
+            await bot.runtime.service.requeue_stalled(older_than=3600, reconcile=True)
+            call = await bot.runtime.service.store.get_call(card["approval_id"])
+            assert call is not None and call.status == "pending"
+            assert before + 86400 - 5 <= float(call.expires_at) <= time.time() + 86400 + 5
+            assert call.remind_max == 0  # no burst of overdue reminders
+            due = await client.zscore(keys.TIMERS, card["approval_id"])
+            assert due is not None and abs(due / 1000 - float(call.expires_at)) < 1
+            # A second pass changes nothing (the call has its timers now).
+            await bot.runtime.service.requeue_stalled(older_than=3600, reconcile=True)
+            again = await bot.runtime.service.store.get_call(card["approval_id"])
+            assert again is not None and again.expires_at == call.expires_at
+    finally:
+        await client.aclose()

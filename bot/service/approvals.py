@@ -106,7 +106,43 @@ class ApprovalService(PeopleFlow):
                 status == "paused" or (status in ("running", "resuming") and "/" not in owner)
             ):
                 await self.store.due(run_id, 0.0)  # looked at by this very sweep
+            if status == "paused":
+                count += await self._time_older_calls(run_id)
         return count
+
+    async def _time_older_calls(self, run_id: str) -> int:
+        """Give timers to the pending calls of a pause saved by a version without them (they
+        would otherwise wait unseen forever): the policy's expiry and escalation, counted from
+        now (the first sweep after the upgrade); no reminders (they would all be overdue)."""
+        calls = [
+            c
+            for c in await self.store.pause_calls(run_id)
+            if not c.decided and not c.auto and not c.expires_at
+        ]
+        run = await self.store.get_run(run_id) if calls else None
+        if run is None:
+            return 0
+        policy = self.policies.current().policy
+        timed = []
+        for call in calls:
+            rule = self._rule_for(policy, run, call)
+            if rule is None:
+                continue
+            paused_at, call.paused_at = call.paused_at, now()
+            self._time(call, rule)  # expiry and escalation count from now
+            call.paused_at = paused_at
+            call.remind_after = call.remind_max = 0  # its reminders would be long overdue
+            fields = {
+                name: str(getattr(call, name))
+                for name in ("expire_after", "expires_at", "remind_after", "remind_max",
+                             "escalate_after", "escalate_at", "escalate_to")
+                if getattr(call, name)
+            }  # fmt: skip
+            if await self.store.set_pending_call_fields(call.approval_id, fields):
+                log.info("call %s, paused before timers existed, now expires", call.approval_id)
+                timed.append(call)
+        await self.store.timers.schedule(timed)
+        return len(timed)
 
     async def _undecided_by_rule(self, run_id: str) -> bool:
         """Whether a pending call awaits a policy rule or an earlier Always decision."""

@@ -46,6 +46,14 @@ end
 return 0
 """
 
+_SET_IF_PENDING = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then
+  return 0
+end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+"""
+
 _ADD_NOTE = """
 local n = redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
@@ -140,6 +148,7 @@ class RunStore:
         self._take = client.register_script(_script("take_job"))
         self._add_note = client.register_script(_script("_outbox") + _ADD_NOTE)
         self._not_due = client.register_script(_NOT_DUE)
+        self._set_if_pending = client.register_script(_SET_IF_PENDING)
         self._to_review = client.register_script(_marking("to_review"))
         self._resolve_review = client.register_script(_marking("resolve_review"))
         self._cancel = client.register_script(_marking("cancel"))
@@ -458,6 +467,14 @@ class RunStore:
         else:
             ids = sorted(_s(i) for i in members)
         return await self.calls(ids), self._snapshot(blob, raw)
+
+    async def set_pending_call_fields(self, approval_id: str, fields: dict[str, str]) -> bool:
+        """Write fields of a call only while it is pending (False when it is not, or gone)."""
+        reply = await self._set_if_pending(
+            keys=[keys.call_key(approval_id)],
+            args=[x for pair in fields.items() for x in pair],
+        )
+        return bool(reply)
 
     async def set_call_message(self, approval_id: str, channel: str, ts: str) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
