@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import agents
 from agents import (
@@ -151,23 +151,15 @@ def unpack_state(blob: bytes) -> bytes:
     return zlib.decompress(blob)
 
 
-def _stop_cause(exc: BaseException) -> bool:
-    """Whether a stop request is what ended the run (the SDK may wrap it)."""
+E = TypeVar("E", bound=BaseException)
+
+
+def _cause(exc: BaseException, kind: type[E]) -> E | None:
+    """The exception of type `kind` that ended the run, wherever the SDK wrapped it."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, _StopRequested):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
-
-
-def _review_cause(exc: BaseException) -> CallNeedsReview | None:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, CallNeedsReview):
+        if isinstance(current, kind):
             return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
@@ -363,7 +355,7 @@ class Engine:
         except _StopRequested:
             return Stopped()
         except Exception as exc:
-            if _stop_cause(exc):
+            if _cause(exc, _StopRequested) is not None:
                 return Stopped()
             return self._failure(exc)
         finally:
@@ -372,7 +364,7 @@ class Engine:
 
     @staticmethod
     def _failure(exc: Exception) -> Outcome:
-        review = _review_cause(exc)
+        review = _cause(exc, CallNeedsReview)
         if review is not None:
             return NeedsReview(review.call_id, review.tool)
         log.warning("run failed: %s", type(exc).__name__, exc_info=True)
