@@ -189,10 +189,8 @@ class Projector:
     async def project(self, run_id: str) -> float | None:
         """Bring every marked message of the run up to date; seconds until it must be tried
         again, or None when nothing is left."""
-        # Read at once (one round trip's wait, not three in a row).
-        marks, run, shown = await asyncio.gather(
-            self.outbox.marks(run_id), self.store.get_run(run_id), self.outbox.shown(run_id)
-        )
+        # Read at once (one pipelined round trip, not three).
+        marks, run, shown = await self.store.projection(run_id)
         if not marks:
             return None
         if run is None:  # expired: nothing left to show

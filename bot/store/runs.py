@@ -17,7 +17,7 @@ from typing import Any
 import redis.asyncio as redis
 
 from bot.store import keys
-from bot.store.outbox import Outbox
+from bot.store.outbox import Mark, Outbox, Shown
 from bot.store.records import (
     SHOWN_TASK,
     AlreadyDecided,
@@ -223,6 +223,22 @@ class RunStore:
     async def get_run(self, run_id: str) -> RunRecord | None:
         raw = await self.redis.hgetall(keys.run_key(run_id))
         return RunRecord.from_hash(raw, run_id) if raw else None
+
+    async def projection(
+        self, run_id: str
+    ) -> tuple[dict[str, Mark], RunRecord | None, dict[str, Shown]]:
+        """What a projector pass reads, in one round trip: the run's marks, the run, and what
+        Slack holds of its messages."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.outbox_key(run_id))
+            pipe.hgetall(keys.run_key(run_id))
+            pipe.hgetall(keys.shown_key(run_id))
+            marks, run, shown = await pipe.execute()
+        return (
+            Outbox.parse_marks(marks),
+            RunRecord.from_hash(run, run_id) if run else None,
+            Outbox.parse_shown(shown),
+        )
 
     async def call_and_run(self, approval_id: str) -> tuple[CallRecord | None, RunRecord | None]:
         """A call and its run, in one round trip (what a click needs to be authorized)."""
