@@ -355,11 +355,12 @@ class RunStore:
         )
         ended = _s(reply[0]) == "ok"
         if ended:  # indexed before it leaves the active set that the reconciler scans
-            await self.outbox.schedule(run_id)
             async with self.redis.pipeline(transaction=False) as pipe:
+                self.outbox.schedule_in(pipe, run_id)  # (a pipeline runs in order)
                 pipe.srem(keys.EXECUTING_RUNS, run_id)
                 pipe.zrem(keys.DUE_RUNS, run_id)
                 await pipe.execute()
+            self.outbox.woken.set()
         return ended
 
     async def cancel(self, run_id: str, *, team: str, user: str) -> CancelResult:
