@@ -67,8 +67,9 @@ end
 if new > 0 then
   redis.call('EXPIRE', KEYS[1], ARGV[2])
   mark(KEYS[2], 'notice', ARGV[1], ARGV[2])
+  return {new, redis.call('HGET', KEYS[2], 'notice'), redis.call('HGET', KEYS[2], 'notice@')}
 end
-return new
+return {new}
 """
 
 
@@ -389,22 +390,22 @@ class RunStore:
             return CancelResult("ended", status=_s(reply[1]))
         return CancelResult("missing")
 
-    async def record_outcomes(self, run_id: str, outcomes: dict[str, str]) -> bool:
+    async def record_outcomes(self, run_id: str, outcomes: dict[str, str]) -> Mark | None:
         """Note outcomes the starter must be told (approval id or `run` -> status); their
-        message (`notice`) is marked when one is new. Idempotent."""
+        message (`notice`) is marked when one is new: then its mark (what a reread of the
+        outbox would give). Idempotent."""
         if not outcomes:
-            return False
+            return None
         args: list[str] = [now(), str(self.retention)]
         for item in sorted(outcomes.items()):
             args.extend(item)
-        new = int(
-            await self._outcomes(
-                keys=[keys.outcomes_key(run_id), keys.outbox_key(run_id)], args=args
-            )
+        reply = await self._outcomes(
+            keys=[keys.outcomes_key(run_id), keys.outbox_key(run_id)], args=args
         )
-        if new:
-            await self.outbox.schedule(run_id)
-        return new > 0
+        if not int(reply[0]):
+            return None
+        await self.outbox.schedule(run_id)
+        return Mark(_s(reply[1]), float(_s(reply[2]) or 0))
 
     async def untold_outcomes(self, run_id: str) -> dict[str, str]:
         """Outcomes recorded and not yet told to the starter (id -> status)."""
