@@ -125,7 +125,7 @@ class Projector:
                     await asyncio.wait(
                         set(self._running), timeout=POLL, return_when=asyncio.FIRST_COMPLETED
                     )
-                elif not claims:
+                elif len(claims) < free:  # nothing more due now: no second look at once
                     # This process's changes wake it at once; other processes' within a poll.
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(woken.wait(), POLL)
