@@ -27,8 +27,9 @@ Figures:
 
 Environment: BENCH_LOG (the bot's log level), BENCH_PROFILE (a folder: py-spy profiles of the
 bot per phase), BENCH_BOT (what follows `python` to start the bot, default `-m bot`),
-BENCH_ROUNDTRIPS (set: the bot's Redis round trips per decision one at a time, beyond its idle
-polling, and per second idle, by command; `benchmarks/roundtrips.py`).
+BENCH_NOTICE (the requester's message: dm, the default, ephemeral or off), BENCH_ROUNDTRIPS
+(set: the bot's Redis round trips per decision one at a time, beyond its idle polling, and per
+second idle, by command; `benchmarks/roundtrips.py`).
 """
 
 from __future__ import annotations
@@ -315,6 +316,8 @@ class Bot:
             "APPROVAL_BOT_CHANNEL_OPEN_RUNS": "0",
             "APPROVAL_BOT_SLACK_POSTS_PER_SECOND": "100000",
             "APPROVAL_BOT_SLACK_UPDATES_PER_MINUTE": "6000000",
+            # the requester's message (its own Web API calls and a projector pass per run)
+            "APPROVAL_BOT_REQUESTER_NOTICE": os.environ.get("BENCH_NOTICE") or "dm",
         }
         self.env = {k: v for k, v in self.env.items() if v or k == "APPROVAL_BOT_ENV_FILE"}
         self.process: Process | None = None
@@ -582,7 +585,9 @@ async def main() -> None:
             await standin.stop()
             server.stop()
     report(bare, loads, serial, (sdk, sdk_cpu), calls, storage, connections)
-    print(f"(2 cores shared by Redis, the bot, the stand-in and the load generator; "
+    notice = os.environ.get("BENCH_NOTICE") or "dm"
+    print(f"(requester notice: {notice}, BENCH_NOTICE=dm|ephemeral|off; 2 cores shared by "
+          f"Redis, the bot, the stand-in and the load generator; "
           f"{time.perf_counter() - began:.0f} s)")  # fmt: skip
 
 
