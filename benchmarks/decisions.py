@@ -26,7 +26,10 @@ Figures:
   call has 100 characters of arguments.
 
 Environment: BENCH_LOG (the bot's log level), BENCH_PROFILE (a folder: py-spy profiles of the
-bot per phase), BENCH_BOT (what follows `python` to start the bot, default `-m bot`).
+bot per phase), BENCH_BOT (what follows `python` to start the bot, default `-m bot`),
+BENCH_NOTICE (the requester's message: dm, the default, ephemeral or off), BENCH_ROUNDTRIPS
+(set: the bot's Redis round trips per decision one at a time, beyond its idle polling, and per
+second idle, by command; `benchmarks/roundtrips.py`).
 """
 
 from __future__ import annotations
@@ -313,15 +316,21 @@ class Bot:
             "APPROVAL_BOT_CHANNEL_OPEN_RUNS": "0",
             "APPROVAL_BOT_SLACK_POSTS_PER_SECOND": "100000",
             "APPROVAL_BOT_SLACK_UPDATES_PER_MINUTE": "6000000",
+            # the requester's message (its own Web API calls and a projector pass per run)
+            "APPROVAL_BOT_REQUESTER_NOTICE": os.environ.get("BENCH_NOTICE") or "dm",
         }
         self.env = {k: v for k, v in self.env.items() if v or k == "APPROVAL_BOT_ENV_FILE"}
         self.process: Process | None = None
+        self.roundtrips_file = tmp / "roundtrips.json"
         self.redis = aioredis.Redis.from_url(redis_url)
         self.session = aiohttp.ClientSession()
 
     async def start(self) -> None:
         level = os.environ.get("BENCH_LOG", "WARNING")
         bot = os.environ.get("BENCH_BOT", "-m bot").split()  # e.g. a script that wraps it
+        if os.environ.get("BENCH_ROUNDTRIPS"):
+            bot = ["-m", "benchmarks.roundtrips"]
+            self.env["BENCH_ROUNDTRIPS_FILE"] = str(self.roundtrips_file)
         args = [*bot, "--log-level", level, "serve", "--http", "--port", str(self.port)]
         self.process = Process(args, self.env)
         health = f"http://127.0.0.1:{self.port}/healthz"
@@ -337,6 +346,15 @@ class Bot:
     def pid(self) -> int:
         assert self.process is not None
         return self.process.pid
+
+    async def roundtrips(self) -> dict[str, int]:
+        """The bot's Redis round trips so far, by command (BENCH_ROUNDTRIPS only)."""
+        self.roundtrips_file.unlink(missing_ok=True)
+        os.kill(self.pid, signal.SIGUSR1)
+        await until(lambda: asyncio.sleep(0, self.roundtrips_file.exists()), 10, "the counts")
+        await asyncio.sleep(0.05)  # written
+        counts: dict[str, int] = json.loads(self.roundtrips_file.read_text())
+        return counts
 
     async def standin(self, method: str, **params: str) -> dict[str, Any]:
         async with self.session.get(self.api_url + method, params=params) as response:
@@ -435,6 +453,29 @@ async def storage_figures(redis_url: str) -> dict[str, int]:
     return out
 
 
+def print_roundtrips(
+    before: dict[str, int],
+    after: dict[str, int],
+    idle: dict[str, int],
+    n: int,
+    phase_s: float,
+    idle_s: float,
+) -> None:
+    """Round trips per decision (one at a time, beyond what the bot sends idle over as long)
+    and per second idle, by the commands each sent."""
+    rest = {k: (idle.get(k, 0) - after.get(k, 0)) / idle_s for k in idle}
+    per = {k: (after.get(k, 0) - before.get(k, 0) - rest.get(k, 0) * phase_s) / n for k in after}
+    print(f"Redis round trips per decision, one at a time, beyond idle polling "
+          f"({phase_s / n:.2f} s each): {sum(per.values()):.1f}")  # fmt: skip
+    for name, count in sorted(per.items(), key=lambda kv: -kv[1]):
+        if abs(count) >= 0.1:
+            print(f"  {count:5.2f}  {name}")
+    print(f"Redis round trips per second, idle: {sum(rest.values()):.1f}")
+    for name, count in sorted(rest.items(), key=lambda kv: -kv[1]):
+        if count:
+            print(f"  {count:5.2f}  {name}")
+
+
 # The table ----------------------------------------------------------------------------------
 
 
@@ -520,8 +561,17 @@ async def main() -> None:
             try:
                 await bot.start()
                 serial_runs = await bot.paused_runs(args.serial + 5, lambda i: f"deploy s{i}")
+                counting = bool(os.environ.get("BENCH_ROUNDTRIPS"))
+                before = await bot.roundtrips() if counting else {}
+                phase = time.monotonic()
                 async with Profile(bot.pid, "serial"):
                     serial, calls, connections = await bot.one_at_a_time(serial_runs)
+                if counting:
+                    phase = time.monotonic() - phase
+                    after = await bot.roundtrips()
+                    await asyncio.sleep(2.0)
+                    idle = await bot.roundtrips()
+                    print_roundtrips(before, after, idle, len(serial_runs), phase, 2.0)
                 serial, calls = serial[5:], calls[5:]  # the first few warm up
                 loads = {}
                 for in_flight, n in clicks.items():
@@ -535,7 +585,9 @@ async def main() -> None:
             await standin.stop()
             server.stop()
     report(bare, loads, serial, (sdk, sdk_cpu), calls, storage, connections)
-    print(f"(2 cores shared by Redis, the bot, the stand-in and the load generator; "
+    notice = os.environ.get("BENCH_NOTICE") or "dm"
+    print(f"(requester notice: {notice}, BENCH_NOTICE=dm|ephemeral|off; 2 cores shared by "
+          f"Redis, the bot, the stand-in and the load generator; "
           f"{time.perf_counter() - began:.0f} s)")  # fmt: skip
 
 

@@ -125,7 +125,7 @@ class Projector:
                     await asyncio.wait(
                         set(self._running), timeout=POLL, return_when=asyncio.FIRST_COMPLETED
                     )
-                elif not claims:
+                elif len(claims) < free:  # nothing more due now: no second look at once
                     # This process's changes wake it at once; other processes' within a poll.
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(woken.wait(), POLL)
@@ -189,10 +189,8 @@ class Projector:
     async def project(self, run_id: str) -> float | None:
         """Bring every marked message of the run up to date; seconds until it must be tried
         again, or None when nothing is left."""
-        # Read at once (one round trip's wait, not three in a row).
-        marks, run, shown = await asyncio.gather(
-            self.outbox.marks(run_id), self.store.get_run(run_id), self.outbox.shown(run_id)
-        )
+        # Read at once (one pipelined round trip, not three).
+        marks, run, shown = await self.store.projection(run_id)
         if not marks:
             return None
         if run is None:  # expired: nothing left to show
@@ -200,12 +198,11 @@ class Projector:
                 await self.outbox.done(run_id, target, mark)
             return None
         if any(keys.target_kind(t) in ("run", "card") for t in marks):
-            if await self._note_outcomes(run, marks):
-                # Only the notice's mark is taken from this later read: a mark newer than the
+            notice = await self._note_outcomes(run, marks)
+            if notice is not None:
+                # Only the notice's mark is taken from this later write: a mark newer than the
                 # run read above (a result, say) must wait for a pass that reads the run anew.
-                notice = (await self.outbox.marks(run_id)).get(keys.NOTICE)
-                if notice is not None:
-                    marks[keys.NOTICE] = notice
+                marks[keys.NOTICE] = notice
             if self.run_changed is not None:
                 try:
                     await self.run_changed(run)
@@ -239,13 +236,13 @@ class Projector:
                 again = wait if again is None else min(again, wait)
         return again
 
-    async def _note_outcomes(self, run: RunRecord, marks: dict[str, Mark]) -> bool:
+    async def _note_outcomes(self, run: RunRecord, marks: dict[str, Mark]) -> Mark | None:
         """Record, from the records, the outcomes the run's starter must be told: calls decided
         by someone else (or that expired: any status but pending) and the run's end. Not what
         they did themselves, not a policy rule's automatic decision, and not the end of a run
-        that finished without a call waiting for someone else. True when one is new."""
+        that finished without a call waiting for someone else. The notice's mark when one is new."""
         if self.notice == "off":
-            return False
+            return None
         outcomes: dict[str, str] = {}
         for target in marks:
             if keys.target_kind(target) != "card":

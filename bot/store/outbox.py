@@ -176,7 +176,12 @@ class Outbox:
         )
 
     async def marks(self, run_id: str) -> dict[str, Mark]:
-        raw = {_s(k): _s(v) for k, v in (await self.redis.hgetall(keys.outbox_key(run_id))).items()}
+        return self.parse_marks(await self.redis.hgetall(keys.outbox_key(run_id)))
+
+    @staticmethod
+    def parse_marks(hash_: dict[Any, Any]) -> dict[str, Mark]:
+        """The marks of an outbox hash as HGETALL returns it."""
+        raw = {_s(k): _s(v) for k, v in hash_.items()}
         return {
             target: Mark(tick, float(raw.get(target + "@", "0") or 0))
             for target, tick in raw.items()
@@ -188,7 +193,11 @@ class Outbox:
         return int(await self._done(keys=[keys.outbox_key(run_id)], args=[target, mark.tick])) == 1
 
     async def shown(self, run_id: str) -> dict[str, Shown]:
-        raw = await self.redis.hgetall(keys.shown_key(run_id))
+        return self.parse_shown(await self.redis.hgetall(keys.shown_key(run_id)))
+
+    @staticmethod
+    def parse_shown(raw: dict[Any, Any]) -> dict[str, Shown]:
+        """What Slack holds, from a shown hash as HGETALL returns it."""
         return {_s(k): Shown(**json.loads(_s(v))) for k, v in raw.items()}
 
     async def set_shown(self, run_id: str, target: str, shown: Shown) -> None:

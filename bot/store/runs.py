@@ -17,7 +17,7 @@ from typing import Any
 import redis.asyncio as redis
 
 from bot.store import keys
-from bot.store.outbox import Outbox
+from bot.store.outbox import Mark, Outbox, Shown
 from bot.store.records import (
     SHOWN_TASK,
     AlreadyDecided,
@@ -75,8 +75,9 @@ end
 if new > 0 then
   redis.call('EXPIRE', KEYS[1], ARGV[2])
   mark(KEYS[2], 'notice', ARGV[1], ARGV[2])
+  return {new, redis.call('HGET', KEYS[2], 'notice'), redis.call('HGET', KEYS[2], 'notice@')}
 end
-return new
+return {new}
 """
 
 
@@ -233,6 +234,22 @@ class RunStore:
         raw = await self.redis.hgetall(keys.run_key(run_id))
         return RunRecord.from_hash(raw, run_id) if raw else None
 
+    async def projection(
+        self, run_id: str
+    ) -> tuple[dict[str, Mark], RunRecord | None, dict[str, Shown]]:
+        """What a projector pass reads, in one round trip: the run's marks, the run, and what
+        Slack holds of its messages."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.outbox_key(run_id))
+            pipe.hgetall(keys.run_key(run_id))
+            pipe.hgetall(keys.shown_key(run_id))
+            marks, run, shown = await pipe.execute()
+        return (
+            Outbox.parse_marks(marks),
+            RunRecord.from_hash(run, run_id) if run else None,
+            Outbox.parse_shown(shown),
+        )
+
     async def call_and_run(self, approval_id: str) -> tuple[CallRecord | None, RunRecord | None]:
         """A call and its run, in one round trip (what a click needs to be authorized)."""
         run_id = keys.run_of(approval_id)
@@ -348,11 +365,12 @@ class RunStore:
         )
         ended = _s(reply[0]) == "ok"
         if ended:  # indexed before it leaves the active set that the reconciler scans
-            await self.outbox.schedule(run_id)
             async with self.redis.pipeline(transaction=False) as pipe:
+                self.outbox.schedule_in(pipe, run_id)  # (a pipeline runs in order)
                 pipe.srem(keys.EXECUTING_RUNS, run_id)
                 pipe.zrem(keys.DUE_RUNS, run_id)
                 await pipe.execute()
+            self.outbox.woken.set()
         return ended
 
     async def cancel(self, run_id: str, *, team: str, user: str) -> CancelResult:
@@ -381,22 +399,22 @@ class RunStore:
             return CancelResult("ended", status=_s(reply[1]))
         return CancelResult("missing")
 
-    async def record_outcomes(self, run_id: str, outcomes: dict[str, str]) -> bool:
+    async def record_outcomes(self, run_id: str, outcomes: dict[str, str]) -> Mark | None:
         """Note outcomes the starter must be told (approval id or `run` -> status); their
-        message (`notice`) is marked when one is new. Idempotent."""
+        message (`notice`) is marked when one is new: then its mark (what a reread of the
+        outbox would give). Idempotent."""
         if not outcomes:
-            return False
+            return None
         args: list[str] = [now(), str(self.retention)]
         for item in sorted(outcomes.items()):
             args.extend(item)
-        new = int(
-            await self._outcomes(
-                keys=[keys.outcomes_key(run_id), keys.outbox_key(run_id)], args=args
-            )
+        reply = await self._outcomes(
+            keys=[keys.outcomes_key(run_id), keys.outbox_key(run_id)], args=args
         )
-        if new:
-            await self.outbox.schedule(run_id)
-        return new > 0
+        if not int(reply[0]):
+            return None
+        await self.outbox.schedule(run_id)
+        return Mark(_s(reply[1]), float(_s(reply[2]) or 0))
 
     async def untold_outcomes(self, run_id: str) -> dict[str, str]:
         """Outcomes recorded and not yet told to the starter (id -> status)."""
