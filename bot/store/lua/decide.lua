@@ -96,19 +96,7 @@ for _, id in ipairs(settled) do
   mark(KEYS[7], 'card:' .. id, ARGV[5], ARGV[8])
 end
 mark(KEYS[7], 'run', ARGV[5], ARGV[8])
-local left = redis.call('HINCRBY', run, 'undecided', -#settled)
-redis.call('HSET', run, 'updated_at', ARGV[5])
-local resume = 0
-if left <= 0 then
-  redis.call('HSET', run, 'status', 'resuming', 'owner', ARGV[7])
-  -- the run's records must outlive the resume that starts now
-  for i = 1, #KEYS do
-    if redis.call('EXISTS', KEYS[i]) == 1 then
-      redis.call('EXPIRE', KEYS[i], ARGV[8])
-    end
-  end
-  resume = 1
-end
+local left, resume = settle_pause(run, #settled, ARGV[5], ARGV[7], ARGV[8])
 local reply = {'decided', resume, left}
 for _, id in ipairs(settled) do
   table.insert(reply, id)

@@ -25,18 +25,7 @@ if expires > 0 and now >= expires then
              'decided_owner', ARGV[2])
   mark(outbox, 'card:' .. id, ARGV[1], ARGV[3])
   mark(outbox, 'run', ARGV[1], ARGV[3])
-  local left = redis.call('HINCRBY', run, 'undecided', -1)
-  redis.call('HSET', run, 'updated_at', ARGV[1])
-  local resume = 0
-  if left <= 0 then
-    redis.call('HSET', run, 'status', 'resuming', 'owner', ARGV[2])
-    for i = 1, #KEYS do
-      if redis.call('EXISTS', KEYS[i]) == 1 then
-        redis.call('EXPIRE', KEYS[i], ARGV[3])
-      end
-    end
-    resume = 1
-  end
+  local left, resume = settle_pause(run, 1, ARGV[1], ARGV[2], ARGV[3])
   return {'expired', resume, left}
 end
 local fired = {}
