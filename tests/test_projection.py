@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import redis.asyncio as aioredis
+from agents import function_tool
 
 from bot.runtime import BotRuntime
 from bot.slack.blocks import APPROVE
@@ -329,3 +330,43 @@ async def test_the_reconciler_indexes_marks_a_crash_left_unindexed(redis_url: st
 async def _finished(runtime: BotRuntime, run_id: str) -> bool:
     run = await runtime.service.store.get_run(run_id)
     return run is not None and run.status == "finished"
+
+
+async def test_a_decided_card_shows_the_decision_while_its_resumed_run_is_still_busy(
+    redis_url: str,
+) -> None:
+    """A card whose decision resumed the run waits a moment for the resume (a quick resume's
+    card, result and run message then go to Slack in one pass), but only a moment: while the
+    resumed run is still busy, the card already shows who decided."""
+    ledger = Ledger()
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @function_tool
+    async def slow_check(host: str) -> str:
+        """Check a host slowly (no approval needed)."""
+        started.set()
+        await release.wait()
+        return f"{host} is fine"
+
+    agent, _ = ops_agent(
+        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")],
+         [function_call("slow_check", {"host": "db1"}, call_id="s1")],
+         [assistant_message("done")]],
+        ledger, extra_tools=[slow_check],
+    )  # fmt: skip
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        try:
+            card = await bot.start_and_wait("clean", user="U1")
+            await bot.click(card, APPROVE, user="U2")
+            await asyncio.wait_for(started.wait(), 10)
+
+            def decided() -> bool:
+                [shown] = bot.slack_api.approval_messages()
+                return shown.action_ids() == [] and "Approved by <@U2>" in shown.all_text()
+
+            await wait_until(decided, timeout=5, what="the card to show the decision")
+            assert not release.is_set() and bot.run_thread() == []  # the run is still busy
+        finally:
+            release.set()
+        await bot.wait_for_status("finished")
+        assert ledger.names() == ["delete_logs"]

@@ -11,7 +11,10 @@ differs from what Slack already holds (a content hash per message):
   before posting again, so a card is never posted twice;
 - posts are paced per channel, updates per workspace; `Retry-After` is honoured;
 - a run message update waits `coalesce` seconds after its first change, so the changes of a
-  resume (status, progress) become one `chat.update`; an ended run's waits no longer;
+  resume (status, progress) become one `chat.update`; an ended run's waits no longer; a card
+  whose decision resumed the run waits up to `GATHER` for the resume, so that a quick resume's
+  card, result and run message go out in one pass, and the resume does not share the process
+  with a pass of its own run;
 - a permanent refusal (`not_in_channel`, ...) of a run message or card stops the run and tells
   its starter the real cause; anything else is retried with backoff, forever.
 """
@@ -45,6 +48,7 @@ EVENT_TYPE = "approval_bot_message"
 ORDER = {"run": 0, "card": 1, "review": 2, "note": 3, "remind": 3, "result": 4, "notice": 5}
 MAX_BACKOFF = 60.0
 POLL = 0.05  # seconds between looks at the outbox index when nothing woke the projector
+GATHER = 0.25  # seconds a decided card waits for the resume it started (see `_deliver`)
 
 Undeliverable = Callable[[str, str, str], Awaitable[None]]
 RunChanged = Callable[[RunRecord], Awaitable[None]]
@@ -197,44 +201,59 @@ class Projector:
             for target, mark in marks.items():
                 await self.outbox.done(run_id, target, mark)
             return None
-        if any(keys.target_kind(t) in ("run", "card") for t in marks):
-            notice = await self._note_outcomes(run, marks)
-            if notice is not None:
-                # Only the notice's mark is taken from this later write: a mark newer than the
-                # run read above (a result, say) must wait for a pass that reads the run anew.
-                marks[keys.NOTICE] = notice
-            if self.run_changed is not None:
-                try:
-                    await self.run_changed(run)
-                except Exception:
-                    log.warning("could not mark App Homes of run %s due", run_id, exc_info=True)
         again: float | None = None
         positions = {}
         if sum(t.startswith("card:") for t in marks) > 1:
             positions = {c.approval_id: c.index for c in await self.store.pause_calls(run_id)}
         posted = bool(shown.get("run", Shown()).ts)
+        settled = False  # a run message or card is up to date (or given up on)
         for target in sorted(marks, key=lambda t: _order(t, positions, posted)):
-            key = f"{run_id}/{target}"
-            try:
-                wait = await self._deliver(run, target, marks[target], shown)
-                self._failures.pop(key, None)
-            except Refused as refused:
-                log.error("Slack refused %s of run %s: %s", target, run_id, refused.code)
-                await self.outbox.done(run_id, target, marks[target])
-                kind = keys.target_kind(target)
-                if kind in ("run", "card"):
-                    what = "the run's message" if kind == "run" else "an approval request"
-                    await self.undeliverable(run_id, what, refused.cause)
-                wait = None
-            except Later as later:
-                failures = self._failures.get(key, 0) + 1
-                self._failures[key] = failures
-                wait = max(later.after, min(MAX_BACKOFF, 0.5 * 2 ** (failures - 1)))
-                log.warning("delivering %s of run %s failed (%s, attempt %d); again in %.1fs",
-                            target, run_id, later, failures, wait)  # fmt: skip
+            wait = await self._attempt(run, target, marks[target], shown)
             if wait is not None:
                 again = wait if again is None else min(again, wait)
+            elif keys.target_kind(target) in ("run", "card"):
+                settled = True
+        # What Slack shows came first; then what follows from it, which no one is waiting on
+        # (and not while everything it would follow from is still gathering changes).
+        if settled:
+            notice = await self._note_outcomes(run, marks)
+            if notice is not None:
+                # Only the notice's mark is taken from this later write: a mark newer than the
+                # run read above (a result, say) must wait for a pass that reads the run anew.
+                wait = await self._attempt(run, keys.NOTICE, notice, shown)
+                if wait is not None:
+                    again = wait if again is None else min(again, wait)
+            if self.run_changed is not None:
+                try:
+                    await self.run_changed(run)
+                except Exception:
+                    log.warning("could not mark App Homes of run %s due", run_id, exc_info=True)
         return again
+
+    async def _attempt(
+        self, run: RunRecord, target: str, mark: Mark, shown: dict[str, Shown]
+    ) -> float | None:
+        """Deliver one marked message; seconds until it must be tried again, or None."""
+        run_id = run.run_id
+        key = f"{run_id}/{target}"
+        try:
+            wait = await self._deliver(run, target, mark, shown)
+            self._failures.pop(key, None)
+        except Refused as refused:
+            log.error("Slack refused %s of run %s: %s", target, run_id, refused.code)
+            await self.outbox.done(run_id, target, mark)
+            kind = keys.target_kind(target)
+            if kind in ("run", "card"):
+                what = "the run's message" if kind == "run" else "an approval request"
+                await self.undeliverable(run_id, what, refused.cause)
+            wait = None
+        except Later as later:
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            wait = max(later.after, min(MAX_BACKOFF, 0.5 * 2 ** (failures - 1)))
+            log.warning("delivering %s of run %s failed (%s, attempt %d); again in %.1fs",
+                        target, run_id, later, failures, wait)  # fmt: skip
+        return wait
 
     async def _note_outcomes(self, run: RunRecord, marks: dict[str, Mark]) -> Mark | None:
         """Record, from the records, the outcomes the run's starter must be told: calls decided
@@ -324,6 +343,11 @@ class Projector:
                 return None
             if not call.decided and call.sticky in await self.store.sticky_decisions(run.run_id):
                 return 0.5  # an earlier Always decision is being re-judged for it: wait
+            resuming = run.status in ("resuming", "running")
+            if current.ts and call.decided and resuming and time.time() < mark.since + GATHER:
+                # The decision resumed the run: what the resume does (a result, the run's new
+                # status) arrives in a moment, and goes to Slack in the same pass as the card.
+                return mark.since + GATHER - time.time()
             text, body = blocks.approval_message(run, call, when(call.decided_at))
         elif kind == "remind":  # a reminder or an escalation, in the card's thread
             approval_id, _, which = target.partition(":")[2].rpartition(":")
