@@ -49,6 +49,7 @@ ORDER = {"run": 0, "card": 1, "review": 2, "note": 3, "remind": 3, "result": 4, 
 MAX_BACKOFF = 60.0
 POLL = 0.05  # seconds between looks at the outbox index when nothing woke the projector
 GATHER = 0.25  # seconds a decided card waits for the resume it started (see `_deliver`)
+DM_CHANNELS = 10_000  # people whose direct-message channel id is remembered
 
 Undeliverable = Callable[[str, str, str], Awaitable[None]]
 RunChanged = Callable[[RunRecord], Awaitable[None]]
@@ -105,6 +106,7 @@ class Projector:
         self.notice = notice
         self.notice_window = notice_window
         self.run_changed = run_changed  # the App Home publisher's hook
+        self._dm_channels: dict[tuple[str, str], str] = {}
 
     @property
     def busy(self) -> int:
@@ -303,9 +305,8 @@ class Projector:
                     channel=run.channel_id, user=run.user_id, text=text
                 )
             else:
-                opened = await self.client.conversations_open(users=run.user_id)
                 await self.client.chat_postMessage(
-                    channel=str(opened["channel"]["id"]),
+                    channel=await self._dm_channel(run.team_id, run.user_id),
                     text=text,
                     unfurl_links=False,
                     unfurl_media=False,
@@ -315,6 +316,18 @@ class Projector:
         await self.store.told_outcomes(run.run_id, untold)
         await self.outbox.done(run.run_id, target, mark)
         return None
+
+    async def _dm_channel(self, team_id: str, user_id: str) -> str:
+        """The id of the bot's direct-message channel with a person: asked of Slack once (it
+        does not change), then remembered (a bounded number of people)."""
+        known = self._dm_channels.get((team_id, user_id))
+        if known is None:
+            opened = await self.client.conversations_open(users=user_id)
+            known = str(opened["channel"]["id"])
+            if len(self._dm_channels) >= DM_CHANNELS:
+                self._dm_channels.clear()
+            self._dm_channels[(team_id, user_id)] = known
+        return known
 
     # One message ----------------------------------------------------------------------------
 
