@@ -151,30 +151,34 @@ class Projector:
         held = {"claim": claim}
         confirmed = [claimed_at]  # when the lease was last known to be ours (monotonic)
 
+        renewing_lock = asyncio.Lock()  # one renewal at a time: each needs the last's score
+
         async def renew() -> None:
             while True:
                 await asyncio.sleep(self.lease / 3)
                 with contextlib.suppress(Exception):
-                    started = time.monotonic()
-                    renewed = await self.outbox.renew(held["claim"], self.lease)
-                    if renewed is None:
-                        return  # a newer change re-indexed the run: released as soon as done
-                    held["claim"] = renewed
-                    confirmed[0] = started
+                    async with renewing_lock:
+                        started = time.monotonic()
+                        renewed = await self.outbox.renew(held["claim"], self.lease)
+                        if renewed is None:
+                            return  # a newer change re-indexed the run: released when done
+                        held["claim"] = renewed
+                        confirmed[0] = started
 
         async def fence() -> None:
             """Right before a Web API call: still ours? (a stalled process may have lost the
             run to another one, which may be posting the same message). A lease taken or
             renewed a moment ago (a tenth of its length; the clock runs on while a process is
             stopped) is ours without asking Redis again."""
-            if time.monotonic() - confirmed[0] < self.lease / 10:
-                return
-            started = time.monotonic()
-            renewed = await self.outbox.renew(held["claim"], self.lease)
-            if renewed is None:
-                raise Later(0.1, ambiguous=False, why="lease lost")
-            held["claim"] = renewed
-            confirmed[0] = started
+            async with renewing_lock:  # (a pass delivers several messages at once)
+                if time.monotonic() - confirmed[0] < self.lease / 10:
+                    return
+                started = time.monotonic()
+                renewed = await self.outbox.renew(held["claim"], self.lease)
+                if renewed is None:
+                    raise Later(0.1, ambiguous=False, why="lease lost")
+                held["claim"] = renewed
+                confirmed[0] = started
 
         renewing = asyncio.create_task(renew())
         self._fences[claim.run_id] = fence
@@ -208,9 +212,31 @@ class Projector:
         if sum(t.startswith("card:") for t in marks) > 1:
             positions = {c.approval_id: c.index for c in await self.store.pause_calls(run_id)}
         posted = bool(shown.get("run", Shown()).ts)
+        ordered = sorted(marks, key=lambda t: _order(t, positions, posted))
+        # New messages go in order (cards link to the run message, a thread reads in order);
+        # updates of messages already in Slack depend on nothing and go alongside.
+        updates = [t for t in ordered if shown.get(t, Shown()).ts]
+        waits: dict[str, float | None] = {}
+
+        async def in_order(targets: list[str]) -> None:
+            for target in targets:
+                waits[target] = await self._attempt(run, target, marks[target], shown)
+
+        async def alone(target: str) -> None:
+            waits[target] = await self._attempt(run, target, marks[target], shown)
+
+        posts = [t for t in ordered if t not in updates]
+        failed = [
+            r
+            for r in await asyncio.gather(
+                in_order(posts), *(alone(t) for t in updates), return_exceptions=True
+            )
+            if isinstance(r, BaseException)
+        ]
+        if failed:
+            raise failed[0]
         settled = False  # a run message or card is up to date (or given up on)
-        for target in sorted(marks, key=lambda t: _order(t, positions, posted)):
-            wait = await self._attempt(run, target, marks[target], shown)
+        for target, wait in waits.items():
             if wait is not None:
                 again = wait if again is None else min(again, wait)
             elif keys.target_kind(target) in ("run", "card"):
