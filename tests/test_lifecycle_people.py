@@ -460,3 +460,20 @@ async def test_a_click_racing_a_cancel_resolves_once(redis_url: str) -> None:
         await bot.idle()
         assert ledger.executed == []
         assert (await stored_run(bot, run_id)).status == "cancelled"
+
+
+async def test_the_direct_message_channel_is_opened_once_per_person(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("a")],
+         [function_call("delete_logs", {"path": "/b"}, call_id="c2")], [assistant_message("b")]],
+        ledger,
+    )  # fmt: skip
+    settings = {"requester_notice_seconds": 0.2}
+    async with BotHarness(redis_url, agent, POLICY, settings=settings) as bot:
+        for told in (1, 2):  # two runs of U1, each decided by U2: two messages to U1
+            card = await bot.start_and_wait(f"clean {told}", user="U1")
+            await bot.reject(card, user="U2", reason="no")
+            await bot.wait_for_status("finished")
+            await wait_until(lambda n=told: len(bot.slack_api.dms("U1")) == n, what="a DM")  # type: ignore[misc]
+        assert len(bot.slack_api.calls_to("conversations.open")) == 1

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import redis.asyncio as aioredis
+from agents import function_tool
 
 from bot.runtime import BotRuntime
 from bot.slack.blocks import APPROVE
@@ -121,9 +122,9 @@ async def test_a_429_on_the_decisions_update_is_repaired_when_slack_recovers(
 
 
 async def test_a_hung_slack_does_not_hold_up_the_resumed_run(redis_url: str) -> None:
-    """Slack stops answering at the click (the card's update hangs, and the run's messages
-    queue behind it): the approved tool still runs and the run ends in Redis, its progress and
-    result waiting in the outbox; Slack shows it all once it answers again."""
+    """Slack stops answering at the click (the card's update hangs): the approved tool still
+    runs and the run ends in Redis; the run's own messages (its status, the result) do not
+    queue behind the hung update; the card shows the decision once Slack answers again."""
     ledger = Ledger()
     async with BotHarness(redis_url, _agent(ledger), POLICY) as bot:
         await bot.slack.command("clean", user="U1", channel="C1")
@@ -147,14 +148,15 @@ async def test_a_hung_slack_does_not_hold_up_the_resumed_run(redis_url: str) -> 
         finally:
             await client.aclose()
         assert ledger.names() == ["delete_logs"]
-        assert bot.slack_api.hanging == 1  # Slack has still shown nothing of the resume
-        assert "waiting for 1 approval" in status_line(bot.run_message())
-        assert card.action_ids()
-        bot.slack_api.release()
         await bot.wait_for_status("finished", timeout=30)
+        await wait_until(
+            lambda: [m for m in bot.run_thread() if "Deleted." in m.text], what="the result"
+        )
+        assert bot.slack_api.hanging == 1  # the card's update still hangs...
+        assert card.action_ids()  # ...and the card still shows its buttons
+        bot.slack_api.release()
         await bot.idle()
-        thread = bot.slack_api.thread("C1", bot.run_message().ts)
-        assert [m.text for m in thread if "Deleted." in m.text]
+        assert card.action_ids() == [] and "Approved by <@U2>" in card.all_text()
     assert ledger.names() == ["delete_logs"]
 
 
@@ -329,3 +331,43 @@ async def test_the_reconciler_indexes_marks_a_crash_left_unindexed(redis_url: st
 async def _finished(runtime: BotRuntime, run_id: str) -> bool:
     run = await runtime.service.store.get_run(run_id)
     return run is not None and run.status == "finished"
+
+
+async def test_a_decided_card_shows_the_decision_while_its_resumed_run_is_still_busy(
+    redis_url: str,
+) -> None:
+    """A card whose decision resumed the run waits a moment for the resume (a quick resume's
+    card, result and run message then go to Slack in one pass), but only a moment: while the
+    resumed run is still busy, the card already shows who decided."""
+    ledger = Ledger()
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @function_tool
+    async def slow_check(host: str) -> str:
+        """Check a host slowly (no approval needed)."""
+        started.set()
+        await release.wait()
+        return f"{host} is fine"
+
+    agent, _ = ops_agent(
+        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")],
+         [function_call("slow_check", {"host": "db1"}, call_id="s1")],
+         [assistant_message("done")]],
+        ledger, extra_tools=[slow_check],
+    )  # fmt: skip
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        try:
+            card = await bot.start_and_wait("clean", user="U1")
+            await bot.click(card, APPROVE, user="U2")
+            await asyncio.wait_for(started.wait(), 10)
+
+            def decided() -> bool:
+                [shown] = bot.slack_api.approval_messages()
+                return shown.action_ids() == [] and "Approved by <@U2>" in shown.all_text()
+
+            await wait_until(decided, timeout=5, what="the card to show the decision")
+            assert not release.is_set() and bot.run_thread() == []  # the run is still busy
+        finally:
+            release.set()
+        await bot.wait_for_status("finished")
+        assert ledger.names() == ["delete_logs"]

@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE, REJECT
 from bot.store import keys
-from bot.testing.harness import BotHarness, status_line
+from bot.testing.harness import BotHarness, status_line, wait_until
 from tests.agents_for_tests import (
     POLICY,
     Ledger,
@@ -325,6 +325,10 @@ async def test_only_approvers_comments_prefill_the_reason(redis_url: str) -> Non
             thread_ts=approval.ts,
         )  # fmt: skip
         await bot.slack.thread_reply("wrong path", user="U3", channel="C1", thread_ts=approval.ts)
+        store = bot.runtime.service.store
+        approval_id = approval.button_value(REJECT)
+        # The replies are handled after their ack: the click must not overtake them.
+        await wait_until(lambda: store.comments(approval_id), what="the approver's comment")
         await bot.click(approval, REJECT, user="U2")
         await bot.idle()
         element = bot.slack_api.views[-1]["view"]["blocks"][1]["element"]

@@ -11,7 +11,10 @@ differs from what Slack already holds (a content hash per message):
   before posting again, so a card is never posted twice;
 - posts are paced per channel, updates per workspace; `Retry-After` is honoured;
 - a run message update waits `coalesce` seconds after its first change, so the changes of a
-  resume (status, progress) become one `chat.update`; an ended run's waits no longer;
+  resume (status, progress) become one `chat.update`; an ended run's waits no longer; a card
+  whose decision resumed the run waits up to `GATHER` for the resume, so that a quick resume's
+  card, result and run message go out in one pass, and the resume does not share the process
+  with a pass of its own run;
 - a permanent refusal (`not_in_channel`, ...) of a run message or card stops the run and tells
   its starter the real cause; anything else is retried with backoff, forever.
 """
@@ -45,6 +48,8 @@ EVENT_TYPE = "approval_bot_message"
 ORDER = {"run": 0, "card": 1, "review": 2, "note": 3, "remind": 3, "result": 4, "notice": 5}
 MAX_BACKOFF = 60.0
 POLL = 0.05  # seconds between looks at the outbox index when nothing woke the projector
+GATHER = 0.25  # seconds a decided card waits for the resume it started (see `_deliver`)
+DM_CHANNELS = 10_000  # people whose direct-message channel id is remembered
 
 Undeliverable = Callable[[str, str, str], Awaitable[None]]
 RunChanged = Callable[[RunRecord], Awaitable[None]]
@@ -101,6 +106,7 @@ class Projector:
         self.notice = notice
         self.notice_window = notice_window
         self.run_changed = run_changed  # the App Home publisher's hook
+        self._dm_channels: dict[tuple[str, str], str] = {}
 
     @property
     def busy(self) -> int:
@@ -145,30 +151,34 @@ class Projector:
         held = {"claim": claim}
         confirmed = [claimed_at]  # when the lease was last known to be ours (monotonic)
 
+        renewing_lock = asyncio.Lock()  # one renewal at a time: each needs the last's score
+
         async def renew() -> None:
             while True:
                 await asyncio.sleep(self.lease / 3)
                 with contextlib.suppress(Exception):
-                    started = time.monotonic()
-                    renewed = await self.outbox.renew(held["claim"], self.lease)
-                    if renewed is None:
-                        return  # a newer change re-indexed the run: released as soon as done
-                    held["claim"] = renewed
-                    confirmed[0] = started
+                    async with renewing_lock:
+                        started = time.monotonic()
+                        renewed = await self.outbox.renew(held["claim"], self.lease)
+                        if renewed is None:
+                            return  # a newer change re-indexed the run: released when done
+                        held["claim"] = renewed
+                        confirmed[0] = started
 
         async def fence() -> None:
             """Right before a Web API call: still ours? (a stalled process may have lost the
             run to another one, which may be posting the same message). A lease taken or
             renewed a moment ago (a tenth of its length; the clock runs on while a process is
             stopped) is ours without asking Redis again."""
-            if time.monotonic() - confirmed[0] < self.lease / 10:
-                return
-            started = time.monotonic()
-            renewed = await self.outbox.renew(held["claim"], self.lease)
-            if renewed is None:
-                raise Later(0.1, ambiguous=False, why="lease lost")
-            held["claim"] = renewed
-            confirmed[0] = started
+            async with renewing_lock:  # (a pass delivers several messages at once)
+                if time.monotonic() - confirmed[0] < self.lease / 10:
+                    return
+                started = time.monotonic()
+                renewed = await self.outbox.renew(held["claim"], self.lease)
+                if renewed is None:
+                    raise Later(0.1, ambiguous=False, why="lease lost")
+                held["claim"] = renewed
+                confirmed[0] = started
 
         renewing = asyncio.create_task(renew())
         self._fences[claim.run_id] = fence
@@ -197,44 +207,81 @@ class Projector:
             for target, mark in marks.items():
                 await self.outbox.done(run_id, target, mark)
             return None
-        if any(keys.target_kind(t) in ("run", "card") for t in marks):
-            notice = await self._note_outcomes(run, marks)
-            if notice is not None:
-                # Only the notice's mark is taken from this later write: a mark newer than the
-                # run read above (a result, say) must wait for a pass that reads the run anew.
-                marks[keys.NOTICE] = notice
-            if self.run_changed is not None:
-                try:
-                    await self.run_changed(run)
-                except Exception:
-                    log.warning("could not mark App Homes of run %s due", run_id, exc_info=True)
         again: float | None = None
         positions = {}
         if sum(t.startswith("card:") for t in marks) > 1:
             positions = {c.approval_id: c.index for c in await self.store.pause_calls(run_id)}
         posted = bool(shown.get("run", Shown()).ts)
-        for target in sorted(marks, key=lambda t: _order(t, positions, posted)):
-            key = f"{run_id}/{target}"
-            try:
-                wait = await self._deliver(run, target, marks[target], shown)
-                self._failures.pop(key, None)
-            except Refused as refused:
-                log.error("Slack refused %s of run %s: %s", target, run_id, refused.code)
-                await self.outbox.done(run_id, target, marks[target])
-                kind = keys.target_kind(target)
-                if kind in ("run", "card"):
-                    what = "the run's message" if kind == "run" else "an approval request"
-                    await self.undeliverable(run_id, what, refused.cause)
-                wait = None
-            except Later as later:
-                failures = self._failures.get(key, 0) + 1
-                self._failures[key] = failures
-                wait = max(later.after, min(MAX_BACKOFF, 0.5 * 2 ** (failures - 1)))
-                log.warning("delivering %s of run %s failed (%s, attempt %d); again in %.1fs",
-                            target, run_id, later, failures, wait)  # fmt: skip
+        ordered = sorted(marks, key=lambda t: _order(t, positions, posted))
+        # New messages go in order (cards link to the run message, a thread reads in order);
+        # updates of messages already in Slack depend on nothing and go alongside.
+        updates = [t for t in ordered if shown.get(t, Shown()).ts]
+        waits: dict[str, float | None] = {}
+
+        async def in_order(targets: list[str]) -> None:
+            for target in targets:
+                waits[target] = await self._attempt(run, target, marks[target], shown)
+
+        async def alone(target: str) -> None:
+            waits[target] = await self._attempt(run, target, marks[target], shown)
+
+        posts = [t for t in ordered if t not in updates]
+        failed = [
+            r
+            for r in await asyncio.gather(
+                in_order(posts), *(alone(t) for t in updates), return_exceptions=True
+            )
+            if isinstance(r, BaseException)
+        ]
+        if failed:
+            raise failed[0]
+        settled = False  # a run message or card is up to date (or given up on)
+        for target, wait in waits.items():
             if wait is not None:
                 again = wait if again is None else min(again, wait)
+            elif keys.target_kind(target) in ("run", "card"):
+                settled = True
+        # What Slack shows came first; then what follows from it, which no one is waiting on
+        # (and not while everything it would follow from is still gathering changes).
+        if settled:
+            notice = await self._note_outcomes(run, marks)
+            if notice is not None:
+                # Only the notice's mark is taken from this later write: a mark newer than the
+                # run read above (a result, say) must wait for a pass that reads the run anew.
+                wait = await self._attempt(run, keys.NOTICE, notice, shown)
+                if wait is not None:
+                    again = wait if again is None else min(again, wait)
+            if self.run_changed is not None:
+                try:
+                    await self.run_changed(run)
+                except Exception:
+                    log.warning("could not mark App Homes of run %s due", run_id, exc_info=True)
         return again
+
+    async def _attempt(
+        self, run: RunRecord, target: str, mark: Mark, shown: dict[str, Shown]
+    ) -> float | None:
+        """Deliver one marked message; seconds until it must be tried again, or None."""
+        run_id = run.run_id
+        key = f"{run_id}/{target}"
+        try:
+            wait = await self._deliver(run, target, mark, shown)
+            self._failures.pop(key, None)
+        except Refused as refused:
+            log.error("Slack refused %s of run %s: %s", target, run_id, refused.code)
+            await self.outbox.done(run_id, target, mark)
+            kind = keys.target_kind(target)
+            if kind in ("run", "card"):
+                what = "the run's message" if kind == "run" else "an approval request"
+                await self.undeliverable(run_id, what, refused.cause)
+            wait = None
+        except Later as later:
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            wait = max(later.after, min(MAX_BACKOFF, 0.5 * 2 ** (failures - 1)))
+            log.warning("delivering %s of run %s failed (%s, attempt %d); again in %.1fs",
+                        target, run_id, later, failures, wait)  # fmt: skip
+        return wait
 
     async def _note_outcomes(self, run: RunRecord, marks: dict[str, Mark]) -> Mark | None:
         """Record, from the records, the outcomes the run's starter must be told: calls decided
@@ -284,9 +331,8 @@ class Projector:
                     channel=run.channel_id, user=run.user_id, text=text
                 )
             else:
-                opened = await self.client.conversations_open(users=run.user_id)
                 await self.client.chat_postMessage(
-                    channel=str(opened["channel"]["id"]),
+                    channel=await self._dm_channel(run.team_id, run.user_id),
                     text=text,
                     unfurl_links=False,
                     unfurl_media=False,
@@ -296,6 +342,18 @@ class Projector:
         await self.store.told_outcomes(run.run_id, untold)
         await self.outbox.done(run.run_id, target, mark)
         return None
+
+    async def _dm_channel(self, team_id: str, user_id: str) -> str:
+        """The id of the bot's direct-message channel with a person: asked of Slack once (it
+        does not change), then remembered (a bounded number of people)."""
+        known = self._dm_channels.get((team_id, user_id))
+        if known is None:
+            opened = await self.client.conversations_open(users=user_id)
+            known = str(opened["channel"]["id"])
+            if len(self._dm_channels) >= DM_CHANNELS:
+                self._dm_channels.clear()
+            self._dm_channels[(team_id, user_id)] = known
+        return known
 
     # One message ----------------------------------------------------------------------------
 
@@ -324,6 +382,11 @@ class Projector:
                 return None
             if not call.decided and call.sticky in await self.store.sticky_decisions(run.run_id):
                 return 0.5  # an earlier Always decision is being re-judged for it: wait
+            resuming = run.status in ("resuming", "running")
+            if current.ts and call.decided and resuming and time.time() < mark.since + GATHER:
+                # The decision resumed the run: what the resume does (a result, the run's new
+                # status) arrives in a moment, and goes to Slack in the same pass as the card.
+                return mark.since + GATHER - time.time()
             text, body = blocks.approval_message(run, call, when(call.decided_at))
         elif kind == "remind":  # a reminder or an escalation, in the card's thread
             approval_id, _, which = target.partition(":")[2].rpartition(":")

@@ -145,9 +145,10 @@ class Outbox:
             self.woken.set()
 
     @staticmethod
-    def schedule_in(pipe: Any, run_id: str) -> None:
-        """`schedule(run_id)` as one command of a pipeline that carries other writes."""
-        pipe.zadd(keys.OUTBOX_INDEX, {run_id: now_ms()}, lt=True)
+    def schedule_in(pipe: Any, run_id: str, delay: float = 0.0) -> None:
+        """`schedule(run_id, delay)` as one command of a pipeline that carries other writes
+        (it does not wake the projector: its next look at the index finds the run)."""
+        pipe.zadd(keys.OUTBOX_INDEX, {run_id: now_ms() + delay * 1000}, lt=True)
 
     async def claim(self, limit: int, lease: float) -> list[Claim]:
         """Take up to `limit` due runs for `lease` seconds; each claim has a unique score."""

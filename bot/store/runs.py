@@ -36,6 +36,7 @@ from bot.store.timers import Timers
 MAX_COMMENTS = 20
 TIMER_MARGIN = 86400  # a paused run's records outlive its calls' expiry by at least this
 RECENT_RUNS = 20  # runs kept per person for their App Home
+PROGRESS_DUE_IN = 1.0  # seconds: the projector coalesces a run message's changes as long
 
 # Drop a run from the due set only if nothing made it due again since `since` was read.
 _NOT_DUE = """
@@ -196,16 +197,20 @@ class RunStore:
             self.outbox.schedule_in(pipe, run.run_id)
             await pipe.execute()
 
-    async def add_progress(self, run_id: str, line: str, keep: int = 8) -> None:
-        """Append a progress line (shown in the run message, coalesced with its status)."""
+    async def add_progress(
+        self, run_id: str, line: str, keep: int = 8, due_in: float = PROGRESS_DUE_IN
+    ) -> None:
+        """Append a progress line (shown in the run message, coalesced with its status): the
+        run is due for Slack in `due_in` seconds (sooner if something else makes it due), so
+        the lines of a quick run's tools wake nothing before its end does."""
         key = keys.progress_key(run_id)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.rpush(key, line)
             pipe.ltrim(key, -keep, -1)
             pipe.expire(key, self.retention)
             self._mark(pipe, run_id, "run")
+            self.outbox.schedule_in(pipe, run_id, due_in)
             await pipe.execute()
-        await self.outbox.schedule(run_id)
 
     async def add_note(self, run_id: str, text: str) -> None:
         """A plain-text note for the run's thread (escaped once, where it is shown)."""
