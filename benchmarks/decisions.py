@@ -132,6 +132,9 @@ class Load:
     lost: int = 0
     elapsed: float = 0.0
     cpu: float = 0.0  # CPU seconds of the receiving process over the burst (and what followed)
+    # Seconds from the first click until every decision was recorded, every resumed run
+    # finished and every message delivered (the bot's, not the bare app's).
+    settle: float = 0.0
 
     @property
     def clicks(self) -> int:
@@ -408,8 +411,10 @@ class Bot:
     async def burst(self, runs: list[tuple[str, str]], in_flight: int) -> Load:
         bodies = [click_body(approval_id) for approval_id, _ in runs]
         before = cpu_seconds(self.pid)
+        started = time.perf_counter()
         load = await burst(self.url, bodies, in_flight)
         await until(self.settled, 60 + len(runs) / 5, "the resumed runs")
+        load.settle = time.perf_counter() - started
         load.cpu = cpu_seconds(self.pid) - before
         finished = 0
         for _, run_id in runs:
@@ -508,6 +513,10 @@ def report(
             f"{o.rate:.0f}", f"{o.rate / b.rate:.2f}x", ">= 1,000",
         ))  # fmt: skip
         rows.append((f"clicks lost, {in_flight} in flight", str(b.lost), str(o.lost), "", "0"))
+        rows.append((
+            f"  burst settled: all decided, resumed, shown (s; {o.clicks} clicks)", "",
+            f"{o.settle:.2f}", "", "",
+        ))  # fmt: skip
     sdk, sdk_cpu = sdks
     bot_med, sdk_med = statistics.median(serial), statistics.median(sdk)
     rows.append((
