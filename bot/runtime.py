@@ -22,6 +22,7 @@ from bot.engine.runner import Engine
 from bot.engine.tracing import Tracing
 from bot.service.approvals import ApprovalService
 from bot.service.authorize import Authorizer
+from bot.service.foreground import Foreground
 from bot.service.limits import StartLimits
 from bot.service.policy_source import PolicySource
 from bot.service.worker import Worker
@@ -130,6 +131,7 @@ class BotRuntime:
                 ),
                 max_task_chars=s.max_task_chars,
             ),
+            foreground=Foreground(max_wait=s.lull_max_seconds),
         )
         self.home = HomePublisher(self.service, self.client, interval=s.home_refresh_seconds)
         secret = s.slack_signing_secret.get_secret_value() if s.slack_signing_secret else None
@@ -168,6 +170,7 @@ class BotRuntime:
             notice=s.requester_notice,
             notice_window=s.requester_notice_seconds,
             run_changed=self.home.run_changed,
+            foreground=self.service.foreground,
         )
         self._projector_task = asyncio.create_task(self.projector.run(), name="projector")
         self._home_task = asyncio.create_task(self.home.run(), name="app-home")
