@@ -120,14 +120,10 @@ class Settings(BaseSettings):
         return value if value.endswith("/") else value + "/"
 
     @model_validator(mode="after")
-    def _lull_below_budget(self) -> Settings:
-        if "lull_max_seconds" not in self.model_fields_set:  # the default fits any budget
+    def _lull_within_budget(self) -> Settings:
+        """The default lull fits any ack budget (one set explicitly is checked by `problems`)."""
+        if "lull_max_seconds" not in self.model_fields_set:
             self.lull_max_seconds = min(self.lull_max_seconds, self.ack_budget_seconds / 3)
-        elif self.lull_max_seconds >= self.ack_budget_seconds:
-            raise ValueError(
-                "APPROVAL_BOT_LULL_MAX_SECONDS must be below APPROVAL_BOT_ACK_BUDGET_SECONDS "
-                f"({self.ack_budget_seconds:g} s)"
-            )
         return self
 
     def problems(self, *, socket_mode: bool) -> list[str]:
@@ -145,6 +141,12 @@ class Settings(BaseSettings):
             found.append(
                 "SLACK_SIGNING_SECRET is not set: HTTP mode needs it to verify Slack's requests "
                 "(Basic Information > App Credentials)."
+            )
+        if self.lull_max_seconds >= self.ack_budget_seconds:
+            found.append(
+                f"APPROVAL_BOT_LULL_MAX_SECONDS={self.lull_max_seconds:g} must be below "
+                f"APPROVAL_BOT_ACK_BUDGET_SECONDS ({self.ack_budget_seconds:g}): a click's "
+                "decision would wait past the moment its clicker is told it is still working."
             )
         found += self.tracing_problems()
         return found
