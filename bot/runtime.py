@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import Callable
 from functools import partial
@@ -280,8 +281,18 @@ async def _cancel(task: asyncio.Task[None] | None) -> None:
             await task
 
 
+def settle_heap() -> None:
+    """Put everything alive after start-up (the SDK, Bolt, pydantic, the agents: some 200,000
+    objects) out of the cyclic GC's reach. Otherwise each full collection walks them all while
+    every request waits: 100-170 ms pauses that were the slowest click acks of
+    a burst (`gc.freeze`; objects made later are collected as usual)."""
+    gc.collect()
+    gc.freeze()
+
+
 async def serve_http(runtime: BotRuntime, host: str, port: int, stop: asyncio.Event) -> None:
     await runtime.start()
+    settle_heap()
     budget = runtime.settings.drain_seconds
     http_drain = min(HTTP_DRAIN_SECONDS, budget / 4)
     runner = web.AppRunner(runtime.web_app(), access_log=None, shutdown_timeout=http_drain)
@@ -305,6 +316,7 @@ async def serve_socket(
     from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 
     await runtime.start()
+    settle_heap()
     token = runtime.settings.slack_app_token
     assert token is not None
     handler = AsyncSocketModeHandler(runtime.app, token.get_secret_value())
