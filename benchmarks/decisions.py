@@ -136,6 +136,7 @@ class Load:
     # Seconds from the first click until every decision was recorded, every resumed run
     # finished and every message delivered (the bot's, not the bare app's).
     settle: float = 0.0
+    notes: int = 0  # clicks told "still working" (not decided within the ack budget)
 
     @property
     def clicks(self) -> int:
@@ -418,6 +419,7 @@ class Bot:
 
     async def burst(self, runs: list[tuple[str, str]], in_flight: int) -> Load:
         bodies = [click_body(approval_id) for approval_id, _ in runs]
+        notes = (await self.standin("bench.state"))["notes"]
         before = cpu_seconds(self.pid)
         started = time.perf_counter()
         load = await burst(self.url, bodies, in_flight)
@@ -431,6 +433,7 @@ class Bot:
         load.settle = time.perf_counter() - started
         load.cpu = cpu_seconds(self.pid) - before
         finished = await self.finished(run_ids)
+        load.notes = (await self.standin("bench.state"))["notes"] - notes
         load.lost += len(runs) - len(load.latencies) - load.lost  # (never: clicks all counted)
         if finished != len(load.latencies):
             print(f"  note: {finished} of {len(runs)} runs finished", file=sys.stderr)
@@ -529,6 +532,8 @@ def report(
             f"  burst settled: all decided, resumed, shown (s; {o.clicks} clicks)", "",
             f"{o.settle:.2f}", "", "",
         ))  # fmt: skip
+        rows.append(("  clicks told 'still working' (not decided within the ack budget)", "",
+                     str(o.notes), "", ""))  # fmt: skip
     sdk, sdk_cpu = sdks
     bot_med, sdk_med = statistics.median(serial), statistics.median(sdk)
     rows.append((
