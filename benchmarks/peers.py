@@ -50,8 +50,13 @@ class BenchSlackAPI(FakeSlackAPI):
             return await self._result(request.query["run_id"])
         if method == "bench.state":
             return web.json_response(
-                {"ok": True, "cards": self.cards, "calls": self.per_run, "peers": len(self.peers)}
-            )
+                {
+                    "ok": True, "cards": self.cards, "calls": self.per_run,
+                    "peers": len(self.peers),
+                    # clicks told "still working": not decided by the ack budget
+                    "notes": sum("Still working" in str(e.get("text")) for e in self.ephemeral),
+                }
+            )  # fmt: skip
         if request.transport is not None:
             self.peers.add(request.transport.get_extra_info("peername"))
         response = await super()._handle(request)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlparse
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_FILE_VARIABLE = "APPROVAL_BOT_ENV_FILE"
@@ -51,6 +51,11 @@ class Settings(BaseSettings):
     ack_budget_seconds: float = Field(
         default=1.5, alias="APPROVAL_BOT_ACK_BUDGET_SECONDS", gt=0, le=2.5
     )
+    # Acks first: work that can wait (a click's decision, the worker's next jobs, the Slack
+    # messages' next delivery) waits for a moment with no Slack request in flight, at most this
+    # long (0: it never waits). Below the ack budget, so a click is never told "still working"
+    # only because its decision waited.
+    lull_max_seconds: float = Field(default=0.5, alias="APPROVAL_BOT_LULL_MAX_SECONDS", ge=0)
     # Slack allows about one post per second per channel and ~50 updates a minute per workspace.
     slack_posts_per_second: float = Field(
         default=1.0, alias="APPROVAL_BOT_SLACK_POSTS_PER_SECOND", gt=0
@@ -114,6 +119,13 @@ class Settings(BaseSettings):
         # slack_sdk joins base_url and method names by plain concatenation.
         return value if value.endswith("/") else value + "/"
 
+    @model_validator(mode="after")
+    def _lull_within_budget(self) -> Settings:
+        """The default lull fits any ack budget (one set explicitly is checked by `problems`)."""
+        if "lull_max_seconds" not in self.model_fields_set:
+            self.lull_max_seconds = min(self.lull_max_seconds, self.ack_budget_seconds / 3)
+        return self
+
     def problems(self, *, socket_mode: bool) -> list[str]:
         """Everything missing for the chosen transport, in words a person can act on."""
         found: list[str] = []
@@ -129,6 +141,12 @@ class Settings(BaseSettings):
             found.append(
                 "SLACK_SIGNING_SECRET is not set: HTTP mode needs it to verify Slack's requests "
                 "(Basic Information > App Credentials)."
+            )
+        if self.lull_max_seconds >= self.ack_budget_seconds:
+            found.append(
+                f"APPROVAL_BOT_LULL_MAX_SECONDS={self.lull_max_seconds:g} must be below "
+                f"APPROVAL_BOT_ACK_BUDGET_SECONDS ({self.ack_budget_seconds:g}): a click's "
+                "decision would wait past the moment its clicker is told it is still working."
             )
         found += self.tracing_problems()
         return found

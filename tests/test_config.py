@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.config import Settings
 from bot.engine.registry import AgentLoadError, AgentRegistry
 from bot.service.authorize import Authorizer, Installation
 from bot.service.policy import PolicyError, load_policy, parse_policy
@@ -199,3 +200,16 @@ def test_serve_and_worker_answer_with_the_same_list(tmp_path: Path, command: lis
     assert "Redis does not answer" in err
     assert "APPROVAL_BOT_MAX_TURNS" in err
     assert "OPENAI_API_KEY is not set" in err
+
+
+def test_the_lull_maximum_stays_below_the_ack_budget() -> None:
+    """Acks first: a click's deferred decision must not outwait its "still working" note."""
+    assert Settings(_env_file=None).lull_max_seconds == 0.5  # type: ignore[call-arg]
+    small = Settings(_env_file=None, ack_budget_seconds=0.3)  # type: ignore[call-arg]
+    assert small.lull_max_seconds == pytest.approx(0.1)  # the default fits the budget
+    assert not any("LULL" in p for p in small.problems(socket_mode=True))
+    wrong = Settings(_env_file=None, ack_budget_seconds=0.3, lull_max_seconds=0.5)  # type: ignore[call-arg]
+    [problem] = [p for p in wrong.problems(socket_mode=True) if "LULL" in p]
+    assert (
+        "APPROVAL_BOT_LULL_MAX_SECONDS=0.5 must be below APPROVAL_BOT_ACK_BUDGET_SECONDS" in problem
+    )

@@ -17,6 +17,7 @@ from bot.engine.runner import (
 )
 from bot.service.authorize import Authorizer
 from bot.service.digest import call_digest
+from bot.service.foreground import Foreground
 from bot.service.limits import StartLimits
 from bot.service.policy import CallRule, Policy, Verdict
 from bot.service.policy_source import PolicySource
@@ -69,6 +70,7 @@ class ServiceCore:
         journal: RedisJournal,
         admission: AdmissionStore,
         limits: StartLimits | None = None,
+        foreground: Foreground | None = None,
     ) -> None:
         self.store = store
         self.engine = engine
@@ -80,6 +82,8 @@ class ServiceCore:
         self.journal = journal
         self.admission = admission
         self.limits = limits or StartLimits()
+        # Slack's requests in flight in this process; deferrable work waits for a lull.
+        self.foreground = foreground or Foreground()
         self.process_id = secrets.token_hex(6)
         self._tasks: set[asyncio.Task[None]] = set()
 

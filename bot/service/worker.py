@@ -56,6 +56,9 @@ class Worker:
                 if free <= 0:
                     await asyncio.wait(set(self._running), return_when=asyncio.FIRST_COMPLETED)
                     continue
+                # Acks first: new jobs wait for a lull in Slack's requests (at most a
+                # moment); the jobs in hand go on.
+                await self.service.foreground.lull()
                 jobs: list[Job] = []
                 if loop.time() >= next_reclaim:
                     next_reclaim = loop.time() + self.lease_seconds / 3

@@ -30,6 +30,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.service.approvals import ApprovalService, RejectForm
+from bot.service.foreground import Foreground
 from bot.service.ports import Actor
 from bot.service.replies import ConfirmReject, Reply
 from bot.slack import asks, blocks
@@ -98,14 +99,23 @@ class _BudgetedApp(AsyncApp):  # type: ignore[misc]
     an empty 200 (a valid acknowledgement of every kind of request) and the dispatch goes on in
     a tracked task."""
 
-    def __init__(self, *, budget: float, spawn: Spawn, **kwargs: Any) -> None:
+    def __init__(
+        self, *, budget: float, spawn: Spawn, foreground: Foreground, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.budget = budget
         self._spawn = spawn
+        self._foreground = foreground
         # Listeners answer a little before the budget, so that their answer is the one sent.
         self._margin = min(0.1, budget / 4)
 
     async def async_dispatch(self, req: AsyncBoltRequest) -> BoltResponse:
+        """Answer one request (HTTP and Socket Mode alike), counted as in flight until then:
+        deferrable work waits for a lull (see `Foreground`)."""
+        with self._foreground.request():
+            return await self._dispatch(req)
+
+    async def _dispatch(self, req: AsyncBoltRequest) -> BoltResponse:
         loop = asyncio.get_running_loop()
         received = loop.time()
         req.context[RECEIVED] = received
@@ -197,6 +207,7 @@ def build_app(
     app = _BudgetedApp(
         budget=ack_budget,
         spawn=service.spawn,
+        foreground=service.foreground,
         client=client,
         signing_secret=signing_secret,
         request_verification_enabled=not socket_mode,
@@ -227,10 +238,12 @@ def build_app(
 
     def in_background(
         what: str, context: AsyncBoltContext, work: Awaitable[Any], tell: Callable[[str], None],
-        still_working: str | None = STILL_WORKING,
+        still_working: str | None = STILL_WORKING, defer: bool = False,
     ) -> None:  # fmt: skip
         """Do `work` in a tracked task (Slack's request is answered without waiting for it);
-        if it is still going at the ack deadline, say `still_working` once."""
+        if it is still going at the ack deadline, say `still_working` once. `defer`: the work
+        first waits for a lull in Slack's requests (acks first; the lull's maximum is below
+        the ack budget, so the wait alone never brings the note)."""
         deadline = deadline_of(context)
 
         async def run() -> None:
@@ -239,6 +252,13 @@ def build_app(
             if still_working:
                 note = loop.call_later(max(0.0, deadline - loop.time()), tell, still_working)
             try:
+                if defer:
+                    try:
+                        await service.foreground.lull()
+                    except asyncio.CancelledError:  # shutting down: the work never starts
+                        if isinstance(work, Coroutine):
+                            work.close()
+                        raise
                 await _guard(what, work, tell)
             finally:
                 if note is not None:
@@ -390,7 +410,7 @@ def build_app(
             if not reply.ok:
                 tell(reply.text)
 
-        in_background(action_id, context, work(), tell)
+        in_background(action_id, context, work(), tell, defer=True)
 
     for action_id in blocks.DECISION_ACTIONS:
         app.action(action_id)(on_decision)
@@ -417,7 +437,7 @@ def build_app(
                 if reply.text:
                     tell(reply.text)
 
-            in_background(what, context, work(), tell)
+            in_background(what, context, work(), tell, defer=True)
 
         return listener
 

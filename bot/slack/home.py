@@ -68,6 +68,7 @@ class HomePublisher:
         """Publish due Homes until `stop()`."""
         while not self._stopping.is_set():
             try:
+                await self.service.foreground.lull()  # acks first
                 due = await self.index.claim(10)
                 for team, user in due:
                     self._busy += 1

@@ -32,6 +32,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.service.foreground import Foreground
 from bot.service.replies import when
 from bot.slack import blocks
 from bot.slack.overview import notice_message
@@ -87,6 +88,7 @@ class Projector:
         notice: str = "dm",
         notice_window: float = 3.0,
         run_changed: RunChanged | None = None,
+        foreground: Foreground | None = None,
     ) -> None:
         self.store = store
         self.outbox = store.outbox
@@ -107,6 +109,8 @@ class Projector:
         self.notice_window = notice_window
         self.run_changed = run_changed  # the App Home publisher's hook
         self._dm_channels: dict[tuple[str, str], str] = {}
+        # Acks first: a claim waits for a lull in this process's Slack requests.
+        self.foreground = foreground or Foreground(max_wait=0)
 
     @property
     def busy(self) -> int:
@@ -119,6 +123,8 @@ class Projector:
             try:
                 woken.clear()  # a change from now on wakes the wait below
                 free = self.concurrency - len(self._running)
+                if free > 0:
+                    await self.foreground.lull()
                 claimed_at = time.monotonic()
                 claims = await self.outbox.claim(free, self.lease) if free > 0 else []
                 for claim in claims:

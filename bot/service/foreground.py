@@ -1,0 +1,103 @@
+"""Acks first: deferrable background work waits for a lull in Slack's requests.
+
+Everything of one process shares one event loop, and asyncio runs every ready callback before
+it looks at its sockets again: fifty decision tasks made ready by fifty clicks delay the
+answer to every new request by their CPU. Slack counts a late answer as a failure, while a
+decision recorded half a second later is not noticed. So the transport counts the requests it
+is answering (`request()`), and work that can wait (a click's decision, the worker's next jobs,
+the projector's and the App Home's next claims) first awaits `lull()`: at once when nothing
+is in flight, otherwise when the last request in flight is answered or after `max_wait`
+seconds at most, whichever comes first.
+
+Waiters are released in the order they came, a few per loop iteration, so that a large set
+of deferred tasks never becomes ready all at once: between two releases the loop accepts new
+requests, and a new request in flight stops the release of those not yet due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+MAX_WAIT_SECONDS = 0.5  # the default of APPROVAL_BOT_LULL_MAX_SECONDS
+# Waiters released per loop iteration (they are then ready together in the next one).
+RELEASE_BATCH = 4
+EARLY = 0.001  # asyncio may run a timer this much before its time
+
+
+class Foreground:
+    """Counts the Slack requests being answered; lets background work wait for a lull.
+
+    One per process, on one event loop. `max_wait` 0 disables the waiting."""
+
+    def __init__(self, max_wait: float = MAX_WAIT_SECONDS, batch: int = RELEASE_BATCH) -> None:
+        self.max_wait = max_wait
+        self.batch = max(1, batch)
+        self._in_flight = 0
+        # (deadline, future) in arrival order; deadlines ascend as max_wait is fixed.
+        self._waiters: collections.deque[tuple[float, asyncio.Future[None]]] = collections.deque()
+        self._pump: asyncio.TimerHandle | asyncio.Handle | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def waiting(self) -> int:
+        return sum(not f.done() for _, f in self._waiters)
+
+    @contextmanager
+    def request(self) -> Iterator[None]:
+        """Around the answer to one Slack request, whatever way it ends."""
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0 and self._waiters:
+                self._schedule(soon=True)
+
+    async def lull(self) -> None:
+        """Return when no Slack request is in flight, or after `max_wait` seconds at most
+        (a little more when many waiters are due together: they leave a few at a time)."""
+        if self._in_flight == 0 or self.max_wait <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append((loop.time() + self.max_wait, waiter))
+        if self._pump is None:
+            self._schedule(soon=False)
+        await waiter  # cancelled: the pump skips it
+
+    def _schedule(self, *, soon: bool) -> None:
+        """Run the pump in the next loop iteration (`soon`), or when the first waiter is due."""
+        loop = asyncio.get_running_loop()
+        if self._pump is not None:
+            self._pump.cancel()
+        if soon or not self._waiters:
+            self._pump = loop.call_soon(self._release)
+        else:
+            self._pump = loop.call_at(self._waiters[0][0], self._release)
+
+    def _release(self) -> None:
+        """Let out up to `batch` waiters that may go (nothing in flight, or their wait is
+        over), oldest first; then look again next iteration, or when the next one is due."""
+        self._pump = None
+        now = asyncio.get_running_loop().time()
+        released = 0
+        while self._waiters and released < self.batch:
+            deadline, waiter = self._waiters[0]
+            if waiter.done():  # cancelled while waiting
+                self._waiters.popleft()
+                continue
+            if self._in_flight and deadline > now + EARLY:
+                break
+            self._waiters.popleft()
+            waiter.set_result(None)
+            released += 1
+        if not self._waiters:
+            return
+        due = self._in_flight == 0 or self._waiters[0][0] <= now + EARLY
+        self._schedule(soon=due)

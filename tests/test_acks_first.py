@@ -1,0 +1,91 @@
+"""Acks first, through signed HTTP into the real app: a click's decision waits for a lull in
+Slack's requests, and no longer than APPROVAL_BOT_LULL_MAX_SECONDS.
+
+A `/agent` command in a channel whose starters are a user group stays in flight while Slack
+does not answer `usergroups.list` (until the ack budget); a click on another run's card
+meanwhile is acked at once and decided after the lull's maximum, while the command is still
+unanswered. With nothing in flight the same click is decided at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from bot.slack.app import STILL_WORKING, STILL_WORKING_COMMAND
+from bot.slack.blocks import APPROVE
+from bot.testing.harness import BotHarness, wait_until
+from bot.testing.slack_api import FakeSlackAPI
+from tests.test_stalls import BUDGET, stateless_agent
+
+LULL = 0.5
+POLICY = """
+defaults:
+  allow_self_approval: false
+channels:
+  C1:
+    starters: ["*"]
+    approvers: ["U2"]
+  C2:
+    starters: ["@sre"]
+    approvers: ["U2"]
+"""
+
+
+async def decided_at(bot: BotHarness, count: int) -> float:
+    """When (Unix time) the `count`-th decision was recorded."""
+
+    async def decisions() -> list[dict[str, str]]:
+        entries = [e for e in await bot.audit() if e["kind"] == "decided"]
+        return entries if len(entries) >= count else []
+
+    entries = await wait_until(decisions, timeout=10, what=f"decision {count}")
+    return float(entries[count - 1]["time"])
+
+
+async def test_a_click_is_decided_within_the_lull_while_a_request_stays_in_flight(
+    slack_api: FakeSlackAPI, redis_url: str
+) -> None:
+    slack_api.usergroups = {"S0SRE": ("sre", ["U1"])}
+    executed: list[str] = []
+    settings = {"lull_max_seconds": LULL}
+    async with BotHarness(
+        redis_url, stateless_agent(executed), POLICY, slack=slack_api, settings=settings
+    ) as bot:
+        first = await bot.start_and_wait("/var/log/a", user="U1")
+        await bot.slack.command("/var/log/b", user="U1", channel="C1")
+        [second] = [c for c in await bot.wait_for_approvals(2) if c.ts != first.ts]
+
+        # Nothing in flight: the decision is not deferred.
+        clicked = time.time()
+        sent = await bot.click(first, APPROVE, user="U2")
+        assert sent.status == 200
+        undeferred = await decided_at(bot, 1) - clicked
+        assert undeferred < LULL * 0.6, undeferred
+        await wait_until(lambda: executed == ["/var/log/a"], what="the first tool")
+        await bot.idle()
+
+        # A command stays in flight (its starter's group is being looked up) ...
+        slack_api.hang("usergroups.list")
+        command = asyncio.create_task(bot.slack.command("/var/log/c", user="U1", channel="C2"))
+        await wait_until(lambda: slack_api.hanging == 1, what="the command to be in flight")
+        # ... while a click on the other card is acked at once and decided after the lull's
+        # maximum, before the command is answered.
+        clicked = time.time()
+        sent = await bot.click(second, APPROVE, user="U2")
+        acked = time.time() - clicked
+        assert sent.status == 200 and acked < LULL, acked
+        deferred = await decided_at(bot, 2) - clicked
+        assert not command.done()
+        answer = await command
+        answered = time.time() - clicked
+        assert LULL * 0.9 <= deferred < answered, (deferred, answered)
+        assert deferred < LULL + 0.4, deferred
+        assert answer.status == 200 and STILL_WORKING_COMMAND in answer.text
+        assert answered < BUDGET
+        slack_api.release()
+        await wait_until(lambda: len(executed) == 2, what="the second tool")
+        await bot.idle()
+    assert executed == ["/var/log/a", "/var/log/b"]
+    assert STILL_WORKING not in slack_api.ephemeral_to("U2")  # the deferral brought no note
+    assert "Approved by <@U2>" in second.all_text()

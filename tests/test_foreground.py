@@ -1,0 +1,143 @@
+"""Acks first: deferred work waits for a lull in Slack's requests, a bounded time at most.
+
+The gate is driven with events: a "request" holds the count until the test lets it go, and
+the loop is stepped (`asyncio.sleep(0)`: one iteration, no time) to see who has left."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from bot.service.foreground import Foreground
+
+FOREVER = 3600.0
+
+
+async def steps(count: int = 20) -> None:
+    """Let the loop run `count` iterations."""
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
+@contextmanager
+def held(foreground: Foreground) -> Iterator[asyncio.Event]:
+    """A request in flight until the returned event is set (and the test steps once)."""
+    done = asyncio.Event()
+
+    async def request() -> None:
+        with foreground.request():
+            await done.wait()
+
+    task = asyncio.create_task(request())
+    try:
+        yield done
+    finally:
+        done.set()
+        task.cancel()
+
+
+async def test_nothing_in_flight_means_no_wait() -> None:
+    foreground = Foreground(max_wait=FOREVER)
+    waiter = asyncio.create_task(foreground.lull())
+    await steps(1)
+    assert waiter.done()
+
+
+async def test_deferred_work_waits_until_the_last_request_is_answered() -> None:
+    foreground = Foreground(max_wait=FOREVER)
+    order: list[str] = []
+    with held(foreground) as first, held(foreground) as second:
+        await steps(1)
+        assert foreground.in_flight == 2
+
+        async def deferred() -> None:
+            await foreground.lull()
+            order.append("deferred")
+
+        waiter = asyncio.create_task(deferred())
+        await steps()
+        assert not waiter.done() and foreground.waiting == 1
+        first.set()
+        await steps()
+        assert foreground.in_flight == 1 and not waiter.done()  # one is still in flight
+        second.set()
+        order.append("answered")
+        await waiter
+    assert order == ["answered", "deferred"]
+    assert foreground.in_flight == 0 and foreground.waiting == 0
+
+
+async def test_an_exception_in_a_request_still_ends_it() -> None:
+    foreground = Foreground(max_wait=FOREVER)
+    try:
+        with foreground.request():
+            raise RuntimeError("the listener failed")
+    except RuntimeError:
+        pass
+    assert foreground.in_flight == 0
+
+
+async def test_the_wait_is_bounded_while_requests_stay_in_flight() -> None:
+    foreground = Foreground(max_wait=0.05)
+    loop = asyncio.get_running_loop()
+    with held(foreground):
+        await steps(1)
+        started = loop.time()
+        await asyncio.wait_for(foreground.lull(), 5.0)
+        assert loop.time() - started >= 0.05 - 0.002  # timers may fire a clock tick early
+        assert foreground.in_flight == 1
+
+
+async def test_waiting_disabled() -> None:
+    foreground = Foreground(max_wait=0)
+    with held(foreground):
+        await steps(1)
+        waiter = asyncio.create_task(foreground.lull())
+        await steps(1)
+        assert waiter.done()
+
+
+async def test_waiters_leave_in_order_a_few_per_loop_iteration() -> None:
+    foreground = Foreground(max_wait=FOREVER, batch=4)
+    released: list[int] = []
+    seen: list[int] = []
+
+    async def deferred(i: int) -> None:
+        await foreground.lull()
+        released.append(i)
+
+    with held(foreground) as done:
+        await steps(1)
+        waiters = [asyncio.create_task(deferred(i)) for i in range(10)]
+        await steps()
+        waiters[3].cancel()  # a waiter cancelled meanwhile is skipped
+        await steps()
+        assert released == [] and foreground.waiting == 9
+        done.set()
+        while len(released) < 9:
+            await steps(1)
+            seen.append(len(released))
+    assert released == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+    assert all(b - a <= 4 for a, b in zip([0, *seen], seen, strict=False))
+    assert any(0 < n < 9 for n in seen)  # not all at once
+
+
+async def test_a_new_request_stops_the_release_of_waiters_not_yet_due() -> None:
+    foreground = Foreground(max_wait=FOREVER, batch=2)
+    released: list[int] = []
+
+    async def deferred(i: int) -> None:
+        await foreground.lull()
+        released.append(i)
+
+    with foreground.request():
+        waiters = [asyncio.create_task(deferred(i)) for i in range(6)]
+        await steps()
+    while not released:
+        await steps(1)
+    with foreground.request():  # a request arrives after the first release
+        await steps()
+        assert 0 < len(released) < 6 and foreground.waiting == 6 - len(released)
+    await asyncio.gather(*waiters)
+    assert released == list(range(6))
