@@ -56,15 +56,16 @@ class Worker:
                 if free <= 0:
                     await asyncio.wait(set(self._running), return_when=asyncio.FIRST_COMPLETED)
                     continue
-                # Acks first: new jobs wait for a lull in Slack's requests (at most a
-                # moment); the jobs in hand go on.
-                await self.service.foreground.lull()
                 jobs: list[Job] = []
                 if loop.time() >= next_reclaim:
                     next_reclaim = loop.time() + self.lease_seconds / 3
                     jobs = await self.queue.reclaim(self.consumer, free)
                 if not jobs:
                     jobs = await self.queue.read(self.consumer, free, block_ms=200)
+                if jobs:
+                    # Acks first: new jobs start at a lull in this process's Slack requests
+                    # (at most a moment: their leases run far longer); the jobs in hand go on.
+                    await self.service.foreground.lull()
                 for job in jobs:
                     task = asyncio.create_task(self._handle(job), name=f"job-{job.message_id}")
                     self._running.add(task)

@@ -238,12 +238,12 @@ def build_app(
 
     def in_background(
         what: str, context: AsyncBoltContext, work: Awaitable[Any], tell: Callable[[str], None],
-        still_working: str | None = STILL_WORKING, defer: bool = False,
+        still_working: str | None = STILL_WORKING,
     ) -> None:  # fmt: skip
         """Do `work` in a tracked task (Slack's request is answered without waiting for it);
-        if it is still going at the ack deadline, say `still_working` once. `defer`: the work
-        first waits for a lull in Slack's requests (acks first; the lull's maximum is below
-        the ack budget, so the wait alone never brings the note)."""
+        if it is still going at the ack deadline, say `still_working` once. It starts at once:
+        a click's decision is what its clicker waits for, and it is cheap (what it sets off,
+        the resume and the messages, waits for a lull in Slack's requests)."""
         deadline = deadline_of(context)
 
         async def run() -> None:
@@ -252,13 +252,6 @@ def build_app(
             if still_working:
                 note = loop.call_later(max(0.0, deadline - loop.time()), tell, still_working)
             try:
-                if defer:
-                    try:
-                        await service.foreground.lull()
-                    except asyncio.CancelledError:  # shutting down: the work never starts
-                        if isinstance(work, Coroutine):
-                            work.close()
-                        raise
                 await _guard(what, work, tell)
             finally:
                 if note is not None:
@@ -410,7 +403,7 @@ def build_app(
             if not reply.ok:
                 tell(reply.text)
 
-        in_background(action_id, context, work(), tell, defer=True)
+        in_background(action_id, context, work(), tell)
 
     for action_id in blocks.DECISION_ACTIONS:
         app.action(action_id)(on_decision)
@@ -437,7 +430,7 @@ def build_app(
                 if reply.text:
                     tell(reply.text)
 
-            in_background(what, context, work(), tell, defer=True)
+            in_background(what, context, work(), tell)
 
         return listener
 
