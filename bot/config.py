@@ -51,9 +51,10 @@ class Settings(BaseSettings):
     ack_budget_seconds: float = Field(
         default=1.5, alias="APPROVAL_BOT_ACK_BUDGET_SECONDS", gt=0, le=2.5
     )
-    # Acks first: work that can wait (the worker's next jobs, the Slack messages' next
-    # delivery) waits for a moment with no Slack request in flight, at most this long (0: it
-    # never waits). Below the ack budget: a moment, not a second answer's worth.
+    # Acks first: work that can wait (a click's decision, the worker's next jobs, the Slack
+    # messages' next delivery) waits for a moment with no Slack request in flight, at most this
+    # long (0: it never waits). Below the ack budget, so a click is never told "still working"
+    # only because its decision waited.
     lull_max_seconds: float = Field(default=0.5, alias="APPROVAL_BOT_LULL_MAX_SECONDS", ge=0)
     # Slack allows about one post per second per channel and ~50 updates a minute per workspace.
     slack_posts_per_second: float = Field(

@@ -3,12 +3,14 @@
 Everything of one process shares one event loop, and asyncio runs every ready callback before
 it looks at its sockets again: fifty decision tasks made ready by fifty clicks delay the
 answer to every new request by their CPU. Slack counts a late answer as a failure, while a
-resume or a message update that starts half a second later is not noticed. So the transport
-counts the requests it is answering (`request()`), and work that can wait (the worker's next
-jobs, the projector's and the App Home's next claims) first awaits `lull()`: at once when
+decision recorded half a second later is not noticed. So the transport counts the requests it
+is answering (`request()`), and work that can wait (a click's decision, the worker's jobs just
+read, the projector's and the App Home's next claims) first awaits `lull()`: at once when
 nothing is in flight, otherwise when the last request in flight is answered or after
-`max_wait` seconds at most, whichever comes first. A click's decision does not wait: it is
-what the clicker waits for (told "still working" past the ack budget), and it is cheap.
+`max_wait` seconds at most, whichever comes first. A decision, once let go, counts as a
+request in flight itself (its clicker waits for it: past the ack budget they are told "still
+working"), so resumes and deliveries wait for the decisions too: acks first, decisions next,
+the rest after.
 
 Waiters are released in the order they came, a few per loop iteration, so that a large set
 of deferred tasks never becomes ready all at once: between two releases the loop accepts new

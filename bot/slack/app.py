@@ -238,12 +238,13 @@ def build_app(
 
     def in_background(
         what: str, context: AsyncBoltContext, work: Awaitable[Any], tell: Callable[[str], None],
-        still_working: str | None = STILL_WORKING,
+        still_working: str | None = STILL_WORKING, defer: bool = False,
     ) -> None:  # fmt: skip
         """Do `work` in a tracked task (Slack's request is answered without waiting for it);
-        if it is still going at the ack deadline, say `still_working` once. It starts at once:
-        a click's decision is what its clicker waits for, and it is cheap (what it sets off,
-        the resume and the messages, waits for a lull in Slack's requests)."""
+        if it is still going at the ack deadline, say `still_working` once. `defer` (a click's
+        decision): the work first waits for a lull in Slack's requests, and then counts as one
+        of them, so that what waits for a lull (resumes, deliveries) waits for it too. Acks
+        come first, decisions next (the clicker waits for theirs), the rest after."""
         deadline = deadline_of(context)
 
         async def run() -> None:
@@ -252,7 +253,17 @@ def build_app(
             if still_working:
                 note = loop.call_later(max(0.0, deadline - loop.time()), tell, still_working)
             try:
-                await _guard(what, work, tell)
+                if not defer:
+                    await _guard(what, work, tell)
+                    return
+                try:
+                    await service.foreground.lull()
+                except asyncio.CancelledError:  # shutting down: the work never starts
+                    if isinstance(work, Coroutine):
+                        work.close()
+                    raise
+                with service.foreground.request():
+                    await _guard(what, work, tell)
             finally:
                 if note is not None:
                     note.cancel()
@@ -403,7 +414,7 @@ def build_app(
             if not reply.ok:
                 tell(reply.text)
 
-        in_background(action_id, context, work(), tell)
+        in_background(action_id, context, work(), tell, defer=True)
 
     for action_id in blocks.DECISION_ACTIONS:
         app.action(action_id)(on_decision)
@@ -430,7 +441,7 @@ def build_app(
                 if reply.text:
                     tell(reply.text)
 
-            in_background(what, context, work(), tell)
+            in_background(what, context, work(), tell, defer=True)
 
         return listener
 
