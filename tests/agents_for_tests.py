@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,20 @@ class Ledger:
 
     def names(self) -> list[str]:
         return [name for name, _ in self.executed]
+
+
+def slow_check(ledger: Ledger, started: asyncio.Event, release: asyncio.Event) -> Any:
+    """An ungated tool that sets `started`, then waits for `release` (a run kept busy)."""
+
+    @function_tool
+    async def slow_check(host: str) -> str:
+        """Check a host slowly (no approval needed)."""
+        started.set()
+        await release.wait()
+        ledger.executed.append(("slow_check", {"host": host}))
+        return f"{host} is fine"
+
+    return slow_check
 
 
 def ops_agent(

@@ -10,14 +10,19 @@ import json
 import secrets
 from typing import Any
 
-from agents import function_tool
-
 from bot import metrics
 from bot.slack.blocks import APPROVE, CANCEL_RUN
 from bot.store.records import CallRecord, RunRecord
 from bot.testing.harness import BotHarness, status_line, wait_until
 from bot.testing.slack_api import Message
-from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+from tests.agents_for_tests import (
+    POLICY,
+    Ledger,
+    assistant_message,
+    function_call,
+    ops_agent,
+    slow_check,
+)
 
 RUN_ID_WORDS = "run `"
 
@@ -159,14 +164,6 @@ async def test_cancel_while_running_stops_before_the_next_model_call(redis_url: 
     ledger = Ledger()
     started, release = asyncio.Event(), asyncio.Event()
 
-    @function_tool
-    async def slow_check(host: str) -> str:
-        """Check a host slowly (no approval needed)."""
-        started.set()
-        await release.wait()
-        ledger.executed.append(("slow_check", {"host": host}))
-        return f"{host} is fine"
-
     agent, model = ops_agent(
         [
             [function_call("slow_check", {"host": "db1"}, call_id="s1")],
@@ -174,7 +171,7 @@ async def test_cancel_while_running_stops_before_the_next_model_call(redis_url: 
             [assistant_message("never")],
         ],
         ledger,
-        extra_tools=[slow_check],
+        extra_tools=[slow_check(ledger, started, release)],
     )
     async with BotHarness(redis_url, agent, POLICY) as bot:
         await bot.slack.command("check then clean", user="U1", channel="C1")

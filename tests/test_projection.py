@@ -11,14 +11,20 @@ from typing import Any
 from urllib.parse import urlparse
 
 import redis.asyncio as aioredis
-from agents import function_tool
 
 from bot.runtime import BotRuntime
 from bot.slack.blocks import APPROVE
 from bot.store import keys
 from bot.testing.harness import BotHarness, status_line, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
-from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+from tests.agents_for_tests import (
+    POLICY,
+    Ledger,
+    assistant_message,
+    function_call,
+    ops_agent,
+    slow_check,
+)
 
 
 def _agent(ledger: Ledger, final: str = "Deleted.") -> Any:
@@ -342,18 +348,11 @@ async def test_a_decided_card_shows_the_decision_while_its_resumed_run_is_still_
     ledger = Ledger()
     started, release = asyncio.Event(), asyncio.Event()
 
-    @function_tool
-    async def slow_check(host: str) -> str:
-        """Check a host slowly (no approval needed)."""
-        started.set()
-        await release.wait()
-        return f"{host} is fine"
-
     agent, _ = ops_agent(
         [[function_call("delete_logs", {"path": "/a"}, call_id="c1")],
          [function_call("slow_check", {"host": "db1"}, call_id="s1")],
          [assistant_message("done")]],
-        ledger, extra_tools=[slow_check],
+        ledger, extra_tools=[slow_check(ledger, started, release)],
     )  # fmt: skip
     async with BotHarness(redis_url, agent, POLICY) as bot:
         try:
@@ -370,4 +369,4 @@ async def test_a_decided_card_shows_the_decision_while_its_resumed_run_is_still_
         finally:
             release.set()
         await bot.wait_for_status("finished")
-        assert ledger.names() == ["delete_logs"]
+        assert ledger.names() == ["delete_logs", "slow_check"]
