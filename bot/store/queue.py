@@ -133,15 +133,19 @@ class JobQueue:
         if floor:
             await self.redis.xtrim(STREAM, minid=floor)
 
-    async def waiting_runs(self) -> set[str]:
-        """Runs with a job in the stream that no worker has been given yet (queued behind busy
-        workers): the entries after the group's last delivered one. One round trip each."""
+    async def _last_delivered(self) -> str:
+        """The id of the last entry the workers' group was given ("0-0": none yet)."""
         groups: Any = await self.redis.xinfo_groups(STREAM)
-        delivered = "0-0"
         for group in groups:
             info = {_text(k): v for k, v in dict(group).items()}
             if _text(info.get("name", "")) == GROUP:
-                delivered = _text(info.get("last-delivered-id") or "0-0")
+                return _text(info.get("last-delivered-id") or "0-0")
+        return "0-0"
+
+    async def waiting_runs(self) -> set[str]:
+        """Runs with a job in the stream that no worker has been given yet (queued behind busy
+        workers): the entries after the group's last delivered one. One round trip each."""
+        delivered = await self._last_delivered()
         entries: Any = await self.redis.xrange(STREAM, min=f"({delivered}")
         return {_text(fields.get(b"run_id", b"")) for _, fields in entries or []}
 
@@ -151,12 +155,7 @@ class JobQueue:
         pending: Any = await self.redis.xpending(STREAM, GROUP)
         oldest = _text(pending.get("min")) if pending.get("min") else ""
         if not oldest:
-            groups: Any = await self.redis.xinfo_groups(STREAM)
-            delivered = "0-0"
-            for group in groups:
-                info = {_text(k): v for k, v in dict(group).items()}
-                if _text(info.get("name", "")) == GROUP:
-                    delivered = _text(info.get("last-delivered-id") or "0-0")
+            delivered = await self._last_delivered()
             after: Any = await self.redis.xrange(STREAM, min=f"({delivered}", count=1)
             oldest = _text(after[0][0]) if after else ""
         if not oldest:
