@@ -13,7 +13,7 @@ from functools import partial
 
 import aiohttp
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 
 from bot import metrics, ops
@@ -32,7 +32,7 @@ from bot.slack.blocks import use_slack_api
 from bot.slack.groups import SlackGroups
 from bot.slack.home import HomePublisher
 from bot.slack.installation import learn_installation, learn_once
-from bot.slack.intake import refuse
+from bot.slack.intake import Refusal, admit, bolt_request
 from bot.slack.notifier import SlackNotifier
 from bot.slack.projector import Projector
 from bot.slack.webapi import Pacer, build_client
@@ -261,10 +261,12 @@ class BotRuntime:
 
         async def events(request: web.Request) -> web.Response:
             body = await request.read()
-            refusal = refuse(signing_secret, body, request.headers, request.content_type)
-            if refusal is not None:
-                return web.Response(status=refusal.status, text=refusal.reason)
-            bolt_response = await self.app.async_dispatch(await to_bolt_request(request))
+            admitted = admit(signing_secret, body, request.headers, request.content_type)
+            if isinstance(admitted, Refusal):
+                return web.Response(status=admitted.status, text=admitted.reason)
+            bolt_response = await self.app.async_dispatch(
+                bolt_request(body, admitted, request.query_string, request.headers)
+            )
             return await to_aiohttp_response(bolt_response)
 
         web_app = web.Application(client_max_size=1024 * 1024)

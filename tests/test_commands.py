@@ -117,3 +117,14 @@ async def test_a_run_whose_job_was_never_enqueued_is_picked_up(redis_url: str) -
         assert [e["run_id"] for e in audit if e["kind"] == "run_finished"].count(
             stalled.run_id
         ) == 1
+
+
+async def test_a_task_that_mentions_payload_starts_a_run(redis_url: str) -> None:
+    """Bolt's own body parser takes any form containing the word "payload" for an interaction
+    and loses the command; the intake hands Bolt the form it parsed (#17)."""
+    async with BotHarness(redis_url, agents(Ledger()), POLICY) as bot:
+        sent = await bot.slack.command("run db fix the payload= parser", user="U1", channel="C1")
+        assert sent.status == 200, sent
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        assert "fix the payload= parser" in bot.run_message().all_text()
