@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 
 from bot.runtime import BotRuntime
 from bot.slack.blocks import APPROVE
+from bot.slack.webapi import Pacer
 from bot.store import keys
 from bot.testing.harness import BotHarness, status_line, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
@@ -370,3 +371,53 @@ async def test_a_decided_card_shows_the_decision_while_its_resumed_run_is_still_
             release.set()
         await bot.wait_for_status("finished")
         assert ledger.names() == ["delete_logs", "slow_check"]
+
+
+async def test_retry_after_holds_a_card_whatever_else_wakes_its_run(redis_url: str) -> None:
+    """A card answered 429 with `Retry-After: 2` is not tried again sooner, even when another
+    change of the same run (a decision on its other card) makes the run due at once (#17)."""
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [
+            [
+                function_call("delete_logs", {"path": "/a"}, call_id="ca"),
+                function_call("restart_service", {"service": "b"}, call_id="cb"),
+            ],
+            [assistant_message("done")],
+        ],
+        ledger,
+    )
+
+    def card_b(params: dict[str, Any]) -> bool:
+        return is_card(params) and "restart_service" in str(params)
+
+    def attempts() -> list[Any]:
+        return [c for c in card_posts(bot.slack_api) if card_b(c.params)]
+
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        # Two 429s: slack_sdk waits out the first and tries once more itself.
+        bot.slack_api.rate_limit("chat.postMessage", 2, retry_after=2, when=card_b)
+        await bot.slack.command("clean", user="U1", channel="C1")
+        await wait_until(lambda: len(attempts()) == 2, timeout=20, what="card B limited twice")
+        [card_a] = bot.slack_api.approval_messages()
+        await bot.click(card_a, APPROVE, user="U2")  # makes the run due now
+        await wait_until(lambda: len(bot.slack_api.approval_messages()) == 2, what="card B")
+        assert len(attempts()) == 3
+        _, limited, posted = (c.at for c in attempts())
+        assert posted - limited >= 1.95, posted - limited
+        [card_b_message] = [m for m in bot.slack_api.approval_messages() if m.action_ids()]
+        await bot.click(card_b_message, APPROVE, user="U2")
+        await bot.wait_for_status("finished", timeout=20)
+        await bot.idle()
+    assert sorted(ledger.names()) == ["delete_logs", "restart_service"]
+
+
+def test_a_held_pacer_waits_out_retry_after() -> None:
+    """A 429 holds every call behind the same limit (method and channel or workspace)."""
+    pacer = Pacer(rate=100.0, burst=5)
+    assert pacer.ahead("C1") == 0.0 and pacer.reserve("C1") == 0.0
+    pacer.hold("C1", 2.0)
+    assert 1.9 < pacer.ahead("C1") <= 2.0 and 1.9 < pacer.reserve("C1") <= 2.0
+    assert pacer.ahead("C2") == 0.0  # another channel is not held
+    pacer.hold("C1", 0.5)  # a shorter hold never shortens a longer one
+    assert pacer.ahead("C1") > 1.8

@@ -101,6 +101,9 @@ class Projector:
         self.updates = updates or Pacer(rate=50 / 60, burst=10)  # per workspace
         self._running: set[asyncio.Task[None]] = set()
         self._failures: dict[str, int] = {}
+        # Message -> the earliest next attempt (monotonic) after a failure: kept whatever else
+        # wakes the run (a 429's Retry-After, or the backoff), so no change retries it sooner.
+        self._not_before: dict[str, float] = {}
         self._stopping = asyncio.Event()
         self._fences: dict[str, Callable[[], Awaitable[None]]] = {}
         # The requester's message: "dm", "ephemeral" (in the run's channel) or "off"; sent
@@ -270,10 +273,16 @@ class Projector:
         """Deliver one marked message; seconds until it must be tried again, or None."""
         run_id = run.run_id
         key = f"{run_id}/{target}"
+        held = self._not_before.get(key, 0.0) - time.monotonic()
+        if held > 0:
+            return held
         try:
             wait = await self._deliver(run, target, mark, shown)
             self._failures.pop(key, None)
+            self._not_before.pop(key, None)
         except Refused as refused:
+            self._failures.pop(key, None)
+            self._not_before.pop(key, None)
             log.error("Slack refused %s of run %s: %s", target, run_id, refused.code)
             await self.outbox.done(run_id, target, mark)
             kind = keys.target_kind(target)
@@ -285,6 +294,7 @@ class Projector:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
             wait = max(later.after, min(MAX_BACKOFF, 0.5 * 2 ** (failures - 1)))
+            self._not_before[key] = time.monotonic() + wait
             log.warning("delivering %s of run %s failed (%s, attempt %d); again in %.1fs",
                         target, run_id, later, failures, wait)  # fmt: skip
         return wait
@@ -471,6 +481,12 @@ class Projector:
                 return None
         except Exception as exc:
             failure = classify(exc)
+            if isinstance(failure, Later) and failure.rate_limited:
+                # Slack's limit is per method and channel (posts) or workspace (updates): every
+                # message behind the same limit waits it out too, not only this one.
+                pacer, scope = (self.updates, run.team_id) if stage == "update" else (
+                    self.posts, channel)  # fmt: skip
+                pacer.hold(scope, failure.after)
             gone = (stage, str(failure)) == ("update", "message_not_found")
             if isinstance(failure, Later) and not failure.ambiguous and (gone or stage == "post"):
                 # not posted (or deleted in Slack since): the next attempt posts afresh

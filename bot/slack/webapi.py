@@ -110,12 +110,16 @@ class Refused(Exception):
 
 
 class Later(Exception):
-    """Try again after `after` seconds; `ambiguous` when the call may have taken effect."""
+    """Try again after `after` seconds; `ambiguous` when the call may have taken effect;
+    `rate_limited` when Slack answered 429 (its `Retry-After` is `after`)."""
 
-    def __init__(self, after: float, *, ambiguous: bool, why: str) -> None:
+    def __init__(
+        self, after: float, *, ambiguous: bool, why: str, rate_limited: bool = False
+    ) -> None:
         super().__init__(why)
         self.after = after
         self.ambiguous = ambiguous
+        self.rate_limited = rate_limited
 
 
 def classify(exc: Exception) -> Refused | Later:
@@ -128,7 +132,11 @@ def classify(exc: Exception) -> Refused | Later:
             value = headers.get("Retry-After") or headers.get("retry-after") or "1"
             if isinstance(value, list):
                 value = value[0]
-            return Later(float(value), ambiguous=False, why="rate limited (429)")
+            try:
+                after = max(0.0, float(value))
+            except ValueError:
+                after = 1.0
+            return Later(after, ambiguous=False, why="rate limited (429)", rate_limited=True)
         if status >= 500:
             return Later(1.0, ambiguous=True, why=f"HTTP {status}")
         code = str(response.get("error", "")) if hasattr(response, "get") else ""
@@ -149,7 +157,22 @@ class Pacer:
         self.rate = rate
         self.burst = float(burst)
         self._buckets: dict[str, tuple[float, float]] = {}
+        self._held: dict[str, float] = {}  # key -> no call before this (monotonic): a 429
         self.longest_wait = 0.0
+
+    def hold(self, key: str, seconds: float) -> None:
+        """No call for `key` in the next `seconds` (Slack's `Retry-After`)."""
+        until = time.monotonic() + seconds
+        self._held[key] = max(until, self._held.get(key, 0.0))
+
+    def _held_for(self, key: str, now: float) -> float:
+        until = self._held.get(key)
+        if until is None:
+            return 0.0
+        if until <= now:
+            del self._held[key]
+            return 0.0
+        return until - now
 
     def reserve(self, key: str) -> float:
         """Take a token; the seconds to wait before using it."""
@@ -157,15 +180,16 @@ class Pacer:
         tokens, last = self._buckets.get(key, (self.burst, now))
         tokens = min(self.burst, tokens + (now - last) * self.rate) - 1
         self._buckets[key] = (tokens, now)
-        wait = max(0.0, -tokens / self.rate)
+        wait = max(0.0, -tokens / self.rate, self._held_for(key, now))
         self.longest_wait = max(self.longest_wait, wait)
         return wait
 
     def ahead(self, key: str) -> float:
         """The seconds until a token is free for `key`, without taking one."""
-        tokens, last = self._buckets.get(key, (self.burst, time.monotonic()))
-        tokens = min(self.burst, tokens + (time.monotonic() - last) * self.rate)
-        return max(0.0, (1 - tokens) / self.rate)
+        now = time.monotonic()
+        tokens, last = self._buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        return max(0.0, (1 - tokens) / self.rate, self._held_for(key, now))
 
     async def wait(self, key: str) -> None:
         delay = self.reserve(key)
