@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.service.approvals import ApprovalService
 from bot.service.ports import Actor
 from bot.service.replies import Reply
 from bot.slack.commands import AgentCommand
+from bot.slack.listeners.deps import Service
 from bot.slack.overview import overview_message, status_message
 
 
 async def answer(
-    service: ApprovalService, actor: Actor, channel: str, command: AgentCommand
+    service: Service, actor: Actor, channel: str, command: AgentCommand
 ) -> dict[str, Any]:
     """The ephemeral response (ack arguments) to a command about runs."""
     if command.action == "cancel":
