@@ -19,7 +19,7 @@ from slack_bolt.async_app import AsyncBoltContext
 
 from bot.service.foreground import Foreground
 from bot.service.ports import Actor
-from bot.service.replies import ConfirmReject, RejectForm, Reply
+from bot.service.replies import ConfirmReject, Mention, RejectForm, Reply, Text
 from bot.slack import blocks
 from bot.slack.listeners import actions, commands, events, middleware, views
 from bot.slack.listeners.actions import FORM_FAILED
@@ -408,6 +408,13 @@ async def test_a_refused_decision_is_told_privately_to_the_clicker(rig: Rig) -> 
     await rig.click(blocks.APPROVE)
     await rig.service.settle()
     assert rig.notifier.told == [("C1", "U1", "You are not among the approvers.", "")]
+
+
+async def test_a_person_in_a_refusal_is_told_as_a_slack_mention(rig: Rig) -> None:
+    rig.service.answers["decide"] = Reply(False, Text(("Approved by ", Mention("U2"), ".")))
+    await rig.click(blocks.APPROVE)
+    await rig.service.settle()
+    assert rig.notifier.texts() == ["Approved by <@U2>."]
 
 
 async def test_a_failing_decision_is_told_try_again(rig: Rig) -> None:

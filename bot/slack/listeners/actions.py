@@ -20,6 +20,7 @@ from bot.service.replies import RejectForm, Reply
 from bot.slack import blocks
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import RECEIVED, Listener, actor_of, channel_of, left
+from bot.slack.replies import shown
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def on_decision(deps: ListenerDeps) -> Listener:
                 actor, approval_id, approve=True, always=action_id == blocks.ALWAYS_APPROVE
             )
             if not reply.ok:
-                tell(reply.text)
+                tell(shown(reply))
 
         deps.in_background(action_id, context, work(), tell, defer=True)
 
@@ -92,7 +93,7 @@ async def open_reject_form(
 
     async def refused(form: RejectForm | Reply) -> None:
         if isinstance(form, Reply) and not form.ok:
-            tell(form.text)
+            tell(shown(form))
 
     checked = deps.service.reject_form(actor, approval_id, always=always)
     form = await deps.by_deadline("reject form", deadline, checked, refused)
@@ -132,8 +133,8 @@ def on_private_button(deps: ListenerDeps, what: str, answer: Answer) -> Listener
         async def work() -> None:
             value, action_id = str(action.get("value", "")), str(action.get("action_id", ""))
             reply = await answer(deps, actor, value, action_id)
-            if reply.text:
-                tell(reply.text)
+            if reply.said:
+                tell(shown(reply))
 
         deps.in_background(what, context, work(), tell, defer=True)
 

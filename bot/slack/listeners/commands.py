@@ -13,6 +13,7 @@ from bot.slack import asks
 from bot.slack.commands import help_text, parse
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import TRY_AGAIN, Listener, actor_of
+from bot.slack.replies import shown
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def on_agent(deps: ListenerDeps) -> Listener:
 
         async def late(reply: Reply) -> None:
             if not reply.ok:
-                tell(reply.text)
+                tell(shown(reply))
 
         reply = await deps.by_deadline("command", deadline, start(), late)
         if reply is None:
@@ -85,6 +86,6 @@ def on_agent(deps: ListenerDeps) -> Listener:
         elif reply.ok:
             await ack()
         else:
-            await ack(response_type="ephemeral", text=reply.text)
+            await ack(response_type="ephemeral", text=shown(reply))
 
     return on_command

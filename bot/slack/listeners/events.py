@@ -13,6 +13,7 @@ from bot.service.replies import ConfirmReject
 from bot.slack import blocks
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import Listener, actor_of
+from bot.slack.replies import shown
 from bot.slack.text import unescape
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ def on_message(deps: ListenerDeps) -> Listener:
                     blocks=blocks.as_dicts(body),
                 )
             elif reply is not None and not reply.ok:
-                tell(reply.text)
+                tell(shown(reply))
 
         # Slack's request is answered at once; a reply needs no "still working" note.
         deps.in_background("thread reply", context, work(), tell, still_working=None)

@@ -13,6 +13,7 @@ from bot.service.replies import Reply
 from bot.slack import blocks
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import TRY_AGAIN, Listener, actor_of
+from bot.slack.replies import shown
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def on_reject_submit(deps: ListenerDeps) -> Listener:
                 call = await deps.records.get_call(approval_id)
                 where = call.channel_id if call is not None else ""
             if where:
-                deps.teller(where, actor.user_id)(reply.text)
+                deps.teller(where, actor.user_id)(shown(reply))
 
         deadline = deps.deadline_of(context)
         reply = await deps.by_deadline("reject form", deadline, reject(), late)
@@ -71,6 +72,6 @@ def on_reject_submit(deps: ListenerDeps) -> Listener:
         elif reply.ok:
             await ack()
         else:
-            await ack(response_action="errors", errors={blocks.REASON_BLOCK: reply.text})
+            await ack(response_action="errors", errors={blocks.REASON_BLOCK: shown(reply)})
 
     return on_reject_submit
