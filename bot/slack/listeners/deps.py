@@ -22,7 +22,6 @@ from bot.slack.listeners.shared import DEADLINE, STILL_WORKING, guard, left
 from bot.store.records import CallRecord
 
 R = TypeVar("R")
-Spawn = Callable[[Coroutine[Any, Any, None], str], None]
 
 
 class Service(Protocol):
