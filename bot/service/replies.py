@@ -1,4 +1,7 @@
-"""What the services answer the person who acted, and how they word decision times."""
+"""What the services answer the person who acted, and how they word decision times.
+
+Answers are `Text`: the service's words, with people and literals as parts that the interface
+renders (`bot.slack.replies` writes Slack's mrkdwn); the service writes no markup."""
 
 from __future__ import annotations
 
@@ -9,11 +12,80 @@ from bot.store.records import AlreadyDecided, CallRecord
 
 
 @dataclass(frozen=True)
+class Mention:
+    """A person, by their chat user id: the interface shows them its own way (in Slack, a
+    mention); the service writes no markup."""
+
+    user_id: str
+
+
+@dataclass(frozen=True)
+class Code:
+    """A literal (an id, a tool or agent name, possibly untrusted), shown as code: the
+    interface makes it safe and sets it apart, cut to `limit` characters."""
+
+    text: str
+    limit: int = 200
+
+
+@dataclass(frozen=True)
+class Strong:
+    """Words to stand out (a button's label named in a sentence)."""
+
+    text: str
+
+
+# A `str` part is the service's own words, shown as they are (untrusted values inside them are
+# made safe by `bot.untrusted`); the other parts are rendered by the interface.
+Part = str | Mention | Code | Strong
+
+
+@dataclass(frozen=True)
+class Text:
+    """What to tell a person, as parts the interface renders (`bot.slack.replies` for Slack)."""
+
+    parts: tuple[Part, ...] = ()
+
+    @classmethod
+    def of(cls, text: str | Text) -> Text:
+        """`text` as a Text (a plain string is one part)."""
+        if isinstance(text, Text):
+            return text
+        return cls((text,) if text else ())
+
+    def plain(self) -> str:
+        """The words without markup, for logs and the audit trail (a mention is its user id)."""
+        return "".join(_plain(part) for part in self.parts)
+
+    def __bool__(self) -> bool:
+        return any(_plain(part) for part in self.parts)
+
+
+def _plain(part: Part) -> str:
+    if isinstance(part, Mention):
+        return part.user_id
+    if isinstance(part, str):
+        return part
+    return part.text
+
+
+@dataclass(frozen=True, init=False)
 class Reply:
-    """What to tell the person who acted; `ok` is False when nothing changed because of them."""
+    """What to tell the person who acted; `ok` is False when nothing changed because of them.
+
+    `said` is what they are told (parts the interface renders); `text` the same words without
+    markup, for logs and the audit trail."""
 
     ok: bool
-    text: str = ""
+    said: Text
+
+    def __init__(self, ok: bool, text: str | Text = "") -> None:
+        object.__setattr__(self, "ok", ok)
+        object.__setattr__(self, "said", Text.of(text))
+
+    @property
+    def text(self) -> str:
+        return self.said.plain()
 
 
 @dataclass(frozen=True)
@@ -43,14 +115,21 @@ def when(timestamp: str) -> str:
     return moment.strftime("%Y-%m-%d %H:%M UTC")
 
 
-def already_text(result: AlreadyDecided) -> str:
+def already_text(result: AlreadyDecided) -> Text:
+    """Why a decision changed nothing: the call was decided (or expired) before."""
     if result.status == "expired":
-        return (
+        return Text.of(
             f"This request expired at {when(result.decided_at)}: no reviewer decided in time, "
             "so the call was not run and the agent was told so. Nothing changed."
         )
     verb = result.status or "decided"  # approved, rejected, cancelled, ...
     if result.via == "cancel":
         verb = "cancelled (with its run)"
-    who = f"<@{result.decided_by}>" if result.decided_by else "someone"
-    return f"This call was already {verb} by {who} at {when(result.decided_at)}. Nothing changed."
+    who: Part = Mention(result.decided_by) if result.decided_by else "someone"
+    return Text(
+        (
+            f"This call was already {verb} by ",
+            who,
+            f" at {when(result.decided_at)}. Nothing changed.",
+        )
+    )

@@ -5,24 +5,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.service.approvals import ApprovalService
 from bot.service.ports import Actor
 from bot.service.replies import Reply
 from bot.slack.commands import AgentCommand
+from bot.slack.listeners.deps import Service
 from bot.slack.overview import overview_message, status_message
+from bot.slack.replies import shown
 
 
 async def answer(
-    service: ApprovalService, actor: Actor, channel: str, command: AgentCommand
+    service: Service, actor: Actor, channel: str, command: AgentCommand
 ) -> dict[str, Any]:
     """The ephemeral response (ack arguments) to a command about runs."""
     if command.action == "cancel":
         reply = await service.cancel_run(actor, command.run_id)
-        return {"response_type": "ephemeral", "text": reply.text}
+        return {"response_type": "ephemeral", "text": shown(reply)}
     if command.action == "status":
         found = await service.run_status(actor, command.run_id)
         if isinstance(found, Reply):
-            return {"response_type": "ephemeral", "text": found.text}
+            return {"response_type": "ephemeral", "text": shown(found)}
         text, body = status_message(found)
         return {"response_type": "ephemeral", "text": text, "blocks": body}
     text, body = overview_message(await service.overview(actor, channel))

@@ -1,0 +1,159 @@
+"""Button clicks: acknowledged at once, worked on in tracked background tasks.
+
+Approve (once or always) is decided after a lull in Slack's requests; Reject opens the reject
+form with the click's trigger id (three seconds); the other buttons (cancel a run, settle a
+review, answer a question about a reply) carry an opaque server-side id and their answer goes
+privately to the clicker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
+from slack_sdk.errors import SlackApiError
+
+from bot.service.ports import Actor
+from bot.service.replies import RejectForm, Reply
+from bot.slack import blocks
+from bot.slack.listeners.deps import ListenerDeps
+from bot.slack.listeners.shared import RECEIVED, Listener, actor_of, channel_of, left
+from bot.slack.replies import shown
+
+log = logging.getLogger(__name__)
+
+FORM_LATE = (
+    "The reject form could not be opened in time (Slack allows three seconds after a click). "
+    "Click the button again."
+)
+FORM_FAILED = (
+    "The reject form could not be opened (Slack answered `{error}`). Click the button again."
+)
+# A modal must be opened within three seconds of the click, with the click's trigger id.
+TRIGGER_SECONDS = 2.8
+
+# What a private button does: `answer(actor, value, action_id)`, said privately to the clicker.
+Answer = Callable[[ListenerDeps, Actor, str, str], Awaitable[Reply]]
+
+
+def register(app: AsyncApp, deps: ListenerDeps) -> None:
+    """Listen to every button the bot's messages carry."""
+    decision = on_decision(deps)
+    for action_id in blocks.DECISION_ACTIONS:
+        app.action(action_id)(decision)
+    app.action(blocks.CANCEL_RUN)(on_private_button(deps, "cancel", cancel))
+    review_listener = on_private_button(deps, "review", review)
+    for action_id in (blocks.REVIEW_DONE, blocks.REVIEW_RERUN):
+        app.action(action_id)(review_listener)
+    reply_listener = on_private_button(deps, "reply answer", reply_answer)
+    for action_id in (blocks.REPLY_REJECT, blocks.REPLY_KEEP):
+        app.action(action_id)(reply_listener)
+
+
+def on_decision(deps: ListenerDeps) -> Listener:
+    """Approve, Always approve, Reject, Always reject on an approval card."""
+
+    async def on_decision(ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext) -> None:
+        await ack()
+        action = (body.get("actions") or [{}])[0]
+        approval_id = str(action.get("value", ""))
+        action_id = str(action.get("action_id", ""))
+        actor = actor_of(context, body)
+        tell = deps.teller(channel_of(body, context), actor.user_id)
+
+        if action_id in (blocks.REJECT, blocks.ALWAYS_REJECT):
+            received = float(context.get(RECEIVED) or asyncio.get_running_loop().time())
+            always = action_id == blocks.ALWAYS_REJECT
+            trigger_id = str(body.get("trigger_id", ""))
+            form = open_reject_form(deps, actor, approval_id, trigger_id, always, received, tell)
+            deps.in_background(action_id, context, form, tell, still_working=None)
+            return
+
+        async def work() -> None:
+            reply = await deps.service.decide(
+                actor, approval_id, approve=True, always=action_id == blocks.ALWAYS_APPROVE
+            )
+            if not reply.ok:
+                tell(shown(reply))
+
+        deps.in_background(action_id, context, work(), tell, defer=True)
+
+    return on_decision
+
+
+async def open_reject_form(
+    deps: ListenerDeps, actor: Actor, approval_id: str, trigger_id: str, always: bool,
+    received: float, tell: Callable[[str], None],
+) -> None:  # fmt: skip
+    """Check the call, then open the reject modal with the click's trigger id, which Slack
+    accepts for three seconds only: late or refused, the clicker is told so."""
+    deadline = received + TRIGGER_SECONDS
+
+    async def refused(form: RejectForm | Reply) -> None:
+        if isinstance(form, Reply) and not form.ok:
+            tell(shown(form))
+
+    checked = deps.service.reject_form(actor, approval_id, always=always)
+    form = await deps.by_deadline("reject form", deadline, checked, refused)
+    if form is None:
+        tell(FORM_LATE)
+        return
+    if isinstance(form, Reply):
+        await refused(form)
+        return
+    view = blocks.reject_modal(form.call, always=always, prefill=form.prefill)
+    try:
+        await asyncio.wait_for(
+            deps.client.views_open(trigger_id=trigger_id, view=view.to_dict()), left(deadline)
+        )
+    except TimeoutError:
+        log.warning("views.open did not answer within the click's three seconds")
+        tell(FORM_LATE)
+    except Exception as exc:
+        if isinstance(exc, SlackApiError):
+            error = str(exc.response.get("error", "an error"))
+        else:  # the connection failed: Slack's answer is unknown
+            error = type(exc).__name__
+        log.warning("views.open failed: %s", error)
+        tell(FORM_FAILED.format(error=error))
+
+
+def on_private_button(deps: ListenerDeps, what: str, answer: Answer) -> Listener:
+    """A listener for a button whose value is an opaque server-side id: `answer(deps, actor,
+    value, action_id)` acts, and whatever it says goes privately to the clicker."""
+
+    async def listener(ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext) -> None:
+        await ack()
+        action = (body.get("actions") or [{}])[0]
+        actor = actor_of(context, body)
+        tell = deps.teller(channel_of(body, context), actor.user_id)
+
+        async def work() -> None:
+            value, action_id = str(action.get("value", "")), str(action.get("action_id", ""))
+            reply = await answer(deps, actor, value, action_id)
+            if reply.said:
+                tell(shown(reply))
+
+        deps.in_background(what, context, work(), tell, defer=True)
+
+    return listener
+
+
+async def review(deps: ListenerDeps, actor: Actor, review_id: str, action_id: str) -> Reply:
+    """Mark done, or Run again, on a review message."""
+    choice = "done" if action_id == blocks.REVIEW_DONE else "rerun"
+    return await deps.service.resolve_review(actor, review_id, action=choice)
+
+
+async def reply_answer(deps: ListenerDeps, actor: Actor, reply_id: str, action_id: str) -> Reply:
+    """Its author's answer to "does your reply reject the call?"."""
+    reject = action_id == blocks.REPLY_REJECT
+    return await deps.service.confirm_reply(actor, reply_id, reject=reject)
+
+
+async def cancel(deps: ListenerDeps, actor: Actor, run_id: str, action_id: str) -> Reply:
+    """Cancel run: the run message shows who cancelled, so success says nothing."""
+    reply = await deps.service.cancel_run(actor, run_id)
+    return Reply(True) if reply.ok else reply

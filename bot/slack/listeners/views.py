@@ -1,0 +1,77 @@
+"""The reject form's submission: answered within the ack budget with the outcome (the form
+closes, or shows why not), or closed with "still working" and the outcome told privately."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
+
+from bot.service.replies import Reply
+from bot.slack import blocks
+from bot.slack.listeners.deps import ListenerDeps
+from bot.slack.listeners.shared import TRY_AGAIN, Listener, actor_of
+from bot.slack.replies import shown
+
+log = logging.getLogger(__name__)
+
+STILL_WORKING_REJECTION = "Still working on your rejection; the card will show the result."
+
+
+def register(app: AsyncApp, deps: ListenerDeps) -> None:
+    """Listen to the reject form's submissions."""
+    app.view(blocks.REJECT_MODAL)(on_reject_submit(deps))
+
+
+def on_reject_submit(deps: ListenerDeps) -> Listener:
+    """The reject form submitted: reject the call with the reason given."""
+
+    async def on_reject_submit(
+        ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        actor = actor_of(context, body)
+        try:
+            meta = json.loads(view.get("private_metadata") or "{}")
+            approval_id = str(meta.get("approval_id", ""))
+            always = meta.get("always") is True
+            channel = str(meta.get("channel") or "")
+            values = view.get("state", {}).get("values", {})
+            reason = values.get(blocks.REASON_BLOCK, {}).get(blocks.REASON_INPUT, {}).get("value")
+        except Exception:
+            log.exception("could not read a reject form")
+            await ack(response_action="errors", errors={blocks.REASON_BLOCK: TRY_AGAIN})
+            return
+
+        async def reject() -> Reply:
+            try:
+                return await deps.service.decide(
+                    actor, approval_id, approve=False, always=always, reason=reason or ""
+                )
+            except Exception:
+                log.exception("could not apply a rejection")
+                return Reply(False, TRY_AGAIN)
+
+        async def late(reply: Reply) -> None:
+            if reply.ok:
+                return
+            where = channel
+            if not where:  # a form opened before forms carried their channel
+                call = await deps.records.get_call(approval_id)
+                where = call.channel_id if call is not None else ""
+            if where:
+                deps.teller(where, actor.user_id)(shown(reply))
+
+        deadline = deps.deadline_of(context)
+        reply = await deps.by_deadline("reject form", deadline, reject(), late)
+        if reply is None:
+            await ack()  # the modal closes; the outcome shows on the card, or is told
+            if channel:
+                deps.teller(channel, actor.user_id)(STILL_WORKING_REJECTION)
+        elif reply.ok:
+            await ack()
+        else:
+            await ack(response_action="errors", errors={blocks.REASON_BLOCK: shown(reply)})
+
+    return on_reject_submit
