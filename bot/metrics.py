@@ -91,6 +91,17 @@ RUN_FAILURES = Counter("approval_bot_run_failures", "Runs that ended failed.", r
 RUNS_CANCELLED = Counter(
     "approval_bot_runs_cancelled", "Runs cancelled by a person.", registry=REGISTRY
 )
+REDIS_UP = Gauge(
+    "approval_bot_redis_up",
+    "1 while this process reaches Redis, 0 during an outage (from its first failed command "
+    "until a PING answers again).",
+    registry=REGISTRY,
+)
+REDIS_DOWN_SECONDS = Counter(
+    "approval_bot_redis_down_seconds",
+    "Seconds this process could not reach Redis, counted when each outage ends.",
+    registry=REGISTRY,
+)
 SCRAPE_ERRORS = Counter(
     "approval_bot_scrape_errors",
     "Scrapes whose Redis-backed gauges could not be refreshed (they keep their last value).",

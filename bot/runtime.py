@@ -21,6 +21,7 @@ from bot.config import Settings
 from bot.engine.registry import AgentRegistry
 from bot.engine.runner import Engine
 from bot.engine.tracing import Tracing
+from bot.outage import OUTAGE
 from bot.service.approvals import ApprovalService
 from bot.service.authorize import Authorizer
 from bot.service.foreground import Foreground
@@ -89,6 +90,7 @@ class BotRuntime:
             await self.embedded.start()
             url = self.embedded.url
         self.redis = connect(url, max_connections=s.redis_max_connections)
+        OUTAGE.attach(self.redis.ping)  # an outage ends when a PING answers again
         retention = s.run_retention_days * 86400
         store = RunStore(self.redis, retention_seconds=retention)
         self.leases = connect(url, max_connections=4)
@@ -221,6 +223,7 @@ class BotRuntime:
         await self.groups.close()
         if self.http is not None:
             await self.http.close()
+        await OUTAGE.detach()
         await self.redis.aclose()
         await self.leases.aclose()
         if self.embedded is not None:

@@ -15,9 +15,11 @@ import contextlib
 import hashlib
 import json
 import logging
+from logging import WARNING
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.outage import log_failure
 from bot.service.approvals import ApprovalService
 from bot.service.ports import Actor
 from bot.slack.overview import home_view
@@ -82,7 +84,7 @@ class HomePublisher:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.warning("the App Home publisher could not read its index", exc_info=True)
+                log_failure(log, "the App Home publisher could not read its index", level=WARNING)
                 await asyncio.sleep(1.0)
 
     def stop(self) -> None:

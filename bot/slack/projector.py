@@ -28,10 +28,12 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from logging import WARNING
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.outage import log_failure
 from bot.service.foreground import Foreground
 from bot.service.replies import when
 from bot.slack import blocks
@@ -147,7 +149,7 @@ class Projector:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.warning("the projector could not read the outbox; retrying", exc_info=True)
+                log_failure(log, "the projector could not read the outbox; retrying", level=WARNING)
                 await asyncio.sleep(1.0)
 
     async def stop(self, timeout: float) -> None:
@@ -195,7 +197,7 @@ class Projector:
         try:
             next_due = await self.project(claim.run_id)
         except Exception:
-            log.exception("could not project run %s; retrying", claim.run_id)
+            log_failure(log, "could not project run %s; retrying", claim.run_id)
         finally:
             self._fences.pop(claim.run_id, None)
             renewing.cancel()
@@ -264,7 +266,9 @@ class Projector:
                 try:
                     await self.run_changed(run)
                 except Exception:
-                    log.warning("could not mark App Homes of run %s due", run_id, exc_info=True)
+                    log_failure(
+                        log, "could not mark App Homes of run %s due", run_id, level=WARNING
+                    )
         return again
 
     async def _attempt(

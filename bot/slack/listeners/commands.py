@@ -8,6 +8,7 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
+from bot.outage import log_failure
 from bot.service.replies import Reply
 from bot.slack import asks
 from bot.slack.commands import help_text, parse
@@ -47,7 +48,7 @@ def on_agent(deps: ListenerDeps) -> Listener:
                 try:
                     return await asks.answer(service, actor, channel, parsed)
                 except Exception:
-                    log.exception("could not answer /agent %s", parsed.action)
+                    log_failure(log, "could not answer /agent %s", parsed.action)
                     return {"response_type": "ephemeral", "text": TRY_AGAIN}
 
             async def answer_late(answer: dict[str, Any]) -> None:
@@ -73,7 +74,7 @@ def on_agent(deps: ListenerDeps) -> Listener:
                     delivery_id=str(command.get("trigger_id", "")),
                 )
             except Exception:
-                log.exception("could not start a run")
+                log_failure(log, "could not start a run")
                 return Reply(False, TRY_AGAIN)
 
         async def late(reply: Reply) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 
+from bot.outage import log_failure
 from bot.service.ports import Actor
 from bot.service.replies import ConfirmReject
 from bot.slack import blocks
@@ -39,7 +40,7 @@ def on_home_opened(deps: ListenerDeps) -> Listener:
             try:
                 await home.opened(actor)
             except Exception:
-                log.exception("could not record that %s opened the App Home", actor.user_id)
+                log_failure(log, "could not record that %s opened the App Home", actor.user_id)
 
         deps.service.spawn(record(), "app home opened")  # answered at once, like every event
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncBoltContext
 
+from bot.outage import log_failure
 from bot.service.ports import Actor
 
 log = logging.getLogger(__name__)
@@ -45,11 +46,11 @@ async def guard(what: str, work: Awaitable[Any], tell: Callable[[str], Any]) -> 
     try:
         await work
     except Exception:
-        log.exception("failed to handle %s", what)
+        log_failure(log, "failed to handle %s", what)
         try:
             tell(TRY_AGAIN)
         except Exception:
-            log.exception("could not report the failure of %s", what)
+            log_failure(log, "could not report the failure of %s", what)
 
 
 def left(deadline: float) -> float:

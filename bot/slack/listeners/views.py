@@ -9,6 +9,7 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
+from bot.outage import log_failure
 from bot.service.replies import Reply
 from bot.slack import blocks
 from bot.slack.listeners.deps import ListenerDeps
@@ -40,7 +41,7 @@ def on_reject_submit(deps: ListenerDeps) -> Listener:
             values = view.get("state", {}).get("values", {})
             reason = values.get(blocks.REASON_BLOCK, {}).get(blocks.REASON_INPUT, {}).get("value")
         except Exception:
-            log.exception("could not read a reject form")
+            log_failure(log, "could not read a reject form")
             await ack(response_action="errors", errors={blocks.REASON_BLOCK: TRY_AGAIN})
             return
 
@@ -50,7 +51,7 @@ def on_reject_submit(deps: ListenerDeps) -> Listener:
                     actor, approval_id, approve=False, always=always, reason=reason or ""
                 )
             except Exception:
-                log.exception("could not apply a rejection")
+                log_failure(log, "could not apply a rejection")
                 return Reply(False, TRY_AGAIN)
 
         async def late(reply: Reply) -> None:
