@@ -88,6 +88,8 @@ class ApprovalService:
         self.audit_log = core.audit_log
         self.queue = core.queue
         self.journal = core.journal
+        self.admission = core.admission
+        self.limits = core.limits
         self.foreground = core.foreground
         self.process_id = core.process_id
         self._tasks = core.tasks  # the background tasks (the test harness waits for none)
