@@ -2,153 +2,129 @@
 
 This is where the rules live. Slack handlers call it with an `Actor` taken from the signed request
 and an opaque approval id; it answers with what to tell that person. Agents run in jobs taken by
-workers, so that Slack gets its acknowledgement within three seconds. The service is assembled
-from one module per concern: core, reviews, runs, decisions, and the sweeper below."""
+workers, so that Slack gets its acknowledgement within three seconds.
+
+`ApprovalService` is a front: it builds one `ServiceCore` (the collaborators and shared helpers)
+and the flows that receive it (and, where one needs another, that other), and exposes their
+public methods. Nothing inherits from anything: a click goes `decide` -> `Decisions.decide` ->
+`Gate.judge` -> `RunStore.decide`, each a plain method call on an object named in a constructor.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
-from bot.service.people import PeopleFlow
+from bot.engine.runner import Engine
+from bot.service.authorize import Authorizer
+from bot.service.core import ServiceCore
+from bot.service.decisions import Decisions
+from bot.service.foreground import Foreground
+from bot.service.gate import Gate
+from bot.service.limits import StartLimits
+from bot.service.people import People
+from bot.service.policy_source import PolicySource
+from bot.service.ports import Notifier
 from bot.service.replies import RejectForm, Reply, when
-from bot.store.records import ENDED
-from bot.store.runs import now
+from bot.service.reviews import Reviews
+from bot.service.runs import Runs
+from bot.service.sweeper import Sweeper
+from bot.service.timers import Timers
+from bot.store.admission import AdmissionStore
+from bot.store.audit import AuditLog
+from bot.store.journal import RedisJournal
+from bot.store.queue import JobQueue
+from bot.store.runs import RunStore
 
 log = logging.getLogger(__name__)
 
 
-class ApprovalService(PeopleFlow):
+class ApprovalService:
     """Runs and decisions, for one bot process (any number of processes may share Redis).
 
-    This class adds the sweeper, which finishes what a stopped process left half done
-    (the timers are in `TimerFlow`).
+    Who holds what: `core` (store, engine, notifier, policies, authorizer, audit, queue,
+    journal, admission, limits, foreground; background tasks) is shared by every flow;
+    `gate` judges a call against the policy in force; `reviews` stops runs for a person and
+    settles reviews; `runs` (with the gate and the reviews) starts, executes and settles
+    runs; `decisions` (with the gate) records clicks and thread replies; `timers` fires
+    expiry, reminders and escalation; `people` (with the gate) answers cancel, status and
+    the lists; `sweeper` (with the runs) finishes what a stopped process left half done.
     """
 
-    # A full pass over the active runs, on the first sweep and every RECONCILE_EVERY after: it
-    # catches what a process that stopped in the instant between a transition and the write
-    # that indexes it left unindexed. Every other sweep reads only what is due.
-    RECONCILE_EVERY = 20
+    def __init__(
+        self,
+        *,
+        store: RunStore,
+        engine: Engine,
+        notifier: Notifier,
+        policies: PolicySource,
+        authorizer: Authorizer,
+        audit: AuditLog,
+        queue: JobQueue,
+        journal: RedisJournal,
+        admission: AdmissionStore,
+        limits: StartLimits | None = None,
+        foreground: Foreground | None = None,
+    ) -> None:
+        core = ServiceCore(
+            store=store, engine=engine, notifier=notifier, policies=policies,
+            authorizer=authorizer, audit=audit, queue=queue, journal=journal,
+            admission=admission, limits=limits, foreground=foreground,
+        )  # fmt: skip
+        self.core = core
+        self.gate = Gate(core.store, core.policies, core.authorizer)
+        self.reviews = Reviews(core)
+        self.runs = Runs(core, self.gate, self.reviews)
+        self.decisions = Decisions(core, self.gate)
+        self.timers = Timers(core)
+        self.people = People(core, self.gate)
+        self.sweeper = Sweeper(core, self.runs)
 
-    async def sweep_forever(self, every: float) -> None:
-        """Every `every` seconds, finish what is due: executions no worker took, pauses whose
-        automatic decisions were not applied (see `requeue_stalled`)."""
-        sweeps = 0
-        while True:
-            await asyncio.sleep(every)
-            try:
-                await self.requeue_stalled(
-                    older_than=every * 2, reconcile=sweeps % self.RECONCILE_EVERY == 0
-                )
-            except Exception:
-                log.warning("sweep for stalled runs failed", exc_info=True)
-            sweeps += 1
+        # The collaborators, as the adapters and the tests reach them.
+        self.store = core.store
+        self.engine = core.engine
+        self.notifier = core.notifier
+        self.policies = core.policies
+        self.authorizer = core.authorizer
+        self.audit_log = core.audit_log
+        self.queue = core.queue
+        self.journal = core.journal
+        self.admission = core.admission
+        self.limits = core.limits
+        self.foreground = core.foreground
+        self.process_id = core.process_id
+        self._tasks = core.tasks  # the background tasks (the test harness waits for none)
 
-    async def requeue_stalled(self, *, older_than: float, reconcile: bool = True) -> int:
-        """Finish what a stopped process left half done; returns how many runs it touched.
+        # Background work and shutdown.
+        self.spawn = core.spawn
+        self.later = core.later
+        self.drain = core.drain
+        self.abandon = core.abandon
+        self.agent_names = core.agent_names
+        self._enqueue = core.enqueue  # tests re-enqueue a resume, as a lost job's redelivery
 
-        It looks only at the runs due (`ab:runs:due`) for longer than `older_than`, so its cost
-        follows what is due, not how many runs wait for people:
-        - a run waiting for a worker that never got its job (the process that should have
-          enqueued it stopped first): enqueue it again (a duplicate job is harmless: only one
-          delivery can take an execution), unless its job is still in the stream waiting for a
-          free worker;
-        - a pause saved but whose automatic decisions were not applied (its worker stopped).
-        With `reconcile`, first a full pass (one pipeline) over the active runs: a run whose
-        outbox holds marks but which is not on the outbox index (the process stopped between
-        a transition and its index write) is indexed, so a projector brings its messages up to
-        date; an unfinished run missing from the due set is put back on it.
-        Then trim the job stream of entries every worker is done with.
-        """
-        count = await self._reconcile() if reconcile else 0
-        cutoff = float(now()) - older_than
-        due = await self.store.due_runs(cutoff)
-        runs = await self.store.runs([run_id for run_id, _ in due]) if due else []
-        waiting: set[str] | None = None
-        for (run_id, since), run in zip(due, runs, strict=True):
-            if run is None or run.ended:
-                await self.store.forget_active(run_id)
-                await self.store.not_due(run_id, since)
-            elif run.status in ("running", "resuming") and run.owner and "/" not in run.owner:
-                if waiting is None:
-                    waiting = await self.queue.waiting_runs()
-                if run_id not in waiting:  # its job is lost, not merely queued
-                    kind = "start" if run.status == "running" else "resume"
-                    await self.queue.enqueue(kind, run.run_id, run.owner)
-                    count += 1
-                await self.store.due(run_id, float(now()))  # looked at again, later
-            elif run.status == "paused":
-                # a pause whose process stopped before indexing its timers: indexed now
-                await self.store.timers.schedule(
-                    await self.store.pause_calls(run_id), only_missing=True
-                )
-                if await self._undecided_by_rule(run_id):
-                    await self._auto_decide(run)
-                    count += 1
-                await self.store.not_due(run_id, since)
-            else:  # taken by a worker (its job's lease watches it), or waiting for a review
-                await self.store.not_due(run_id, since)
-        await self.queue.trim()
-        return count
+        # Runs: the `/agent` command, the worker's jobs, a message Slack refuses for good.
+        self.start_run = self.runs.start_run
+        self.run_job = self.runs.run_job
+        self.undeliverable = self.runs.undeliverable
 
-    async def _reconcile(self) -> int:
-        """The full pass over active runs (see `requeue_stalled`); returns the runs indexed."""
-        count = 0
-        outbox = self.store.outbox
-        for run_id, status, owner, indexed, marked, due in await self.store.active_overview():
-            if marked and not indexed:
-                log.info("re-indexing the undelivered messages of run %s", run_id)
-                await outbox.schedule(run_id)
-                count += 1
-            if status is None or status in ENDED:
-                await self.store.forget_active(run_id)
-            elif not due and (
-                status == "paused" or (status in ("running", "resuming") and "/" not in owner)
-            ):
-                await self.store.due(run_id, 0.0)  # looked at by this very sweep
-            if status == "paused":
-                count += await self._time_older_calls(run_id)
-        return count
+        # Decisions: clicks, the reject modal, thread replies.
+        self.decide = self.decisions.decide
+        self.reject_form = self.decisions.reject_form
+        self.thread_reply = self.decisions.thread_reply
+        self.confirm_reply = self.decisions.confirm_reply
 
-    async def _time_older_calls(self, run_id: str) -> int:
-        """Give timers to the pending calls of a pause saved by a version without them (they
-        would otherwise wait unseen forever): the policy's expiry and escalation, counted from
-        now (the first sweep after the upgrade); no reminders (they would all be overdue)."""
-        calls = [
-            c
-            for c in await self.store.pause_calls(run_id)
-            if not c.decided and not c.auto and not c.expires_at
-        ]
-        run = await self.store.get_run(run_id) if calls else None
-        if run is None:
-            return 0
-        policy = self.policies.current().policy
-        timed = []
-        for call in calls:
-            rule = self._rule_for(policy, run, call)
-            if rule is None:
-                continue
-            paused_at, call.paused_at = call.paused_at, now()
-            self._time(call, rule)  # expiry and escalation count from now
-            call.paused_at = paused_at
-            call.remind_after = call.remind_max = 0  # its reminders would be long overdue
-            fields = {
-                name: str(getattr(call, name))
-                for name in ("expire_after", "expires_at", "remind_after", "remind_max",
-                             "escalate_after", "escalate_at", "escalate_to")
-                if getattr(call, name)
-            }  # fmt: skip
-            if await self.store.set_pending_call_fields(call.approval_id, fields):
-                log.info("call %s, paused before timers existed, now expires", call.approval_id)
-                timed.append(call)
-        await self.store.timers.schedule(timed)
-        return len(timed)
-
-    async def _undecided_by_rule(self, run_id: str) -> bool:
-        """Whether a pending call awaits a policy rule or an earlier Always decision."""
-        sticky = await self.store.sticky_decisions(run_id)
-        calls = await self.store.pause_calls(run_id)
-        return any(not c.decided and (c.auto or c.sticky in sticky) for c in calls)
+        # Reviews, timers, people, the sweeper.
+        self.resolve_review = self.reviews.resolve_review
+        self.timers_forever = self.timers.timers_forever
+        self.fire_due = self.timers.fire_due
+        self.stop_timers = self.timers.stop_timers
+        self.cancel_run = self.people.cancel_run
+        self.run_status = self.people.run_status
+        self.waiting_for = self.people.waiting_for
+        self.overview = self.people.overview
+        self.home = self.people.home
+        self.sweep_forever = self.sweeper.sweep_forever
+        self.requeue_stalled = self.sweeper.requeue_stalled
 
 
 __all__ = ["ApprovalService", "RejectForm", "Reply", "when"]

@@ -6,9 +6,12 @@ import logging
 import re
 from typing import Any
 
+from bot.service.audit import AuditKind
+from bot.service.core import ServiceCore
+from bot.service.digest import digest_of
+from bot.service.gate import Gate
 from bot.service.ports import Actor
 from bot.service.replies import ConfirmReject, RejectForm, Reply, already_text
-from bot.service.runs import RunFlow
 from bot.store import keys
 from bot.store.records import (
     AlreadyDecided,
@@ -30,8 +33,13 @@ MAYBE_REJECT = re.compile(r"^\s*(?:reject|deny)\b", re.IGNORECASE)
 HOLD_REPLY_SECONDS = 3600
 
 
-class DecisionFlow(RunFlow):
+class Decisions:
     """Clicks, modal submissions and thread replies on pending calls."""
+
+    def __init__(self, core: ServiceCore, gate: Gate) -> None:
+        self.core = core
+        self.store = core.store
+        self.gate = gate
 
     async def _check(
         self, actor: Actor, approval_id: str, *, approve: bool, always: bool
@@ -40,7 +48,7 @@ class DecisionFlow(RunFlow):
         call, stored_run = await self.store.call_and_run(approval_id)  # one round trip
         if call is None:
             return Reply(False, Gone().why)
-        run, verdict = await self._authorize(actor, call, stored_run)
+        run, verdict = await self.gate.authorize(actor, call, stored_run)
         # The checks, in order; who decided is told only to people allowed to decide.
         if run is None or not verdict.allowed:
             reply = Reply(False, verdict.reason)
@@ -53,14 +61,16 @@ class DecisionFlow(RunFlow):
                 f"Always decisions are not allowed for tool `{inline(call.tool)}`: "
                 "decide this call on its own.",
             )
-        elif self._digest(call) != call.digest:
+        elif digest_of(call) != call.digest:
             reply = Reply(
                 False, "This call changed since it was posted, so no decision can apply to it."
             )
         else:
             return call, run
         decision = ("always_" if always else "") + ("approve" if approve else "reject")
-        await self.audit("refused", call=call, actor=actor, decision=decision, detail=reply.text)
+        await self.core.audit(
+            AuditKind.REFUSED, call=call, actor=actor, decision=decision, detail=reply.text
+        )
         return reply
 
     async def _settled_alongside(self, actor: Actor, run: RunRecord, call: CallRecord) -> list[str]:
@@ -78,10 +88,10 @@ class DecisionFlow(RunFlow):
                 or other.required != 1
                 or not other.allow_always
                 or other.approvers != call.approvers
-                or self._digest(other) != other.digest
+                or digest_of(other) != other.digest
             ):
                 continue
-            rule, verdict = await self._judge(actor, run, other)
+            rule, verdict = await self.gate.judge(actor, run, other)
             if rule is not None and rule.required == 1 and rule.allow_always and verdict.allowed:
                 found.append(other.approval_id)
         return found
@@ -106,19 +116,19 @@ class DecisionFlow(RunFlow):
         if isinstance(checked, Reply):
             return checked
         call, run = checked
-        owner = self._owner()
+        owner = self.core.new_owner()
         also = await self._settled_alongside(actor, run, call) if always else []
         decision = ("always_" if always else "") + ("approve" if approve else "reject")
 
         def audited(pipe: Any, result: DecideResult) -> None:
             """The decision's (or vote's) audit entry, sent with the write that follows it."""
             if isinstance(result, Voted):
-                detail = f"{result.votes} of {result.required}"
-                self.audit_in(pipe, "approval_vote", call=call, actor=actor, decision=decision,
-                              detail=detail)  # fmt: skip
+                kind, detail = AuditKind.APPROVAL_VOTE, f"{result.votes} of {result.required}"
             elif isinstance(result, Decided):
-                self.audit_in(pipe, "decided", call=call, actor=actor, decision=decision,
-                              detail=reason.strip())  # fmt: skip
+                kind, detail = AuditKind.DECIDED, reason.strip()
+            else:
+                return
+            self.core.audit_in(pipe, kind, call=call, actor=actor, decision=decision, detail=detail)
 
         result = await self.store.decide(
             approval_id,
@@ -144,8 +154,8 @@ class DecisionFlow(RunFlow):
         else:
             reply = Reply(True)
         if not reply.ok:
-            await self.audit(
-                "refused", call=call, actor=actor, decision=decision, detail=reply.text
+            await self.core.audit(
+                AuditKind.REFUSED, call=call, actor=actor, decision=decision, detail=reply.text
             )
             return reply
         if isinstance(result, Voted):
@@ -155,12 +165,14 @@ class DecisionFlow(RunFlow):
             if settled != approval_id:
                 via = f"always decision on {approval_id}"
                 target = await self.store.get_call(settled)
-                await self.audit(
-                    "decided", call=target, actor=actor, decision=decision,
+                await self.core.audit(
+                    AuditKind.DECIDED, call=target, actor=actor, decision=decision,
                     detail=reason.strip() or via,
                 )  # fmt: skip
         if result.resume:  # the cards and the run message follow from the outbox
-            self.spawn(self._enqueue("resume", run.run_id, owner), name=f"resume-{run.run_id}")
+            self.core.spawn(
+                self.core.enqueue("resume", run.run_id, owner), name=f"resume-{run.run_id}"
+            )
         return reply
 
     async def thread_reply(
@@ -182,7 +194,7 @@ class DecisionFlow(RunFlow):
         call = await self.store.get_call(approval_id)
         if call is None or call.decided:
             return Reply(True)
-        _, verdict = await self._authorize(actor, call)
+        _, verdict = await self.gate.authorize(actor, call)
         if not verdict.allowed:
             return Reply(True)  # a comment by someone who may not decide: not kept
         await self.store.add_comment(approval_id, actor.user_id, text)

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import TYPE_CHECKING
 
 from bot.engine.approvals import canonical_arguments
+
+if TYPE_CHECKING:
+    from bot.store.records import CallRecord
 
 SHORT = 10
 
@@ -42,3 +46,17 @@ def call_digest(
 
 def short(digest: str) -> str:
     return digest[:SHORT]
+
+
+def digest_of(call: CallRecord) -> str:
+    """The digest of a stored call, as it is now: a decision applies only while it equals the
+    digest recorded when the call was posted (`call.digest`)."""
+    return call_digest(
+        agent=call.agent,
+        tool=call.tool,
+        arguments=call.arguments,
+        arguments_sha=call.arguments_sha,
+        run_id=call.run_id,
+        call_id=call.call_id,
+        policy_version=call.policy_version,
+    )

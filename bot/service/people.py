@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bot.service.audit import AuditKind
+from bot.service.core import ServiceCore
+from bot.service.digest import digest_of
+from bot.service.gate import Gate
 from bot.service.policy import Verdict
 from bot.service.ports import Actor
 from bot.service.replies import Reply, when
-from bot.service.timers import TimerFlow
 from bot.store import keys
 from bot.store.records import CallRecord, RunRecord
 from bot.untrusted import inline
@@ -56,8 +59,13 @@ def bad_run_id(text: str) -> str:
     )
 
 
-class PeopleFlow(TimerFlow):
+class People:
     """Cancel, status and the lists of what waits for whom."""
+
+    def __init__(self, core: ServiceCore, gate: Gate) -> None:
+        self.core = core
+        self.store = core.store
+        self.gate = gate
 
     async def _managed(self, actor: Actor, run_id: str) -> RunRecord | Reply:
         """The run, if `actor` may cancel it or see its status; otherwise the answer."""
@@ -71,8 +79,8 @@ class PeopleFlow(TimerFlow):
                 f"There is no run `{run_id}` (or it is too old to be kept). Its id is shown on "
                 "its run message.",
             )
-        policy = self.policies.current().policy
-        verdict: Verdict = await self.authorizer.may_manage(
+        policy = self.core.policies.current().policy
+        verdict: Verdict = await self.core.authorizer.may_manage(
             policy, actor, run_team=run.team_id, run_starter=run.user_id, channel=run.channel_id
         )
         if not verdict.allowed:
@@ -87,8 +95,10 @@ class PeopleFlow(TimerFlow):
             if run_id.strip() and keys.RUN_ID_RE.match(run_id.strip()):
                 known = await self.store.get_run(run_id.strip())
                 if known is not None:
-                    await self.audit("refused", run=known, actor=actor, decision="cancel",
-                                     detail=run.text)  # fmt: skip
+                    await self.core.audit(
+                        AuditKind.REFUSED, run=known, actor=actor, decision="cancel",
+                        detail=run.text,
+                    )  # fmt: skip
             return run
         result = await self.store.cancel(run.run_id, team=actor.team_id, user=actor.user_id)
         if result.outcome == "already":
@@ -107,11 +117,15 @@ class PeopleFlow(TimerFlow):
         detail = f"was {result.status}"
         if result.calls:
             detail += f"; {len(result.calls)} pending call(s) cancelled: " + ", ".join(result.calls)
-        await self.audit("cancelled", run=run, actor=actor, decision="cancel", detail=detail)
+        await self.core.audit(
+            AuditKind.CANCELLED, run=run, actor=actor, decision="cancel", detail=detail
+        )
         for approval_id in result.calls:
             call = await self.store.get_call(approval_id)
             if call is not None:
-                await self.audit("cancelled", call=call, actor=actor, decision="cancel")
+                await self.core.audit(
+                    AuditKind.CANCELLED, call=call, actor=actor, decision="cancel"
+                )
         calls = f" and its {len(result.calls)} pending call(s)" if result.calls else ""
         return Reply(True, f"Cancelled run `{run.run_id}`{calls}.")
 
@@ -143,10 +157,10 @@ class PeopleFlow(TimerFlow):
                     or call.auto
                     or call.pause != run.pause
                     or actor.user_id in call.voter_ids()
-                    or self._digest(call) != call.digest
+                    or digest_of(call) != call.digest
                 ):
                     continue
-                _, verdict = await self._judge(actor, run, call)
+                _, verdict = await self.gate.judge(actor, run, call)
                 if verdict.allowed:
                     found.append(Waiting(run, call))
         found.sort(key=lambda w: (w.call.paused_at, w.call.index))
@@ -155,7 +169,7 @@ class PeopleFlow(TimerFlow):
     async def overview(self, actor: Actor, channel: str) -> Overview:
         """`/agent list`: first what waits for this person (anywhere), then the channel's
         unfinished runs. Nothing for a person of a workspace this bot does not serve."""
-        if not self.authorizer.served(self.policies.current().policy, actor).allowed:
+        if not self.core.authorizer.served(self.core.policies.current().policy, actor).allowed:
             return Overview([], [])
         runs = await self._unfinished()
         mine = await self.waiting_for(actor, runs)
@@ -165,7 +179,7 @@ class PeopleFlow(TimerFlow):
 
     async def home(self, actor: Actor, recent: int = 10) -> Overview:
         """The App Home of one person: what waits for their decision, and their own runs."""
-        if not self.authorizer.served(self.policies.current().policy, actor).allowed:
+        if not self.core.authorizer.served(self.core.policies.current().policy, actor).allowed:
             return Overview([], [])
         mine = await self.waiting_for(actor)
         own = await self.store.recent_runs(actor.team_id, actor.user_id, recent)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.ports import Actor
 from bot.service.replies import Reply
@@ -17,76 +18,83 @@ from bot.store.records import (
 log = logging.getLogger(__name__)
 
 
-class ReviewFlow(ServiceCore):
-    """Stopping for a review, posting it, and settling it exactly once."""
+class Reviews:
+    """Stopping for a review, and settling it exactly once."""
 
-    async def _review(self, run: RunRecord, attempt: str, kind: str, what: str) -> None:
+    def __init__(self, core: ServiceCore) -> None:
+        self.core = core
+
+    async def stop_for_review(self, run: RunRecord, attempt: str, kind: str, what: str) -> None:
         """Stop for a person: whether a call had its effect is unknown. Nothing re-runs."""
+        store = self.core.store
         review_id = keys.new_approval_id(run.run_id)
         text = (
             f"{what} Whether it had its effect is unknown, so the bot did not run it again. "
             "Check what happened, then choose: *Mark done* (continue; the agent is told the "
             "call was done) or *Run again* (the call runs once more)."
         )
-        if not await self.store.to_review(run.run_id, attempt, review_id, text, kind):
+        if not await store.to_review(run.run_id, attempt, review_id, text, kind):
             return
-        await self.audit("needs_review", run=run, detail=text)
+        await self.core.audit(AuditKind.NEEDS_REVIEW, run=run, detail=text)
 
     async def resolve_review(self, actor: Actor, review_id: str, *, action: str) -> Reply:
         """A person settles a review: mark the unknown calls done, or run them again."""
+        core, store = self.core, self.core.store
         run_id = keys.run_of(review_id)
-        run = await self.store.get_run(run_id) if run_id else None
+        run = await store.get_run(run_id) if run_id else None
         if run is None or run.review_id != review_id or run.status != "needs_review":
             return Reply(False, "This review is already settled, or the run no longer exists.")
-        policy = self.policies.current().policy
+        policy = core.policies.current().policy
         # The calls in question are approved calls of the pause: judge each by its own rule
         # (its agent may be a handoff's or a nested agent's, not the run's first agent).
-        agents = {c.call_id: c.agent for c in await self.store.pause_calls(run.run_id)}
+        agents = {c.call_id: c.agent for c in await store.pause_calls(run.run_id)}
         subjects = {
             (agents.get(key, run.agent_name), str(entry.get("tool", "")))
-            for key, entry in (await self.journal.entries(run.run_id)).items()
+            for key, entry in (await core.journal.entries(run.run_id)).items()
             if entry.get("status") == "executing"
         } or {(run.agent_name, "*")}
         required = 1
         for agent, tool in sorted(subjects):
             rule = policy.rule_for(channel=run.channel_id, agent=agent, tool=tool)
             required = max(required, rule.required if rule is not None else 1)
-            verdict = await self.authorizer.may_decide(
+            verdict = await core.authorizer.may_decide(
                 policy, actor, run_team=run.team_id, run_starter=run.user_id,
                 channel=run.channel_id, tool=tool, rule=rule,
             )  # fmt: skip
             if not verdict.allowed:
-                await self.audit("refused", run=run, actor=actor, decision=f"review_{action}",
-                                 detail=verdict.reason)  # fmt: skip
+                await core.audit(AuditKind.REFUSED, run=run, actor=actor,
+                                 decision=f"review_{action}", detail=verdict.reason)  # fmt: skip
                 return Reply(False, verdict.reason)
         if action == "rerun" and required > 1:
             # Running a call again is approving it again: the same quorum applies.
-            votes = await self.store.review_vote(run.run_id, review_id, actor.user_id)
+            votes = await store.review_vote(run.run_id, review_id, actor.user_id)
             if votes < required:
-                await self.audit("review_vote", run=run, actor=actor, decision=action,
+                await core.audit(AuditKind.REVIEW_VOTE, run=run, actor=actor, decision=action,
                                  detail=f"{votes} of {required}")  # fmt: skip
-                await self.store.set_run_fields(run.run_id, review_required=str(required))
+                await store.set_run_fields(run.run_id, review_required=str(required))
                 return Reply(True)  # the review message shows the vote (outbox)
-        execution = self._owner()
+        execution = core.new_owner()
         status = "running" if run.review_kind == "start" else "resuming"
-        changed = await self.store.resolve_review(
+        changed = await store.resolve_review(
             run.run_id, review_id, action=action, execution=execution, user=actor.user_id,
             status=status,
         )  # fmt: skip
         if changed is None:
             return Reply(False, "This review is already settled.")
-        await self.audit(
-            "review_settled", run=run, actor=actor, decision=action, detail=", ".join(changed)
-        )
-        await self._enqueue(run.review_kind or "resume", run.run_id, execution)
+        await core.audit(
+            AuditKind.REVIEW_SETTLED, run=run, actor=actor, decision=action,
+            detail=", ".join(changed),
+        )  # fmt: skip
+        await core.enqueue(run.review_kind or "resume", run.run_id, execution)
         return Reply(True)  # the review and run messages show the outcome (outbox)
 
-    @staticmethod
-    def _beyond_text(calls: list[str]) -> str:
-        return (
-            "The worker executing this run stopped (or stalled) after these calls had started: "
-            + ", ".join(calls)
-            + ". They may have had their effect, and a retried agent could ask for them again, "
-            "so the run was stopped instead of retried. Check what they did, then start a new "
-            "run if needed."
-        )
+
+def beyond_text(calls: list[str]) -> str:
+    """Why a run was stopped rather than retried: calls beyond the approved ones had started."""
+    return (
+        "The worker executing this run stopped (or stalled) after these calls had started: "
+        + ", ".join(calls)
+        + ". They may have had their effect, and a retried agent could ask for them again, "
+        "so the run was stopped instead of retried. Check what they did, then start a new "
+        "run if needed."
+    )

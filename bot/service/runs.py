@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from bot.engine.approvals import arguments_sha
+from bot.engine.context import RunContext
 from bot.engine.journal import Execution
 from bot.engine.runner import (
     Checkpoint,
@@ -20,11 +22,15 @@ from bot.engine.runner import (
     StopCheck,
     Stopped,
 )
+from bot.service.audit import AuditKind
+from bot.service.core import ServiceCore
+from bot.service.digest import digest_of
+from bot.service.gate import Gate
 from bot.service.limits import refusal, task_too_long
 from bot.service.policy import CallRule, Verdict
 from bot.service.ports import Actor
 from bot.service.replies import Reply
-from bot.service.reviews import ReviewFlow
+from bot.service.reviews import Reviews, beyond_text
 from bot.store import keys
 from bot.store.queue import Job
 from bot.store.records import (
@@ -50,8 +56,26 @@ def audited_task(task: str) -> str:
     return f"{task[:AUDITED_TASK]}… ({len(task):,} characters)"
 
 
-class RunFlow(ReviewFlow):
+def time_call(call: CallRecord, rule: CallRule) -> None:
+    """The call's timers, as the policy sets them when it is posted (bot/store/timers.py)."""
+    start = float(call.paused_at)
+    call.expire_after = rule.expire_after
+    call.expires_at = f"{start + rule.expire_after:.3f}"
+    call.remind_after, call.remind_max = rule.remind_after, rule.remind_max
+    if rule.escalate_after and rule.escalate_to:
+        call.escalate_after = rule.escalate_after
+        call.escalate_at = f"{start + rule.escalate_after:.3f}"
+        call.escalate_to = json.dumps(list(rule.escalate_to))
+
+
+class Runs:
     """A run from its command to its end, one job at a time."""
+
+    def __init__(self, core: ServiceCore, gate: Gate, reviews: Reviews) -> None:
+        self.core = core
+        self.store = core.store
+        self.gate = gate
+        self.reviews = reviews
 
     async def start_run(
         self, actor: Actor, channel: str, agent_name: str | None, task: str, delivery_id: str = ""
@@ -61,18 +85,18 @@ class RunFlow(ReviewFlow):
         `delivery_id` (the command's trigger id) makes a replayed request start nothing (and
         take nothing from the person's or the channel's quota).
         """
-        name = agent_name or self.engine.registry.default_name
-        policy = self.policies.current().policy
-        verdict = await self.authorizer.may_start(policy, actor, channel, name)
-        if verdict.allowed and self.engine.registry.get(name) is None:
-            known = ", ".join(f"`{n}`" for n in self.agent_names())
+        name = agent_name or self.core.engine.registry.default_name
+        policy = self.core.policies.current().policy
+        verdict = await self.core.authorizer.may_start(policy, actor, channel, name)
+        if verdict.allowed and self.core.engine.registry.get(name) is None:
+            known = ", ".join(f"`{n}`" for n in self.core.agent_names())
             verdict = Verdict(
                 False, f"There is no agent named `{inline(name)}`. Agents here: {known}."
             )
         if verdict.allowed and not task.strip():
             verdict = Verdict(False, "Tell the agent what to do: `/agent <task>`.")
-        if verdict.allowed and task_too_long(self.limits, task):
-            verdict = Verdict(False, task_too_long(self.limits, task))
+        if verdict.allowed and task_too_long(self.core.limits, task):
+            verdict = Verdict(False, task_too_long(self.core.limits, task))
         run_id = keys.new_run_id()
         # A replay of a command already handled starts nothing and costs no quota.
         if (
@@ -83,18 +107,18 @@ class RunFlow(ReviewFlow):
             log.info("ignored a replayed command (trigger %s)", delivery_id)
             return Reply(True)
         if verdict.allowed:
-            admission = await self.admission.admit(
-                self.limits.quota,
+            admission = await self.core.admission.admit(
+                self.core.limits.quota,
                 team=actor.team_id,
                 user=actor.user_id,
                 channel=channel,
                 run_id=run_id,
             )
             if admission.verdict != "ok":
-                verdict = Verdict(False, refusal(self.limits, admission))
+                verdict = Verdict(False, refusal(self.core.limits, admission))
         if not verdict.allowed:
-            self.spawn(
-                self.audit("start_refused", actor=actor, detail=verdict.reason),
+            self.core.spawn(
+                self.core.audit(AuditKind.START_REFUSED, actor=actor, detail=verdict.reason),
                 name="audit",
             )
             return Reply(False, verdict.reason)
@@ -110,20 +134,20 @@ class RunFlow(ReviewFlow):
             status="running",
             created_at=stamp,
             updated_at=stamp,
-            owner=self._owner(),
+            owner=self.core.new_owner(),
         )
-        self.spawn(self._start(run), name=f"start-{run.run_id}")
+        self.core.spawn(self._start(run), name=f"start-{run.run_id}")
         return Reply(True)
 
     async def _start(self, run: RunRecord) -> None:
         try:
             await self.store.create_run(run)  # its run message is now due (the outbox)
-            await self.audit("run_started", run=run, detail=audited_task(run.task))
+            await self.core.audit(AuditKind.RUN_STARTED, run=run, detail=audited_task(run.task))
         except Exception:
             log.exception("could not store new run %s", run.run_id)
-            await self._safely(
+            await self.core.safely(
                 "tell the starter",
-                self.notifier.tell(
+                self.core.notifier.tell(
                     run.channel_id,
                     run.user_id,
                     "The bot could not reach its database, so the "
@@ -132,7 +156,7 @@ class RunFlow(ReviewFlow):
             )
             return
         try:
-            await self.queue.enqueue("start", run.run_id, run.owner)
+            await self.core.queue.enqueue("start", run.run_id, run.owner)
         except Exception:
             # The sweeper enqueues runs that were never taken by a worker; nothing is lost.
             log.exception("could not enqueue the start of run %s", run.run_id)
@@ -155,7 +179,7 @@ class RunFlow(ReviewFlow):
             if await self.store.finish(
                 run.run_id, owner, status="finished", text=outcome.output, drop_snapshot=True
             ):
-                await self.audit("run_finished", run=run, detail=outcome.output[:2000])
+                await self.core.audit(AuditKind.RUN_FINISHED, run=run, detail=outcome.output[:2000])
             return
         if isinstance(outcome, Failed):
             await self._fail(run, owner, outcome.error)
@@ -163,16 +187,16 @@ class RunFlow(ReviewFlow):
         if isinstance(outcome, NeedsReview):
             shown = f"`{plain(outcome.tool)}` (call `{plain(outcome.call_id)}`)"
             if outcome.call_id not in await self._approved_in_pause(run):
-                await self._fail(run, owner, self._beyond_text([shown]))
+                await self._fail(run, owner, beyond_text([shown]))
                 return
             what = f"Another attempt at this run stopped (or stalled) while {shown} was executing."
-            await self._review(run, owner, "resume", what)
+            await self.reviews.stop_for_review(run, owner, "resume", what)
             return
         await self._pause(run, owner, outcome)
 
     def _new_call(self, run: RunRecord, approval: Any, version: str) -> CallRecord:
         """A pending call, with what the policy says about it and the digest that binds it."""
-        policy = self.policies.current().policy
+        policy = self.core.policies.current().policy
         rule = policy.rule_for(channel=run.channel_id, agent=approval.agent, tool=approval.tool)
         approval_id = keys.new_approval_id(run.run_id)
         call = CallRecord(
@@ -201,24 +225,12 @@ class RunFlow(ReviewFlow):
             )
             call.approvers = json.dumps(list(rule.approvers))
             call.auto = rule.auto or ""
-            self._time(call, rule)
-        call.digest = self._digest(call)
+            time_call(call, rule)
+        call.digest = digest_of(call)
         return call
 
-    @staticmethod
-    def _time(call: CallRecord, rule: CallRule) -> None:
-        """The call's timers, as the policy sets them when it is posted (bot/store/timers.py)."""
-        start = float(call.paused_at)
-        call.expire_after = rule.expire_after
-        call.expires_at = f"{start + rule.expire_after:.3f}"
-        call.remind_after, call.remind_max = rule.remind_after, rule.remind_max
-        if rule.escalate_after and rule.escalate_to:
-            call.escalate_after = rule.escalate_after
-            call.escalate_at = f"{start + rule.escalate_after:.3f}"
-            call.escalate_to = json.dumps(list(rule.escalate_to))
-
     async def _pause(self, run: RunRecord, owner: str, outcome: Paused) -> None:
-        version = self.policies.current().version
+        version = self.core.policies.current().version
         calls = [self._new_call(run, a, version) for a in outcome.approvals]
         cp = outcome.checkpoint
         since = float(now())
@@ -229,17 +241,19 @@ class RunFlow(ReviewFlow):
         except StoreError:
             log.error("run %s is no longer owned by this execution; pause not saved", run.run_id)
             return
-        await self.audit("paused", run=run, detail=f"{len(calls)} call(s) need a decision")
+        await self.core.audit(
+            AuditKind.PAUSED, run=run, detail=f"{len(calls)} call(s) need a decision"
+        )
         try:  # the sweeper indexes them if this process stops first
             await self.store.timers.schedule([c for c in calls if not c.auto])
         except Exception:
             log.exception("could not schedule the timers of run %s; the sweeper will", run.run_id)
-        await self._auto_decide(run)
+        await self.auto_decide(run)
         # Its automatic decisions are applied: the sweeper need not look at it (unless a
         # decision since made it due again: then it stays).
         await self.store.not_due(run.run_id, since)
 
-    async def _auto_decide(self, run: RunRecord) -> None:
+    async def auto_decide(self, run: RunRecord) -> None:
         """Apply the policy's automatic decisions (the pause's cards are shown by the projector).
 
         Safe to repeat, from any process: the sweeper repeats it for a pause whose worker
@@ -250,7 +264,7 @@ class RunFlow(ReviewFlow):
         for call in calls:
             if not call.auto or call.decided:
                 continue
-            token = self._owner()
+            token = self.core.new_owner()
             result = await self.store.decide(
                 call.approval_id,
                 approve=call.auto == "approve",
@@ -261,8 +275,8 @@ class RunFlow(ReviewFlow):
                 owner=token,
             )
             if isinstance(result, Decided):
-                await self.audit(
-                    "decided", call=call, decision=f"auto_{call.auto}", detail=call.rule
+                await self.core.audit(
+                    AuditKind.DECIDED, call=call, decision=f"auto_{call.auto}", detail=call.rule
                 )
                 if result.resume:
                     resume_owner = token
@@ -270,7 +284,7 @@ class RunFlow(ReviewFlow):
             if not call.decided:
                 resume_owner = await self._apply_earlier_always(run, call) or resume_owner
         if resume_owner:
-            await self._enqueue("resume", run.run_id, resume_owner)
+            await self.core.enqueue("resume", run.run_id, resume_owner)
 
     async def _apply_earlier_always(self, run: RunRecord, call: CallRecord) -> str:
         """Settle a new call with an Always decision made earlier in this run, if there is one
@@ -282,7 +296,7 @@ class RunFlow(ReviewFlow):
         if sticky is None:
             return ""
         decider = Actor(sticky.team, sticky.user, run.enterprise_id)
-        rule, verdict = await self._judge(decider, run, call)
+        rule, verdict = await self.gate.judge(decider, run, call)
         why = ""
         if rule is None:
             why = "the channel is no longer in the policy"
@@ -299,10 +313,12 @@ class RunFlow(ReviewFlow):
                     f"The {verb} decision by {sticky.user} on {call.tool} no longer holds "
                     f"({why}), so this call of it waits for a decision like any other."
                 )
-                await self.audit("always_dropped", call=call, decision=sticky.decision, detail=why)
+                await self.core.audit(
+                    AuditKind.ALWAYS_DROPPED, call=call, decision=sticky.decision, detail=why
+                )
                 await self.store.add_note(run.run_id, text)
             return ""
-        token = self._owner()
+        token = self.core.new_owner()
         result = await self.store.decide(
             call.approval_id,
             approve=sticky.decision == "approved",
@@ -315,8 +331,8 @@ class RunFlow(ReviewFlow):
         )
         if not isinstance(result, Decided):
             return ""
-        await self.audit(
-            "decided",
+        await self.core.audit(
+            AuditKind.DECIDED,
             call=call,
             actor=decider,
             decision=("always_approve" if sticky.decision == "approved" else "always_reject"),
@@ -344,9 +360,9 @@ class RunFlow(ReviewFlow):
             if await self.store.finish(
                 run_id, owner, status="failed", text=error, drop_snapshot=False
             ):
-                await self.audit("run_failed", run=run, detail=error)
-                await self._safely(
-                    "tell the starter", self.notifier.tell(run.channel_id, run.user_id, error)
+                await self.core.audit(AuditKind.RUN_FAILED, run=run, detail=error)
+                await self.core.safely(
+                    "tell the starter", self.core.notifier.tell(run.channel_id, run.user_id, error)
                 )
                 return
 
@@ -360,7 +376,7 @@ class RunFlow(ReviewFlow):
                 return
             if not run.message_ts:
                 run = await self._shown(run)
-        attempt = f"{job.execution}/{self._owner()}"
+        attempt = f"{job.execution}/{self.core.new_owner()}"
         took = await self.store.take_run(
             job.run_id, job.execution, job.message_id, attempt, resume=job.kind == "resume"
         )
@@ -378,11 +394,13 @@ class RunFlow(ReviewFlow):
                 return
             if not await self._retry_is_safe(run, job, attempt):
                 return
-            await self.audit("job_retried", run=run, detail=f"{job.kind} job {job.message_id}")
-        execution = Execution(run.run_id, attempt, self.journal)
+            await self.core.audit(
+                AuditKind.JOB_RETRIED, run=run, detail=f"{job.kind} job {job.message_id}"
+            )
+        execution = Execution(run.run_id, attempt, self.core.journal)
         try:
             if job.kind == "start":
-                outcome = await self.engine.start(
+                outcome = await self.core.engine.start(
                     run.agent_name,
                     await self.store.whole_task(run),
                     self._context(run),
@@ -435,7 +453,7 @@ class RunFlow(ReviewFlow):
         """
         approved = await self._approved_in_pause(run) if job.kind == "resume" else set()
         unknown, beyond = [], []
-        for key, entry in (await self.journal.entries(run.run_id)).items():
+        for key, entry in (await self.core.journal.entries(run.run_id)).items():
             owner = str(entry.get("owner", ""))
             if not owner.startswith(job.execution + "/") or owner == attempt:
                 continue
@@ -445,7 +463,7 @@ class RunFlow(ReviewFlow):
             elif entry.get("status") != "executed":
                 unknown.append(shown)
         if beyond:
-            await self._fail(run, attempt, self._beyond_text(beyond))
+            await self._fail(run, attempt, beyond_text(beyond))
             return False
         if unknown:
             what = (
@@ -453,7 +471,7 @@ class RunFlow(ReviewFlow):
                 + ", ".join(unknown)
                 + " was executing."
             )
-            await self._review(run, attempt, job.kind, what)
+            await self.reviews.stop_for_review(run, attempt, job.kind, what)
             return False
         return True
 
@@ -464,7 +482,7 @@ class RunFlow(ReviewFlow):
         if snapshot is None:
             await self._fail(run, owner, "The run's stored state is missing, so it cannot resume.")
             return
-        changed = [c for c in calls if self._digest(c) != c.digest]
+        changed = [c for c in calls if digest_of(c) != c.digest]
         if changed:
             await self._fail(
                 run,
@@ -475,7 +493,7 @@ class RunFlow(ReviewFlow):
             return
         approved = sum(c.status == "approved" for c in calls)
         summary = f"Resuming: {approved} approved, {len(calls) - approved} rejected."
-        await self.audit("resumed", run=run, detail=summary)
+        await self.core.audit(AuditKind.RESUMED, run=run, detail=summary)
         decisions = [
             Decision(
                 call_id=c.call_id,
@@ -486,7 +504,7 @@ class RunFlow(ReviewFlow):
             for c in calls
         ]
         checkpoint = Checkpoint(snapshot.state, snapshot.sdk_version, snapshot.fingerprint)
-        outcome = await self.engine.resume(
+        outcome = await self.core.engine.resume(
             run.agent_name,
             checkpoint,
             decisions,
@@ -496,3 +514,48 @@ class RunFlow(ReviewFlow):
             stop=self._stop_check(run.run_id),
         )
         await self._settle(run, owner, outcome)
+
+    async def _fail(self, run: RunRecord, owner: str, error: str) -> None:
+        """End the run as failed. `error` is plain text (escaped once, where it is shown)."""
+        if await self.store.finish(
+            run.run_id, owner, status="failed", text=error, drop_snapshot=False
+        ):
+            await self.core.audit(AuditKind.RUN_FAILED, run=run, detail=error)
+
+    async def _approved_in_pause(self, run: RunRecord) -> set[str]:
+        calls = await self.store.pause_calls(run.run_id) if run.pause else []
+        return {c.call_id for c in calls if c.status == "approved"}
+
+    @staticmethod
+    def _context(run: RunRecord) -> RunContext:
+        return RunContext(
+            run_id=run.run_id,
+            team_id=run.team_id,
+            enterprise_id=run.enterprise_id,
+            user_id=run.user_id,
+            channel_id=run.channel_id,
+            thread_ts=run.message_ts,
+        )
+
+    def _progress(self, run: RunRecord) -> Callable[[str], Coroutine[Any, Any, None]]:
+        """Progress lines are recorded (shown with the run message, through the outbox) in the
+        background, in order: neither Redis nor Slack ever holds up a run for them."""
+        lines: list[str] = []
+        writing: list[asyncio.Task[None]] = []
+
+        async def write() -> None:
+            while lines:
+                line = lines.pop(0)
+                try:
+                    await self.store.add_progress(run.run_id, line)
+                except Exception:  # best effort, like every progress line
+                    log.warning("could not record progress of run %s", run.run_id, exc_info=True)
+
+        async def progress(text: str) -> None:
+            lines.append(text)
+            if not writing or writing[0].done():
+                task = asyncio.create_task(write(), name=f"progress-{run.run_id}")
+                self.core.track(task)
+                writing[:] = [task]
+
+        return progress

@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import logging
 
-from bot.service.decisions import DecisionFlow
+from bot.service.audit import AuditKind
+from bot.service.core import ServiceCore
 from bot.service.policy import human
 from bot.store.records import CallRecord
 from bot.store.timers import TimerClaim
@@ -26,10 +27,13 @@ def expired_reason(call: CallRecord) -> str:
     return f"No reviewer decided within {human(call.expire_after)}; the call was not run."
 
 
-class TimerFlow(DecisionFlow):
+class Timers:
     """Expiry, reminders and escalation of pending calls."""
 
-    _timers_stop: asyncio.Event | None = None
+    def __init__(self, core: ServiceCore) -> None:
+        self.core = core
+        self.store = core.store
+        self._timers_stop: asyncio.Event | None = None
 
     def stop_timers(self) -> None:
         """Ask `timers_forever` to return (a cancellation that lands inside a Redis command
@@ -62,7 +66,7 @@ class TimerFlow(DecisionFlow):
         fails leaves its call on the index, due again at the lease's end."""
         claims = await self.store.timers.claim(CLAIM_BATCH, lease)
         for claim in claims:
-            self.spawn(self._fire(claim), name=f"timer-{claim.approval_id}")
+            self.core.spawn(self._fire(claim), name=f"timer-{claim.approval_id}")
         return len(claims)
 
     async def _fire(self, claim: TimerClaim) -> None:
@@ -71,7 +75,7 @@ class TimerFlow(DecisionFlow):
         if call is None or call.decided:
             await timers.release(claim, None)
             return
-        owner = self._owner()
+        owner = self.core.new_owner()
         reason = expired_reason(call)
         fired = await timers.fire(
             call, pause=await self.store.pause_ids(call.run_id), owner=owner, reason=reason
@@ -80,12 +84,16 @@ class TimerFlow(DecisionFlow):
             await self.store.outbox.schedule(call.run_id)
         run = await self.store.get_run(call.run_id)
         if fired.expired:
-            await self.audit("expired", run=run, call=call, decision="expired", detail=reason)
+            await self.core.audit(
+                AuditKind.EXPIRED, run=run, call=call, decision="expired", detail=reason
+            )
             if fired.resume:  # the same path as a pause's last decision (the sweeper backs it)
-                await self._enqueue("resume", call.run_id, owner)
+                await self.core.enqueue("resume", call.run_id, owner)
         for what in fired.fired:
             if what == "escalated":
-                await self.audit("escalated", run=run, call=call, detail=call.escalate_to)
+                await self.core.audit(
+                    AuditKind.ESCALATED, run=run, call=call, detail=call.escalate_to
+                )
             else:
-                await self.audit("reminded", run=run, call=call, detail=what)
+                await self.core.audit(AuditKind.REMINDED, run=run, call=call, detail=what)
         await timers.release(claim, fired.next_due)

@@ -1,0 +1,95 @@
+"""What the service writes in the audit trail: the kinds of entries, the metric each kind moves,
+and an entry's fields.
+
+The stored entries keep the kinds' plain string values (operators and tests read them); the
+metrics count what is audited, so both tell the same story."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import StrEnum
+
+from prometheus_client import Counter
+
+from bot import metrics
+from bot.service.ports import Actor
+from bot.store.records import CallRecord, RunRecord
+
+
+class AuditKind(StrEnum):
+    """The kind of an audit entry; `tally` moves the metric it carries (`METRICS`), if any."""
+
+    RUN_STARTED = "run_started"
+    START_REFUSED = "start_refused"
+    PAUSED = "paused"
+    DECIDED = "decided"
+    APPROVAL_VOTE = "approval_vote"
+    REFUSED = "refused"
+    ALWAYS_DROPPED = "always_dropped"
+    RESUMED = "resumed"
+    RUN_FINISHED = "run_finished"
+    RUN_FAILED = "run_failed"
+    JOB_RETRIED = "job_retried"
+    NEEDS_REVIEW = "needs_review"
+    REVIEW_VOTE = "review_vote"
+    REVIEW_SETTLED = "review_settled"
+    EXPIRED = "expired"
+    REMINDED = "reminded"
+    ESCALATED = "escalated"
+    CANCELLED = "cancelled"
+
+    def tally(self, decision: str, call: CallRecord | None) -> None:
+        """Move this kind's metric for one entry (`decision` and `call` as audited)."""
+        metric = METRICS.get(self)
+        if metric is not None:
+            metric(decision, call)
+
+
+Metric = Callable[[str, CallRecord | None], None]
+
+
+def _counter(counter: Counter) -> Metric:
+    return lambda _decision, _call: counter.inc()
+
+
+def _decided(decision: str, call: CallRecord | None) -> None:
+    metrics.decided(decision, call.paused_at if call is not None else "")
+
+
+def _run_cancelled(_decision: str, call: CallRecord | None) -> None:
+    if call is None:  # the run (each cancelled call is audited too, and not counted)
+        metrics.RUNS_CANCELLED.inc()
+
+
+# The metric each kind moves; the kinds not listed move none.
+METRICS: dict[AuditKind, Metric] = {
+    AuditKind.DECIDED: _decided,
+    AuditKind.APPROVAL_VOTE: lambda _decision, _call: metrics.decided("vote"),
+    AuditKind.REFUSED: lambda _decision, _call: metrics.decided("refused"),
+    AuditKind.RUN_STARTED: _counter(metrics.RUNS_STARTED),
+    AuditKind.RESUMED: _counter(metrics.RESUMES),
+    AuditKind.RUN_FAILED: _counter(metrics.RUN_FAILURES),
+    AuditKind.EXPIRED: _counter(metrics.EXPIRIES),
+    AuditKind.CANCELLED: _run_cancelled,
+}
+
+
+def audit_fields(
+    *,
+    run: RunRecord | None = None,
+    call: CallRecord | None = None,
+    actor: Actor | None = None,
+    decision: str = "",
+    detail: str = "",
+) -> dict[str, str]:
+    """An audit entry's fields: what was decided, about which run or call, by whom."""
+    fields = {"decision": decision, "detail": detail}
+    if run is not None:
+        fields.update(run_id=run.run_id, channel=run.channel_id, agent=run.agent_name)
+        fields.update(team=run.team_id, user=run.user_id, enterprise=run.enterprise_id)
+    if call is not None:
+        fields.update(approval_id=call.approval_id, run_id=call.run_id, agent=call.agent)
+        fields.update(tool=call.tool, digest=call.digest, channel=call.channel_id)
+    if actor is not None:
+        fields.update(team=actor.team_id, user=actor.user_id, enterprise=actor.enterprise_id)
+    return fields

@@ -1,0 +1,62 @@
+"""The gate a click passes: the rule the policy in force gives a call, and whether this person
+may decide it under that rule. Decisions, Always decisions made earlier in a run, the lists of
+what waits for whom and the sweeper's timers all ask the same question the same way."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bot.service.authorize import Authorizer
+from bot.service.policy import CallRule, Policy, Verdict
+from bot.service.policy_source import PolicySource
+from bot.service.ports import Actor
+from bot.store.records import CallRecord, RunRecord
+from bot.store.runs import RunStore
+
+
+class Gate:
+    """Judges a call against the policy in force, for one person."""
+
+    def __init__(self, store: RunStore, policies: PolicySource, authorizer: Authorizer) -> None:
+        self.store = store
+        self.policies = policies
+        self.authorizer = authorizer
+
+    async def authorize(
+        self, actor: Actor, call: CallRecord, run: RunRecord | None = None
+    ) -> tuple[RunRecord | None, Verdict]:
+        """The call's run and whether `actor` may decide the call. `run`: the call's run when
+        the caller already read it (else it is read here)."""
+        if run is None:
+            run = await self.store.get_run(call.run_id)
+        if run is None:
+            return None, Verdict(False, "This run no longer exists.")
+        _, verdict = await self.judge(actor, run, call)
+        return run, verdict
+
+    async def judge(
+        self, actor: Actor, run: RunRecord, call: CallRecord
+    ) -> tuple[CallRule | None, Verdict]:
+        """The rule the policy in force gives `call`, and whether `actor` may decide it."""
+        policy = self.policies.current().policy
+        rule = rule_for(policy, run, call)
+        verdict = await self.authorizer.may_decide(
+            policy,
+            actor,
+            run_team=run.team_id,
+            run_starter=run.user_id,
+            channel=run.channel_id,
+            tool=call.tool,
+            rule=rule,
+        )
+        return rule, verdict
+
+
+def rule_for(policy: Policy, run: RunRecord, call: CallRecord) -> CallRule | None:
+    """The policy's rule for `call`, its approvers widened by the call's escalation once
+    (and only once) that has fired (recorded on the call by fire_timers.lua)."""
+    rule = policy.rule_for(channel=run.channel_id, agent=call.agent, tool=call.tool)
+    extra = [p for p in call.escalated_principals() if rule and p not in rule.approvers]
+    if rule is not None and extra:
+        rule = dataclasses.replace(rule, approvers=(*rule.approvers, *extra))
+    return rule
