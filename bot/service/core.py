@@ -10,6 +10,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from bot.engine.runner import Engine
+from bot.outage import log_failure
 from bot.service.audit import AuditKind, audit_fields
 from bot.service.authorize import Authorizer
 from bot.service.foreground import Foreground
@@ -78,7 +79,7 @@ class ServiceCore:
             try:
                 await coro
             except Exception:
-                log.exception("background task %s failed", name)
+                log_failure(log, "background task %s failed", name)
 
         self.track(asyncio.create_task(guarded(), name=name))
 
@@ -111,7 +112,7 @@ class ServiceCore:
         try:
             return await coro
         except Exception:
-            log.exception("could not %s", what)
+            log_failure(log, "could not %s", what)
             return None
 
     async def audit(
@@ -131,7 +132,7 @@ class ServiceCore:
         try:
             await self.audit_log.append(kind, **fields)
         except Exception:
-            log.exception("could not append %s to the audit trail", kind)
+            log_failure(log, "could not append %s to the audit trail", kind)
 
     def audit_in(
         self,
@@ -153,7 +154,7 @@ class ServiceCore:
         try:
             await self.queue.enqueue(kind, run_id, execution)
         except Exception:
-            log.exception("could not enqueue %s of run %s; the sweeper will", kind, run_id)
+            log_failure(log, "could not enqueue %s of run %s; the sweeper will", kind, run_id)
 
     def agent_names(self) -> list[str]:
         """The agents this bot can run, by name."""

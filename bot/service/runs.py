@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Coroutine
+from logging import WARNING
 from typing import Any
 
 from bot.engine.approvals import arguments_sha
@@ -22,6 +23,7 @@ from bot.engine.runner import (
     StopCheck,
     Stopped,
 )
+from bot.outage import log_failure
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.digest import digest_of
@@ -144,7 +146,7 @@ class Runs:
             await self.store.create_run(run)  # its run message is now due (the outbox)
             await self.core.audit(AuditKind.RUN_STARTED, run=run, detail=audited_task(run.task))
         except Exception:
-            log.exception("could not store new run %s", run.run_id)
+            log_failure(log, "could not store new run %s", run.run_id)
             await self.core.safely(
                 "tell the starter",
                 self.core.notifier.tell(
@@ -159,14 +161,14 @@ class Runs:
             await self.core.queue.enqueue("start", run.run_id, run.owner)
         except Exception:
             # The sweeper enqueues runs that were never taken by a worker; nothing is lost.
-            log.exception("could not enqueue the start of run %s", run.run_id)
+            log_failure(log, "could not enqueue the start of run %s", run.run_id)
 
     async def _settle(self, run: RunRecord, owner: str, outcome: Outcome) -> None:
         """Store and show what a start or resume ended with. Never raises."""
         try:
             await self._settle_unsafe(run, owner, outcome)
         except Exception as exc:
-            log.exception("could not record the outcome of run %s", run.run_id)
+            log_failure(log, "could not record the outcome of run %s", run.run_id)
             await self._fail(
                 run, owner, f"The bot could not record the run's result ({redact(str(exc))})."
             )
@@ -247,7 +249,9 @@ class Runs:
         try:  # the sweeper indexes them if this process stops first
             await self.store.timers.schedule([c for c in calls if not c.auto])
         except Exception:
-            log.exception("could not schedule the timers of run %s; the sweeper will", run.run_id)
+            log_failure(
+                log, "could not schedule the timers of run %s; the sweeper will", run.run_id
+            )
         await self.auto_decide(run)
         # Its automatic decisions are applied: the sweeper need not look at it (unless a
         # decision since made it due again: then it stays).
@@ -412,7 +416,7 @@ class Runs:
             else:
                 await self._resume_owned(run, attempt, execution, took)
         except Exception as exc:
-            log.exception("%s of run %s failed", job.kind, run.run_id)
+            log_failure(log, "%s of run %s failed", job.kind, run.run_id)
             await self._fail(
                 run, attempt, f"The bot failed while running this run ({redact(str(exc))})."
             )
@@ -549,7 +553,9 @@ class Runs:
                 try:
                     await self.store.add_progress(run.run_id, line)
                 except Exception:  # best effort, like every progress line
-                    log.warning("could not record progress of run %s", run.run_id, exc_info=True)
+                    log_failure(
+                        log, "could not record progress of run %s", run.run_id, level=WARNING
+                    )
 
         async def progress(text: str) -> None:
             lines.append(text)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from logging import WARNING
 
+from bot.outage import log_failure
 from bot.service.core import ServiceCore
 from bot.service.gate import rule_for
 from bot.service.runs import Runs, time_call
@@ -41,7 +43,7 @@ class Sweeper:
                     older_than=every * 2, reconcile=sweeps % self.RECONCILE_EVERY == 0
                 )
             except Exception:
-                log.warning("sweep for stalled runs failed", exc_info=True)
+                log_failure(log, "sweep for stalled runs failed", level=WARNING)
             sweeps += 1
 
     async def requeue_stalled(self, *, older_than: float, reconcile: bool = True) -> int:

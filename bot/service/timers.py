@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from logging import WARNING
 
+from bot.outage import log_failure
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.policy import human
@@ -56,7 +58,7 @@ class Timers:
                 else:
                     wait = 0.0
             except Exception:
-                log.warning("firing timers failed; retrying", exc_info=True)
+                log_failure(log, "firing timers failed; retrying", level=WARNING)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), wait)
 

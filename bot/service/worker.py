@@ -11,7 +11,9 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from logging import WARNING
 
+from bot.outage import log_failure
 from bot.service.approvals import ApprovalService
 from bot.store.queue import Job, JobQueue
 
@@ -46,7 +48,9 @@ class Worker:
                 await self.queue.ensure_group()
                 break
             except Exception:
-                log.warning("the worker could not reach the job queue; retrying", exc_info=True)
+                log_failure(
+                    log, "the worker could not reach the job queue; retrying", level=WARNING
+                )
                 await asyncio.sleep(1.0)
         next_reclaim = 0.0
         loop = asyncio.get_running_loop()
@@ -76,7 +80,7 @@ class Worker:
                 if "NOGROUP" in str(exc):  # the stream was lost (Redis without persistence)
                     with contextlib.suppress(Exception):
                         await self.queue.ensure_group()
-                log.warning("the worker could not read jobs; retrying", exc_info=True)
+                log_failure(log, "the worker could not read jobs; retrying", level=WARNING)
                 await asyncio.sleep(1.0)
 
     async def _handle(self, job: Job) -> None:
@@ -84,7 +88,7 @@ class Worker:
         try:
             await self.service.run_job(job)
         except Exception:
-            log.exception("job %s (%s of run %s) crashed; it will be retried", job.message_id,
+            log_failure(log, "job %s (%s of run %s) crashed; it will be retried", job.message_id,
                           job.kind, job.run_id)  # fmt: skip
             return
         finally:
@@ -96,7 +100,7 @@ class Worker:
                 log.warning("job %s was taken over by another worker; not acknowledged here",
                             job.message_id)  # fmt: skip
         except Exception:
-            log.warning("could not acknowledge job %s", job.message_id, exc_info=True)
+            log_failure(log, "could not acknowledge job %s", job.message_id, level=WARNING)
 
     async def _renew(self, job: Job) -> None:
         while True:
@@ -110,7 +114,9 @@ class Worker:
                     )
                     return
             except Exception:
-                log.warning("could not renew the lease of job %s", job.message_id, exc_info=True)
+                log_failure(
+                    log, "could not renew the lease of job %s", job.message_id, level=WARNING
+                )
 
     async def stop(self, loop_task: asyncio.Task[None] | None, timeout: float) -> None:
         """Stop taking jobs, then wait (up to `timeout`) for the ones in hand."""
