@@ -36,6 +36,7 @@ from bot.engine.context import RunContext, deserialize_context, serialize_contex
 from bot.engine.journal import CURRENT, CallNeedsReview, Execution
 from bot.engine.registry import AgentRegistry, what_matters
 from bot.engine.tracing import Tracing
+from bot.errors import ApprovalBotError
 from bot.untrusted import redact
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class Stopped:
 Outcome = Paused | Finished | Failed | NeedsReview | Stopped
 
 
-class _StopRequested(Exception):
+class _StopRequested(ApprovalBotError):
     """Raised by the hooks before a model call of a run that must go no further."""
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import redis.asyncio as redis
 
+from bot.errors import ApprovalBotError
 from bot.store import keys
 from bot.store.outbox import Mark, Outbox, Shown
 from bot.store.records import (
@@ -132,7 +133,7 @@ class Taken:
     calls: list[CallRecord] | None = None  # a resume's pause (None: not read)
 
 
-class StoreError(Exception):
+class StoreError(ApprovalBotError):
     """A transition was refused because the run is not in the state the caller believed."""
 
 
