@@ -31,6 +31,7 @@ from agents import (
     Tool,
 )
 
+from bot.checkpoint import Checkpoint as Checkpoint  # the stored pause: engine and store
 from bot.engine.approvals import PendingApproval, arguments_sha, describe
 from bot.engine.context import RunContext, deserialize_context, serialize_context
 from bot.engine.journal import CURRENT, CallNeedsReview, Execution
@@ -48,15 +49,6 @@ NEEDS = "needs:"
 Progress = Callable[[str], Awaitable[None]]
 # Asked before every model call: True when the run must go no further (it was cancelled).
 StopCheck = Callable[[], Awaitable[bool]]
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """What must be stored to resume a paused run."""
-
-    state: bytes  # compressed RunState JSON (see `pack_state`)
-    sdk_version: str
-    fingerprint: str
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from typing import Any
 from bot.engine.approvals import arguments_sha
 from bot.engine.journal import Execution
 from bot.engine.runner import (
-    Checkpoint,
     Decision,
     Failed,
     Finished,
@@ -33,7 +32,6 @@ from bot.store.records import (
     CallRecord,
     Decided,
     RunRecord,
-    Snapshot,
 )
 from bot.store.runs import StoreError, Taken, now
 from bot.untrusted import inline, plain, redact
@@ -220,12 +218,9 @@ class RunFlow(ReviewFlow):
     async def _pause(self, run: RunRecord, owner: str, outcome: Paused) -> None:
         version = self.policies.current().version
         calls = [self._new_call(run, a, version) for a in outcome.approvals]
-        cp = outcome.checkpoint
         since = float(now())
         try:
-            await self.store.save_pause(
-                run.run_id, owner, Snapshot(cp.state, cp.sdk_version, cp.fingerprint), calls, since
-            )
+            await self.store.save_pause(run.run_id, owner, outcome.checkpoint, calls, since)
         except StoreError:
             log.error("run %s is no longer owned by this execution; pause not saved", run.run_id)
             return
@@ -485,10 +480,9 @@ class RunFlow(ReviewFlow):
             )
             for c in calls
         ]
-        checkpoint = Checkpoint(snapshot.state, snapshot.sdk_version, snapshot.fingerprint)
         outcome = await self.engine.resume(
             run.agent_name,
-            checkpoint,
+            snapshot,
             decisions,
             progress=self._progress(run),
             execution=execution,

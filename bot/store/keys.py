@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 PREFIX = "ab"
@@ -192,3 +194,134 @@ def outcomes_key(run_id: str) -> str:
     """Hash: what the run's starter must be told (approval id, or `run`) -> the outcome, and
     `<id>!` -> the outcome they were last told (their message is the `notice` target)."""
     return f"{PREFIX}:{{{run_id}}}:outcomes"
+
+
+@dataclass(frozen=True)
+class RunKeys:
+    """Every key of one run, and the KEYS list of each script over them, in one place: a
+    script's KEYS order is written once, here, beside the names of what each key holds."""
+
+    run_id: str
+
+    @property
+    def run(self) -> str:
+        return run_key(self.run_id)
+
+    @property
+    def task(self) -> str:
+        return task_key(self.run_id)
+
+    @property
+    def state(self) -> str:
+        return state_key(self.run_id)
+
+    @property
+    def snapshot(self) -> str:
+        return snapshot_key(self.run_id)
+
+    @property
+    def pause(self) -> str:
+        return pause_key(self.run_id)
+
+    @property
+    def sticky(self) -> str:
+        return sticky_key(self.run_id)
+
+    @property
+    def journal(self) -> str:
+        return journal_key(self.run_id)
+
+    @property
+    def outbox(self) -> str:
+        return outbox_key(self.run_id)
+
+    @property
+    def shown(self) -> str:
+        return shown_key(self.run_id)
+
+    @property
+    def progress(self) -> str:
+        return progress_key(self.run_id)
+
+    @property
+    def notes(self) -> str:
+        return notes_key(self.run_id)
+
+    @property
+    def outcomes(self) -> str:
+        return outcomes_key(self.run_id)
+
+    def review_votes(self, review_id: str) -> str:
+        return review_votes_key(self.run_id, review_id)
+
+    # The KEYS of each script (see the script's header for what it does with them).
+
+    def save_pause(self, approval_ids: Sequence[str]) -> list[str]:
+        """save_pause.lua: the run's keys, then the new call hashes."""
+        return [
+            self.run,
+            self.state,
+            self.snapshot,
+            self.task,
+            self.outbox,
+            self.pause,
+            *(call_key(i) for i in approval_ids),
+        ]
+
+    def finish(self) -> list[str]:
+        return [self.run, self.state, self.snapshot, self.task, self.outbox, self.pause]
+
+    def decide(self, approval_id: str, others: Sequence[str]) -> list[str]:
+        """decide.lua: the run's keys around the decided call, then the other calls of the
+        pause an Always decision may settle."""
+        return [
+            self.run,
+            call_key(approval_id),
+            votes_key(approval_id),
+            self.state,
+            self.snapshot,
+            self.sticky,
+            self.outbox,
+            *(call_key(i) for i in others),
+        ]
+
+    def fire_timers(self, approval_id: str, others: Sequence[str]) -> list[str]:
+        return [
+            self.run,
+            call_key(approval_id),
+            self.outbox,
+            self.state,
+            self.snapshot,
+            self.pause,
+            self.sticky,
+            votes_key(approval_id),
+            *(call_key(i) for i in others),
+        ]
+
+    def cancel(self, approval_ids: Sequence[str]) -> list[str]:
+        return [self.run, self.pause, self.outbox, *(call_key(i) for i in approval_ids)]
+
+    def take_job(self) -> list[str]:
+        return [self.run, self.state]
+
+    def to_review(self) -> list[str]:
+        return [self.run, self.outbox]
+
+    def resolve_review(self) -> list[str]:
+        return [self.run, self.journal, self.outbox]
+
+    def begin_call(self) -> list[str]:
+        return [self.run, self.journal]
+
+    def end_call(self) -> list[str]:
+        return [self.journal]
+
+    def add_note(self) -> list[str]:
+        return [self.notes, self.outbox]
+
+    def record_outcomes(self) -> list[str]:
+        return [self.outcomes, self.outbox]
+
+    def delivered(self) -> list[str]:
+        """The outbox's `_DELIVERED`: what Slack holds, and the marks."""
+        return [self.shown, self.outbox]

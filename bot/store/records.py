@@ -11,6 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
+from bot.checkpoint import Checkpoint
+
+# The store's name for a paused run's stored state: the engine's checkpoint, as it is.
+Snapshot = Checkpoint
+
 RunStatus = Literal[
     "running", "paused", "resuming", "needs_review", "finished", "failed", "cancelled"
 ]
@@ -207,15 +212,6 @@ class CallRecord:
     def by_earlier_always(self) -> bool:
         """Settled, without a card of its own, by an Always decision made in an earlier pause."""
         return self.via.startswith(EARLIER_ALWAYS)
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A paused run's serialized state and the versions it was written with."""
-
-    state: bytes
-    sdk_version: str
-    fingerprint: str
 
 
 @dataclass(frozen=True)
