@@ -30,7 +30,7 @@ from bot.store.records import (
     CallRecord,
     RunRecord,
 )
-from bot.store.runs import RunStore
+from bot.store.runs import Ended, NotOwner, RunStore
 
 log = logging.getLogger(__name__)
 
@@ -224,9 +224,14 @@ class ServiceCore:
 
     async def _fail(self, run: RunRecord, owner: str, error: str) -> None:
         """End the run as failed. `error` is plain text (escaped once, where it is shown)."""
-        if await self.store.finish(
-            run.run_id, owner, status="failed", text=error, drop_snapshot=False
-        ):
+        try:
+            ended = await self.store.finish(
+                run.run_id, owner, status="failed", text=error, drop_snapshot=False
+            )
+        except NotOwner:
+            log.info("run %s not failed here: this execution no longer owns it", run.run_id)
+            return
+        if isinstance(ended, Ended):
             await self.audit("run_failed", run=run, detail=error)
 
     async def _enqueue(self, kind: str, run_id: str, execution: str) -> None:

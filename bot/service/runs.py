@@ -33,7 +33,7 @@ from bot.store.records import (
     Decided,
     RunRecord,
 )
-from bot.store.runs import StoreError, Taken, now
+from bot.store.runs import Ended, NotOwner, StoreError, Taken, now
 from bot.untrusted import inline, plain, redact
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,6 @@ class RunFlow(ReviewFlow):
             channel_id=channel,
             agent_name=name,
             task=task,
-            status="running",
             created_at=stamp,
             updated_at=stamp,
             owner=self._owner(),
@@ -150,9 +149,14 @@ class RunFlow(ReviewFlow):
             log.info("run %s was cancelled; its execution stopped before a model call", run.run_id)
             return
         if isinstance(outcome, Finished):
-            if await self.store.finish(
-                run.run_id, owner, status="finished", text=outcome.output, drop_snapshot=True
-            ):
+            try:
+                ended = await self.store.finish(
+                    run.run_id, owner, status="finished", text=outcome.output, drop_snapshot=True
+                )
+            except NotOwner:
+                log.info("run %s not finished here: this execution no longer owns it", run.run_id)
+                return
+            if isinstance(ended, Ended):
                 await self.audit("run_finished", run=run, detail=outcome.output[:2000])
             return
         if isinstance(outcome, Failed):
@@ -336,9 +340,13 @@ class RunFlow(ReviewFlow):
                 f"The bot could not post {what} in this channel: {cause} "
                 "The run was stopped; nothing further ran."
             )
-            if await self.store.finish(
-                run_id, owner, status="failed", text=error, drop_snapshot=False
-            ):
+            try:
+                ended = await self.store.finish(
+                    run_id, owner, status="failed", text=error, drop_snapshot=False
+                )
+            except NotOwner:  # it changed hands since the read: look again
+                continue
+            if isinstance(ended, Ended):
                 await self.audit("run_failed", run=run, detail=error)
                 await self._safely(
                     "tell the starter", self.notifier.tell(run.channel_id, run.user_id, error)

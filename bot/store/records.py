@@ -9,6 +9,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar, Literal, TypeVar
 
 from bot.checkpoint import Checkpoint
@@ -16,13 +17,31 @@ from bot.checkpoint import Checkpoint
 # The store's name for a paused run's stored state: the engine's checkpoint, as it is.
 Snapshot = Checkpoint
 
-RunStatus = Literal[
-    "running", "paused", "resuming", "needs_review", "finished", "failed", "cancelled"
-]
-CallStatus = Literal["pending", "approved", "rejected", "expired", "cancelled"]
+
+class RunStatus(StrEnum):
+    """Where a run is (its hash's `status`; equal to the stored string)."""
+
+    RUNNING = "running"
+    PAUSED = "paused"
+    RESUMING = "resuming"
+    NEEDS_REVIEW = "needs_review"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class CallStatus(StrEnum):
+    """Where a call is (its hash's `status`; equal to the stored string)."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
 
 # A run in one of these states does nothing more: no job takes it, no call of it is decided.
-ENDED: tuple[str, ...] = ("finished", "failed", "cancelled")
+ENDED: tuple[str, ...] = (RunStatus.FINISHED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 # How much text a run and a call keep for display (the snapshot holds the rest).
 SHOWN_TASK = 3000
@@ -56,8 +75,14 @@ def _from_hash(cls: type[_R], raw: Mapping[Any, Any], derived: dict[str, str]) -
             value = int(value or 0)
         elif f.type in ("bool", bool):
             value = value == "1"
+        elif f.type in _ENUMS:
+            value = _ENUMS[str(f.type)](value)
         kwargs[f.name] = value
     return cls(**kwargs)
+
+
+# Fields stored as the string value of an enum (`_from_hash` reads them back as the enum).
+_ENUMS: dict[str, type[StrEnum]] = {"RunStatus": RunStatus, "CallStatus": CallStatus}
 
 
 def _to_hash(record: RunRecord | CallRecord) -> dict[str, str]:
@@ -92,7 +117,7 @@ class RunRecord:
     task: str  # as shown: at most SHOWN_TASK characters (the whole task is kept until it starts)
     enterprise_id: str = ""
     task_chars: int = 0  # the whole task's length, when `task` is a cut copy
-    status: str = "running"
+    status: RunStatus = RunStatus.RUNNING
     created_at: str = ""
     updated_at: str = ""
     message_ts: str = ""
@@ -116,6 +141,9 @@ class RunRecord:
     # Stored layout (see `_to_hash`): derived from the key, and compared by the scripts.
     DERIVED: ClassVar[frozenset[str]] = frozenset({"run_id"})
     STORED_ALWAYS: ClassVar[frozenset[str]] = frozenset({"status"})
+
+    def __post_init__(self) -> None:
+        self.status = RunStatus(self.status)  # a record built with a plain string
 
     @property
     def ended(self) -> bool:
@@ -150,7 +178,7 @@ class CallRecord:
     pause: int = 0
     arguments_chars: int = 0  # the whole display text's length, when `arguments` is cut
     arguments_sha: str = ""  # SHA-256 of the canonical arguments (empty: stored whole, before)
-    status: str = "pending"
+    status: CallStatus = CallStatus.PENDING
     always: bool = False
     decided_team: str = ""
     decided_by: str = ""
@@ -180,6 +208,9 @@ class CallRecord:
     escalate_at: str = ""
     escalate_to: str = ""  # JSON list of principals who may decide once escalated
     escalated_at: str = ""  # set once, atomically, when escalate_after has passed
+
+    def __post_init__(self) -> None:
+        self.status = CallStatus(self.status)  # a record built with a plain string
 
     def escalated_principals(self) -> list[str]:
         """Who the escalation added to the approvers: nobody before it fired."""
@@ -260,7 +291,7 @@ class Voted:
 class AlreadyDecided:
     """Someone decided this call before; nothing changed."""
 
-    status: str
+    status: CallStatus
     decided_by: str
     decided_at: str
     via: str = ""
