@@ -136,12 +136,44 @@ OUTBOX_LEASES = f"{PREFIX}:{{outbox}}:leases"  # hash: run id -> the claim holdi
 # on its run's keys (bot/store/timers.py).
 TIMERS = f"{PREFIX}:{{timers}}:due"
 
-# A run's messages ("targets"): its run message, one card per call, the result in its thread,
-# and one review request per review.
-Target = str  # "run" | "result" | "card:<approval id>" | "review:<review id>" | "note:<n>"
-# | "remind:<approval id>:<n>" (a reminder in the card's thread) | "remind:<approval id>:escalated"
-# | "notice" (the requester's message)
+# A run's messages ("targets", see `Target`): its run message, one card per call, the result in
+# its thread, one review request per review, notes, reminders, the requester's notice.
 TargetKind = Literal["run", "result", "card", "review", "note", "remind", "notice"]
+_TARGET_KINDS = ("run", "result", "card", "review", "note", "remind", "notice")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One message of a run, as its outbox and shown hashes name it (`str(target)`): the run
+    message (`run`), its result (`result`), the starter's notice (`notice`), a call's card
+    (`card:<approval id>`), a review request (`review:<review id>`), a note (`note:<n>`), a
+    reminder in a card's thread (`remind:<approval id>:<n>` or `...:escalated`)."""
+
+    kind: TargetKind
+    """Which message it is."""
+    id: str = ""
+    """What names it among its kind: the approval id, review id, note number, or for a
+    reminder `<approval id>:<n | escalated>`; empty for run, result and notice."""
+
+    @classmethod
+    def parse(cls, name: str) -> Target:
+        kind, _, rest = name.partition(":")
+        assert kind in _TARGET_KINDS, name
+        return cls(kind, rest)  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.id}" if self.id else self.kind
+
+    @property
+    def number(self) -> int:
+        """A note's number (1 is the first)."""
+        return int(self.id)
+
+    @property
+    def reminder(self) -> tuple[str, str]:
+        """A reminder's approval id and which one it is (`<n>` or `escalated`)."""
+        approval_id, _, which = self.id.rpartition(":")
+        return approval_id, which
 
 
 def outbox_key(run_id: str) -> str:
@@ -168,10 +200,8 @@ def review_votes_key(run_id: str, review_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:review:{review_id}:votes"
 
 
-def target_kind(target: Target) -> TargetKind:
-    kind = target.partition(":")[0]
-    assert kind in ("run", "result", "card", "review", "note", "remind", "notice"), target
-    return kind  # type: ignore[return-value]
+def target_kind(target: str) -> TargetKind:
+    return Target.parse(target).kind
 
 
 # People: their recent runs, and the App Home tabs to keep up to date.

@@ -43,7 +43,7 @@ class Reviews:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.sadd(key, user)
             pipe.expire(key, self.retention)
-            mark(pipe, run_id, f"review:{review_id}", self.retention)
+            mark(pipe, run_id, str(keys.Target("review", review_id)), self.retention)
             pipe.scard(key)
             result = await pipe.execute()
         await self.outbox.schedule(run_id)
