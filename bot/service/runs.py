@@ -96,7 +96,7 @@ class RunFlow(ReviewFlow):
                 name="audit",
             )
             return Reply(False, verdict.reason)
-        stamp = now()
+        stamp = float(now())
         run = RunRecord(
             run_id=run_id,
             team_id=actor.team_id,
@@ -191,7 +191,7 @@ class RunFlow(ReviewFlow):
             arguments_sha=arguments_sha(approval.arguments),
             channel_id=run.channel_id,
             policy_version=version,
-            paused_at=now(),
+            paused_at=float(now()),
         )
         if rule is None:  # the channel left the policy while the run was going: fail closed
             call.auto, call.rule, call.allow_always = "reject", "channel not in policy", False
@@ -212,11 +212,11 @@ class RunFlow(ReviewFlow):
         """The call's timers, as the policy sets them when it is posted (bot/store/timers.py)."""
         start = float(call.paused_at)
         call.expire_after = rule.expire_after
-        call.expires_at = f"{start + rule.expire_after:.3f}"
+        call.expires_at = start + rule.expire_after
         call.remind_after, call.remind_max = rule.remind_after, rule.remind_max
         if rule.escalate_after and rule.escalate_to:
             call.escalate_after = rule.escalate_after
-            call.escalate_at = f"{start + rule.escalate_after:.3f}"
+            call.escalate_at = start + rule.escalate_after
             call.escalate_to = json.dumps(list(rule.escalate_to))
 
     async def _pause(self, run: RunRecord, owner: str, outcome: Paused) -> None:

@@ -50,7 +50,7 @@ def decode_decide(reply: list[Any]) -> DecideResult:
         return Voted(int(reply[1]), int(reply[2]), repeated=kind == "voted")
     if kind == "already":
         status, by, at, via = (text(r) for r in reply[1:5])
-        return AlreadyDecided(CallStatus(status), by, at, via)
+        return AlreadyDecided(CallStatus(status), by, float(at or 0), via)
     if kind == "stale":
         return Gone("This run is no longer waiting for this decision.")
     return Gone()

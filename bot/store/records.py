@@ -75,6 +75,8 @@ def _from_hash(cls: type[_R], raw: Mapping[Any, Any], derived: dict[str, str]) -
             value = int(value or 0)
         elif f.type in ("bool", bool):
             value = value == "1"
+        elif f.type in ("float", float):
+            value = float(value or 0)
         elif f.type in _ENUMS:
             value = _ENUMS[str(f.type)](value)
         kwargs[f.name] = value
@@ -83,6 +85,25 @@ def _from_hash(cls: type[_R], raw: Mapping[Any, Any], derived: dict[str, str]) -
 
 # Fields stored as the string value of an enum (`_from_hash` reads them back as the enum).
 _ENUMS: dict[str, type[StrEnum]] = {"RunStatus": RunStatus, "CallStatus": CallStatus}
+
+
+# Per record class: its fields that `_typed` converts, with the type to convert to.
+_CONVERTED: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+
+def _typed(record: RunRecord | CallRecord) -> None:
+    """A record built with plain strings for its status or times (as stored): typed."""
+    converted = _CONVERTED.get(type(record))
+    if converted is None:
+        converted = _CONVERTED[type(record)] = tuple(
+            (f.name, _ENUMS.get(str(f.type), float))
+            for f in dataclasses.fields(record)
+            if f.type in _ENUMS or f.type in ("float", float)
+        )
+    for name, kind in converted:
+        value = getattr(record, name)
+        if type(value) is str:  # a member of the enum, or a float, is left as it is
+            setattr(record, name, kind(value or 0) if kind is float else kind(value))
 
 
 def _to_hash(record: RunRecord | CallRecord) -> dict[str, str]:
@@ -100,6 +121,8 @@ def _to_hash(record: RunRecord | CallRecord) -> dict[str, str]:
             continue
         if isinstance(value, bool):
             out[f.name] = "1" if value else "0"
+        elif isinstance(value, float):
+            out[f.name] = f"{value:.3f}"  # a time: Unix seconds to the millisecond, as `now()`
         else:
             out[f.name] = str(value)
     return out
@@ -118,8 +141,8 @@ class RunRecord:
     enterprise_id: str = ""
     task_chars: int = 0  # the whole task's length, when `task` is a cut copy
     status: RunStatus = RunStatus.RUNNING
-    created_at: str = ""
-    updated_at: str = ""
+    created_at: float = 0.0  # times: Unix seconds (0: not set)
+    updated_at: float = 0.0
     message_ts: str = ""
     pause: int = 0
     undecided: int = 0
@@ -136,14 +159,14 @@ class RunRecord:
     resolved_action: str = ""
     calls: str = ""  # the approval tokens of the current pause, in the SDK order, space-separated
     cancelled_by: str = ""  # who cancelled the run (status cancelled), and when
-    cancelled_at: str = ""
+    cancelled_at: float = 0.0
 
     # Stored layout (see `_to_hash`): derived from the key, and compared by the scripts.
     DERIVED: ClassVar[frozenset[str]] = frozenset({"run_id"})
     STORED_ALWAYS: ClassVar[frozenset[str]] = frozenset({"status"})
 
     def __post_init__(self) -> None:
-        self.status = RunStatus(self.status)  # a record built with a plain string
+        _typed(self)
 
     @property
     def ended(self) -> bool:
@@ -182,7 +205,7 @@ class CallRecord:
     always: bool = False
     decided_team: str = ""
     decided_by: str = ""
-    decided_at: str = ""
+    decided_at: float = 0.0  # times: Unix seconds (0: not set)
     reason: str = ""
     via: str = ""
     channel_id: str = ""
@@ -197,20 +220,20 @@ class CallRecord:
     auto: str = ""
     policy_version: str = ""
     digest: str = ""
-    paused_at: str = ""  # when the run paused on this call (time to decision)
+    paused_at: float = 0.0  # when the run paused on this call (time to decision)
     # Timers (bot/store/timers.py), from the policy when the call was posted; times in Unix s.
     expire_after: int = 0  # seconds; 0: a call stored before expiry existed (never expires)
-    expires_at: str = ""
+    expires_at: float = 0.0
     remind_after: int = 0  # seconds between reminders (0: none)
     remind_max: int = 0
     reminders: int = 0  # reminders fired so far
     escalate_after: int = 0  # seconds (0: never)
-    escalate_at: str = ""
+    escalate_at: float = 0.0
     escalate_to: str = ""  # JSON list of principals who may decide once escalated
-    escalated_at: str = ""  # set once, atomically, when escalate_after has passed
+    escalated_at: float = 0.0  # set once, atomically, when escalate_after has passed
 
     def __post_init__(self) -> None:
-        self.status = CallStatus(self.status)  # a record built with a plain string
+        _typed(self)
 
     def escalated_principals(self) -> list[str]:
         """Who the escalation added to the approvers: nobody before it fired."""
@@ -293,7 +316,7 @@ class AlreadyDecided:
 
     status: CallStatus
     decided_by: str
-    decided_at: str
+    decided_at: float  # Unix seconds
     via: str = ""
 
 
@@ -316,5 +339,5 @@ class CancelResult:
     outcome: Literal["ok", "already", "ended", "missing"]
     status: str = ""
     by: str = ""
-    at: str = ""
+    at: float = 0.0  # Unix seconds
     calls: tuple[str, ...] = ()

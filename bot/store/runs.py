@@ -150,7 +150,7 @@ def decode_cancel(reply: list[Any]) -> CancelResult:
     if kind == "ok":
         return CancelResult("ok", status=text(reply[1]), calls=tuple(text(r) for r in reply[2:]))
     if kind == "already":
-        return CancelResult("already", by=text(reply[1]), at=text(reply[2]))
+        return CancelResult("already", by=text(reply[1]), at=float(text(reply[2]) or 0))
     if kind == "ended":
         return CancelResult("ended", status=text(reply[1]))
     return CancelResult("missing")
