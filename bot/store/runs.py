@@ -42,10 +42,6 @@ from bot.store.snapshots import encode_snapshot as encode_snapshot
 from bot.store.snapshots import stored_snapshot
 from bot.store.timers import Timers
 
-# Older names of the shared helpers (bot.store.scripts), for their importers.
-_s = text
-_script = script
-
 TIMER_MARGIN = 86400  # a paused run's records outlive its calls' expiry by at least this
 RECENT_RUNS = 20  # runs kept per person for their App Home
 PROGRESS_DUE_IN = 1.0  # seconds: the projector coalesces a run message's changes as long
