@@ -417,11 +417,11 @@ class RunStore:
         self.retention = retention_seconds
         self.outbox = Outbox(client, retention_seconds=retention_seconds)
         self.timers = Timers(client, retention_seconds=retention_seconds)
-        shared: dict[str, Any] = {"retention_seconds": retention_seconds, "outbox": self.outbox}
-        calls = self.call_records = Calls(client, **shared)
-        runs = self.run_records = Runs(client, calls=calls, **shared)
-        reviews = self.reviews = Reviews(client, **shared)
-        outcomes = self.outcomes = Outcomes(client, **shared)
+        keep, outbox = retention_seconds, self.outbox
+        calls = self.call_records = Calls(client, retention_seconds=keep, outbox=outbox)
+        runs = self.run_records = Runs(client, retention_seconds=keep, outbox=outbox, calls=calls)
+        reviews = self.reviews = Reviews(client, retention_seconds=keep, outbox=outbox)
+        outcomes = self.outcomes = Outcomes(client, retention_seconds=keep, outbox=outbox)
         indexes = self.indexes = Indexes(client)
         # Runs: records, progress and notes, pauses, snapshots, transitions.
         self.create_run = runs.create_run
