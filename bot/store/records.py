@@ -294,11 +294,14 @@ _STICKY_FIELDS = ("decision", "team", "user", "at", "reason", "approval_id", "ag
 
 @dataclass(frozen=True)
 class Decided:
-    """The caller's decision was recorded; `settled` lists every call it decided."""
+    """The caller's decision was recorded (now, or this same request before)."""
 
     settled: list[str]
+    """Every call it decided: the clicked one, and those an Always decision settled with it."""
     resume: bool
+    """It was the pause's last decision: the caller now owns the run's one resume."""
     undecided: int
+    """Calls of the pause still waiting for a decision."""
 
 
 @dataclass(frozen=True)
@@ -306,8 +309,11 @@ class Voted:
     """An approval counted towards a quorum; the call is still pending."""
 
     votes: int
+    """Distinct approvers so far."""
     required: int
-    repeated: bool = False  # this person had already approved: counted once
+    """Approvers the call's rule requires."""
+    repeated: bool = False
+    """This person had already approved: counted once, nothing written."""
 
 
 @dataclass(frozen=True)
@@ -315,9 +321,13 @@ class AlreadyDecided:
     """Someone decided this call before; nothing changed."""
 
     status: CallStatus
+    """How it was decided (approved, rejected, expired, cancelled)."""
     decided_by: str
-    decided_at: float  # Unix seconds
+    """Who decided it (a user id, or `policy`)."""
+    decided_at: float
+    """When (Unix seconds; 0: not recorded)."""
     via: str = ""
+    """What decided it when not the decider's own click (an Always decision, a cancel)."""
 
 
 @dataclass(frozen=True)
@@ -325,6 +335,7 @@ class Gone:
     """The call or its pause no longer exists (expired, or the run moved on)."""
 
     why: str = field(default="This approval request no longer exists.")
+    """What to tell the clicker."""
 
 
 DecideResult = Decided | Voted | AlreadyDecided | Gone
@@ -337,7 +348,12 @@ class CancelResult:
     before: `status`), or `missing`."""
 
     outcome: Literal["ok", "already", "ended", "missing"]
+    """What the script found and did."""
     status: str = ""
+    """ok: the status the run had when cancelled; ended: how it ended."""
     by: str = ""
-    at: float = 0.0  # Unix seconds
+    """already: who cancelled it."""
+    at: float = 0.0
+    """already: when (Unix seconds)."""
     calls: tuple[str, ...] = ()
+    """ok: the pending calls it cancelled."""
