@@ -25,6 +25,8 @@ from pydantic import (
     model_validator,
 )
 
+from bot.errors import ApprovalBotError
+
 CHANNEL_ID = r"^[CGD][A-Z0-9]+$"
 # A user id (U…/W…), a user group id (S…), a user group handle (@name) or "*" (anyone).
 PRINCIPAL = r"^([UW][A-Z0-9]+|S[A-Z0-9]+|@[a-z0-9][a-z0-9._-]*|\*)$"
@@ -67,7 +69,7 @@ channels:
 """
 
 
-class PolicyError(Exception):
+class PolicyError(ApprovalBotError):
     """The policy file is missing or invalid; `problems` lists every issue found."""
 
     def __init__(self, problems: list[str]) -> None:

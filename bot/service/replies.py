@@ -106,12 +106,14 @@ class ConfirmReject:
     text: str
 
 
-def when(timestamp: str) -> str:
-    """A decision time as people read it (UTC)."""
+def when(timestamp: float | str) -> str:
+    """A decision time as people read it (UTC); empty when not set."""
+    if not timestamp:
+        return ""
     try:
         moment = datetime.fromtimestamp(float(timestamp), tz=UTC)
     except ValueError:
-        return timestamp
+        return str(timestamp)
     return moment.strftime("%Y-%m-%d %H:%M UTC")
 
 

@@ -128,12 +128,13 @@ class Sweeper:
             rule = rule_for(policy, run, call)
             if rule is None:
                 continue
-            paused_at, call.paused_at = call.paused_at, now()
+            paused_at, call.paused_at = call.paused_at, float(now())
             time_call(call, rule)  # expiry and escalation count from now
             call.paused_at = paused_at
             call.remind_after = call.remind_max = 0  # its reminders would be long overdue
+            stored = call.to_hash()  # as the record stores them
             fields = {
-                name: str(getattr(call, name))
+                name: stored[name]
                 for name in ("expire_after", "expires_at", "remind_after", "remind_max",
                              "escalate_after", "escalate_at", "escalate_to")
                 if getattr(call, name)

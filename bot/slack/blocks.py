@@ -151,13 +151,13 @@ def result_message(run: RunRecord) -> str:
     return quote(run.output or "(the agent finished without output)", OUTPUT_LIMIT)
 
 
-def slack_date(timestamp: str) -> str:
+def slack_date(timestamp: float | str) -> str:
     """A time every reader sees in their own time zone (Slack's date formatting), with a UTC
     fallback for clients that cannot format it."""
     try:
         moment = int(float(timestamp))
     except ValueError:
-        return escape(timestamp)
+        return escape(str(timestamp))
     return f"<!date^{moment}^{{date_short_pretty}} at {{time}}|{when(timestamp)}>"
 
 
