@@ -17,7 +17,7 @@ from bot.service.policy import Verdict
 from bot.service.ports import Actor
 from bot.service.replies import Reply, when
 from bot.store import keys
-from bot.store.records import CallRecord, RunRecord
+from bot.store.records import CallRecord, RunRecord, RunStatus
 from bot.untrusted import inline
 
 MAX_LISTED = 20
@@ -135,7 +135,7 @@ class People:
         if isinstance(run, Reply):
             return run
         waiting = []
-        if run.status == "paused":
+        if run.status == RunStatus.PAUSED:
             waiting = [c for c in await self.store.pause_calls(run.run_id) if not c.decided]
         return RunView(run, waiting)
 
@@ -149,7 +149,7 @@ class People:
         them (quorum), and allowed by the policy in force."""
         found: list[Waiting] = []
         for run in runs if runs is not None else await self._unfinished():
-            if run.status != "paused":
+            if run.status != RunStatus.PAUSED:
                 continue
             for call in await self.store.pause_calls(run.run_id):
                 if (
@@ -187,6 +187,6 @@ class People:
 
     async def _view(self, run: RunRecord) -> RunView:
         waiting = []
-        if run.status == "paused":
+        if run.status == RunStatus.PAUSED:
             waiting = [c for c in await self.store.pause_calls(run.run_id) if not c.decided]
         return RunView(run, waiting)

@@ -36,8 +36,10 @@ from bot.store.records import (
     EARLIER_ALWAYS,
     SHOWN_ARGUMENTS,
     CallRecord,
+    CallStatus,
     Decided,
     RunRecord,
+    RunStatus,
 )
 from bot.store.runs import Ended, NotOwner, StoreError, Taken, now
 from bot.untrusted import inline, plain, redact
@@ -175,7 +177,11 @@ class Runs:
         if isinstance(outcome, Finished):
             try:
                 ended = await self.store.finish(
-                    run.run_id, owner, status="finished", text=outcome.output, drop_snapshot=True
+                    run.run_id,
+                    owner,
+                    status=RunStatus.FINISHED,
+                    text=outcome.output,
+                    drop_snapshot=True,
                 )
             except NotOwner:
                 log.info("run %s not finished here: this execution no longer owns it", run.run_id)
@@ -351,14 +357,14 @@ class Runs:
             run = await self.store.get_run(run_id)
             if run is None or run.ended:
                 return
-            owner = "paused" if run.status == "paused" else run.owner
+            owner = "paused" if run.status == RunStatus.PAUSED else run.owner
             error = (
                 f"The bot could not post {what} in this channel: {cause} "
                 "The run was stopped; nothing further ran."
             )
             try:
                 ended = await self.store.finish(
-                    run_id, owner, status="failed", text=error, drop_snapshot=False
+                    run_id, owner, status=RunStatus.FAILED, text=error, drop_snapshot=False
                 )
             except NotOwner:  # it changed hands since the read: look again
                 continue
@@ -427,7 +433,7 @@ class Runs:
 
         async def stop() -> bool:
             try:
-                return await self.store.run_status(run_id) == "cancelled"
+                return await self.store.run_status(run_id) == RunStatus.CANCELLED
             except Exception:
                 log.warning("could not check whether run %s was cancelled", run_id)
                 return False
@@ -440,7 +446,7 @@ class Runs:
         a Slack outage it starts anyway, and its messages follow when Slack is back."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        while not run.message_ts and run.status == "running" and loop.time() < deadline:
+        while not run.message_ts and run.status == RunStatus.RUNNING and loop.time() < deadline:
             await asyncio.sleep(0.05)
             run = await self.store.get_run(run.run_id) or run
         return run
@@ -494,13 +500,13 @@ class Runs:
                 "not resumed and none of them ran.",
             )
             return
-        approved = sum(c.status == "approved" for c in calls)
+        approved = sum(c.status == CallStatus.APPROVED for c in calls)
         summary = f"Resuming: {approved} approved, {len(calls) - approved} rejected."
         await self.core.audit(AuditKind.RESUMED, run=run, detail=summary)
         decisions = [
             Decision(
                 call_id=c.call_id,
-                approve=c.status == "approved",
+                approve=c.status == CallStatus.APPROVED,
                 message=c.reason or None,
                 shown=(c.agent, c.tool, c.arguments_sha or arguments_sha(c.arguments)),
             )
@@ -521,7 +527,7 @@ class Runs:
         """End the run as failed. `error` is plain text (escaped once, where it is shown)."""
         try:
             ended = await self.store.finish(
-                run.run_id, owner, status="failed", text=error, drop_snapshot=False
+                run.run_id, owner, status=RunStatus.FAILED, text=error, drop_snapshot=False
             )
         except NotOwner:
             log.info("run %s not failed here: this execution no longer owns it", run.run_id)
@@ -531,7 +537,7 @@ class Runs:
 
     async def _approved_in_pause(self, run: RunRecord) -> set[str]:
         calls = await self.store.pause_calls(run.run_id) if run.pause else []
-        return {c.call_id for c in calls if c.status == "approved"}
+        return {c.call_id for c in calls if c.status == CallStatus.APPROVED}
 
     @staticmethod
     def _context(run: RunRecord) -> RunContext:

@@ -29,7 +29,7 @@ from bot.service.digest import short
 from bot.service.policy import human
 from bot.service.replies import when
 from bot.slack.text import blockquote, code_block, escape, fit, inline, quote, truncate
-from bot.store.records import CallRecord, RunRecord
+from bot.store.records import CallRecord, CallStatus, RunRecord, RunStatus
 from bot.untrusted import reveal
 
 APPROVE = "approval_approve"
@@ -79,10 +79,10 @@ def permalink(channel: str, ts: str) -> str:
 
 
 def status_text(run: RunRecord) -> str:
-    if run.status == "paused":
+    if run.status == RunStatus.PAUSED:
         n = run.undecided
         return f":raised_hand: waiting for {n} approval{'s' if n != 1 else ''}"
-    if run.status == "cancelled":
+    if run.status == RunStatus.CANCELLED:
         by = f" by <@{run.cancelled_by}>" if run.cancelled_by else ""
         return f":no_entry_sign: cancelled{by}"
     return {
@@ -119,7 +119,7 @@ def run_message(
         for n, c in enumerate(waiting or [], start=1)
         if c.message_ts and not c.decided
     ]
-    if links and run.status == "paused":
+    if links and run.status == RunStatus.PAUSED:
         blocks.append(ContextBlock(elements=[_md("Waiting for approval: " + ", ".join(links))]))
     if progress:
         lines = "\n".join(f"• {inline(line, 300)}" for line in progress)
@@ -146,7 +146,7 @@ def cancel_button(run: RunRecord) -> ButtonElement:
 
 def result_message(run: RunRecord) -> str:
     """The run's result in its thread: the output, or the error (plain text, escaped here)."""
-    if run.status == "failed":
+    if run.status == RunStatus.FAILED:
         return ":x: " + quote(run.error or "The run failed.", OUTPUT_LIMIT)
     return quote(run.output or "(the agent finished without output)", OUTPUT_LIMIT)
 
@@ -237,26 +237,26 @@ def outcome_word(status: str) -> str:
 
 
 def _decision_line(call: CallRecord, decided_at: str) -> str:
-    if call.status == "expired":
+    if call.status == CallStatus.EXPIRED:
         return (
             f":hourglass: *Expired* at {decided_at}: no reviewer decided within "
             f"{human(call.expire_after)}, so the call was not run (the agent was told)."
         )
     verb = outcome_word(call.status)
-    if call.status == "cancelled" and call.via == "cancel":
+    if call.status == CallStatus.CANCELLED and call.via == "cancel":
         return f"{verb} by <@{call.decided_by}> at {decided_at}, with its run"
     if not call.decided_by:
         return f"{verb} at {decided_at}"
     if call.decided_by == "policy":
         return f"{verb} automatically by policy rule `{inline(call.rule)}` at {decided_at}"
     voters = call.voter_ids()
-    if call.status == "approved" and len(voters) > 1:
+    if call.status == CallStatus.APPROVED and len(voters) > 1:
         line = f"{verb} by " + ", ".join(f"<@{v}>" for v in voters) + f" at {decided_at}"
     else:
         line = f"{verb} by <@{call.decided_by}> at {decided_at}"
     if call.always:
         line += " (always, for the rest of this run)"
-    if call.via and call.status in ("approved", "rejected"):
+    if call.via and call.status in (CallStatus.APPROVED, CallStatus.REJECTED):
         line += " through an *Always* decision on another call"
     return line
 
@@ -311,11 +311,11 @@ def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
     blocks.append(ContextBlock(elements=[_md(_binding(call))]))
     if call.decided:
         text = _decision_line(call, decided_at)
-        if call.reason and call.status != "expired":
+        if call.reason and call.status != CallStatus.EXPIRED:
             text += f"\n*Reason:* {quote(call.reason, 2500)}"
         blocks.append(SectionBlock(text=_md(text)))
         fallback = f"{inline(call.tool)}: {call.status} by <@{call.decided_by}>"
-        if call.status == "expired":
+        if call.status == CallStatus.EXPIRED:
             fallback = f"{inline(call.tool)}: expired undecided, not run"
     else:
         if call.required > 1:

@@ -260,7 +260,7 @@ class CallRecord:
 
     @property
     def decided(self) -> bool:
-        return self.status != "pending"
+        return self.status != CallStatus.PENDING
 
     @property
     def by_earlier_always(self) -> bool:
