@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from bot.errors import ApprovalBotError
+from bot.service.replies import Text
 
 CHANNEL_ID = r"^[CGD][A-Z0-9]+$"
 # A user id (U…/W…), a user group id (S…), a user group handle (@name) or "*" (anyone).
@@ -256,7 +257,13 @@ class Verdict:
     """An authorization answer with the sentence to show the person when it is a no."""
 
     allowed: bool
-    reason: str = ""
+    said: str | Text = ""
+    """What to tell the person (a `Text` when it names people or literals)."""
+
+    @property
+    def reason(self) -> str:
+        """The sentence's plain words (the audit trail, logs)."""
+        return Text.of(self.said).plain()
 
 
 ALLOWED = Verdict(True)

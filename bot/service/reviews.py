@@ -65,7 +65,7 @@ class Reviews:
             if not verdict.allowed:
                 await core.audit(AuditKind.REFUSED, run=run, actor=actor,
                                  decision=f"review_{action}", detail=verdict.reason)  # fmt: skip
-                return Reply(False, verdict.reason)
+                return Reply(False, verdict.said)
         if action == "rerun" and required > 1:
             # Running a call again is approving it again: the same quorum applies.
             votes = await store.review_vote(run.run_id, review_id, actor.user_id)

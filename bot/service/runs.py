@@ -121,7 +121,7 @@ class Runs:
                 self.core.audit(AuditKind.START_REFUSED, actor=actor, detail=verdict.reason),
                 name="audit",
             )
-            return Reply(False, verdict.reason)
+            return Reply(False, verdict.said)
         stamp = float(now())
         run = RunRecord(
             run_id=run_id,

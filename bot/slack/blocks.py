@@ -24,10 +24,11 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from bot.service.authorize import describe_principals
+from bot.service.authorize import principal_parts
 from bot.service.digest import short
 from bot.service.policy import human
-from bot.service.replies import when
+from bot.service.replies import Text, when
+from bot.slack.replies import render
 from bot.slack.text import blockquote, code_block, escape, fit, inline, quote, truncate
 from bot.store.records import CallRecord, CallStatus, RunRecord, RunStatus
 from bot.untrusted import reveal
@@ -63,6 +64,11 @@ ARGUMENT_LABELS = {"shell": "Commands", "apply_patch": "Patch"}
 
 
 _web_base = "https://slack.com"
+
+
+def describe_principals(principals: tuple[str, ...] | list[str]) -> str:
+    """Principals as people read them: users as mentions, groups by handle or id, never pinged."""
+    return render(Text(principal_parts(principals)))
 
 
 def use_slack_api(api_url: str) -> None:
