@@ -65,7 +65,7 @@ async def measure(workers: int, jobs: int, redis_url: str, slack: FakeSlackAPI, 
         thread_ts = slack._chat_postMessage({"channel": "C1", "text": "bench"})["ts"]
         runs = []
         for i in range(jobs):
-            stamp = now()
+            stamp = float(now())
             run = RunRecord(
                 run_id=keys.new_run_id(), team_id="T1", user_id="U1", channel_id="C1",
                 agent_name="bench", task=f"job {i}", owner=f"bench:{i}", message_ts=thread_ts,

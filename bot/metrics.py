@@ -112,7 +112,7 @@ for _outcome in OUTCOMES:
     DECISIONS.labels(outcome=_outcome)
 
 
-def decided(outcome: str, paused_at: str = "") -> None:
+def decided(outcome: str, paused_at: float | str = "") -> None:
     """Count one decided (or refused) call; observe its wait when the pause time is known."""
     DECISIONS.labels(outcome=outcome if outcome in OUTCOMES else "refused").inc()
     if outcome in ("vote", "refused") or not paused_at:

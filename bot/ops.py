@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from bot import metrics
+from bot.errors import ApprovalBotError
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def routes(ready: Check, refresh: Refresh) -> list[web.RouteDef]:
     return [web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", scrape)]
 
 
-class PortUnavailable(Exception):
+class PortUnavailable(ApprovalBotError):
     """The operations port cannot be opened: the message says which and what to do."""
 
 

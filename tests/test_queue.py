@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 from bot.store import keys
 from bot.store.queue import GROUP, STREAM, JobQueue
 from bot.store.records import RunRecord
-from bot.store.runs import RunStore
+from bot.store.runs import AlreadyEnded, Ended, NotOwner, RunMissing, RunStore
 from bot.testing.harness import BotHarness
 from tests.agents_for_tests import POLICY, Ledger, assistant_message, ops_agent
 
@@ -80,14 +80,22 @@ async def test_transitions_repeated_after_a_lost_reply_answer_the_same(
     )
     assert first == [] and again == [] and other is None
     assert await store.take(run.run_id, "exec2", "3-0", "exec2/a") == ("fresh", 1)
+    with pytest.raises(NotOwner):  # not this attempt's run: refused, nothing written
+        await store.finish(run.run_id, "exec2/z", status="failed", text="y", drop_snapshot=True)
     assert await store.finish(
         run.run_id, "exec2/a", status="finished", text="x", drop_snapshot=True
-    )
+    ) == Ended("running")
     assert await store.finish(
         run.run_id, "exec2/a", status="finished", text="x", drop_snapshot=True
-    )
-    assert not await store.finish(
+    ) == Ended("finished")  # the same request again: answered as done
+    assert await store.finish(
         run.run_id, "exec2/z", status="failed", text="y", drop_snapshot=True
+    ) == AlreadyEnded("finished")
+    assert (
+        await store.finish(
+            keys.new_run_id(), "exec2/a", status="failed", text="y", drop_snapshot=True
+        )
+        == RunMissing()
     )
     final = await store.get_run(run.run_id)
     assert final is not None and (final.status, final.output) == ("finished", "x")

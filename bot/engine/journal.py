@@ -24,8 +24,10 @@ from typing import Any, Protocol
 from agents import Agent, ApplyPatchTool, FunctionTool, LocalShellTool, ShellTool
 from mcp.types import CallToolResult, TextContent
 
+from bot.errors import ApprovalBotError
 
-class CallNeedsReview(Exception):
+
+class CallNeedsReview(ApprovalBotError):
     """A call was left executing by an attempt that stopped: it must not run again by itself."""
 
     def __init__(self, call_id: str, tool: str) -> None:

@@ -21,11 +21,12 @@ from typing import Any, cast
 from agents import Agent, Handoff
 
 from bot.engine.journal import journal_tools
+from bot.errors import ApprovalBotError
 
 log = logging.getLogger(__name__)
 
 
-class AgentLoadError(Exception):
+class AgentLoadError(ApprovalBotError):
     """APPROVAL_BOT_AGENTS does not name a usable agent definition."""
 
 

@@ -31,11 +31,13 @@ from agents import (
     Tool,
 )
 
+from bot.checkpoint import Checkpoint as Checkpoint  # the stored pause: engine and store
 from bot.engine.approvals import PendingApproval, arguments_sha, describe
 from bot.engine.context import RunContext, deserialize_context, serialize_context
 from bot.engine.journal import CURRENT, CallNeedsReview, Execution
 from bot.engine.registry import AgentRegistry, what_matters
 from bot.engine.tracing import Tracing
+from bot.errors import ApprovalBotError
 from bot.untrusted import redact
 
 log = logging.getLogger(__name__)
@@ -47,15 +49,6 @@ NEEDS = "needs:"
 Progress = Callable[[str], Awaitable[None]]
 # Asked before every model call: True when the run must go no further (it was cancelled).
 StopCheck = Callable[[], Awaitable[bool]]
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """What must be stored to resume a paused run."""
-
-    state: bytes  # compressed RunState JSON (see `pack_state`)
-    sdk_version: str
-    fingerprint: str
 
 
 @dataclass(frozen=True)
@@ -90,7 +83,7 @@ class Stopped:
 Outcome = Paused | Finished | Failed | NeedsReview | Stopped
 
 
-class _StopRequested(Exception):
+class _StopRequested(ApprovalBotError):
     """Raised by the hooks before a model call of a run that must go no further."""
 
 

@@ -10,20 +10,18 @@ from dataclasses import dataclass
 
 from bot.service.policy import ALLOWED, CallRule, Policy, Verdict
 from bot.service.ports import Actor, GroupDirectory, GroupLookupError
+from bot.service.replies import Code, Mention, Part, Text
 from bot.untrusted import inline
 
 
-def describe_principals(principals: tuple[str, ...] | list[str]) -> str:
-    """Principals as people read them: users as mentions, groups by handle or id, never pinged."""
-    shown = []
+def principal_parts(principals: tuple[str, ...] | list[str]) -> tuple[Part, ...]:
+    """Principals as people read them: users as people, groups by handle or id, "anyone"."""
+    parts: list[Part] = []
     for p in principals:
-        if p == "*":
-            shown.append("anyone")
-        elif p[0] in "UW":
-            shown.append(f"<@{p}>")
-        else:
-            shown.append(f"`{p}`")
-    return ", ".join(shown)
+        if parts:
+            parts.append(", ")
+        parts.append("anyone" if p == "*" else Mention(p) if p[0] in "UW" else Code(p))
+    return tuple(parts)
 
 
 @dataclass(frozen=True)
@@ -149,9 +147,16 @@ class Authorizer:
         if not member.allowed:
             return Verdict(
                 False,
-                member.reason
-                or f"You are not among the approvers of tool `{inline(tool)}` in this channel "
-                f"(approvers: {describe_principals(rule.approvers)}).",
+                member.said
+                or Text(
+                    (
+                        "You are not among the approvers of tool ",
+                        Code(tool),
+                        " in this channel (approvers: ",
+                        *principal_parts(rule.approvers),
+                        ").",
+                    )
+                ),
             )
         if actor.user_id == run_starter and not rule.allow_self:
             return Verdict(

@@ -51,7 +51,7 @@ class Decisions:
         run, verdict = await self.gate.authorize(actor, call, stored_run)
         # The checks, in order; who decided is told only to people allowed to decide.
         if run is None or not verdict.allowed:
-            reply = Reply(False, verdict.reason)
+            reply = Reply(False, verdict.said)
         elif call.decided:
             earlier = AlreadyDecided(call.status, call.decided_by, call.decided_at, call.via)
             reply = Reply(False, already_text(earlier))

@@ -15,9 +15,9 @@ from bot.service.digest import digest_of
 from bot.service.gate import Gate
 from bot.service.policy import Verdict
 from bot.service.ports import Actor
-from bot.service.replies import Reply, when
+from bot.service.replies import Mention, Reply, Text, when
 from bot.store import keys
-from bot.store.records import CallRecord, RunRecord
+from bot.store.records import CallRecord, RunRecord, RunStatus
 from bot.untrusted import inline
 
 MAX_LISTED = 20
@@ -84,7 +84,7 @@ class People:
             policy, actor, run_team=run.team_id, run_starter=run.user_id, channel=run.channel_id
         )
         if not verdict.allowed:
-            return Reply(False, verdict.reason)
+            return Reply(False, verdict.said)
         return run
 
     async def cancel_run(self, actor: Actor, run_id: str) -> Reply:
@@ -104,8 +104,13 @@ class People:
         if result.outcome == "already":
             return Reply(
                 False,
-                f"This run was already cancelled by <@{result.by}> at {when(result.at)}. "
-                "Nothing changed.",
+                Text(
+                    (
+                        "This run was already cancelled by ",
+                        Mention(result.by),
+                        f" at {when(result.at)}. Nothing changed.",
+                    )
+                ),
             )
         if result.outcome == "ended":
             return Reply(
@@ -135,7 +140,7 @@ class People:
         if isinstance(run, Reply):
             return run
         waiting = []
-        if run.status == "paused":
+        if run.status == RunStatus.PAUSED:
             waiting = [c for c in await self.store.pause_calls(run.run_id) if not c.decided]
         return RunView(run, waiting)
 
@@ -149,7 +154,7 @@ class People:
         them (quorum), and allowed by the policy in force."""
         found: list[Waiting] = []
         for run in runs if runs is not None else await self._unfinished():
-            if run.status != "paused":
+            if run.status != RunStatus.PAUSED:
                 continue
             for call in await self.store.pause_calls(run.run_id):
                 if (
@@ -187,6 +192,6 @@ class People:
 
     async def _view(self, run: RunRecord) -> RunView:
         waiting = []
-        if run.status == "paused":
+        if run.status == RunStatus.PAUSED:
             waiting = [c for c in await self.store.pause_calls(run.run_id) if not c.decided]
         return RunView(run, waiting)

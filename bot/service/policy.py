@@ -25,6 +25,9 @@ from pydantic import (
     model_validator,
 )
 
+from bot.errors import ApprovalBotError
+from bot.service.replies import Text
+
 CHANNEL_ID = r"^[CGD][A-Z0-9]+$"
 # A user id (U…/W…), a user group id (S…), a user group handle (@name) or "*" (anyone).
 PRINCIPAL = r"^([UW][A-Z0-9]+|S[A-Z0-9]+|@[a-z0-9][a-z0-9._-]*|\*)$"
@@ -67,7 +70,7 @@ channels:
 """
 
 
-class PolicyError(Exception):
+class PolicyError(ApprovalBotError):
     """The policy file is missing or invalid; `problems` lists every issue found."""
 
     def __init__(self, problems: list[str]) -> None:
@@ -254,7 +257,13 @@ class Verdict:
     """An authorization answer with the sentence to show the person when it is a no."""
 
     allowed: bool
-    reason: str = ""
+    said: str | Text = ""
+    """What to tell the person (a `Text` when it names people or literals)."""
+
+    @property
+    def reason(self) -> str:
+        """The sentence's plain words (the audit trail, logs)."""
+        return Text.of(self.said).plain()
 
 
 ALLOWED = Verdict(True)

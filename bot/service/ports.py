@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from bot.errors import ApprovalBotError
+
 
 @dataclass(frozen=True)
 class Actor:
@@ -19,7 +21,7 @@ class Actor:
     enterprise_id: str = ""
 
 
-class GroupLookupError(Exception):
+class GroupLookupError(ApprovalBotError):
     """A user group could not be resolved (unknown handle, API error); the message says which."""
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bot.store.records import AlreadyDecided, CallRecord
+from bot.store.records import AlreadyDecided, CallRecord, CallStatus
 
 
 @dataclass(frozen=True)
@@ -106,23 +106,25 @@ class ConfirmReject:
     text: str
 
 
-def when(timestamp: str) -> str:
-    """A decision time as people read it (UTC)."""
+def when(timestamp: float | str) -> str:
+    """A decision time as people read it (UTC); empty when not set."""
+    if not timestamp:
+        return ""
     try:
         moment = datetime.fromtimestamp(float(timestamp), tz=UTC)
     except ValueError:
-        return timestamp
+        return str(timestamp)
     return moment.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def already_text(result: AlreadyDecided) -> Text:
     """Why a decision changed nothing: the call was decided (or expired) before."""
-    if result.status == "expired":
+    if result.status == CallStatus.EXPIRED:
         return Text.of(
             f"This request expired at {when(result.decided_at)}: no reviewer decided in time, "
             "so the call was not run and the agent was told so. Nothing changed."
         )
-    verb = result.status or "decided"  # approved, rejected, cancelled, ...
+    verb: str = result.status or "decided"  # approved, rejected, cancelled, ...
     if result.via == "cancel":
         verb = "cancelled (with its run)"
     who: Part = Mention(result.decided_by) if result.decided_by else "someone"

@@ -13,6 +13,7 @@ from bot.service.replies import Reply
 from bot.store import keys
 from bot.store.records import (
     RunRecord,
+    RunStatus,
 )
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ class Reviews:
         core, store = self.core, self.core.store
         run_id = keys.run_of(review_id)
         run = await store.get_run(run_id) if run_id else None
-        if run is None or run.review_id != review_id or run.status != "needs_review":
+        if run is None or run.review_id != review_id or run.status != RunStatus.NEEDS_REVIEW:
             return Reply(False, "This review is already settled, or the run no longer exists.")
         policy = core.policies.current().policy
         # The calls in question are approved calls of the pause: judge each by its own rule
@@ -64,7 +65,7 @@ class Reviews:
             if not verdict.allowed:
                 await core.audit(AuditKind.REFUSED, run=run, actor=actor,
                                  decision=f"review_{action}", detail=verdict.reason)  # fmt: skip
-                return Reply(False, verdict.reason)
+                return Reply(False, verdict.said)
         if action == "rerun" and required > 1:
             # Running a call again is approving it again: the same quorum applies.
             votes = await store.review_vote(run.run_id, review_id, actor.user_id)

@@ -13,7 +13,6 @@ from bot.engine.approvals import arguments_sha
 from bot.engine.context import RunContext
 from bot.engine.journal import Execution
 from bot.engine.runner import (
-    Checkpoint,
     Decision,
     Failed,
     Finished,
@@ -39,11 +38,12 @@ from bot.store.records import (
     EARLIER_ALWAYS,
     SHOWN_ARGUMENTS,
     CallRecord,
+    CallStatus,
     Decided,
     RunRecord,
-    Snapshot,
+    RunStatus,
 )
-from bot.store.runs import StoreError, Taken, now
+from bot.store.runs import Ended, NotOwner, StoreError, Taken, now
 from bot.untrusted import inline, plain, redact
 
 log = logging.getLogger(__name__)
@@ -62,11 +62,11 @@ def time_call(call: CallRecord, rule: CallRule) -> None:
     """The call's timers, as the policy sets them when it is posted (bot/store/timers.py)."""
     start = float(call.paused_at)
     call.expire_after = rule.expire_after
-    call.expires_at = f"{start + rule.expire_after:.3f}"
+    call.expires_at = start + rule.expire_after
     call.remind_after, call.remind_max = rule.remind_after, rule.remind_max
     if rule.escalate_after and rule.escalate_to:
         call.escalate_after = rule.escalate_after
-        call.escalate_at = f"{start + rule.escalate_after:.3f}"
+        call.escalate_at = start + rule.escalate_after
         call.escalate_to = json.dumps(list(rule.escalate_to))
 
 
@@ -123,8 +123,8 @@ class Runs:
                 self.core.audit(AuditKind.START_REFUSED, actor=actor, detail=verdict.reason),
                 name="audit",
             )
-            return Reply(False, verdict.reason)
-        stamp = now()
+            return Reply(False, verdict.said)
+        stamp = float(now())
         run = RunRecord(
             run_id=run_id,
             team_id=actor.team_id,
@@ -133,7 +133,6 @@ class Runs:
             channel_id=channel,
             agent_name=name,
             task=task,
-            status="running",
             created_at=stamp,
             updated_at=stamp,
             owner=self.core.new_owner(),
@@ -178,9 +177,18 @@ class Runs:
             log.info("run %s was cancelled; its execution stopped before a model call", run.run_id)
             return
         if isinstance(outcome, Finished):
-            if await self.store.finish(
-                run.run_id, owner, status="finished", text=outcome.output, drop_snapshot=True
-            ):
+            try:
+                ended = await self.store.finish(
+                    run.run_id,
+                    owner,
+                    status=RunStatus.FINISHED,
+                    text=outcome.output,
+                    drop_snapshot=True,
+                )
+            except NotOwner:
+                log.info("run %s not finished here: this execution no longer owns it", run.run_id)
+                return
+            if isinstance(ended, Ended):
                 await self.core.audit(AuditKind.RUN_FINISHED, run=run, detail=outcome.output[:2000])
             return
         if isinstance(outcome, Failed):
@@ -215,7 +223,7 @@ class Runs:
             arguments_sha=arguments_sha(approval.arguments),
             channel_id=run.channel_id,
             policy_version=version,
-            paused_at=now(),
+            paused_at=float(now()),
         )
         if rule is None:  # the channel left the policy while the run was going: fail closed
             call.auto, call.rule, call.allow_always = "reject", "channel not in policy", False
@@ -234,12 +242,9 @@ class Runs:
     async def _pause(self, run: RunRecord, owner: str, outcome: Paused) -> None:
         version = self.core.policies.current().version
         calls = [self._new_call(run, a, version) for a in outcome.approvals]
-        cp = outcome.checkpoint
         since = float(now())
         try:
-            await self.store.save_pause(
-                run.run_id, owner, Snapshot(cp.state, cp.sdk_version, cp.fingerprint), calls, since
-            )
+            await self.store.save_pause(run.run_id, owner, outcome.checkpoint, calls, since)
         except StoreError:
             log.error("run %s is no longer owned by this execution; pause not saved", run.run_id)
             return
@@ -356,14 +361,18 @@ class Runs:
             run = await self.store.get_run(run_id)
             if run is None or run.ended:
                 return
-            owner = "paused" if run.status == "paused" else run.owner
+            owner = "paused" if run.status == RunStatus.PAUSED else run.owner
             error = (
                 f"The bot could not post {what} in this channel: {cause} "
                 "The run was stopped; nothing further ran."
             )
-            if await self.store.finish(
-                run_id, owner, status="failed", text=error, drop_snapshot=False
-            ):
+            try:
+                ended = await self.store.finish(
+                    run_id, owner, status=RunStatus.FAILED, text=error, drop_snapshot=False
+                )
+            except NotOwner:  # it changed hands since the read: look again
+                continue
+            if isinstance(ended, Ended):
                 await self.core.audit(AuditKind.RUN_FAILED, run=run, detail=error)
                 await self.core.safely(
                     "tell the starter", self.core.notifier.tell(run.channel_id, run.user_id, error)
@@ -428,7 +437,7 @@ class Runs:
 
         async def stop() -> bool:
             try:
-                return await self.store.run_status(run_id) == "cancelled"
+                return await self.store.run_status(run_id) == RunStatus.CANCELLED
             except Exception:
                 log.warning("could not check whether run %s was cancelled", run_id)
                 return False
@@ -441,7 +450,7 @@ class Runs:
         a Slack outage it starts anyway, and its messages follow when Slack is back."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        while not run.message_ts and run.status == "running" and loop.time() < deadline:
+        while not run.message_ts and run.status == RunStatus.RUNNING and loop.time() < deadline:
             await asyncio.sleep(0.05)
             run = await self.store.get_run(run.run_id) or run
         return run
@@ -495,22 +504,21 @@ class Runs:
                 "not resumed and none of them ran.",
             )
             return
-        approved = sum(c.status == "approved" for c in calls)
+        approved = sum(c.status == CallStatus.APPROVED for c in calls)
         summary = f"Resuming: {approved} approved, {len(calls) - approved} rejected."
         await self.core.audit(AuditKind.RESUMED, run=run, detail=summary)
         decisions = [
             Decision(
                 call_id=c.call_id,
-                approve=c.status == "approved",
+                approve=c.status == CallStatus.APPROVED,
                 message=c.reason or None,
                 shown=(c.agent, c.tool, c.arguments_sha or arguments_sha(c.arguments)),
             )
             for c in calls
         ]
-        checkpoint = Checkpoint(snapshot.state, snapshot.sdk_version, snapshot.fingerprint)
         outcome = await self.core.engine.resume(
             run.agent_name,
-            checkpoint,
+            snapshot,
             decisions,
             progress=self._progress(run),
             execution=execution,
@@ -521,14 +529,19 @@ class Runs:
 
     async def _fail(self, run: RunRecord, owner: str, error: str) -> None:
         """End the run as failed. `error` is plain text (escaped once, where it is shown)."""
-        if await self.store.finish(
-            run.run_id, owner, status="failed", text=error, drop_snapshot=False
-        ):
+        try:
+            ended = await self.store.finish(
+                run.run_id, owner, status=RunStatus.FAILED, text=error, drop_snapshot=False
+            )
+        except NotOwner:
+            log.info("run %s not failed here: this execution no longer owns it", run.run_id)
+            return
+        if isinstance(ended, Ended):
             await self.core.audit(AuditKind.RUN_FAILED, run=run, detail=error)
 
     async def _approved_in_pause(self, run: RunRecord) -> set[str]:
         calls = await self.store.pause_calls(run.run_id) if run.pause else []
-        return {c.call_id for c in calls if c.status == "approved"}
+        return {c.call_id for c in calls if c.status == CallStatus.APPROVED}
 
     @staticmethod
     def _context(run: RunRecord) -> RunContext:

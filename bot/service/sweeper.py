@@ -13,7 +13,7 @@ from bot.outage import log_failure
 from bot.service.core import ServiceCore
 from bot.service.gate import rule_for
 from bot.service.runs import Runs, time_call
-from bot.store.records import ENDED
+from bot.store.records import ENDED, RunStatus
 from bot.store.runs import now
 
 log = logging.getLogger(__name__)
@@ -71,15 +71,19 @@ class Sweeper:
             if run is None or run.ended:
                 await self.store.forget_active(run_id)
                 await self.store.not_due(run_id, since)
-            elif run.status in ("running", "resuming") and run.owner and "/" not in run.owner:
+            elif (
+                run.status in (RunStatus.RUNNING, RunStatus.RESUMING)
+                and run.owner
+                and "/" not in run.owner
+            ):
                 if waiting is None:
                     waiting = await self.core.queue.waiting_runs()
                 if run_id not in waiting:  # its job is lost, not merely queued
-                    kind = "start" if run.status == "running" else "resume"
+                    kind = "start" if run.status == RunStatus.RUNNING else "resume"
                     await self.core.queue.enqueue(kind, run.run_id, run.owner)
                     count += 1
                 await self.store.due(run_id, float(now()))  # looked at again, later
-            elif run.status == "paused":
+            elif run.status == RunStatus.PAUSED:
                 # a pause whose process stopped before indexing its timers: indexed now
                 await self.store.timers.schedule(
                     await self.store.pause_calls(run_id), only_missing=True
@@ -105,10 +109,11 @@ class Sweeper:
             if status is None or status in ENDED:
                 await self.store.forget_active(run_id)
             elif not due and (
-                status == "paused" or (status in ("running", "resuming") and "/" not in owner)
+                status == RunStatus.PAUSED
+                or (status in (RunStatus.RUNNING, RunStatus.RESUMING) and "/" not in owner)
             ):
                 await self.store.due(run_id, 0.0)  # looked at by this very sweep
-            if status == "paused":
+            if status == RunStatus.PAUSED:
                 count += await self._time_older_calls(run_id)
         return count
 
@@ -130,12 +135,13 @@ class Sweeper:
             rule = rule_for(policy, run, call)
             if rule is None:
                 continue
-            paused_at, call.paused_at = call.paused_at, now()
+            paused_at, call.paused_at = call.paused_at, float(now())
             time_call(call, rule)  # expiry and escalation count from now
             call.paused_at = paused_at
             call.remind_after = call.remind_max = 0  # its reminders would be long overdue
+            stored = call.to_hash()  # as the record stores them
             fields = {
-                name: str(getattr(call, name))
+                name: stored[name]
                 for name in ("expire_after", "expires_at", "remind_after", "remind_max",
                              "escalate_after", "escalate_at", "escalate_to")
                 if getattr(call, name)

@@ -24,12 +24,13 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from bot.service.authorize import describe_principals
+from bot.service.authorize import principal_parts
 from bot.service.digest import short
 from bot.service.policy import human
-from bot.service.replies import when
+from bot.service.replies import Text, when
+from bot.slack.replies import render
 from bot.slack.text import blockquote, code_block, escape, fit, inline, quote, truncate
-from bot.store.records import CallRecord, RunRecord
+from bot.store.records import CallRecord, CallStatus, RunRecord, RunStatus
 from bot.untrusted import reveal
 
 APPROVE = "approval_approve"
@@ -65,6 +66,11 @@ ARGUMENT_LABELS = {"shell": "Commands", "apply_patch": "Patch"}
 _web_base = "https://slack.com"
 
 
+def describe_principals(principals: tuple[str, ...] | list[str]) -> str:
+    """Principals as people read them: users as mentions, groups by handle or id, never pinged."""
+    return render(Text(principal_parts(principals)))
+
+
 def use_slack_api(api_url: str) -> None:
     """Permalinks follow the Slack in use: its API URL's host is its web host (slack.com,
     GovSlack's slack-gov.com, or a stand-in's own address). The runtime calls this at start."""
@@ -79,10 +85,10 @@ def permalink(channel: str, ts: str) -> str:
 
 
 def status_text(run: RunRecord) -> str:
-    if run.status == "paused":
+    if run.status == RunStatus.PAUSED:
         n = run.undecided
         return f":raised_hand: waiting for {n} approval{'s' if n != 1 else ''}"
-    if run.status == "cancelled":
+    if run.status == RunStatus.CANCELLED:
         by = f" by <@{run.cancelled_by}>" if run.cancelled_by else ""
         return f":no_entry_sign: cancelled{by}"
     return {
@@ -119,7 +125,7 @@ def run_message(
         for n, c in enumerate(waiting or [], start=1)
         if c.message_ts and not c.decided
     ]
-    if links and run.status == "paused":
+    if links and run.status == RunStatus.PAUSED:
         blocks.append(ContextBlock(elements=[_md("Waiting for approval: " + ", ".join(links))]))
     if progress:
         lines = "\n".join(f"• {inline(line, 300)}" for line in progress)
@@ -146,18 +152,18 @@ def cancel_button(run: RunRecord) -> ButtonElement:
 
 def result_message(run: RunRecord) -> str:
     """The run's result in its thread: the output, or the error (plain text, escaped here)."""
-    if run.status == "failed":
+    if run.status == RunStatus.FAILED:
         return ":x: " + quote(run.error or "The run failed.", OUTPUT_LIMIT)
     return quote(run.output or "(the agent finished without output)", OUTPUT_LIMIT)
 
 
-def slack_date(timestamp: str) -> str:
+def slack_date(timestamp: float | str) -> str:
     """A time every reader sees in their own time zone (Slack's date formatting), with a UTC
     fallback for clients that cannot format it."""
     try:
         moment = int(float(timestamp))
     except ValueError:
-        return escape(timestamp)
+        return escape(str(timestamp))
     return f"<!date^{moment}^{{date_short_pretty}} at {{time}}|{when(timestamp)}>"
 
 
@@ -237,26 +243,26 @@ def outcome_word(status: str) -> str:
 
 
 def _decision_line(call: CallRecord, decided_at: str) -> str:
-    if call.status == "expired":
+    if call.status == CallStatus.EXPIRED:
         return (
             f":hourglass: *Expired* at {decided_at}: no reviewer decided within "
             f"{human(call.expire_after)}, so the call was not run (the agent was told)."
         )
     verb = outcome_word(call.status)
-    if call.status == "cancelled" and call.via == "cancel":
+    if call.status == CallStatus.CANCELLED and call.via == "cancel":
         return f"{verb} by <@{call.decided_by}> at {decided_at}, with its run"
     if not call.decided_by:
         return f"{verb} at {decided_at}"
     if call.decided_by == "policy":
         return f"{verb} automatically by policy rule `{inline(call.rule)}` at {decided_at}"
     voters = call.voter_ids()
-    if call.status == "approved" and len(voters) > 1:
+    if call.status == CallStatus.APPROVED and len(voters) > 1:
         line = f"{verb} by " + ", ".join(f"<@{v}>" for v in voters) + f" at {decided_at}"
     else:
         line = f"{verb} by <@{call.decided_by}> at {decided_at}"
     if call.always:
         line += " (always, for the rest of this run)"
-    if call.via and call.status in ("approved", "rejected"):
+    if call.via and call.status in (CallStatus.APPROVED, CallStatus.REJECTED):
         line += " through an *Always* decision on another call"
     return line
 
@@ -311,11 +317,11 @@ def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
     blocks.append(ContextBlock(elements=[_md(_binding(call))]))
     if call.decided:
         text = _decision_line(call, decided_at)
-        if call.reason and call.status != "expired":
+        if call.reason and call.status != CallStatus.EXPIRED:
             text += f"\n*Reason:* {quote(call.reason, 2500)}"
         blocks.append(SectionBlock(text=_md(text)))
         fallback = f"{inline(call.tool)}: {call.status} by <@{call.decided_by}>"
-        if call.status == "expired":
+        if call.status == CallStatus.EXPIRED:
             fallback = f"{inline(call.tool)}: expired undecided, not run"
     else:
         if call.required > 1:

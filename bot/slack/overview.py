@@ -28,7 +28,7 @@ from bot.slack.blocks import (
     status_text,
 )
 from bot.slack.text import escape, inline, quote, truncate
-from bot.store.records import CallRecord, RunRecord
+from bot.store.records import CallRecord, CallStatus, RunRecord, RunStatus
 
 HOME_RUNS = 10
 MAX_BLOCKS = 95  # a message or a Home view holds at most 100 blocks
@@ -96,7 +96,7 @@ def status_message(view: RunView) -> tuple[str, list[dict[str, Any]]]:
                 f"• {_call_link(call, run, f'request {n}')}: `{inline(call.tool)}` by agent "
                 f"*{inline(call.agent)}*{votes}"
             )
-    elif run.status == "needs_review" and run.review_ts:
+    elif run.status == RunStatus.NEEDS_REVIEW and run.review_ts:
         link = f"<{permalink(run.channel_id, run.review_ts)}|review request>"
         lines.append(f"*Waiting for:* a person to settle the {link}")
     text = "\n".join(lines)
@@ -155,9 +155,9 @@ def _outcome_line(call: CallRecord) -> str:
         line += " automatically by policy"
     elif call.decided_by:
         line += f" by <@{call.decided_by}>"
-    if call.status == "cancelled" and call.via == "cancel":
+    if call.status == CallStatus.CANCELLED and call.via == "cancel":
         line += " (the run was cancelled)"
-    if call.reason and call.status == "rejected":
+    if call.reason and call.status == CallStatus.REJECTED:
         line += f": {quote(call.reason, 300)}"
     return line
 
@@ -167,6 +167,6 @@ def notice_message(run: RunRecord, calls: list[CallRecord], ended: bool) -> str:
     message for a burst of decisions), and where the run stands now."""
     lines = [f"Your run `{run.run_id}` of agent *{inline(run.agent_name)}* ({_run_link(run)}):"]
     lines.extend(_outcome_line(c) for c in calls)
-    if ended or run.status != "running":
+    if ended or run.status != RunStatus.RUNNING:
         lines.append(f"*Now:* {status_text(run)}")
     return "\n".join(lines)

@@ -66,7 +66,8 @@ def _order(target: str, positions: dict[str, int], run_posted: bool) -> tuple[in
     """Run message first (cards link to it, and the rest is threaded under it) until it is
     posted, last after that (its updates are the least urgent); cards in the order the SDK
     listed their calls, reviews, notes in order, the result."""
-    kind, _, rest = target.partition(":")
+    parsed = keys.Target.parse(target)
+    kind, rest = parsed.kind, parsed.id
     position = int(rest) if kind == "note" and rest.isdigit() else positions.get(rest, 0)
     if kind == "run" and run_posted:
         return len(ORDER), 0, rest
@@ -314,7 +315,7 @@ class Projector:
         for target in marks:
             if keys.target_kind(target) != "card":
                 continue
-            call = await self.store.get_call(target.partition(":")[2])
+            call = await self.store.get_call(keys.Target.parse(target).id)
             if call is None or not call.decided or call.decided_by in (run.user_id, "policy"):
                 continue
             outcomes[call.approval_id] = call.status
@@ -393,7 +394,7 @@ class Projector:
             progress = await self.store.progress(run.run_id)
             text, body = blocks.run_message(run, progress, waiting)
         elif kind == "card":
-            call = await self.store.get_call(target.partition(":")[2])
+            call = await self.store.get_call(keys.Target.parse(target).id)
             if call is None:
                 await self.outbox.done(run.run_id, target, mark)
                 return None
@@ -409,12 +410,12 @@ class Projector:
                 return mark.since + GATHER - time.time()
             text, body = blocks.approval_message(run, call, when(call.decided_at))
         elif kind == "remind":  # a reminder or an escalation, in the card's thread
-            approval_id, _, which = target.partition(":")[2].rpartition(":")
+            approval_id, which = keys.Target.parse(target).reminder
             call = await self.store.get_call(approval_id)
             if call is None or (call.decided and not current.ts):
                 await self.outbox.done(run.run_id, target, mark)  # decided first: not sent
                 return None
-            thread = shown.get(f"card:{approval_id}", Shown()).ts or call.message_ts
+            thread = shown.get(str(keys.Target("card", approval_id)), Shown()).ts or call.message_ts
             if not thread:
                 return 1.0  # its card is not in Slack yet
             text, body = blocks.reminder_message(call, which), []
@@ -427,7 +428,7 @@ class Projector:
                 return 1.0
             thread = run.message_ts
             if kind == "note":
-                note = await self.store.note(run.run_id, int(target.partition(":")[2]))
+                note = await self.store.note(run.run_id, keys.Target.parse(target).number)
                 if note is None:
                     await self.outbox.done(run.run_id, target, mark)
                     return None
@@ -438,7 +439,7 @@ class Projector:
                     return None
                 text, body = blocks.result_message(run), []
             else:
-                review_id = target.partition(":")[2]
+                review_id = keys.Target.parse(target).id
                 voters = await self.store.review_voters(run.run_id, review_id)
                 text, body = blocks.review_message(run, review_id, voters)
         payload = blocks.as_dicts(body)
@@ -516,7 +517,7 @@ class Projector:
             run.message_ts = ts
             await self.store.set_run_message(run.run_id, ts)
         elif kind == "card":  # indexed for thread replies (idempotent)
-            await self.store.set_call_message(target.partition(":")[2], run.channel_id, ts)
+            await self.store.set_call_message(keys.Target.parse(target).id, run.channel_id, ts)
         elif kind == "review":
             await self.store.set_run_fields(run.run_id, review_ts=ts)
         if mark is None:

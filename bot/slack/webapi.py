@@ -26,6 +26,7 @@ from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.errors import ApprovalBotError
 from bot.slack.metered import MeteredWebClient
 
 NOT_REPEATABLE = ("chat.postMessage",)
@@ -100,7 +101,7 @@ def build_client(
     )
 
 
-class Refused(Exception):
+class Refused(ApprovalBotError):
     """Slack said something permanent; `cause` says what, in words for the run's starter."""
 
     def __init__(self, code: str) -> None:
@@ -109,7 +110,7 @@ class Refused(Exception):
         self.cause = PERMANENT.get(code, f"Slack answered `{code}`.")
 
 
-class Later(Exception):
+class Later(ApprovalBotError):
     """Try again after `after` seconds; `ambiguous` when the call may have taken effect;
     `rate_limited` when Slack answered 429 (its `Retry-After` is `after`)."""
 

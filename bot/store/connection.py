@@ -22,6 +22,8 @@ import redis.asyncio as redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
+from bot.errors import ApprovalBotError
+
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -45,7 +47,7 @@ def connect(url: str, *, max_connections: int, wait_seconds: float = 10.0) -> re
     return redis.Redis(connection_pool=pool)
 
 
-class RedisUnavailable(Exception):
+class RedisUnavailable(ApprovalBotError):
     """No REDIS_URL and no redis-server to start: the message says how to fix it."""
 
 

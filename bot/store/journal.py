@@ -9,7 +9,20 @@ import redis.asyncio as redis
 
 from bot.engine.journal import Begin
 from bot.store import keys
-from bot.store.runs import _s, _script, now
+from bot.store.keys import RunKeys
+from bot.store.scripts import now, script, text
+
+
+def decode_begin(reply: list[Any]) -> Begin:
+    """begin_call.lua's reply: {'run'} | {'skip', recorded output} | {'review', owner} |
+    {'not_owner'}. A superseded attempt (not_owner) is told `review` like an unknown outcome:
+    the engine must never run the tool, and its later writes are owner-checked anyway."""
+    action = text(reply[0])
+    if action == "skip":
+        return Begin("skip", text(reply[1]))
+    if action == "run":
+        return Begin("run")
+    return Begin("review")
 
 
 class RedisJournal:
@@ -18,25 +31,19 @@ class RedisJournal:
     def __init__(self, client: redis.Redis, *, retention_seconds: int) -> None:
         self.redis = client
         self.retention = retention_seconds
-        self._begin = client.register_script(_script("begin_call"))
-        self._end = client.register_script(_script("end_call"))
+        self._begin = client.register_script(script("begin_call"))
+        self._end = client.register_script(script("end_call"))
 
     async def begin(self, run_id: str, call_id: str, attempt: str, tool: str) -> Begin:
         reply = await self._begin(
-            keys=[keys.run_key(run_id), keys.journal_key(run_id)],
+            keys=RunKeys(run_id).begin_call(),
             args=[call_id, attempt, tool, now(), self.retention],
         )
-        action = _s(reply[0])
-        if action == "skip":
-            return Begin("skip", _s(reply[1]))
-        if action == "run":
-            return Begin("run")
-        # 'review', or 'not_owner' (this attempt was superseded): never run the tool.
-        return Begin("review")
+        return decode_begin(reply)
 
     async def end(self, run_id: str, call_id: str, attempt: str, output: str) -> None:
-        await self._end(keys=[keys.journal_key(run_id)], args=[call_id, attempt, output, now()])
+        await self._end(keys=RunKeys(run_id).end_call(), args=[call_id, attempt, output, now()])
 
     async def entries(self, run_id: str) -> dict[str, dict[str, Any]]:
         raw = await self.redis.hgetall(keys.journal_key(run_id))
-        return {_s(k): json.loads(_s(v)) for k, v in raw.items()}
+        return {text(k): json.loads(text(v)) for k, v in raw.items()}

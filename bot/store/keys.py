@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 PREFIX = "ab"
@@ -134,12 +136,44 @@ OUTBOX_LEASES = f"{PREFIX}:{{outbox}}:leases"  # hash: run id -> the claim holdi
 # on its run's keys (bot/store/timers.py).
 TIMERS = f"{PREFIX}:{{timers}}:due"
 
-# A run's messages ("targets"): its run message, one card per call, the result in its thread,
-# and one review request per review.
-Target = str  # "run" | "result" | "card:<approval id>" | "review:<review id>" | "note:<n>"
-# | "remind:<approval id>:<n>" (a reminder in the card's thread) | "remind:<approval id>:escalated"
-# | "notice" (the requester's message)
+# A run's messages ("targets", see `Target`): its run message, one card per call, the result in
+# its thread, one review request per review, notes, reminders, the requester's notice.
 TargetKind = Literal["run", "result", "card", "review", "note", "remind", "notice"]
+_TARGET_KINDS = ("run", "result", "card", "review", "note", "remind", "notice")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One message of a run, as its outbox and shown hashes name it (`str(target)`): the run
+    message (`run`), its result (`result`), the starter's notice (`notice`), a call's card
+    (`card:<approval id>`), a review request (`review:<review id>`), a note (`note:<n>`), a
+    reminder in a card's thread (`remind:<approval id>:<n>` or `...:escalated`)."""
+
+    kind: TargetKind
+    """Which message it is."""
+    id: str = ""
+    """What names it among its kind: the approval id, review id, note number, or for a
+    reminder `<approval id>:<n | escalated>`; empty for run, result and notice."""
+
+    @classmethod
+    def parse(cls, name: str) -> Target:
+        kind, _, rest = name.partition(":")
+        assert kind in _TARGET_KINDS, name
+        return cls(kind, rest)  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.id}" if self.id else self.kind
+
+    @property
+    def number(self) -> int:
+        """A note's number (1 is the first)."""
+        return int(self.id)
+
+    @property
+    def reminder(self) -> tuple[str, str]:
+        """A reminder's approval id and which one it is (`<n>` or `escalated`)."""
+        approval_id, _, which = self.id.rpartition(":")
+        return approval_id, which
 
 
 def outbox_key(run_id: str) -> str:
@@ -166,10 +200,8 @@ def review_votes_key(run_id: str, review_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:review:{review_id}:votes"
 
 
-def target_kind(target: Target) -> TargetKind:
-    kind = target.partition(":")[0]
-    assert kind in ("run", "result", "card", "review", "note", "remind", "notice"), target
-    return kind  # type: ignore[return-value]
+def target_kind(target: str) -> TargetKind:
+    return Target.parse(target).kind
 
 
 # People: their recent runs, and the App Home tabs to keep up to date.
@@ -192,3 +224,134 @@ def outcomes_key(run_id: str) -> str:
     """Hash: what the run's starter must be told (approval id, or `run`) -> the outcome, and
     `<id>!` -> the outcome they were last told (their message is the `notice` target)."""
     return f"{PREFIX}:{{{run_id}}}:outcomes"
+
+
+@dataclass(frozen=True)
+class RunKeys:
+    """Every key of one run, and the KEYS list of each script over them, in one place: a
+    script's KEYS order is written once, here, beside the names of what each key holds."""
+
+    run_id: str
+
+    @property
+    def run(self) -> str:
+        return run_key(self.run_id)
+
+    @property
+    def task(self) -> str:
+        return task_key(self.run_id)
+
+    @property
+    def state(self) -> str:
+        return state_key(self.run_id)
+
+    @property
+    def snapshot(self) -> str:
+        return snapshot_key(self.run_id)
+
+    @property
+    def pause(self) -> str:
+        return pause_key(self.run_id)
+
+    @property
+    def sticky(self) -> str:
+        return sticky_key(self.run_id)
+
+    @property
+    def journal(self) -> str:
+        return journal_key(self.run_id)
+
+    @property
+    def outbox(self) -> str:
+        return outbox_key(self.run_id)
+
+    @property
+    def shown(self) -> str:
+        return shown_key(self.run_id)
+
+    @property
+    def progress(self) -> str:
+        return progress_key(self.run_id)
+
+    @property
+    def notes(self) -> str:
+        return notes_key(self.run_id)
+
+    @property
+    def outcomes(self) -> str:
+        return outcomes_key(self.run_id)
+
+    def review_votes(self, review_id: str) -> str:
+        return review_votes_key(self.run_id, review_id)
+
+    # The KEYS of each script (see the script's header for what it does with them).
+
+    def save_pause(self, approval_ids: Sequence[str]) -> list[str]:
+        """save_pause.lua: the run's keys, then the new call hashes."""
+        return [
+            self.run,
+            self.state,
+            self.snapshot,
+            self.task,
+            self.outbox,
+            self.pause,
+            *(call_key(i) for i in approval_ids),
+        ]
+
+    def finish(self) -> list[str]:
+        return [self.run, self.state, self.snapshot, self.task, self.outbox, self.pause]
+
+    def decide(self, approval_id: str, others: Sequence[str]) -> list[str]:
+        """decide.lua: the run's keys around the decided call, then the other calls of the
+        pause an Always decision may settle."""
+        return [
+            self.run,
+            call_key(approval_id),
+            votes_key(approval_id),
+            self.state,
+            self.snapshot,
+            self.sticky,
+            self.outbox,
+            *(call_key(i) for i in others),
+        ]
+
+    def fire_timers(self, approval_id: str, others: Sequence[str]) -> list[str]:
+        return [
+            self.run,
+            call_key(approval_id),
+            self.outbox,
+            self.state,
+            self.snapshot,
+            self.pause,
+            self.sticky,
+            votes_key(approval_id),
+            *(call_key(i) for i in others),
+        ]
+
+    def cancel(self, approval_ids: Sequence[str]) -> list[str]:
+        return [self.run, self.pause, self.outbox, *(call_key(i) for i in approval_ids)]
+
+    def take_job(self) -> list[str]:
+        return [self.run, self.state]
+
+    def to_review(self) -> list[str]:
+        return [self.run, self.outbox]
+
+    def resolve_review(self) -> list[str]:
+        return [self.run, self.journal, self.outbox]
+
+    def begin_call(self) -> list[str]:
+        return [self.run, self.journal]
+
+    def end_call(self) -> list[str]:
+        return [self.journal]
+
+    def add_note(self) -> list[str]:
+        return [self.notes, self.outbox]
+
+    def record_outcomes(self) -> list[str]:
+        return [self.outcomes, self.outbox]
+
+    def delivered(self) -> list[str]:
+        """The outbox's `_DELIVERED`: what Slack holds, and the marks."""
+        return [self.shown, self.outbox]

@@ -20,6 +20,7 @@ from typing import Any
 import redis.asyncio as redis
 
 from bot.store import keys
+from bot.store.keys import RunKeys
 
 # A claim is a lease on one run's messages: one holder at a time, whatever the index says. A
 # change that arrives meanwhile makes the run due again (its score drops), to be claimed once
@@ -191,7 +192,8 @@ class Outbox:
 
     async def done(self, run_id: str, target: str, mark: Mark) -> bool:
         """Drop the mark if no newer change arrived since it was read."""
-        return int(await self._done(keys=[keys.outbox_key(run_id)], args=[target, mark.tick])) == 1
+        done = await self._done(keys=[RunKeys(run_id).outbox], args=[target, mark.tick])
+        return int(done) == 1
 
     async def shown(self, run_id: str) -> dict[str, Shown]:
         return self.parse_shown(await self.redis.hgetall(keys.shown_key(run_id)))
@@ -211,7 +213,7 @@ class Outbox:
     async def delivered(self, run_id: str, target: str, shown: Shown, mark: Mark) -> bool:
         """`set_shown` and `done` in one round trip (a delivered message)."""
         done = await self._delivered(
-            keys=[keys.shown_key(run_id), keys.outbox_key(run_id)],
+            keys=RunKeys(run_id).delivered(),
             args=[target, mark.tick, json.dumps(shown.__dict__), self.retention],
         )
         return int(done) == 1

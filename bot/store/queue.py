@@ -16,6 +16,7 @@ from typing import Any
 import redis.asyncio as redis
 
 from bot.store.keys import PREFIX
+from bot.store.scripts import script
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +58,7 @@ class JobQueue:
         waiting for pooled connections can never make a live worker miss its lease."""
         self.redis = client
         self.lease_ms = int(lease_seconds * 1000)
-        from bot.store.runs import _script
-
-        self._hold = (leases or client).register_script(_script("renew_job"))
+        self._hold = (leases or client).register_script(script("renew_job"))
 
     async def ensure_group(self) -> None:
         try:

@@ -9,15 +9,39 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar, Literal, TypeVar
 
-RunStatus = Literal[
-    "running", "paused", "resuming", "needs_review", "finished", "failed", "cancelled"
-]
-CallStatus = Literal["pending", "approved", "rejected", "expired", "cancelled"]
+from bot.checkpoint import Checkpoint
+
+# The store's name for a paused run's stored state: the engine's checkpoint, as it is.
+Snapshot = Checkpoint
+
+
+class RunStatus(StrEnum):
+    """Where a run is (its hash's `status`; equal to the stored string)."""
+
+    RUNNING = "running"
+    PAUSED = "paused"
+    RESUMING = "resuming"
+    NEEDS_REVIEW = "needs_review"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class CallStatus(StrEnum):
+    """Where a call is (its hash's `status`; equal to the stored string)."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
 
 # A run in one of these states does nothing more: no job takes it, no call of it is decided.
-ENDED: tuple[str, ...] = ("finished", "failed", "cancelled")
+ENDED: tuple[str, ...] = (RunStatus.FINISHED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 # How much text a run and a call keep for display (the snapshot holds the rest).
 SHOWN_TASK = 3000
@@ -51,8 +75,35 @@ def _from_hash(cls: type[_R], raw: Mapping[Any, Any], derived: dict[str, str]) -
             value = int(value or 0)
         elif f.type in ("bool", bool):
             value = value == "1"
+        elif f.type in ("float", float):
+            value = float(value or 0)
+        elif f.type in _ENUMS:
+            value = _ENUMS[str(f.type)](value)
         kwargs[f.name] = value
     return cls(**kwargs)
+
+
+# Fields stored as the string value of an enum (`_from_hash` reads them back as the enum).
+_ENUMS: dict[str, type[StrEnum]] = {"RunStatus": RunStatus, "CallStatus": CallStatus}
+
+
+# Per record class: its fields that `_typed` converts, with the type to convert to.
+_CONVERTED: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+
+def _typed(record: RunRecord | CallRecord) -> None:
+    """A record built with plain strings for its status or times (as stored): typed."""
+    converted = _CONVERTED.get(type(record))
+    if converted is None:
+        converted = _CONVERTED[type(record)] = tuple(
+            (f.name, _ENUMS.get(str(f.type), float))
+            for f in dataclasses.fields(record)
+            if f.type in _ENUMS or f.type in ("float", float)
+        )
+    for name, kind in converted:
+        value = getattr(record, name)
+        if type(value) is str:  # a member of the enum, or a float, is left as it is
+            setattr(record, name, kind(value or 0) if kind is float else kind(value))
 
 
 def _to_hash(record: RunRecord | CallRecord) -> dict[str, str]:
@@ -70,6 +121,8 @@ def _to_hash(record: RunRecord | CallRecord) -> dict[str, str]:
             continue
         if isinstance(value, bool):
             out[f.name] = "1" if value else "0"
+        elif isinstance(value, float):
+            out[f.name] = f"{value:.3f}"  # a time: Unix seconds to the millisecond, as `now()`
         else:
             out[f.name] = str(value)
     return out
@@ -87,9 +140,9 @@ class RunRecord:
     task: str  # as shown: at most SHOWN_TASK characters (the whole task is kept until it starts)
     enterprise_id: str = ""
     task_chars: int = 0  # the whole task's length, when `task` is a cut copy
-    status: str = "running"
-    created_at: str = ""
-    updated_at: str = ""
+    status: RunStatus = RunStatus.RUNNING
+    created_at: float = 0.0  # times: Unix seconds (0: not set)
+    updated_at: float = 0.0
     message_ts: str = ""
     pause: int = 0
     undecided: int = 0
@@ -106,11 +159,14 @@ class RunRecord:
     resolved_action: str = ""
     calls: str = ""  # the approval tokens of the current pause, in the SDK order, space-separated
     cancelled_by: str = ""  # who cancelled the run (status cancelled), and when
-    cancelled_at: str = ""
+    cancelled_at: float = 0.0
 
     # Stored layout (see `_to_hash`): derived from the key, and compared by the scripts.
     DERIVED: ClassVar[frozenset[str]] = frozenset({"run_id"})
     STORED_ALWAYS: ClassVar[frozenset[str]] = frozenset({"status"})
+
+    def __post_init__(self) -> None:
+        _typed(self)
 
     @property
     def ended(self) -> bool:
@@ -145,11 +201,11 @@ class CallRecord:
     pause: int = 0
     arguments_chars: int = 0  # the whole display text's length, when `arguments` is cut
     arguments_sha: str = ""  # SHA-256 of the canonical arguments (empty: stored whole, before)
-    status: str = "pending"
+    status: CallStatus = CallStatus.PENDING
     always: bool = False
     decided_team: str = ""
     decided_by: str = ""
-    decided_at: str = ""
+    decided_at: float = 0.0  # times: Unix seconds (0: not set)
     reason: str = ""
     via: str = ""
     channel_id: str = ""
@@ -164,17 +220,20 @@ class CallRecord:
     auto: str = ""
     policy_version: str = ""
     digest: str = ""
-    paused_at: str = ""  # when the run paused on this call (time to decision)
+    paused_at: float = 0.0  # when the run paused on this call (time to decision)
     # Timers (bot/store/timers.py), from the policy when the call was posted; times in Unix s.
     expire_after: int = 0  # seconds; 0: a call stored before expiry existed (never expires)
-    expires_at: str = ""
+    expires_at: float = 0.0
     remind_after: int = 0  # seconds between reminders (0: none)
     remind_max: int = 0
     reminders: int = 0  # reminders fired so far
     escalate_after: int = 0  # seconds (0: never)
-    escalate_at: str = ""
+    escalate_at: float = 0.0
     escalate_to: str = ""  # JSON list of principals who may decide once escalated
-    escalated_at: str = ""  # set once, atomically, when escalate_after has passed
+    escalated_at: float = 0.0  # set once, atomically, when escalate_after has passed
+
+    def __post_init__(self) -> None:
+        _typed(self)
 
     def escalated_principals(self) -> list[str]:
         """Who the escalation added to the approvers: nobody before it fired."""
@@ -201,21 +260,12 @@ class CallRecord:
 
     @property
     def decided(self) -> bool:
-        return self.status != "pending"
+        return self.status != CallStatus.PENDING
 
     @property
     def by_earlier_always(self) -> bool:
         """Settled, without a card of its own, by an Always decision made in an earlier pause."""
         return self.via.startswith(EARLIER_ALWAYS)
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A paused run's serialized state and the versions it was written with."""
-
-    state: bytes
-    sdk_version: str
-    fingerprint: str
 
 
 @dataclass(frozen=True)
@@ -244,11 +294,14 @@ _STICKY_FIELDS = ("decision", "team", "user", "at", "reason", "approval_id", "ag
 
 @dataclass(frozen=True)
 class Decided:
-    """The caller's decision was recorded; `settled` lists every call it decided."""
+    """The caller's decision was recorded (now, or this same request before)."""
 
     settled: list[str]
+    """Every call it decided: the clicked one, and those an Always decision settled with it."""
     resume: bool
+    """It was the pause's last decision: the caller now owns the run's one resume."""
     undecided: int
+    """Calls of the pause still waiting for a decision."""
 
 
 @dataclass(frozen=True)
@@ -256,18 +309,25 @@ class Voted:
     """An approval counted towards a quorum; the call is still pending."""
 
     votes: int
+    """Distinct approvers so far."""
     required: int
-    repeated: bool = False  # this person had already approved: counted once
+    """Approvers the call's rule requires."""
+    repeated: bool = False
+    """This person had already approved: counted once, nothing written."""
 
 
 @dataclass(frozen=True)
 class AlreadyDecided:
     """Someone decided this call before; nothing changed."""
 
-    status: str
+    status: CallStatus
+    """How it was decided (approved, rejected, expired, cancelled)."""
     decided_by: str
-    decided_at: str
+    """Who decided it (a user id, or `policy`)."""
+    decided_at: float
+    """When (Unix seconds; 0: not recorded)."""
     via: str = ""
+    """What decided it when not the decider's own click (an Always decision, a cancel)."""
 
 
 @dataclass(frozen=True)
@@ -275,6 +335,7 @@ class Gone:
     """The call or its pause no longer exists (expired, or the run moved on)."""
 
     why: str = field(default="This approval request no longer exists.")
+    """What to tell the clicker."""
 
 
 DecideResult = Decided | Voted | AlreadyDecided | Gone
@@ -287,7 +348,12 @@ class CancelResult:
     before: `status`), or `missing`."""
 
     outcome: Literal["ok", "already", "ended", "missing"]
+    """What the script found and did."""
     status: str = ""
+    """ok: the status the run had when cancelled; ended: how it ended."""
     by: str = ""
-    at: str = ""
+    """already: who cancelled it."""
+    at: float = 0.0
+    """already: when (Unix seconds)."""
     calls: tuple[str, ...] = ()
+    """ok: the pending calls it cancelled."""

@@ -20,6 +20,7 @@ from typing import Any
 import redis.asyncio as redis
 
 from bot.store import keys
+from bot.store.keys import RunKeys
 from bot.store.records import CallRecord
 
 _CLAIM = """
@@ -86,6 +87,18 @@ class Fired:
     next_due: float | None = None
 
 
+def decode_fire(reply: list[Any]) -> Fired:
+    """fire_timers.lua's reply: {'gone'} | {'expired', resume, undecided left} | {'ok', next
+    due (Unix s, 0: none), fired timers...}."""
+    kind = _s(reply[0])
+    if kind == "gone":
+        return Fired()
+    if kind == "expired":
+        return Fired(expired=True, resume=int(reply[1]) == 1)
+    due = float(_s(reply[1]))
+    return Fired(fired=tuple(_s(r) for r in reply[2:]), next_due=due if due > 0 else None)
+
+
 class Timers:
     """The timers index and the firing transition."""
 
@@ -125,27 +138,9 @@ class Timers:
     ) -> Fired:
         """Fire what is due of `call`'s timers now (`pause`: the approval ids of its pause);
         see fire_timers.lua."""
-        run_id = call.run_id
-        approval_id = call.approval_id
-        others = [keys.call_key(i) for i in pause if i != approval_id]
+        others = [i for i in pause if i != call.approval_id]
         reply = await self._fire(
-            keys=[
-                keys.run_key(run_id),
-                keys.call_key(approval_id),
-                keys.outbox_key(run_id),
-                keys.state_key(run_id),
-                keys.snapshot_key(run_id),
-                keys.pause_key(run_id),
-                keys.sticky_key(run_id),
-                keys.votes_key(approval_id),
-                *others,
-            ],
+            keys=RunKeys(call.run_id).fire_timers(call.approval_id, others),
             args=[f"{time.time():.3f}", owner, self.retention, reason],
         )
-        kind = _s(reply[0])
-        if kind == "gone":
-            return Fired()
-        if kind == "expired":
-            return Fired(expired=True, resume=int(reply[1]) == 1)
-        due = float(_s(reply[1]))
-        return Fired(fired=tuple(_s(r) for r in reply[2:]), next_due=due if due > 0 else None)
+        return decode_fire(reply)

@@ -1,0 +1,237 @@
+"""A run's pending calls and what hangs on them: decisions (decide.lua), thread comments, held
+thread replies, the messages that show them, and the run's Always (sticky) decisions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis.asyncio as redis
+
+from bot.store import keys
+from bot.store.keys import RunKeys
+from bot.store.outbox import Outbox
+from bot.store.records import (
+    AlreadyDecided,
+    CallRecord,
+    CallStatus,
+    Decided,
+    DecideResult,
+    Gone,
+    RunRecord,
+    StickyDecision,
+    Voted,
+)
+from bot.store.scripts import marking, now, text
+
+MAX_COMMENTS = 20
+
+_SET_IF_PENDING = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then
+  return 0
+end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+"""
+
+
+def decode_decide(reply: list[Any]) -> DecideResult:
+    """decide.lua's reply: {'decided', resume, undecided, settled ids...} | {'vote' | 'voted',
+    votes, required} | {'already', status, by, at, via} | {'stale'} | {'missing'}."""
+    kind = text(reply[0])
+    if kind == "decided":
+        return Decided(
+            settled=[text(r) for r in reply[3:]],
+            resume=int(reply[1]) == 1,
+            undecided=int(reply[2]),
+        )
+    if kind in ("vote", "voted"):
+        return Voted(int(reply[1]), int(reply[2]), repeated=kind == "voted")
+    if kind == "already":
+        status, by, at, via = (text(r) for r in reply[1:5])
+        return AlreadyDecided(CallStatus(status), by, float(at or 0), via)
+    if kind == "stale":
+        return Gone("This run is no longer waiting for this decision.")
+    return Gone()
+
+
+class Calls:
+    """Reads and writes of a run's calls; a decision is one owner-checked script."""
+
+    def __init__(self, client: redis.Redis, *, retention_seconds: int, outbox: Outbox) -> None:
+        self.redis = client
+        self.retention = retention_seconds
+        self.outbox = outbox
+        self._decide = client.register_script(marking("decide"))
+        self._set_if_pending = client.register_script(_SET_IF_PENDING)
+
+    async def get_call(self, approval_id: str) -> CallRecord | None:
+        if keys.run_of(approval_id) is None:
+            return None
+        raw = await self.redis.hgetall(keys.call_key(approval_id))
+        return CallRecord.from_hash(raw, approval_id) if raw else None
+
+    async def call_and_run(self, approval_id: str) -> tuple[CallRecord | None, RunRecord | None]:
+        """A call and its run, in one round trip (what a click needs to be authorized)."""
+        run_id = keys.run_of(approval_id)
+        if run_id is None:
+            return None, None
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.call_key(approval_id))
+            pipe.hgetall(keys.run_key(run_id))
+            call, run = await pipe.execute()
+        return (
+            CallRecord.from_hash(call, approval_id) if call else None,
+            RunRecord.from_hash(run, run_id) if run else None,
+        )
+
+    async def pause_ids(self, run_id: str) -> list[str]:
+        """The approval ids of the run's latest pause (from the run hash; layout 1: a set)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(keys.run_key(run_id), "calls")
+            pipe.smembers(keys.pause_key(run_id))
+            tokens, members = await pipe.execute()
+        return self.ids_of_pause(run_id, tokens, members)
+
+    @staticmethod
+    def ids_of_pause(run_id: str, tokens: bytes | None, members: set[bytes]) -> list[str]:
+        """The pause's approval ids from the run hash's `calls` field, or (layout 1) from the
+        members of its pause set."""
+        if tokens:
+            return [f"{run_id}.{token}" for token in text(tokens).split()]
+        return sorted(text(i) for i in members)
+
+    async def pause_calls(self, run_id: str) -> list[CallRecord]:
+        """The calls of the run's latest pause, in the order the SDK listed them."""
+        return await self.calls(await self.pause_ids(run_id))
+
+    async def calls(self, ids: Sequence[str]) -> list[CallRecord]:
+        """These calls (one round trip), in the order the SDK listed them."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for approval_id in ids:
+                pipe.hgetall(keys.call_key(approval_id))
+            raws = await pipe.execute()
+        calls = [CallRecord.from_hash(raw, i) for i, raw in zip(ids, raws, strict=True) if raw]
+        return sorted(calls, key=lambda c: c.index)
+
+    async def set_pending_call_fields(self, approval_id: str, fields: dict[str, str]) -> bool:
+        """Write fields of a call only while it is pending (False when it is not, or gone)."""
+        reply = await self._set_if_pending(
+            keys=[keys.call_key(approval_id)],
+            args=[x for pair in fields.items() for x in pair],
+        )
+        return bool(reply)
+
+    async def set_call_message(self, approval_id: str, channel: str, ts: str) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(keys.call_key(approval_id), mapping={"channel_id": channel, "message_ts": ts})
+            pipe.set(keys.message_key(channel, ts), approval_id, ex=self.retention)
+            await pipe.execute()
+
+    async def approval_for_message(self, channel: str, ts: str) -> str | None:
+        value = await self.redis.get(keys.message_key(channel, ts))
+        return text(value) if value is not None else None
+
+    # Thread comments and replies ----------------------------------------------------------
+
+    async def add_comment(self, approval_id: str, user: str, text: str) -> None:
+        """Keep an approver's thread comment (the last MAX_COMMENTS) for the Reject pre-fill.
+        Only approvers' comments are kept, so nobody else's replies can push them out."""
+        key = keys.comments_key(approval_id)
+        entry = {"user": user, "text": text, "approver": True}
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(key, json.dumps(entry))
+            pipe.ltrim(key, -MAX_COMMENTS, -1)
+            pipe.expire(key, self.retention)
+            await pipe.execute()
+
+    async def comments(self, approval_id: str) -> list[dict[str, Any]]:
+        """Thread comments on a call, oldest first: {"user", "text", "approver"}."""
+        items = await self.redis.lrange(keys.comments_key(approval_id), 0, -1)
+        return [json.loads(item) for item in items]
+
+    async def hold_reply(self, reply_id: str, fields: dict[str, str], ttl: int) -> None:
+        """Keep an ambiguous thread reply until its author confirms what it means."""
+        await self.redis.set(keys.reply_key(reply_id), json.dumps(fields), ex=ttl)
+
+    async def held_reply(self, reply_id: str) -> dict[str, str] | None:
+        if keys.run_of(reply_id) is None:
+            return None
+        raw = await self.redis.get(keys.reply_key(reply_id))
+        return dict(json.loads(raw)) if raw is not None else None
+
+    async def take_reply(self, reply_id: str) -> bool:
+        """Consume a held reply; True for the one caller that gets it."""
+        if keys.run_of(reply_id) is None:
+            return False
+        return await self.redis.getdel(keys.reply_key(reply_id)) is not None
+
+    # Decisions ----------------------------------------------------------------------------
+
+    async def decide(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        always: bool,
+        team: str,
+        user: str,
+        reason: str,
+        owner: str,
+        also: Sequence[str] = (),
+        via: str = "",
+        after: Callable[[Any, DecideResult], None] | None = None,
+    ) -> DecideResult:
+        """Record one decision atomically; see decide.lua for the rules.
+
+        `also`: for an Always decision, the other pending calls of the pause that this person
+        may decide alone under their own rules; the script settles those of them that are still
+        pending in the same pause with the same sticky key, and nothing else. `via`: what
+        decided the call when it was not this person's own click (an earlier Always decision).
+        `after(pipe, result)`: writes to send with the index write that follows a recorded
+        decision or vote (an audit entry), in the same round trip."""
+        run_id = keys.run_of(approval_id)
+        if run_id is None:
+            return Gone()
+        # Only an Always decision may settle other calls of the pause: a plain click reads nothing.
+        others = (
+            [i for i in await self.pause_ids(run_id) if i != approval_id] if always and also else []
+        )
+        reply = await self._decide(
+            keys=RunKeys(run_id).decide(approval_id, others),
+            args=[
+                "approved" if approve else "rejected",
+                "1" if always else "0",
+                team,
+                user,
+                now(),
+                reason,
+                owner,
+                self.retention,
+                via,
+                *(also if always else ()),
+            ],
+        )
+        result = decode_decide(reply)
+        recorded = isinstance(result, Decided) or (
+            isinstance(result, Voted) and not result.repeated
+        )
+        if recorded:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                self.outbox.schedule_in(pipe, run_id)
+                if isinstance(result, Decided) and result.resume:  # waits for a worker
+                    pipe.zadd(keys.DUE_RUNS, {run_id: float(now())})
+                if after is not None:
+                    after(pipe, result)
+                await pipe.execute()
+        return result
+
+    async def sticky_decisions(self, run_id: str) -> dict[str, StickyDecision]:
+        """The run's Always decisions, by sticky key."""
+        raw = await self.redis.hgetall(keys.sticky_key(run_id))
+        return {text(k): StickyDecision.from_json(text(k), text(v)) for k, v in raw.items()}
+
+    async def drop_sticky(self, run_id: str, key: str) -> bool:
+        """Forget an Always decision (the policy no longer allows it); True if it was there."""
+        return bool(await self.redis.hdel(keys.sticky_key(run_id), key))
