@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from logging import WARNING
@@ -42,7 +43,7 @@ from bot.slack.text import quote
 from bot.slack.webapi import Later, Pacer, Refused, classify
 from bot.store import keys
 from bot.store.outbox import Claim, Mark, Shown
-from bot.store.records import CallRecord, RunRecord
+from bot.store.records import RunRecord
 from bot.store.runs import RunStore
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ MAX_BACKOFF = 60.0
 POLL = 0.05  # seconds between looks at the outbox index when nothing woke the projector
 GATHER = 0.25  # seconds a decided card waits for the resume it started (see `_deliver`)
 DM_CHANNELS = 10_000  # people whose direct-message channel id is remembered
+NOTICE_RUNS = 20  # runs one requester's notice tells of at most (the rest: the next one)
+NOTICE_BUSY = 0.5  # seconds a notice waits while another pass tells the same person
 
 Undeliverable = Callable[[str, str, str], Awaitable[None]]
 RunChanged = Callable[[RunRecord], Awaitable[None]]
@@ -324,28 +327,63 @@ class Projector:
             waited = bool(outcomes) or await self.store.has_outcomes(run.run_id)
             if waited or run.status != "finished":
                 outcomes["run"] = run.status
-        return await self.store.record_outcomes(run.run_id, outcomes)
+        return await self.store.record_outcomes(run.run_id, outcomes, self._person(run))
+
+    def _person(self, run: RunRecord) -> str:
+        """Whose notice a run's outcomes go into: its starter's (in the run's channel, for
+        ephemeral notices, which are shown in one channel)."""
+        person = f"{run.team_id}:{run.user_id}"
+        return f"{person}:{run.channel_id}" if self.notice == "ephemeral" else person
 
     async def _tell_starter(self, run: RunRecord, target: str, mark: Mark) -> float | None:
-        """The requester's one message for the outcomes not yet told (a burst is one)."""
+        """The requester's one message for the outcomes they were not told yet, of this run
+        and of their other runs with news (a burst of decisions over many runs is one message:
+        the first run's notice due tells them all, the others then find nothing left)."""
         if time.time() < mark.since + self.notice_window:
             return mark.since + self.notice_window - time.time()  # let outcomes gather
-        untold = await self.store.untold_outcomes(run.run_id)
-        if not untold or self.notice == "off":
+        if self.notice == "off":
             await self.outbox.done(run.run_id, target, mark)
             return None
-        calls: list[CallRecord] = []
-        for approval_id in untold:
-            call = await self.store.get_call(approval_id) if approval_id != "run" else None
-            if call is not None:
-                calls.append(call)
-        calls.sort(key=lambda c: (c.pause, c.index))
-        text = notice_message(run, calls, "run" in untold)
-        ahead = self.posts.ahead(f"notice:{run.user_id}")
+        person = self._person(run)
+        ahead = self.posts.ahead(f"notice:{person}")
         if ahead > 0:  # never hold the run's lease (and its other messages) for a notice
             return ahead
+        outcomes = self.store.outcomes
+        token = secrets.token_hex(8)
+        if not await outcomes.hold_notice(person, token, self.lease):
+            return NOTICE_BUSY  # another pass is telling this person now (maybe this run's news)
         try:
-            await self.posts.wait(f"notice:{run.user_id}")
+            run_ids = await outcomes.pending_runs(person, NOTICE_RUNS)
+            if run.run_id not in run_ids:
+                run_ids.append(run.run_id)
+            untold = await outcomes.untold_of(run_ids)
+            sections = await self._notice_sections(untold)
+            if sections:
+                await self._post_notice(run, person, "\n\n".join(sections))
+                for run_id, told in untold.items():
+                    await self.store.told_outcomes(run_id, told)
+            # Runs whose news came after the read above are told by their own notice.
+            await outcomes.forget_runs(person, run_ids)
+        finally:
+            await outcomes.release_notice(person, token)
+        await self.outbox.done(run.run_id, target, mark)
+        return None
+
+    async def _notice_sections(self, untold: dict[str, dict[str, str]]) -> list[str]:
+        """One section per run with news, in the order the news came."""
+        records = await self.store.runs(list(untold))
+        sections = []
+        for record, outcomes in zip(records, untold.values(), strict=True):
+            if record is None:
+                continue
+            calls = await self.store.calls([a for a in outcomes if a != "run"])
+            calls.sort(key=lambda c: (c.pause, c.index))
+            sections.append(notice_message(record, calls, "run" in outcomes))
+        return sections
+
+    async def _post_notice(self, run: RunRecord, person: str, text: str) -> None:
+        try:
+            await self.posts.wait(f"notice:{person}")
             await self._fence(run.run_id)
             if self.notice == "ephemeral":
                 await self.client.chat_postEphemeral(
@@ -360,9 +398,6 @@ class Projector:
                 )
         except Exception as exc:
             raise classify(exc) from exc
-        await self.store.told_outcomes(run.run_id, untold)
-        await self.outbox.done(run.run_id, target, mark)
-        return None
 
     async def _dm_channel(self, team_id: str, user_id: str) -> str:
         """The id of the bot's direct-message channel with a person: asked of Slack once (it

@@ -220,6 +220,17 @@ HOME_ORGS = f"{PREFIX}:{{home}}:orgs"  # hash: "<team>:<user>" -> their enterpri
 NOTICE = "notice"
 
 
+def notice_runs_key(person: str) -> str:
+    """Sorted set: the runs of one person (`<team>:<user>`, and `:<channel>` for ephemeral
+    notices) with outcomes they were not told yet -> since when. One notice tells them all."""
+    return f"{PREFIX}:notice:{person}:runs"
+
+
+def notice_lock_key(person: str) -> str:
+    """String: the token of the projector pass writing this person's notice right now."""
+    return f"{PREFIX}:notice:{person}:lock"
+
+
 def outcomes_key(run_id: str) -> str:
     """Hash: what the run's starter must be told (approval id, or `run`) -> the outcome, and
     `<id>!` -> the outcome they were last told (their message is the `notice` target)."""

@@ -39,6 +39,13 @@ def decode_outcomes(reply: list[Any]) -> Mark | None:
     return Mark(text(reply[1]), float(text(reply[2]) or 0))
 
 
+# Let go of a person's notice lock only if this pass still holds it.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
 class Outcomes:
     """What the starter must be told, and what they were told (idempotent)."""
 
@@ -47,11 +54,15 @@ class Outcomes:
         self.retention = retention_seconds
         self.outbox = outbox
         self._outcomes = client.register_script(script("_outbox") + _OUTCOMES)
+        self._release = client.register_script(_RELEASE)
 
-    async def record_outcomes(self, run_id: str, outcomes: dict[str, str]) -> Mark | None:
+    async def record_outcomes(
+        self, run_id: str, outcomes: dict[str, str], person: str = ""
+    ) -> Mark | None:
         """Note outcomes the starter must be told (approval id or `run` -> status); their
         message (`notice`) is marked when one is new: then its mark (what a reread of the
-        outbox would give). Idempotent."""
+        outbox would give), and the run is listed among `person`'s runs with news (one notice
+        tells them all, see `pending_runs`). Idempotent."""
         if not outcomes:
             return None
         args: list[str] = [now(), str(self.retention)]
@@ -60,8 +71,49 @@ class Outcomes:
         reply = await self._outcomes(keys=RunKeys(run_id).record_outcomes(), args=args)
         notice = decode_outcomes(reply)
         if notice is not None:
+            if person:  # its own key (another slot): after the run's script, never inside it
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    pipe.zadd(keys.notice_runs_key(person), {run_id: notice.since}, nx=True)
+                    pipe.expire(keys.notice_runs_key(person), self.retention)
+                    await pipe.execute()
             await self.outbox.schedule(run_id)
         return notice
+
+    async def pending_runs(self, person: str, limit: int) -> list[str]:
+        """Up to `limit` of `person`'s runs with outcomes not told yet, oldest news first."""
+        found = await self.redis.zrange(keys.notice_runs_key(person), 0, limit - 1)
+        return [text(run_id) for run_id in found]
+
+    async def forget_runs(self, person: str, run_ids: list[str]) -> None:
+        """`person` was told everything of these runs (news after that lists them again)."""
+        if run_ids:
+            await self.redis.zrem(keys.notice_runs_key(person), *run_ids)
+
+    async def hold_notice(self, person: str, token: str, seconds: float) -> bool:
+        """Take `person`'s notice for one pass (a lease: another pass of another run, in this
+        process or another, does not tell the same outcomes at the same time)."""
+        return bool(
+            await self.redis.set(
+                keys.notice_lock_key(person), token, nx=True, px=max(1, int(seconds * 1000))
+            )
+        )
+
+    async def release_notice(self, person: str, token: str) -> None:
+        await self._release(keys=[keys.notice_lock_key(person)], args=[token])
+
+    async def untold_of(self, run_ids: list[str]) -> dict[str, dict[str, str]]:
+        """`untold_outcomes` of several runs in one round trip (runs with none left out)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hgetall(keys.outcomes_key(run_id))
+            replies = await pipe.execute()
+        found: dict[str, dict[str, str]] = {}
+        for run_id, stored in zip(run_ids, replies, strict=True):
+            raw = {text(k): text(v) for k, v in stored.items()}
+            untold = {k: v for k, v in raw.items() if not k.endswith("!") and raw.get(k + "!") != v}
+            if untold:
+                found[run_id] = untold
+        return found
 
     async def untold_outcomes(self, run_id: str) -> dict[str, str]:
         """Outcomes recorded and not yet told to the starter (id -> status)."""
