@@ -136,7 +136,8 @@ async def test_a_hung_slack_does_not_hold_up_the_resumed_run(redis_url: str) -> 
         await bot.slack.command("clean", user="U1", channel="C1")
         [card] = await bot.wait_for_approvals(1, timeout=20)
         await bot.idle()
-        bot.slack_api.hang("chat.update", times=1)
+        # The card's update (the run message's may come first, and must not be the one held).
+        bot.slack_api.hang("chat.update", times=1, when=lambda p: p.get("ts") == card.ts)
         sent = await bot.click(card, APPROVE, user="U2")
         assert sent.status == 200
         run_id = keys.run_of(card.button_value(APPROVE))

@@ -139,9 +139,16 @@ class StoreError(Exception):
 class RunStore:
     """All reads and writes of run data. Knows Redis; knows nothing of Slack or the SDK."""
 
-    def __init__(self, client: redis.Redis, *, retention_seconds: int) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        retention_seconds: int,
+        progress_due_in: float = PROGRESS_DUE_IN,
+    ) -> None:
         self.redis = client
         self.retention = retention_seconds
+        self.progress_due_in = progress_due_in  # a setting (`progress_due_seconds`)
         self.outbox = Outbox(client, retention_seconds=retention_seconds)
         self.timers = Timers(client, retention_seconds=retention_seconds)
         self._save_pause = client.register_script(_marking("save_pause"))
@@ -198,7 +205,7 @@ class RunStore:
             await pipe.execute()
 
     async def add_progress(
-        self, run_id: str, line: str, keep: int = 8, due_in: float = PROGRESS_DUE_IN
+        self, run_id: str, line: str, keep: int = 8, due_in: float | None = None
     ) -> None:
         """Append a progress line (shown in the run message, coalesced with its status): the
         run is due for Slack in `due_in` seconds (sooner if something else makes it due), so
@@ -209,7 +216,9 @@ class RunStore:
             pipe.ltrim(key, -keep, -1)
             pipe.expire(key, self.retention)
             self._mark(pipe, run_id, "run")
-            self.outbox.schedule_in(pipe, run_id, due_in)
+            self.outbox.schedule_in(
+                pipe, run_id, self.progress_due_in if due_in is None else due_in
+            )
             await pipe.execute()
 
     async def add_note(self, run_id: str, text: str) -> None:

@@ -30,6 +30,28 @@ from bot.testing.slack_api import FakeSlackAPI, Message
 SIGNING_SECRET = "test-signing-secret"
 BOT_TOKEN = "xoxb-test-token"
 
+# The bot's windows and polls, short, so that tests do not wait them out (production's are
+# seconds: see `Settings`). A test of one of them (pacing, coalescing, a poll) sets it itself.
+FAST_WINDOWS: dict[str, float] = {
+    "projector_coalesce_seconds": 0.05,
+    "projector_poll_seconds": 0.02,
+    "progress_due_seconds": 0.05,
+    "policy_check_seconds": 0.05,
+    "home_poll_seconds": 0.02,
+    "timers_poll_seconds": 0.05,
+    "requester_notice_seconds": 0.2,
+    "home_refresh_seconds": 0.2,
+    "slack_posts_per_second": 50.0,
+    "slack_updates_per_minute": 3000.0,
+}
+
+
+def fast_environment(**overrides: float) -> dict[str, str]:
+    """`FAST_WINDOWS` (and `overrides`, by setting name) as the APPROVAL_BOT_* environment of
+    a bot started as a process."""
+    windows = {**FAST_WINDOWS, **overrides}
+    return {str(Settings.model_fields[name].alias): f"{value:g}" for name, value in windows.items()}
+
 
 async def wait_until(
     condition: Callable[[], Any], *, timeout: float = 10.0, what: str = "condition"
@@ -85,11 +107,7 @@ class BotHarness:
 
     def settings(self) -> Settings:
         # Short windows by default, so tests need not wait (override them to test bursts).
-        extra: dict[str, Any] = {
-            "requester_notice_seconds": 0.2,
-            "home_refresh_seconds": 0.2,
-            **self.overrides,
-        }
+        extra: dict[str, Any] = {**FAST_WINDOWS, **self.overrides}
         if self.rejection_text is not None:
             extra["rejection_text"] = self.rejection_text
         if self.data_dir is not None:
