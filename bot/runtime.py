@@ -17,6 +17,7 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
 
 from bot import metrics, ops
+from bot.clock import SYSTEM_CLOCK, Clock
 from bot.config import Settings
 from bot.engine.registry import AgentRegistry
 from bot.engine.runner import Engine
@@ -61,8 +62,10 @@ class BotRuntime:
         policies: PolicySource | None = None,
         socket_mode: bool = False,
         with_worker: bool = True,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = settings
+        self.clock = clock  # when timers are due (tests pass a clock they move forward)
         self.socket_mode = socket_mode
         self.with_worker = with_worker
         self.registry = registry or AgentRegistry.load(settings.agents)
@@ -93,7 +96,10 @@ class BotRuntime:
         self.redis = connect(url, max_connections=s.redis_max_connections)
         retention = s.run_retention_days * 86400
         store = RunStore(
-            self.redis, retention_seconds=retention, progress_due_in=s.progress_due_seconds
+            self.redis,
+            retention_seconds=retention,
+            progress_due_in=s.progress_due_seconds,
+            clock=self.clock,
         )
         self.leases = connect(url, max_connections=4)
         self.queue = JobQueue(self.redis, lease_seconds=s.job_lease_seconds, leases=self.leases)

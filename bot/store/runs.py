@@ -16,6 +16,7 @@ from typing import Any
 
 import redis.asyncio as redis
 
+from bot.clock import SYSTEM_CLOCK, Clock
 from bot.store import keys
 from bot.store.outbox import Mark, Outbox, Shown
 from bot.store.records import (
@@ -145,12 +146,13 @@ class RunStore:
         *,
         retention_seconds: int,
         progress_due_in: float = PROGRESS_DUE_IN,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.redis = client
         self.retention = retention_seconds
         self.progress_due_in = progress_due_in  # a setting (`progress_due_seconds`)
         self.outbox = Outbox(client, retention_seconds=retention_seconds)
-        self.timers = Timers(client, retention_seconds=retention_seconds)
+        self.timers = Timers(client, retention_seconds=retention_seconds, clock=clock)
         self._save_pause = client.register_script(_marking("save_pause"))
         self._decide = client.register_script(_marking("decide"))
         self._finish = client.register_script(_marking("finish"))

@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import SecretStr
 
+from bot.clock import SYSTEM_CLOCK, Clock
 from bot.config import Settings
 from bot.engine.registry import AgentRegistry
 from bot.runtime import BotRuntime
@@ -90,8 +91,10 @@ class BotHarness:
         rejection_text: str | None = None,
         data_dir: Path | None = None,
         settings: dict[str, Any] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.redis_url = redis_url
+        self.clock = clock  # e.g. a `bot.testing.clock.SkippingClock`, for timer tests
         self.registry = agents if isinstance(agents, AgentRegistry) else None
         self.agents = agents
         self.policies = PolicySource.from_text(policy) if isinstance(policy, str) else policy
@@ -126,7 +129,9 @@ class BotHarness:
             await self.slack_api.start()
             self._own_slack = True
         registry = self.registry or AgentRegistry.from_value(self.agents)
-        self.runtime = BotRuntime(self.settings(), registry=registry, policies=self.policies)
+        self.runtime = BotRuntime(
+            self.settings(), registry=registry, policies=self.policies, clock=self.clock
+        )
         await self.runtime.start()
         self._runner = web.AppRunner(self.runtime.web_app(), access_log=None)
         await self._runner.setup()
