@@ -34,7 +34,7 @@ from bot.store import keys
 from bot.store.audit import AUDIT_STREAM
 from bot.store.connection import EmbeddedRedis
 from bot.store.runs import decode_snapshot
-from bot.testing.harness import BotHarness, wait_until
+from bot.testing.harness import PRODUCTION_WINDOWS, BotHarness, wait_until
 from bot.testing.slack_api import Message
 
 CHANNELS = 200
@@ -68,8 +68,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-# One person starts every run of the benchmark: no start limits.
+# One person starts every run of the benchmark: no start limits. The bot's windows and polls
+# as in production (the test kit's are short).
 UNLIMITED = {
+    **PRODUCTION_WINDOWS,
     "user_start_burst": 0,
     "channel_start_burst": 0,
     "user_open_runs": 0,

@@ -64,6 +64,37 @@ class Settings(BaseSettings):
         default=50.0, alias="APPROVAL_BOT_SLACK_UPDATES_PER_MINUTE", gt=0
     )
 
+    # Windows and polls. Production wants the defaults; they are settings so that tests (the
+    # test kit's `BotHarness` and the bots tests start as processes) need not wait them out.
+    # A run message update waits this long after its first change, so the changes of a resume
+    # (status, progress) become one `chat.update`.
+    projector_coalesce_seconds: float = Field(
+        default=1.0, alias="APPROVAL_BOT_PROJECTOR_COALESCE_SECONDS", ge=0
+    )
+    # A card whose decision resumed the run waits this long for the resume, so that a quick
+    # resume's card, result and run message go out in one pass.
+    projector_gather_seconds: float = Field(
+        default=0.25, alias="APPROVAL_BOT_PROJECTOR_GATHER_SECONDS", ge=0
+    )
+    # Between looks at the outbox index when nothing in this process woke the projector (the
+    # delay before another process's change is shown).
+    projector_poll_seconds: float = Field(
+        default=0.05, alias="APPROVAL_BOT_PROJECTOR_POLL_SECONDS", gt=0
+    )
+    # A progress line makes its run message due this much later (coalesced like a change).
+    progress_due_seconds: float = Field(
+        default=1.0, alias="APPROVAL_BOT_PROGRESS_DUE_SECONDS", ge=0
+    )
+    # The policy file is looked at (stat) at most this often: a change takes effect within it.
+    policy_check_seconds: float = Field(
+        default=1.0, alias="APPROVAL_BOT_POLICY_CHECK_SECONDS", ge=0
+    )
+    # Between looks at the App Home index when nobody is due.
+    home_poll_seconds: float = Field(default=0.1, alias="APPROVAL_BOT_HOME_POLL_SECONDS", gt=0)
+    # The timer loop looks for due timers at least this often (and wakes for the earliest one
+    # it knows of): the delay before a timer set by another process, or moved, fires.
+    timers_poll_seconds: float = Field(default=1.0, alias="APPROVAL_BOT_TIMERS_POLL_SECONDS", gt=0)
+
     # What one person or one channel may cost (0: no limit).
     user_starts_per_minute: float = Field(
         default=10, alias="APPROVAL_BOT_USER_STARTS_PER_MINUTE", ge=0

@@ -17,6 +17,7 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 
 from bot import metrics, ops
+from bot.clock import SYSTEM_CLOCK, Clock
 from bot.config import Settings
 from bot.engine.registry import AgentRegistry
 from bot.engine.runner import Engine
@@ -62,12 +63,16 @@ class BotRuntime:
         policies: PolicySource | None = None,
         socket_mode: bool = False,
         with_worker: bool = True,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = settings
+        self.clock = clock  # when timers are due (tests pass a clock they move forward)
         self.socket_mode = socket_mode
         self.with_worker = with_worker
         self.registry = registry or AgentRegistry.load(settings.agents)
-        self.policies = policies or PolicySource.from_file(settings.policy_file)
+        self.policies = policies or PolicySource.from_file(
+            settings.policy_file, check_every=settings.policy_check_seconds
+        )
         self.embedded: EmbeddedRedis | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._timers: asyncio.Task[None] | None = None
@@ -92,7 +97,12 @@ class BotRuntime:
         self.redis = connect(url, max_connections=s.redis_max_connections)
         OUTAGE.attach(self.redis.ping)  # an outage ends when a PING answers again
         retention = s.run_retention_days * 86400
-        store = RunStore(self.redis, retention_seconds=retention)
+        store = RunStore(
+            self.redis,
+            retention_seconds=retention,
+            progress_due_in=s.progress_due_seconds,
+            clock=self.clock,
+        )
         self.leases = connect(url, max_connections=4)
         self.queue = JobQueue(self.redis, lease_seconds=s.job_lease_seconds, leases=self.leases)
         token = s.slack_bot_token.get_secret_value() if s.slack_bot_token else None
@@ -136,7 +146,9 @@ class BotRuntime:
             ),
             foreground=Foreground(max_wait=s.lull_max_seconds),
         )
-        self.home = HomePublisher(self.service, self.client, interval=s.home_refresh_seconds)
+        self.home = HomePublisher(
+            self.service, self.client, interval=s.home_refresh_seconds, poll=s.home_poll_seconds
+        )
         secret = s.slack_signing_secret.get_secret_value() if s.slack_signing_secret else None
         if secret is not None or self.socket_mode:  # a worker-only process receives nothing
             self.app = build_app(
@@ -168,6 +180,9 @@ class BotRuntime:
             self.client,
             self.service.undeliverable,
             lease=s.job_lease_seconds,
+            coalesce=s.projector_coalesce_seconds,
+            gather=s.projector_gather_seconds,
+            poll=s.projector_poll_seconds,
             posts=Pacer(rate=s.slack_posts_per_second, burst=5),
             updates=Pacer(rate=s.slack_updates_per_minute / 60, burst=10),
             notice=s.requester_notice,
@@ -181,7 +196,8 @@ class BotRuntime:
             self.service.sweep_forever(s.job_lease_seconds), name="sweeper"
         )
         self._timers = asyncio.create_task(
-            self.service.timers_forever(lease=s.job_lease_seconds), name="timers"
+            self.service.timers_forever(every=s.timers_poll_seconds, lease=s.job_lease_seconds),
+            name="timers",
         )
         if self.with_worker:
             self.worker = Worker(

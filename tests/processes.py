@@ -13,7 +13,7 @@ from pathlib import Path
 
 import aiohttp
 
-from bot.testing.harness import BOT_TOKEN, SIGNING_SECRET, wait_until
+from bot.testing.harness import BOT_TOKEN, SIGNING_SECRET, fast_environment, wait_until
 from bot.testing.slack_api import FakeSlackAPI
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +43,8 @@ def bot_env(slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, **extra: str
         TEST_HOME=str(tmp_path),
         APPROVAL_BOT_METRICS_PORT="0",  # tests that want the ops port name a free one
     )
+    env.update(fast_environment())  # short windows and polls; `extra` may set them back
+
     env.update(extra)
     return env
 

@@ -7,7 +7,6 @@ of two with Always off between two pauses. Signed HTTP, real Redis, the Slack st
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from agents import Agent, ShellCommandOutput, ShellResult, ShellTool, function_t
 from agents.testing import ScriptedModel, assistant_message, function_call
 from openai.types.responses import ResponseFunctionShellToolCall
 
-from bot.service.policy_source import PolicySource
+from bot.service.policy_source import PolicySource, policy_version
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE
 from bot.testing.harness import BotHarness, wait_until
 from tests.test_security import audited
@@ -57,7 +56,8 @@ async def test_a_sticky_decision_is_rejudged_when_the_policy_tightens(
         ),
         tools=[ShellTool(executor=run_shell, needs_approval=True), gate_tool()],
     )
-    async with BotHarness(redis_url, agent, PolicySource.from_file(path)) as bot:
+    source = PolicySource.from_file(path, check_every=0.05)  # (production: once a second)
+    async with BotHarness(redis_url, agent, source) as bot:
         first = await bot.start_and_wait("clean", user="U1")
         await bot.click(first, ALWAYS_APPROVE, user="U2")
         # The run pauses on the gate; meanwhile shell is tightened and U2 is no longer an approver.
@@ -67,11 +67,14 @@ async def test_a_sticky_decision_is_rejudged_when_the_policy_tightens(
             ),
             what="the gate's approval message",
         )
-        path.write_text(
+        tightened = (
             loose.replace("[U2, U3, U4]", "[U3, U4]")
             + "tools:\n  - match: shell\n    required_approvals: 2\n    allow_always: false\n"
         )
-        await asyncio.sleep(1.1)  # the policy file is polled once a second
+        path.write_text(tightened)
+        await wait_until(
+            lambda: source.current().version == policy_version(tightened), what="the reload"
+        )
         await bot.click(gate, APPROVE, user="U3")
         cards = await bot.wait_for_approvals(1)
         # The later shell call paused like any other instead of running on U2's old Always.

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from bot.service.policy_source import PolicySource
+from bot.service.policy_source import PolicySource, policy_version
 from bot.slack.blocks import ALWAYS_APPROVE, ALWAYS_REJECT, APPROVE, REJECT
 from bot.store import keys
 from bot.testing.harness import BotHarness, wait_until
@@ -314,17 +314,24 @@ async def test_policy_changes_apply_without_restart_and_bad_files_are_ignored(
     path = tmp_path / "policy.yml"
     path.write_text(BASE)
     ledger = Ledger()
-    source = PolicySource.from_file(path)
+    source = PolicySource.from_file(path, check_every=0.05)  # (production: once a second)
     async with BotHarness(redis_url, delete_then_done(ledger)[0], source) as bot:
         approval = await started(bot)
-        path.write_text(BASE.replace('[U2, U3, U4, U5, U6, "@sre-oncall"]', "[U3]"))
-        await asyncio.sleep(1.1)
+        tightened = BASE.replace('[U2, U3, U4, U5, U6, "@sre-oncall"]', "[U3]")
+        path.write_text(tightened)
+        # The file's next look takes the new policy (the bot's requests look the same way).
+        await wait_until(
+            lambda: source.current().version == policy_version(tightened), what="the reload"
+        )
         await bot.click(approval, APPROVE, user="U2")  # no longer an approver
         await bot.idle()
         assert "not among the approvers" in bot.slack_api.ephemeral_to("U2")[-1]
         with caplog.at_level(logging.ERROR):
             path.write_text("channels: [oops")
-            await asyncio.sleep(1.1)
+            await wait_until(
+                lambda: source.current() and "keeping the last good policy" in caplog.text,
+                what="the bad file to be read and refused",
+            )
             await bot.click(approval, APPROVE, user="U3")  # the last good policy still applies
             await bot.wait_for_status("finished")
             await bot.idle()

@@ -213,3 +213,28 @@ def test_the_lull_maximum_stays_below_the_ack_budget() -> None:
     assert (
         "APPROVAL_BOT_LULL_MAX_SECONDS=0.5 must be below APPROVAL_BOT_ACK_BUDGET_SECONDS" in problem
     )
+
+
+def test_windows_and_polls_are_settings_with_production_defaults() -> None:
+    """Each window the tests shorten is an APPROVAL_BOT_* setting; unset, it is production's."""
+    from bot.testing.harness import FAST_WINDOWS, PRODUCTION_WINDOWS, fast_environment
+
+    defaults = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert PRODUCTION_WINDOWS == {
+        "projector_coalesce_seconds": 1.0,
+        "progress_due_seconds": 1.0,
+        "policy_check_seconds": 1.0,
+        "home_poll_seconds": 0.1,
+        "timers_poll_seconds": 1.0,
+        "slack_posts_per_second": 1.0,
+        "slack_updates_per_minute": 50.0,
+    }
+    assert (defaults.projector_gather_seconds, defaults.projector_poll_seconds) == (0.25, 0.05)
+    for name, value in PRODUCTION_WINDOWS.items():
+        assert getattr(defaults, name) == value, name
+    environment = fast_environment()
+    assert all(key.startswith("APPROVAL_BOT_") for key in environment)
+    from_environment = Settings.model_validate(environment)
+    for name, value in FAST_WINDOWS.items():
+        assert getattr(from_environment, name) == value, name
+        assert value <= PRODUCTION_WINDOWS[name] or name.startswith("slack_"), name

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+import redis.asyncio as aioredis
 
 from bot.slack.blocks import APPROVE, REVIEW_DONE, REVIEW_RERUN
+from bot.store.audit import AUDIT_STREAM
 from bot.store.connection import EmbeddedRedis
 from bot.testing.harness import SIGNING_SECRET, wait_until
 from bot.testing.requests import SlackRequests
@@ -47,6 +49,16 @@ def env(slack: FakeSlackAPI, tmp_path: Path, redis_url: str) -> dict[str, str]:
 
 def outputs(slack: FakeSlackAPI) -> list[str]:
     return [m.text for m in slack.messages.values() if m.text.startswith("tool said:")]
+
+
+async def audited(redis_url: str, kind: str, user: str) -> int:
+    """How many `kind` entries by `user` the audit trail holds (proof a click was handled)."""
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        entries = await client.xrange(AUDIT_STREAM)
+    finally:
+        await client.aclose()
+    return sum(1 for _, e in entries if e.get("kind") == kind and e.get("user") == user)
 
 
 def review_messages(slack: FakeSlackAPI) -> list[Message]:
@@ -108,7 +120,12 @@ QUORUM = POLICY + "tools:\n  - match: delete_logs\n    required_approvals: 2\n"
     ids=["mark-done", "run-again", "run-again-with-quorum"],
 )
 async def test_a_worker_killed_during_the_tool_leaves_it_to_a_person(
-    choice: str, policy: str, slack: FakeSlackAPI, env: dict[str, str], tmp_path: Path
+    choice: str,
+    policy: str,
+    slack: FakeSlackAPI,
+    env: dict[str, str],
+    tmp_path: Path,
+    redis_url: str,
 ) -> None:
     (tmp_path / "policy.yml").write_text(policy)
     quorum = policy is QUORUM
@@ -152,12 +169,16 @@ async def test_a_worker_killed_during_the_tool_leaves_it_to_a_person(
             assert denied.status == 200
             await requests.click(choice, review.button_value(choice), user="U2", channel="C1")
             if quorum:  # running it again is approving it again: a second approver is needed
-                await asyncio.sleep(1.0)
+
+                async def u2_voted(times: int) -> bool:
+                    return await audited(redis_url, "review_vote", "U2") >= times
+
+                await wait_until(lambda: u2_voted(1), what="U2's vote to be counted")
                 assert executions(tmp_path) == [("start", "/var/log/b")]
                 await requests.click(
                     choice, review.button_value(choice), user="U2", channel="C1"
                 )  # the same person again counts once
-                await asyncio.sleep(0.5)
+                await wait_until(lambda: u2_voted(2), what="U2's second click to be handled")
                 assert executions(tmp_path) == [("start", "/var/log/b")]
                 await requests.click(choice, review.button_value(choice), user="U3", channel="C1")
             await wait_until(lambda: outputs(slack), timeout=30, what="the run to finish")
@@ -168,7 +189,10 @@ async def test_a_worker_killed_during_the_tool_leaves_it_to_a_person(
             assert "<@U" in review.all_text() and "&lt;@" not in review.all_text()
             again = await requests.click(REVIEW_DONE, mark_done, user="U3", channel="C1")
             assert again.status == 200
-            await asyncio.sleep(0.5)
+            await wait_until(  # handled: told so, privately (and nothing runs again, below)
+                lambda: [t for t in slack.ephemeral_to("U3") if "already settled" in t],
+                what="the late click's answer",
+            )
         finally:
             stop_process(rescuer)
     if choice == REVIEW_DONE:  # started once, by the killed worker; never run again

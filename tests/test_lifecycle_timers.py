@@ -17,6 +17,7 @@ from bot.service.policy import PolicyError, parse_policy
 from bot.slack.blocks import APPROVE
 from bot.store import keys
 from bot.store.records import Decided
+from bot.testing.clock import SkippingClock
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI, Message
@@ -81,7 +82,8 @@ async def test_an_undecided_call_expires_and_the_run_goes_on(redis_url: str) -> 
     agent, model, ledger = one_call()
     expired_before = metrics.EXPIRIES._value.get()
     rules = "  expire_after: 2s\n  remind_max: 0\n"
-    async with BotHarness(redis_url, agent, policy(rules)) as bot:
+    clock = SkippingClock()  # the two seconds are skipped, not waited for
+    async with BotHarness(redis_url, agent, policy(rules), clock=clock) as bot:
         approval = await bot.start_and_wait("clean the logs", user="U1")
         aid = approval.button_value(APPROVE)
         shown = approval.all_text()
@@ -91,6 +93,7 @@ async def test_an_undecided_call_expires_and_the_run_goes_on(redis_url: str) -> 
         waits = float(stored["expires_at"]) - float(stored["paused_at"])
         assert waits == pytest.approx(2, abs=0.01)
 
+        clock.advance(2)
         await bot.wait_for_status("finished", timeout=15)
         await bot.idle()
         expired = card(bot, approval)
@@ -127,11 +130,13 @@ async def test_a_click_racing_the_expiry_decides_exactly_once(redis_url: str) ->
     outcomes = set()
     for offset in (-0.03, 0.0, 0.01):
         agent, _, ledger = one_call()
-        async with BotHarness(redis_url, agent, policy("  expire_after: 2s\n")) as bot:
+        clock = SkippingClock()  # moved to the moment, rather than waited for
+        rules = policy("  expire_after: 2s\n")
+        async with BotHarness(redis_url, agent, rules, clock=clock) as bot:
             approval = await bot.start_and_wait("clean the logs", user="U1")
             aid = approval.button_value(APPROVE)
             stored = await call_hash(redis_url, aid)
-            await asyncio.sleep(max(0.0, float(stored["expires_at"]) + offset - time.time()))
+            clock.advance(max(0.0, float(stored["expires_at"]) + offset - clock.time()))
             service = bot.runtime.service
             await asyncio.gather(
                 late_click(bot, approval, aid, "U2"), service.fire_due(), service.fire_due()
@@ -205,16 +210,30 @@ async def test_a_decision_that_came_first_makes_the_expiry_a_no_op(redis_url: st
 async def test_reminders_mention_the_approvers_up_to_remind_max(redis_url: str) -> None:
     agent, _, ledger = one_call()
     rules = "  expire_after: 30s\n  remind_after: 1s\n  remind_max: 2\n"
-    async with BotHarness(redis_url, agent, policy(rules)) as bot:
+    clock = SkippingClock()
+    async with BotHarness(redis_url, agent, policy(rules), clock=clock) as bot:
         approval = await bot.start_and_wait("clean the logs", user="U1")
         assert "Reminds approvers every 1s (up to 2 times)" in approval.all_text()
-        await wait_until(lambda: len(card_thread(bot, approval)) >= 2, what="two reminders")
+        for n in (1, 2):  # a second at a time (after a gap, only the latest due is sent)
+            clock.advance(1)
+            await wait_until(lambda: len(card_thread(bot, approval)) >= n, what=f"reminder {n}")  # noqa: B023
         first, second = card_thread(bot, approval)
         for n, reply in enumerate((first, second), start=1):
             assert f"Reminder ({n} of 2)" in reply.text
             assert "<@U2>" in reply.text and "<@U3>" in reply.text
             assert "expires <!date^" in reply.text
-        await asyncio.sleep(2.5)  # a third would be due by now
+        # No third: the call's next timer is its expiry (in 30 s), and what fired is shown.
+        expires_at = float(
+            (await call_hash(redis_url, approval.button_value(APPROVE)))["expires_at"]
+        )
+
+        async def next_is_the_expiry() -> bool:
+            due = await bot.runtime.redis.zscore(keys.TIMERS, approval.button_value(APPROVE))
+            return due is not None and abs(due / 1000 - expires_at) < 0.01
+
+        clock.advance(1.5)  # a third would be due now
+        await wait_until(next_is_the_expiry, what="the expiry to be the next timer")
+        await bot.idle()
         assert len(card_thread(bot, approval)) == 2
         assert not bot.run_thread()  # reminders are in the card's thread, not the run's
         await bot.click(approval, APPROVE, user="U2")
@@ -229,14 +248,21 @@ async def test_reminders_mention_the_approvers_up_to_remind_max(redis_url: str) 
 async def test_no_reminder_after_a_decision(redis_url: str) -> None:
     agent, _, _ = one_call()
     rules = "  expire_after: 30s\n  remind_after: 1s\n  remind_max: 5\n"
-    async with BotHarness(redis_url, agent, policy(rules)) as bot:
+    clock = SkippingClock()
+    async with BotHarness(redis_url, agent, policy(rules), clock=clock) as bot:
         approval = await bot.start_and_wait("clean the logs", user="U1")
+        clock.advance(1)
         await wait_until(lambda: card_thread(bot, approval), what="the first reminder")
         await bot.click(approval, APPROVE, user="U3")
         await bot.wait_for_status("finished")
         count = len(card_thread(bot, approval))
         assert count in (1, 2)  # a second may have fired in the same instant as the click
-        await asyncio.sleep(2.5)
+
+        async def no_timer_left() -> bool:
+            return await bot.runtime.redis.zcard(keys.TIMERS) == 0
+
+        await wait_until(no_timer_left, what="the call's timers to be cleared")
+        clock.advance(2.5)  # reminders 2 and 3 would be due now
         await bot.idle()
         assert len(card_thread(bot, approval)) == count
         assert await bot.runtime.redis.zcard(keys.TIMERS) == 0  # nothing left to fire
@@ -247,7 +273,8 @@ async def test_escalation_lets_more_people_decide_only_once_it_fired(redis_url: 
     rules = (
         "  expire_after: 30s\n  remind_max: 0\n  escalate_after: 2s\n  escalate_to: [U9, S0LEADS]\n"
     )
-    async with BotHarness(redis_url, agent, policy(rules)) as bot:
+    clock = SkippingClock()
+    async with BotHarness(redis_url, agent, policy(rules), clock=clock) as bot:
         bot.slack_api.usergroups["S0LEADS"] = ("leads", ["U1", "U8"])  # U1 starts the run
         approval = await bot.start_and_wait("clean the logs", user="U1")
         aid = approval.button_value(APPROVE)
@@ -258,6 +285,7 @@ async def test_escalation_lets_more_people_decide_only_once_it_fired(redis_url: 
         assert "not among the approvers" in refused[-1]
         assert (await call_hash(redis_url, aid))["status"] == "pending"
 
+        clock.advance(2)
         [told] = await wait_until(lambda: card_thread(bot, approval), what="the escalation")
         assert "escalated to <@U9>, <!subteam^S0LEADS>" in told.text
         assert "may now decide" in told.text

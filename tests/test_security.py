@@ -180,6 +180,11 @@ async def test_a_replayed_click_changes_nothing_and_says_who_decided(redis_url: 
         await bot.wait_for_status("finished")
         await bot.idle()
         replay = await bot.slack.send_interaction(payload)
+        # Handled (in the background) before the next click, so the audit's order is known.
+        await wait_until(
+            lambda: any("already approved" in t for t in bot.slack_api.ephemeral_to("U2")),
+            what="the replay's answer",
+        )
         # A stale copy of the message still shows the buttons: a late click on one of them.
         late_reject = await bot.slack.click(
             REJECT, payload["actions"][0]["value"], user="U3", channel="C1"

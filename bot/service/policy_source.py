@@ -30,11 +30,18 @@ class VersionedPolicy:
 
 
 class PolicySource:
-    """Gives the current policy; looks at the file at most once a second."""
+    """Gives the current policy; looks at the file at most every `check_every` seconds."""
 
-    def __init__(self, current: VersionedPolicy, path: Path | None = None) -> None:
+    def __init__(
+        self,
+        current: VersionedPolicy,
+        path: Path | None = None,
+        *,
+        check_every: float = CHECK_EVERY_SECONDS,
+    ) -> None:
         self._current = current
         self.path = path
+        self.check_every = check_every  # a setting (`policy_check_seconds`): tests make it short
         self._checked = time.monotonic()
         self._stamp = self._file_stamp()
 
@@ -43,11 +50,12 @@ class PolicySource:
         return cls(VersionedPolicy(parse_policy(text), policy_version(text)))
 
     @classmethod
-    def from_file(cls, path: Path) -> PolicySource:
+    def from_file(cls, path: Path, *, check_every: float = CHECK_EVERY_SECONDS) -> PolicySource:
         from bot.service.policy import load_policy
 
         policy = load_policy(path)
-        return cls(VersionedPolicy(policy, policy_version(path.read_text(encoding="utf-8"))), path)
+        text = path.read_text(encoding="utf-8")
+        return cls(VersionedPolicy(policy, policy_version(text)), path, check_every=check_every)
 
     def _file_stamp(self) -> tuple[int, int] | None:
         if self.path is None:
@@ -59,7 +67,7 @@ class PolicySource:
         return (stat.st_mtime_ns, stat.st_size)
 
     def current(self) -> VersionedPolicy:
-        if self.path is not None and time.monotonic() - self._checked >= CHECK_EVERY_SECONDS:
+        if self.path is not None and time.monotonic() - self._checked >= self.check_every:
             self.reload()
         return self._current
 

@@ -40,11 +40,13 @@ class HomePublisher:
         *,
         interval: float = 5.0,
         pacer: Pacer | None = None,
+        poll: float = 0.1,
     ) -> None:
         self.service = service
         self.client = client
         self.index = HomeIndex(service.store.redis)
         self.interval = interval
+        self.poll = poll  # between looks at the index when nobody is due (a setting)
         self.pacer = pacer or Pacer(rate=100 / 60, burst=20)  # views.publish: Tier 4
         self._stopping = asyncio.Event()
         self._busy = 0
@@ -80,7 +82,7 @@ class HomePublisher:
                         self._busy -= 1
                 if not due:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._stopping.wait(), 0.1)
+                        await asyncio.wait_for(self._stopping.wait(), self.poll)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -88,6 +88,8 @@ class Projector:
         *,
         lease: float = 30.0,
         coalesce: float = 1.0,
+        gather: float = GATHER,
+        poll: float = POLL,
         concurrency: int = 16,
         posts: Pacer | None = None,
         updates: Pacer | None = None,
@@ -102,6 +104,8 @@ class Projector:
         self.undeliverable = undeliverable
         self.lease = lease
         self.coalesce = coalesce
+        self.gather = gather  # settings (`projector_*_seconds`): tests make them short
+        self.poll = poll
         self.concurrency = concurrency
         self.posts = posts or Pacer(rate=1.0, burst=5)  # per channel: about one post a second
         self.updates = updates or Pacer(rate=50 / 60, burst=10)  # per workspace
@@ -144,12 +148,12 @@ class Projector:
                     task.add_done_callback(self._running.discard)
                 if free <= 0:  # busy: look again when a delivery ends
                     await asyncio.wait(
-                        set(self._running), timeout=POLL, return_when=asyncio.FIRST_COMPLETED
+                        set(self._running), timeout=self.poll, return_when=asyncio.FIRST_COMPLETED
                     )
                 elif len(claims) < free:  # nothing more due now: no second look at once
                     # This process's changes wake it at once; other processes' within a poll.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(woken.wait(), POLL)
+                        await asyncio.wait_for(woken.wait(), self.poll)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -439,10 +443,10 @@ class Projector:
             if not call.decided and call.sticky in await self.store.sticky_decisions(run.run_id):
                 return 0.5  # an earlier Always decision is being re-judged for it: wait
             resuming = run.status in ("resuming", "running")
-            if current.ts and call.decided and resuming and time.time() < mark.since + GATHER:
+            if current.ts and call.decided and resuming and time.time() < mark.since + self.gather:
                 # The decision resumed the run: what the resume does (a result, the run's new
                 # status) arrives in a moment, and goes to Slack in the same pass as the card.
-                return mark.since + GATHER - time.time()
+                return mark.since + self.gather - time.time()
             text, body = blocks.approval_message(run, call, when(call.decided_at))
         elif kind == "remind":  # a reminder or an escalation, in the card's thread
             approval_id, which = keys.Target.parse(target).reminder

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import redis.asyncio as redis
 
+from bot.clock import SYSTEM_CLOCK, Clock
 from bot.store import keys
 from bot.store.calls import MAX_COMMENTS as MAX_COMMENTS
 from bot.store.calls import Calls
@@ -156,12 +157,19 @@ class Runs:
     """A run's record, progress, notes and snapshot, and its transitions."""
 
     def __init__(
-        self, client: redis.Redis, *, retention_seconds: int, outbox: Outbox, calls: Calls
+        self,
+        client: redis.Redis,
+        *,
+        retention_seconds: int,
+        outbox: Outbox,
+        calls: Calls,
+        progress_due_in: float = PROGRESS_DUE_IN,
     ) -> None:
         self.redis = client
         self.retention = retention_seconds
         self.outbox = outbox
         self.calls = calls
+        self.progress_due_in = progress_due_in  # a setting (`progress_due_seconds`)
         self._save_pause = client.register_script(marking("save_pause"))
         self._finish = client.register_script(marking("finish"))
         self._take = client.register_script(script("take_job"))
@@ -195,7 +203,7 @@ class Runs:
             await pipe.execute()
 
     async def add_progress(
-        self, run_id: str, line: str, keep: int = 8, due_in: float = PROGRESS_DUE_IN
+        self, run_id: str, line: str, keep: int = 8, due_in: float | None = None
     ) -> None:
         """Append a progress line (shown in the run message, coalesced with its status): the
         run is due for Slack in `due_in` seconds (sooner if something else makes it due), so
@@ -206,7 +214,9 @@ class Runs:
             pipe.ltrim(key, -keep, -1)
             pipe.expire(key, self.retention)
             mark(pipe, run_id, "run", self.retention)
-            self.outbox.schedule_in(pipe, run_id, due_in)
+            self.outbox.schedule_in(
+                pipe, run_id, self.progress_due_in if due_in is None else due_in
+            )
             await pipe.execute()
 
     async def add_note(self, run_id: str, text: str) -> None:
@@ -412,14 +422,27 @@ class RunStore:
     """All reads and writes of run data, over the parts that keep them. Knows Redis; knows
     nothing of Slack or the SDK. Its methods are its parts' (same names, same signatures)."""
 
-    def __init__(self, client: redis.Redis, *, retention_seconds: int) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        retention_seconds: int,
+        progress_due_in: float = PROGRESS_DUE_IN,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.redis = client
         self.retention = retention_seconds
         self.outbox = Outbox(client, retention_seconds=retention_seconds)
-        self.timers = Timers(client, retention_seconds=retention_seconds)
+        self.timers = Timers(client, retention_seconds=retention_seconds, clock=clock)
         keep, outbox = retention_seconds, self.outbox
         calls = self.call_records = Calls(client, retention_seconds=keep, outbox=outbox)
-        runs = self.run_records = Runs(client, retention_seconds=keep, outbox=outbox, calls=calls)
+        runs = self.run_records = Runs(
+            client,
+            retention_seconds=keep,
+            outbox=outbox,
+            calls=calls,
+            progress_due_in=progress_due_in,
+        )
         reviews = self.reviews = Reviews(client, retention_seconds=keep, outbox=outbox)
         outcomes = self.outcomes = Outcomes(client, retention_seconds=keep, outbox=outbox)
         indexes = self.indexes = Indexes(client)

@@ -11,7 +11,6 @@ stops mid-way leaves the call on the set, due at the lease's end: it fires late,
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -19,6 +18,7 @@ from typing import Any
 
 import redis.asyncio as redis
 
+from bot.clock import SYSTEM_CLOCK, Clock
 from bot.store import keys
 from bot.store.keys import RunKeys
 from bot.store.records import CallRecord
@@ -102,9 +102,12 @@ def decode_fire(reply: list[Any]) -> Fired:
 class Timers:
     """The timers index and the firing transition."""
 
-    def __init__(self, client: redis.Redis, *, retention_seconds: int) -> None:
+    def __init__(
+        self, client: redis.Redis, *, retention_seconds: int, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.redis = client
         self.retention = retention_seconds
+        self.clock = clock  # what "due" means: tests skip time on their own clock
         self._claim = client.register_script(_CLAIM)
         self._release = client.register_script(_RELEASE)
         self._fire = client.register_script(_script("_outbox") + _script("fire_timers"))
@@ -117,7 +120,7 @@ class Timers:
             await self.redis.zadd(keys.TIMERS, due, nx=only_missing)  # type: ignore[arg-type]
 
     async def claim(self, limit: int, lease: float) -> list[TimerClaim]:
-        now_ms = time.time() * 1000
+        now_ms = self.clock.time() * 1000
         base = f"{now_ms + lease * 1000 + random.random():.3f}"
         reply = await self._claim(keys=[keys.TIMERS], args=[f"{now_ms:.3f}", base, limit])
         items = [_s(r) for r in reply]
@@ -131,7 +134,7 @@ class Timers:
     async def next_due_in(self) -> float | None:
         """Seconds until the earliest timer (negative: overdue), or None when none is set."""
         first = await self.redis.zrange(keys.TIMERS, 0, 0, withscores=True)
-        return float(first[0][1]) / 1000 - time.time() if first else None
+        return float(first[0][1]) / 1000 - self.clock.time() if first else None
 
     async def fire(
         self, call: CallRecord, *, pause: Sequence[str], owner: str, reason: str
@@ -141,6 +144,6 @@ class Timers:
         others = [i for i in pause if i != call.approval_id]
         reply = await self._fire(
             keys=RunKeys(call.run_id).fire_timers(call.approval_id, others),
-            args=[f"{time.time():.3f}", owner, self.retention, reason],
+            args=[f"{self.clock.time():.3f}", owner, self.retention, reason],
         )
         return decode_fire(reply)

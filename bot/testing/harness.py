@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import SecretStr
 
+from bot.clock import SYSTEM_CLOCK, Clock
 from bot.config import Settings
 from bot.engine.registry import AgentRegistry
 from bot.runtime import BotRuntime
@@ -29,6 +30,32 @@ from bot.testing.slack_api import FakeSlackAPI, Message
 
 SIGNING_SECRET = "test-signing-secret"
 BOT_TOKEN = "xoxb-test-token"
+
+# The bot's windows and polls, short, so that tests do not wait them out (production's are
+# seconds: see `Settings`). A test of one of them (pacing, coalescing, a poll) sets it itself.
+FAST_WINDOWS: dict[str, float] = {
+    # (The projector's poll stays production's 0.05 s: a process's own changes wake it, and
+    # shorter polls only add load when several bot processes share a test machine.)
+    "projector_coalesce_seconds": 0.05,
+    "progress_due_seconds": 0.05,
+    "policy_check_seconds": 0.05,
+    "home_poll_seconds": 0.05,
+    "timers_poll_seconds": 0.1,
+    "slack_posts_per_second": 50.0,
+    "slack_updates_per_minute": 3000.0,
+}
+# The same settings at production's values: for figures about the bot as it runs (benchmarks)
+# and for a test of one of them.
+PRODUCTION_WINDOWS: dict[str, float] = {
+    name: float(Settings.model_fields[name].default) for name in FAST_WINDOWS
+}
+
+
+def fast_environment(**overrides: float) -> dict[str, str]:
+    """`FAST_WINDOWS` (and `overrides`, by setting name) as the APPROVAL_BOT_* environment of
+    a bot started as a process."""
+    windows = {**FAST_WINDOWS, **overrides}
+    return {str(Settings.model_fields[name].alias): f"{value:g}" for name, value in windows.items()}
 
 
 async def wait_until(
@@ -68,8 +95,10 @@ class BotHarness:
         rejection_text: str | None = None,
         data_dir: Path | None = None,
         settings: dict[str, Any] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.redis_url = redis_url
+        self.clock = clock  # e.g. a `bot.testing.clock.SkippingClock`, for timer tests
         self.registry = agents if isinstance(agents, AgentRegistry) else None
         self.agents = agents
         self.policies = PolicySource.from_text(policy) if isinstance(policy, str) else policy
@@ -88,6 +117,7 @@ class BotHarness:
         extra: dict[str, Any] = {
             "requester_notice_seconds": 0.2,
             "home_refresh_seconds": 0.2,
+            **FAST_WINDOWS,
             **self.overrides,
         }
         if self.rejection_text is not None:
@@ -108,7 +138,9 @@ class BotHarness:
             await self.slack_api.start()
             self._own_slack = True
         registry = self.registry or AgentRegistry.from_value(self.agents)
-        self.runtime = BotRuntime(self.settings(), registry=registry, policies=self.policies)
+        self.runtime = BotRuntime(
+            self.settings(), registry=registry, policies=self.policies, clock=self.clock
+        )
         await self.runtime.start()
         self._runner = web.AppRunner(self.runtime.web_app(), access_log=None)
         await self._runner.setup()
