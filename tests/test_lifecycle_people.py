@@ -476,3 +476,39 @@ async def test_the_direct_message_channel_is_opened_once_per_person(redis_url: s
             await bot.wait_for_status("finished")
             await wait_until(lambda n=told: len(bot.slack_api.dms("U1")) == n, what="a DM")  # type: ignore[misc]
         assert len(bot.slack_api.calls_to("conversations.open")) == 1
+
+
+async def test_a_burst_over_several_runs_is_one_message_to_their_starter(redis_url: str) -> None:
+    """Three runs of U1, each paused on a call; U2 approves the three at once: U1 gets one
+    direct message telling all three runs, not one each (#17, item 4)."""
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [
+            *([function_call("delete_logs", {"path": f"/{n}"}, call_id=f"c{n}")] for n in range(3)),
+            *([assistant_message(f"done {n}")] for n in range(3)),
+        ],
+        ledger,
+    )
+    settings = {"requester_notice_seconds": 1.0}
+    async with BotHarness(redis_url, agent, POLICY, settings=settings) as bot:
+        for n in range(3):
+            await bot.slack.command(f"clean {n}", user="U1", channel="C1")
+            await bot.wait_for_approvals(n + 1)
+        cards = [m for m in bot.slack_api.approval_messages() if m.action_ids()]
+        run_ids = {
+            run_id_of(m) for m in bot.slack_api.top_level() if "started agent" in m.all_text()
+        }
+        assert len(cards) == 3 and len(run_ids) == 3
+        await asyncio.gather(*(bot.click(card, APPROVE, user="U2") for card in cards))
+        await wait_until(lambda: len(ledger.executed) == 3, what="the three tools")
+        await bot.idle()
+        await wait_until(
+            lambda: all(
+                any(f"Your run `{r}`" in m.text for m in bot.slack_api.dms("U1")) for r in run_ids
+            ),
+            what="U1 told of the three runs",
+        )
+        await bot.idle()
+        dms = bot.slack_api.dms("U1")
+        assert len(dms) == 1, [m.text for m in dms]
+        assert dms[0].text.count("Approved by <@U2>") == 3
