@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 from bot.service.policy import ALLOWED, CallRule, Policy, Verdict
 from bot.service.ports import Actor, GroupDirectory, GroupLookupError
-from bot.service.replies import Code, Mention, Part, Text
-from bot.untrusted import inline
+from bot.service.replies import Code, Mention, Part, Plain, joined, said
 
 
 def principal_parts(principals: tuple[str, ...] | list[str]) -> tuple[Part, ...]:
@@ -76,23 +75,25 @@ class Authorizer:
         """Is the actor one of `principals`? Unresolvable groups never grant anything."""
         if "*" in principals or actor.user_id in principals:
             return ALLOWED
-        failures: list[str] = []
+        failures: list[tuple[Part, ...]] = []
         for ref in principals:
             if ref[0] not in "S@":
                 continue
             try:
                 members = await self.groups.members(actor.team_id, ref)
             except GroupLookupError as exc:
-                failures.append(f"`{ref}` ({inline(str(exc))})")
+                failures.append((Code(ref), " (", Plain(str(exc)), ")"))
                 continue
             if actor.user_id in members:
                 return ALLOWED
         if failures:
             return Verdict(
                 False,
-                "The bot could not check your membership of "
-                + ", ".join(failures)
-                + ", so it cannot count you as allowed. Try again later or ask an admin.",
+                said(
+                    "The bot could not check your membership of {groups}, so it cannot count "
+                    "you as allowed. Try again later or ask an admin.",
+                    groups=joined(failures),
+                ),
             )
         return Verdict(False, "")
 
@@ -108,11 +109,13 @@ class Authorizer:
                 "bot's policy file, or use a channel where the bot is set up.",
             )
         if rule.agents is not None and agent not in rule.agents:
-            allowed = ", ".join(f"`{a}`" for a in rule.agents) or "none"
             return Verdict(
                 False,
-                f"The agent `{inline(agent)}` may not be started in this channel "
-                f"(allowed: {allowed}).",
+                said(
+                    "The agent {agent} may not be started in this channel (allowed: {allowed}).",
+                    agent=Code(agent),
+                    allowed=joined(Code(a) for a in rule.agents) or "none",
+                ),
             )
         member = await self.is_among(actor, rule.starters)
         if not member.allowed:
@@ -148,21 +151,21 @@ class Authorizer:
             return Verdict(
                 False,
                 member.said
-                or Text(
-                    (
-                        "You are not among the approvers of tool ",
-                        Code(tool),
-                        " in this channel (approvers: ",
-                        *principal_parts(rule.approvers),
-                        ").",
-                    )
+                or said(
+                    "You are not among the approvers of tool {tool} in this channel "
+                    "(approvers: {approvers}).",
+                    tool=Code(tool),
+                    approvers=principal_parts(rule.approvers),
                 ),
             )
         if actor.user_id == run_starter and not rule.allow_self:
             return Verdict(
                 False,
-                "You started this run, and self-approval is not allowed for tool "
-                f"`{inline(tool)}`: ask another approver.",
+                said(
+                    "You started this run, and self-approval is not allowed for tool {tool}: "
+                    "ask another approver.",
+                    tool=Code(tool),
+                ),
             )
         return ALLOWED
 

@@ -11,7 +11,7 @@ from bot.service.core import ServiceCore
 from bot.service.digest import digest_of
 from bot.service.gate import Gate
 from bot.service.ports import Actor
-from bot.service.replies import ConfirmReject, RejectForm, Reply, already_text
+from bot.service.replies import Code, ConfirmReject, RejectForm, Reply, already_text, said
 from bot.store import keys
 from bot.store.records import (
     AlreadyDecided,
@@ -22,7 +22,6 @@ from bot.store.records import (
     RunRecord,
     Voted,
 )
-from bot.untrusted import inline
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +57,11 @@ class Decisions:
         elif always and (not call.allow_always or (approve and call.required > 1)):
             reply = Reply(
                 False,
-                f"Always decisions are not allowed for tool `{inline(call.tool)}`: "
-                "decide this call on its own.",
+                said(
+                    "Always decisions are not allowed for tool {tool}: "
+                    "decide this call on its own.",
+                    tool=Code(call.tool),
+                ),
             )
         elif digest_of(call) != call.digest:
             reply = Reply(

@@ -15,10 +15,9 @@ from bot.service.digest import digest_of
 from bot.service.gate import Gate
 from bot.service.policy import Verdict
 from bot.service.ports import Actor
-from bot.service.replies import Mention, Reply, Text, when
+from bot.service.replies import Code, Mention, Reply, Text, said, when
 from bot.store import keys
 from bot.store.records import CallRecord, RunRecord, RunStatus
-from bot.untrusted import inline
 
 MAX_LISTED = 20
 
@@ -47,15 +46,20 @@ class Overview:
     runs: list[RunView]  # the channel's unfinished runs (list) or the person's own (Home)
 
 
-def bad_run_id(text: str) -> str:
-    """The refusal for something that is not a run id, or ''."""
+def bad_run_id(text: str) -> Text:
+    """The refusal for something that is not a run id (empty when it is one)."""
     if keys.RUN_ID_RE.match(text):
-        return ""
+        return Text()
+    example = Code("run 0123456789abcdef")
     if not text:
-        return "Which run? Give its id, as shown on the run message (`run 0123456789abcdef`)."
-    return (
-        f"`{inline(text, 40)}` is not a run id: a run id is 16 characters of 0-9 and a-f, shown "
-        "on the run message (`run 0123456789abcdef`)."
+        return said(
+            "Which run? Give its id, as shown on the run message ({example}).", example=example
+        )
+    return said(
+        "{text} is not a run id: a run id is 16 characters of 0-9 and a-f, shown on the run "
+        "message ({example}).",
+        text=Code(text, 40),
+        example=example,
     )
 
 
@@ -76,8 +80,11 @@ class People:
         if run is None:
             return Reply(
                 False,
-                f"There is no run `{run_id}` (or it is too old to be kept). Its id is shown on "
-                "its run message.",
+                said(
+                    "There is no run {run} (or it is too old to be kept). Its id is shown on its "
+                    "run message.",
+                    run=Code(run_id),
+                ),
             )
         policy = self.core.policies.current().policy
         verdict: Verdict = await self.core.authorizer.may_manage(
@@ -118,7 +125,7 @@ class People:
                 f"This run already {result.status}; there is nothing left to cancel.",
             )
         if result.outcome == "missing":
-            return Reply(False, f"There is no run `{run.run_id}` any more.")
+            return Reply(False, said("There is no run {run} any more.", run=Code(run.run_id)))
         detail = f"was {result.status}"
         if result.calls:
             detail += f"; {len(result.calls)} pending call(s) cancelled: " + ", ".join(result.calls)
@@ -132,7 +139,7 @@ class People:
                     AuditKind.CANCELLED, call=call, actor=actor, decision="cancel"
                 )
         calls = f" and its {len(result.calls)} pending call(s)" if result.calls else ""
-        return Reply(True, f"Cancelled run `{run.run_id}`{calls}.")
+        return Reply(True, said("Cancelled run {run}{calls}.", run=Code(run.run_id), calls=calls))
 
     async def run_status(self, actor: Actor, run_id: str) -> RunView | Reply:
         """Where a run stands (for its starter and the channel's approvers)."""

@@ -5,6 +5,8 @@ renders (`bot.slack.replies` writes Slack's mrkdwn); the service writes no marku
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -29,6 +31,15 @@ class Code:
 
 
 @dataclass(frozen=True)
+class Plain:
+    """Untrusted words shown as text (an error from elsewhere): the interface makes them
+    safe, one line, cut to `limit` characters."""
+
+    text: str
+    limit: int = 200
+
+
+@dataclass(frozen=True)
 class Strong:
     """Words to stand out (a button's label named in a sentence)."""
 
@@ -37,7 +48,7 @@ class Strong:
 
 # A `str` part is the service's own words, shown as they are (untrusted values inside them are
 # made safe by `bot.untrusted`); the other parts are rendered by the interface.
-Part = str | Mention | Code | Strong
+Part = str | Mention | Code | Plain | Strong
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,32 @@ class Text:
 
     def __bool__(self) -> bool:
         return any(_plain(part) for part in self.parts)
+
+
+def said(template: str, **parts: Part | tuple[Part, ...]) -> Text:
+    """A sentence with named parts: `said("Tool {tool} is not allowed.", tool=Code(name))`.
+    The template is the service's own words; each `{name}` becomes its part(s)."""
+    pieces = re.split(r"\{(\w+)\}", template)
+    out: list[Part] = []
+    for number, piece in enumerate(pieces):
+        if number % 2 == 0:
+            if piece:
+                out.append(piece)
+            continue
+        value = parts[piece]
+        out.extend(value if isinstance(value, tuple) else (value,))
+    return Text(tuple(out))
+
+
+def joined(items: Iterable[Part | tuple[Part, ...]], separator: str = ", ") -> tuple[Part, ...]:
+    """Items (a part, or a few parts together) with `separator` between them: a list of names
+    in a sentence."""
+    out: list[Part] = []
+    for item in items:
+        if out:
+            out.append(separator)
+        out.extend(item if isinstance(item, tuple) else (item,))
+    return tuple(out)
 
 
 def _plain(part: Part) -> str:

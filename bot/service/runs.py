@@ -30,7 +30,7 @@ from bot.service.gate import Gate
 from bot.service.limits import refusal, task_too_long
 from bot.service.policy import CallRule, Verdict
 from bot.service.ports import Actor
-from bot.service.replies import Reply
+from bot.service.replies import Code, Reply, joined, said
 from bot.service.reviews import Reviews, beyond_text
 from bot.store import keys
 from bot.store.queue import Job
@@ -44,7 +44,7 @@ from bot.store.records import (
     RunStatus,
 )
 from bot.store.runs import Ended, NotOwner, StoreError, Taken, now
-from bot.untrusted import inline, plain, redact
+from bot.untrusted import plain, redact
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +91,18 @@ class Runs:
         policy = self.core.policies.current().policy
         verdict = await self.core.authorizer.may_start(policy, actor, channel, name)
         if verdict.allowed and self.core.engine.registry.get(name) is None:
-            known = ", ".join(f"`{n}`" for n in self.core.agent_names())
             verdict = Verdict(
-                False, f"There is no agent named `{inline(name)}`. Agents here: {known}."
+                False,
+                said(
+                    "There is no agent named {name}. Agents here: {known}.",
+                    name=Code(name),
+                    known=joined(Code(n) for n in self.core.agent_names()),
+                ),
             )
         if verdict.allowed and not task.strip():
-            verdict = Verdict(False, "Tell the agent what to do: `/agent <task>`.")
+            verdict = Verdict(
+                False, said("Tell the agent what to do: {usage}.", usage=Code("/agent <task>"))
+            )
         if verdict.allowed and task_too_long(self.core.limits, task):
             verdict = Verdict(False, task_too_long(self.core.limits, task))
         run_id = keys.new_run_id()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import assert_never
 
-from bot.service.replies import Code, Mention, Part, Reply, Strong, Text
+from bot.service.replies import Code, Mention, Part, Plain, Reply, Strong, Text
 from bot.slack.text import inline
 
 
@@ -26,6 +26,8 @@ def _part(part: Part) -> str:
         return f"<@{inline(part.user_id, 40)}>"
     if isinstance(part, Code):
         return f"`{inline(part.text, part.limit)}`"
+    if isinstance(part, Plain):
+        return inline(part.text, part.limit)
     if isinstance(part, Strong):
         return f"*{inline(part.text)}*"
     assert_never(part)
