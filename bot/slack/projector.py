@@ -353,9 +353,14 @@ class Projector:
         if ahead > 0:  # never hold the run's lease (and its other messages) for a notice
             return ahead
         outcomes = self.store.outcomes
+        if not await self.store.untold_outcomes(run.run_id):  # told with another run's news
+            await self.outbox.done(run.run_id, target, mark)
+            return None
         token = secrets.token_hex(8)
         if not await outcomes.hold_notice(person, token, self.lease):
-            return NOTICE_BUSY  # another pass is telling this person now (maybe this run's news)
+            # Another pass is telling this person now, this run's news too if it read them:
+            # look again once that pass is surely over (no pass per run meanwhile).
+            return max(NOTICE_BUSY, self.notice_window)
         try:
             run_ids = await outcomes.pending_runs(person, NOTICE_RUNS)
             if run.run_id not in run_ids:
