@@ -54,7 +54,8 @@ MAX_BACKOFF = 60.0
 POLL = 0.05  # seconds between looks at the outbox index when nothing woke the projector
 GATHER = 0.25  # seconds a decided card waits for the resume it started (see `_deliver`)
 DM_CHANNELS = 10_000  # people whose direct-message channel id is remembered
-NOTICE_RUNS = 20  # runs one requester's notice tells of at most (the rest: the next one)
+NOTICE_RUNS = 50  # runs one requester's notice tells of at most (the rest: the next one)
+NOTICE_MESSAGES = 20  # notices one pass sends at most, to tell a person all their news
 NOTICE_BUSY = 0.5  # seconds a notice waits while another pass tells the same person
 
 Undeliverable = Callable[[str, str, str], Awaitable[None]]
@@ -362,19 +363,28 @@ class Projector:
             # look again once that pass is surely over (no pass per run meanwhile).
             return max(NOTICE_BUSY, self.notice_window)
         try:
-            run_ids = await outcomes.pending_runs(person, NOTICE_RUNS)
-            if run.run_id not in run_ids:
-                run_ids.append(run.run_id)
-            untold = await outcomes.untold_of(run_ids)
-            sections = await self._notice_sections(untold)
-            if sections:
-                await self._post_notice(run, person, "\n\n".join(sections))
-                for run_id, told in untold.items():
-                    await self.store.told_outcomes(run_id, told)
-            # Runs whose news came after the read above are told by their own notice.
-            await outcomes.forget_runs(person, run_ids)
+            # Tell everything of this person's news there is (a burst: a few messages from this
+            # one pass, while the other runs' passes find their news told).
+            for _ in range(NOTICE_MESSAGES):
+                if self.posts.ahead(f"notice:{person}") > 0:
+                    break  # paced: the rest with a later pass, not while holding this run
+                run_ids = await outcomes.pending_runs(person, NOTICE_RUNS)
+                if run.run_id not in run_ids and len(run_ids) < NOTICE_RUNS:
+                    run_ids.append(run.run_id)
+                untold = await outcomes.untold_of(run_ids)
+                sections = await self._notice_sections(untold)
+                if sections:
+                    await self._post_notice(run, person, "\n\n".join(sections))
+                    for run_id, told in untold.items():
+                        await self.store.told_outcomes(run_id, told)
+                # Runs whose news came after the read above are told by their own notice.
+                await outcomes.forget_runs(person, run_ids)
+                if not sections:
+                    break
         finally:
             await outcomes.release_notice(person, token)
+        if await self.store.untold_outcomes(run.run_id):
+            return NOTICE_BUSY  # more news than one pass tells: this run's, with the next
         await self.outbox.done(run.run_id, target, mark)
         return None
 
