@@ -56,6 +56,7 @@ GATHER = 0.25  # seconds a decided card waits for the resume it started (see `_d
 DM_CHANNELS = 10_000  # people whose direct-message channel id is remembered
 NOTICE_RUNS = 50  # runs one requester's notice tells of at most (the rest: the next one)
 NOTICE_MESSAGES = 20  # notices one pass sends at most, to tell a person all their news
+PACED = 0.05  # seconds of pacing worth giving a run's lease back for
 NOTICE_BUSY = 0.5  # seconds a notice waits while another pass tells the same person
 
 Undeliverable = Callable[[str, str, str], Awaitable[None]]
@@ -351,7 +352,7 @@ class Projector:
             return None
         person = self._person(run)
         ahead = self.posts.ahead(f"notice:{person}")
-        if ahead > 0:  # never hold the run's lease (and its other messages) for a notice
+        if ahead > PACED:  # never hold the run's lease (and its other messages) for a notice
             return ahead
         outcomes = self.store.outcomes
         if not await self.store.untold_outcomes(run.run_id):  # told with another run's news
@@ -366,7 +367,7 @@ class Projector:
             # Tell everything of this person's news there is (a burst: a few messages from this
             # one pass, while the other runs' passes find their news told).
             for _ in range(NOTICE_MESSAGES):
-                if self.posts.ahead(f"notice:{person}") > 0:
+                if self.posts.ahead(f"notice:{person}") > PACED:
                     break  # paced: the rest with a later pass, not while holding this run
                 run_ids = await outcomes.pending_runs(person, NOTICE_RUNS)
                 if run.run_id not in run_ids and len(run_ids) < NOTICE_RUNS:
