@@ -55,9 +55,7 @@ POLL = 0.05  # seconds between looks at the outbox index when nothing woke the p
 GATHER = 0.25  # seconds a decided card waits for the resume it started (see `_deliver`)
 DM_CHANNELS = 10_000  # people whose direct-message channel id is remembered
 NOTICE_RUNS = 50  # runs one requester's notice tells of at most (the rest: the next one)
-NOTICE_MESSAGES = 20  # notices one pass sends at most, to tell a person all their news
 PACED = 0.05  # seconds of pacing worth giving a run's lease back for
-NOTICE_BUSY = 0.5  # seconds a notice waits while another pass tells the same person
 
 Undeliverable = Callable[[str, str, str], Awaitable[None]]
 RunChanged = Callable[[RunRecord], Awaitable[None]]
@@ -342,9 +340,15 @@ class Projector:
         return f"{person}:{run.channel_id}" if self.notice == "ephemeral" else person
 
     async def _tell_starter(self, run: RunRecord, target: str, mark: Mark) -> float | None:
-        """The requester's one message for the outcomes they were not told yet, of this run
-        and of their other runs with news (a burst of decisions over many runs is one message:
-        the first run's notice due tells them all, the others then find nothing left)."""
+        """The requester's one message for what they were not told yet, of all their runs: a
+        burst of decisions over many runs is a few messages, not one per run.
+
+        The protocol (no news lost, no pass per run waiting): a run's notice pass lists the run
+        among its starter's runs with news, then tries to take their notice. The pass that
+        holds it tells every listed run's news (in messages of `NOTICE_RUNS` runs) until the
+        list is empty, lets go, and looks once more: a run listed meanwhile is told by it or by
+        that run's own pass, which then finds the notice free. A pass that finds it held is
+        done: the holder will find its run listed."""
         if time.time() < mark.since + self.notice_window:
             return mark.since + self.notice_window - time.time()  # let outcomes gather
         if self.notice == "off":
@@ -355,38 +359,36 @@ class Projector:
         if ahead > PACED:  # never hold the run's lease (and its other messages) for a notice
             return ahead
         outcomes = self.store.outcomes
-        if not await self.store.untold_outcomes(run.run_id):  # told with another run's news
-            await self.outbox.done(run.run_id, target, mark)
-            return None
         token = secrets.token_hex(8)
-        if not await outcomes.hold_notice(person, token, self.lease):
-            # Another pass is telling this person now, this run's news too if it read them:
-            # look again once that pass is surely over (no pass per run meanwhile).
-            return max(NOTICE_BUSY, self.notice_window)
-        try:
-            # Tell everything of this person's news there is (a burst: a few messages from this
-            # one pass, while the other runs' passes find their news told).
-            for _ in range(NOTICE_MESSAGES):
-                if self.posts.ahead(f"notice:{person}") > PACED:
-                    break  # paced: the rest with a later pass, not while holding this run
-                run_ids = await outcomes.pending_runs(person, NOTICE_RUNS)
-                if run.run_id not in run_ids and len(run_ids) < NOTICE_RUNS:
-                    run_ids.append(run.run_id)
-                untold = await outcomes.untold_of(run_ids)
-                sections = await self._notice_sections(untold)
-                if sections:
-                    await self._post_notice(run, person, "\n\n".join(sections))
-                    for run_id, told in untold.items():
-                        await self.store.told_outcomes(run_id, told)
-                # Runs whose news came after the read above are told by their own notice.
-                await outcomes.forget_runs(person, run_ids)
-                if not sections:
-                    break
-        finally:
-            await outcomes.release_notice(person, token)
-        if await self.store.untold_outcomes(run.run_id):
-            return NOTICE_BUSY  # more news than one pass tells: this run's, with the next
+        held = await outcomes.list_and_hold(person, run.run_id, token, self.lease)
+        while held:
+            try:
+                paced = await self._tell_listed(run, person)
+            finally:
+                await outcomes.release_notice(person, token)
+            if paced is not None:
+                return paced  # this run's notice stays due: it carries the rest
+            held = bool(await outcomes.listed(person)) and await outcomes.hold_notice(
+                person, token, self.lease
+            )
         await self.outbox.done(run.run_id, target, mark)
+        return None
+
+    async def _tell_listed(self, run: RunRecord, person: str) -> float | None:
+        """Tell `person` the news of every listed run, a message per `NOTICE_RUNS` runs; the
+        seconds to wait when Slack's pacing stops it first (None when the list is empty)."""
+        outcomes = self.store.outcomes
+        while listed := await outcomes.pending_runs(person, NOTICE_RUNS):
+            ahead = self.posts.ahead(f"notice:{person}")
+            if ahead > PACED:
+                return ahead
+            untold = await outcomes.untold_of(list(listed))
+            sections = await self._notice_sections(untold)
+            if sections:
+                await self._post_notice(run, person, "\n\n".join(sections))
+                for run_id, told in untold.items():
+                    await self.store.told_outcomes(run_id, told)
+            await outcomes.forget_runs(person, listed)
         return None
 
     async def _notice_sections(self, untold: dict[str, dict[str, str]]) -> list[str]:

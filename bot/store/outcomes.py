@@ -3,6 +3,7 @@ which of them they were told: their `notice` message is one more target of the r
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import redis.asyncio as redis
@@ -39,6 +40,18 @@ def decode_outcomes(reply: list[Any]) -> Mark | None:
     return Mark(text(reply[1]), float(text(reply[2]) or 0))
 
 
+# Forget listed runs whose listing did not change since they were read (a run listed again
+# meanwhile, with news the reader did not see, stays listed). KEYS[1] the list; ARGV run, score...
+_FORGET = """
+for i = 1, #ARGV, 2 do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) == tonumber(ARGV[i + 1]) then
+    redis.call('ZREM', KEYS[1], ARGV[i])
+  end
+end
+return 0
+"""
+
 # Let go of a person's notice lock only if this pass still holds it.
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -55,14 +68,15 @@ class Outcomes:
         self.outbox = outbox
         self._outcomes = client.register_script(script("_outbox") + _OUTCOMES)
         self._release = client.register_script(_RELEASE)
+        self._forget = client.register_script(_FORGET)
 
     async def record_outcomes(
         self, run_id: str, outcomes: dict[str, str], person: str = ""
     ) -> Mark | None:
         """Note outcomes the starter must be told (approval id or `run` -> status); their
         message (`notice`) is marked when one is new: then its mark (what a reread of the
-        outbox would give), and the run is listed among `person`'s runs with news (one notice
-        tells them all, see `pending_runs`). Idempotent."""
+        outbox would give), and the run is listed among `person`'s runs with news (so the
+        first of their notices due tells it too). Idempotent."""
         if not outcomes:
             return None
         args: list[str] = [now(), str(self.retention)]
@@ -73,21 +87,43 @@ class Outcomes:
         if notice is not None:
             if person:  # its own key (another slot): after the run's script, never inside it
                 async with self.redis.pipeline(transaction=False) as pipe:
-                    pipe.zadd(keys.notice_runs_key(person), {run_id: notice.since}, nx=True)
+                    pipe.zadd(keys.notice_runs_key(person), {run_id: time.time()})
                     pipe.expire(keys.notice_runs_key(person), self.retention)
                     await pipe.execute()
             await self.outbox.schedule(run_id)
         return notice
 
-    async def pending_runs(self, person: str, limit: int) -> list[str]:
-        """Up to `limit` of `person`'s runs with outcomes not told yet, oldest news first."""
-        found = await self.redis.zrange(keys.notice_runs_key(person), 0, limit - 1)
-        return [text(run_id) for run_id in found]
+    async def list_and_hold(self, person: str, run_id: str, token: str, seconds: float) -> bool:
+        """List `run_id` among `person`'s runs with news, then try to take their notice for
+        one pass (a lease). In that order: whoever holds the notice, or takes it next, finds
+        the run listed (`NoticeHolder` protocol in `bot.slack.projector`)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            # Listed anew (a later time) even when listed already: a reader that saw the older
+            # listing does not forget it (`forget_runs`).
+            pipe.zadd(keys.notice_runs_key(person), {run_id: time.time()})
+            pipe.expire(keys.notice_runs_key(person), self.retention)
+            pipe.set(keys.notice_lock_key(person), token, nx=True, px=max(1, int(seconds * 1000)))
+            *_, held = await pipe.execute()
+        return bool(held)
 
-    async def forget_runs(self, person: str, run_ids: list[str]) -> None:
-        """`person` was told everything of these runs (news after that lists them again)."""
-        if run_ids:
-            await self.redis.zrem(keys.notice_runs_key(person), *run_ids)
+    async def listed(self, person: str) -> int:
+        """How many of `person`'s runs are listed with news not told yet."""
+        return int(await self.redis.zcard(keys.notice_runs_key(person)))
+
+    async def pending_runs(self, person: str, limit: int) -> dict[str, float]:
+        """Up to `limit` of `person`'s listed runs (run id -> when listed), oldest first."""
+        found: Any = await self.redis.zrange(
+            keys.notice_runs_key(person), 0, limit - 1, withscores=True
+        )
+        return {text(run_id): float(score) for run_id, score in found}
+
+    async def forget_runs(self, person: str, listed: dict[str, float]) -> None:
+        """`person` was told these runs' news as read: unlist them, unless listed again since."""
+        if listed:
+            args: list[str | float] = []
+            for run_id, score in listed.items():
+                args.extend((run_id, repr(score)))
+            await self._forget(keys=[keys.notice_runs_key(person)], args=args)
 
     async def hold_notice(self, person: str, token: str, seconds: float) -> bool:
         """Take `person`'s notice for one pass (a lease: another pass of another run, in this
