@@ -43,7 +43,7 @@ from bot.slack.text import quote
 from bot.slack.webapi import Later, Pacer, Refused, classify
 from bot.store import keys
 from bot.store.outbox import Claim, Mark, Shown
-from bot.store.records import RunRecord
+from bot.store.records import CallRecord, RunRecord
 from bot.store.runs import RunStore
 
 log = logging.getLogger(__name__)
@@ -386,21 +386,23 @@ class Projector:
             sections = await self._notice_sections(untold)
             if sections:
                 await self._post_notice(run, person, "\n\n".join(sections))
-                for run_id, told in untold.items():
-                    await self.store.told_outcomes(run_id, told)
+                await outcomes.told_many(untold)
             await outcomes.forget_runs(person, listed)
         return None
 
     async def _notice_sections(self, untold: dict[str, dict[str, str]]) -> list[str]:
-        """One section per run with news, in the order the news came."""
+        """One section per run with news, in the order the news came (two round trips)."""
         records = await self.store.runs(list(untold))
+        ids = [a for outcomes in untold.values() for a in outcomes if a != "run"]
+        calls: dict[str, list[CallRecord]] = {}
+        for call in await self.store.calls(ids):
+            calls.setdefault(call.run_id, []).append(call)
         sections = []
         for record, outcomes in zip(records, untold.values(), strict=True):
             if record is None:
                 continue
-            calls = await self.store.calls([a for a in outcomes if a != "run"])
-            calls.sort(key=lambda c: (c.pause, c.index))
-            sections.append(notice_message(record, calls, "run" in outcomes))
+            told = sorted(calls.get(record.run_id, []), key=lambda c: (c.pause, c.index))
+            sections.append(notice_message(record, told, "run" in outcomes))
         return sections
 
     async def _post_notice(self, run: RunRecord, person: str, text: str) -> None:

@@ -93,6 +93,16 @@ class Outcomes:
             await self.outbox.schedule(run_id)
         return notice
 
+    async def told_many(self, told: dict[str, dict[str, str]]) -> None:
+        """`told_outcomes` of several runs, in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for run_id, outcomes in told.items():
+                if outcomes:
+                    pipe.hset(
+                        keys.outcomes_key(run_id), mapping={k + "!": v for k, v in outcomes.items()}
+                    )
+            await pipe.execute()
+
     async def list_and_hold(self, person: str, run_id: str, token: str, seconds: float) -> bool:
         """List `run_id` among `person`'s runs with news, then try to take their notice for
         one pass (a lease). In that order: whoever holds the notice, or takes it next, finds
