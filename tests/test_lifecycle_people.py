@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import time
 from typing import Any
 
 from bot import metrics
 from bot.slack.blocks import APPROVE, CANCEL_RUN
-from bot.store.records import CallRecord, RunRecord
+from bot.store import keys
+from bot.store.records import CallRecord, RunRecord, Snapshot
 from bot.testing.harness import BotHarness, status_line, wait_until
 from bot.testing.slack_api import Message
 from tests.agents_for_tests import (
@@ -512,3 +514,42 @@ async def test_a_burst_over_several_runs_is_one_message_to_their_starter(redis_u
         dms = bot.slack_api.dms("U1")
         assert len(dms) == 1, [m.text for m in dms]
         assert dms[0].text.count("Approved by <@U2>") == 3
+
+
+async def test_a_pause_saved_between_the_read_and_the_cancel_is_cancelled_too(
+    redis_url: str,
+) -> None:
+    """The cancel read the run (its pause: call A); before its script runs, A is decided and
+    the resume saves a new pause (call B). The script reads the pause itself: B is cancelled,
+    no pending call is left under a cancelled run."""
+    ledger = Ledger()
+    async with BotHarness(redis_url, one_call_agent(ledger), POLICY) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        first = card.button_value(APPROVE)
+        run_id = run_id_of(bot.run_message())
+        store = bot.runtime.service.store
+        read = await stored_run(bot, run_id)  # what the cancel read
+        assert read.call_ids() == [first]
+        # Meanwhile: A is decided, and the resume that owns the run saves its next pause.
+        owner = f"race:{secrets.token_hex(4)}"
+        decided = await store.decide(
+            first, approve=True, always=False, team="T0TEST", user="U2", reason="", owner=owner
+        )
+        assert type(decided).__name__ == "Decided"
+        second = keys.new_approval_id(run_id)
+        call = CallRecord(
+            approval_id=second, run_id=run_id, index=0, call_id="c2", agent="ops",
+            tool="delete_logs", kind="function", sticky="ops::delete_logs",
+            arguments='{"path": "/b"}', paused_at=time.time(),
+        )  # fmt: skip
+        await store.save_pause(run_id, owner, Snapshot(b"x", "0", "f"), [call], time.time())
+        assert (await stored_run(bot, run_id)).status == "paused"
+
+        cancelled = await store.cancel(run_id, team="T0TEST", user="U1", pause=read.call_ids())
+        assert cancelled.outcome == "ok" and cancelled.calls == (second,)
+        assert (await stored_run(bot, run_id)).status == "cancelled"
+        assert (await stored_call(bot, first)).status == "approved"
+        assert (await stored_call(bot, second)).status == "cancelled"
+        left = [c for c in await store.pause_calls(run_id) if c.status == "pending"]
+        assert left == []
+    assert ledger.executed == []

@@ -107,7 +107,9 @@ class People:
                         detail=run.text,
                     )  # fmt: skip
             return run
-        result = await self.store.cancel(run.run_id, team=actor.team_id, user=actor.user_id)
+        result = await self.store.cancel(
+            run.run_id, team=actor.team_id, user=actor.user_id, pause=run.call_ids()
+        )
         if result.outcome == "already":
             return Reply(
                 False,
