@@ -553,3 +553,55 @@ async def test_a_pause_saved_between_the_read_and_the_cancel_is_cancelled_too(
         left = [c for c in await store.pause_calls(run_id) if c.status == "pending"]
         assert left == []
     assert ledger.executed == []
+
+
+# A rule scoped to another agent, and an unscoped rule of tools this run never waited on.
+POLICY_SCOPED = (
+    POLICY
+    + """
+tools:
+  - match: "*"
+    agent: billing
+    approvers: [U7]
+  - match: read_*
+    approvers: ["*"]
+  - match: restart_service
+    approvers: [U4]
+"""
+)
+
+
+async def test_cancel_and_status_rights_follow_the_rules_of_the_runs_agent_and_calls(
+    redis_url: str,
+) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [
+            [
+                function_call("delete_logs", {"path": "/a"}, call_id="c1"),
+                function_call("restart_service", {"service": "web"}, call_id="c2"),
+            ],
+            [assistant_message("ok")],
+        ],
+        ledger,
+    )
+    async with BotHarness(redis_url, agent, POLICY_SCOPED) as bot:
+        await bot.slack.command("clean and restart", user="U1", channel="C1")
+        await wait_until(lambda: len(bot.slack_api.approval_messages()) == 2, what="two cards")
+        run_id = run_id_of(bot.run_message())
+        # U7 approves billing's calls only; "*" approves read_* calls, which this run never
+        # waited on: neither may see this ops run or cancel it.
+        for user in ("U7", "U9"):
+            for verb in ("status", "cancel"):
+                sent = await bot.slack.command(f"{verb} {run_id}", user=user, channel="C1")
+                assert "Only the person who started this run" in ephemeral(sent), (user, verb)
+        assert (await stored_run(bot, run_id)).status == "paused"
+        # The channel's approvers, and U4 who approves the restart_service call it waits for.
+        for user in ("U2", "U4"):
+            sent = await bot.slack.command(f"status {run_id}", user=user, channel="C1")
+            assert "Only the person" not in ephemeral(sent) and run_id in ephemeral(sent)
+        sent = await bot.slack.command(f"cancel {run_id}", user="U4", channel="C1")
+        assert f"Cancelled run `{run_id}` and its 2 pending call(s)." in ephemeral(sent)
+        await bot.wait_for_status("cancelled")
+        await bot.idle()
+    assert ledger.executed == []

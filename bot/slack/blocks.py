@@ -136,7 +136,8 @@ def run_message(
 
 
 def cancel_button(run: RunRecord) -> ButtonElement:
-    """Cancel a run (its starter, or an approver in its channel), after a confirmation."""
+    """Cancel a run (its starter, or an approver of its channel or its calls), after a
+    confirmation."""
     return ButtonElement(
         text="Cancel run",
         action_id=CANCEL_RUN,
