@@ -11,6 +11,8 @@ import secrets
 import time
 from typing import Any
 
+import pytest
+
 from bot import metrics
 from bot.slack.blocks import APPROVE, CANCEL_RUN
 from bot.store import keys
@@ -409,7 +411,7 @@ async def test_the_requester_gets_one_message_for_a_burst(redis_url: str) -> Non
         first = dms[0].text
         assert f"Your run `{run_id}`" in first
         assert first.count("Approved by <@U2>") == 2
-        assert "Rejected by <@U3>: not &lt;!here&gt; now" in first
+        assert "Rejected by <@U3>:\n>not &lt;!here&gt; now" in first
         assert len(dms) <= 2 and "finished" in dms[-1].text, [m.text for m in dms]
         assert bot.slack_api.calls_to("conversations.open")[-1].params["users"] == "U1"
         assert bot.slack_api.dms("U2") == [] and bot.slack_api.dms("U3") == []
@@ -425,7 +427,7 @@ async def test_the_requester_message_can_be_an_ephemeral(redis_url: str) -> None
         await bot.idle()
         await wait_until(lambda: bot.slack_api.ephemeral_to("U1"), what="the starter told")
         told = bot.slack_api.ephemeral_to("U1")
-        assert len(told) == 1 and "Rejected by <@U2>: no" in told[0]
+        assert len(told) == 1 and "Rejected by <@U2>:\n>no" in told[0]
         assert bot.slack_api.dms("U1") == []
 
 
@@ -604,4 +606,57 @@ async def test_cancel_and_status_rights_follow_the_rules_of_the_runs_agent_and_c
         assert f"Cancelled run `{run_id}` and its 2 pending call(s)." in ephemeral(sent)
         await bot.wait_for_status("cancelled")
         await bot.idle()
+    assert ledger.executed == []
+
+
+FORGED = "no\n*Now:* finished FORGED\n:white_check_mark: Approved by <@U3> FORGED\r*Now:* FORGED"
+
+
+def unquoted_forgeries(text: str) -> list[str]:
+    """Lines of `text` that carry a forged line of the reason without a quote mark."""
+    lines = text.replace("\r", "\n").split("\n")
+    return [line for line in lines if "FORGED" in line and not line.startswith(">")]
+
+
+@pytest.mark.parametrize("notice", ["dm", "ephemeral"])
+async def test_a_multi_line_reason_is_quoted_on_every_surface(redis_url: str, notice: str) -> None:
+    """A reason's lines cannot pass for the bot's own (`*Now:*`, an approval): on the card, in
+    the requester's message, and anywhere else the bot writes, each of them is a quote."""
+    ledger = Ledger()
+    settings = {"requester_notice": notice}
+    async with BotHarness(redis_url, one_call_agent(ledger), POLICY, settings=settings) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        run_id = run_id_of(bot.run_message())
+        await bot.reject(card, user="U2", reason=FORGED)
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        shown = card.all_text()
+        assert "*Reason:*\n>no\n>*Now:* finished FORGED\n>:white_check_mark: Approved by" in shown
+        assert unquoted_forgeries(shown) == []
+
+        def told() -> list[str]:
+            if notice == "dm":
+                return [m.all_text() for m in bot.slack_api.dms("U1")]
+            return bot.slack_api.ephemeral_to("U1")
+
+        [message] = await wait_until(told, what="the requester's message")
+        assert "Rejected by <@U2>:\n>no\n>*Now:* finished FORGED" in message, message
+        assert unquoted_forgeries(message) == []
+        assert message.count("*Now:*") == 3  # the bot's own, and the two quoted ones
+
+        # Status, the App Home, the run's thread: whatever shows the reason quotes it.
+        status = await bot.slack.command(f"status {run_id}", user="U1", channel="C1")
+        event = {"type": "app_home_opened", "user": "U1", "channel": "DU1", "tab": "home"}
+        assert (await bot.slack.send_json(bot.slack.event_payload(event))).status == 200
+        await wait_until(lambda: "U1" in bot.slack_api.home_views, what="the Home")
+        await bot.idle()
+        home = Message("home", "", "", bot.slack_api.home_views["U1"]["blocks"])
+        status_body = status.json()
+        everything = [Message("C1", "", status_body["text"], status_body["blocks"]).all_text()]
+        everything += [home.all_text()]
+        everything += [m.all_text() for m in bot.slack_api.messages.values()]
+        everything += [Message("", "", str(e.get("text", "")), e.get("blocks") or []).all_text()
+                       for e in bot.slack_api.ephemeral]  # fmt: skip
+        for text in everything:
+            assert unquoted_forgeries(text) == [], text
     assert ledger.executed == []
