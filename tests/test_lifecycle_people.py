@@ -8,11 +8,15 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import time
 from typing import Any
+
+import pytest
 
 from bot import metrics
 from bot.slack.blocks import APPROVE, CANCEL_RUN
-from bot.store.records import CallRecord, RunRecord
+from bot.store import keys
+from bot.store.records import CallRecord, RunRecord, Snapshot
 from bot.testing.harness import BotHarness, status_line, wait_until
 from bot.testing.slack_api import Message
 from tests.agents_for_tests import (
@@ -407,7 +411,7 @@ async def test_the_requester_gets_one_message_for_a_burst(redis_url: str) -> Non
         first = dms[0].text
         assert f"Your run `{run_id}`" in first
         assert first.count("Approved by <@U2>") == 2
-        assert "Rejected by <@U3>: not &lt;!here&gt; now" in first
+        assert "Rejected by <@U3>:\n>not &lt;!here&gt; now" in first
         assert len(dms) <= 2 and "finished" in dms[-1].text, [m.text for m in dms]
         assert bot.slack_api.calls_to("conversations.open")[-1].params["users"] == "U1"
         assert bot.slack_api.dms("U2") == [] and bot.slack_api.dms("U3") == []
@@ -423,7 +427,7 @@ async def test_the_requester_message_can_be_an_ephemeral(redis_url: str) -> None
         await bot.idle()
         await wait_until(lambda: bot.slack_api.ephemeral_to("U1"), what="the starter told")
         told = bot.slack_api.ephemeral_to("U1")
-        assert len(told) == 1 and "Rejected by <@U2>: no" in told[0]
+        assert len(told) == 1 and "Rejected by <@U2>:\n>no" in told[0]
         assert bot.slack_api.dms("U1") == []
 
 
@@ -515,3 +519,147 @@ async def test_a_burst_over_several_runs_is_one_message_to_their_starter(redis_u
         assert len(dms) <= 2, [m.text for m in dms]
         assert dms[0].text.count("Approved by <@U2>") == 3, dms[0].text
         assert all(f"Your run `{r}`" in dms[0].text for r in run_ids)
+
+
+async def test_a_pause_saved_between_the_read_and_the_cancel_is_cancelled_too(
+    redis_url: str,
+) -> None:
+    """The cancel read the run (its pause: call A); before its script runs, A is decided and
+    the resume saves a new pause (call B). The script reads the pause itself: B is cancelled,
+    no pending call is left under a cancelled run."""
+    ledger = Ledger()
+    async with BotHarness(redis_url, one_call_agent(ledger), POLICY) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        first = card.button_value(APPROVE)
+        run_id = run_id_of(bot.run_message())
+        store = bot.runtime.service.store
+        read = await stored_run(bot, run_id)  # what the cancel read
+        assert read.call_ids() == [first]
+        # Meanwhile: A is decided, and the resume that owns the run saves its next pause.
+        owner = f"race:{secrets.token_hex(4)}"
+        decided = await store.decide(
+            first, approve=True, always=False, team="T0TEST", user="U2", reason="", owner=owner
+        )
+        assert type(decided).__name__ == "Decided"
+        second = keys.new_approval_id(run_id)
+        call = CallRecord(
+            approval_id=second, run_id=run_id, index=0, call_id="c2", agent="ops",
+            tool="delete_logs", kind="function", sticky="ops::delete_logs",
+            arguments='{"path": "/b"}', paused_at=time.time(),
+        )  # fmt: skip
+        await store.save_pause(run_id, owner, Snapshot(b"x", "0", "f"), [call], time.time())
+        assert (await stored_run(bot, run_id)).status == "paused"
+
+        cancelled = await store.cancel(run_id, team="T0TEST", user="U1", pause=read.call_ids())
+        assert cancelled.outcome == "ok" and cancelled.calls == (second,)
+        assert (await stored_run(bot, run_id)).status == "cancelled"
+        assert (await stored_call(bot, first)).status == "approved"
+        assert (await stored_call(bot, second)).status == "cancelled"
+        left = [c for c in await store.pause_calls(run_id) if c.status == "pending"]
+        assert left == []
+    assert ledger.executed == []
+
+
+# A rule scoped to another agent, and an unscoped rule of tools this run never waited on.
+POLICY_SCOPED = (
+    POLICY
+    + """
+tools:
+  - match: "*"
+    agent: billing
+    approvers: [U7]
+  - match: read_*
+    approvers: ["*"]
+  - match: restart_service
+    approvers: [U4]
+"""
+)
+
+
+async def test_cancel_and_status_rights_follow_the_rules_of_the_runs_agent_and_calls(
+    redis_url: str,
+) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [
+            [
+                function_call("delete_logs", {"path": "/a"}, call_id="c1"),
+                function_call("restart_service", {"service": "web"}, call_id="c2"),
+            ],
+            [assistant_message("ok")],
+        ],
+        ledger,
+    )
+    async with BotHarness(redis_url, agent, POLICY_SCOPED) as bot:
+        await bot.slack.command("clean and restart", user="U1", channel="C1")
+        await wait_until(lambda: len(bot.slack_api.approval_messages()) == 2, what="two cards")
+        run_id = run_id_of(bot.run_message())
+        # U7 approves billing's calls only; "*" approves read_* calls, which this run never
+        # waited on: neither may see this ops run or cancel it.
+        for user in ("U7", "U9"):
+            for verb in ("status", "cancel"):
+                sent = await bot.slack.command(f"{verb} {run_id}", user=user, channel="C1")
+                assert "Only the person who started this run" in ephemeral(sent), (user, verb)
+        assert (await stored_run(bot, run_id)).status == "paused"
+        # The channel's approvers, and U4 who approves the restart_service call it waits for.
+        for user in ("U2", "U4"):
+            sent = await bot.slack.command(f"status {run_id}", user=user, channel="C1")
+            assert "Only the person" not in ephemeral(sent) and run_id in ephemeral(sent)
+        sent = await bot.slack.command(f"cancel {run_id}", user="U4", channel="C1")
+        assert f"Cancelled run `{run_id}` and its 2 pending call(s)." in ephemeral(sent)
+        await bot.wait_for_status("cancelled")
+        await bot.idle()
+    assert ledger.executed == []
+
+
+FORGED = "no\n*Now:* finished FORGED\n:white_check_mark: Approved by <@U3> FORGED\r*Now:* FORGED"
+
+
+def unquoted_forgeries(text: str) -> list[str]:
+    """Lines of `text` that carry a forged line of the reason without a quote mark."""
+    lines = text.replace("\r", "\n").split("\n")
+    return [line for line in lines if "FORGED" in line and not line.startswith(">")]
+
+
+@pytest.mark.parametrize("notice", ["dm", "ephemeral"])
+async def test_a_multi_line_reason_is_quoted_on_every_surface(redis_url: str, notice: str) -> None:
+    """A reason's lines cannot pass for the bot's own (`*Now:*`, an approval): on the card, in
+    the requester's message, and anywhere else the bot writes, each of them is a quote."""
+    ledger = Ledger()
+    settings = {"requester_notice": notice}
+    async with BotHarness(redis_url, one_call_agent(ledger), POLICY, settings=settings) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        run_id = run_id_of(bot.run_message())
+        await bot.reject(card, user="U2", reason=FORGED)
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        shown = card.all_text()
+        assert "*Reason:*\n>no\n>*Now:* finished FORGED\n>:white_check_mark: Approved by" in shown
+        assert unquoted_forgeries(shown) == []
+
+        def told() -> list[str]:
+            if notice == "dm":
+                return [m.all_text() for m in bot.slack_api.dms("U1")]
+            return bot.slack_api.ephemeral_to("U1")
+
+        [message] = await wait_until(told, what="the requester's message")
+        assert "Rejected by <@U2>:\n>no\n>*Now:* finished FORGED" in message, message
+        assert unquoted_forgeries(message) == []
+        assert message.count("*Now:*") == 3  # the bot's own, and the two quoted ones
+
+        # Status, the App Home, the run's thread: whatever shows the reason quotes it.
+        status = await bot.slack.command(f"status {run_id}", user="U1", channel="C1")
+        event = {"type": "app_home_opened", "user": "U1", "channel": "DU1", "tab": "home"}
+        assert (await bot.slack.send_json(bot.slack.event_payload(event))).status == 200
+        await wait_until(lambda: "U1" in bot.slack_api.home_views, what="the Home")
+        await bot.idle()
+        home = Message("home", "", "", bot.slack_api.home_views["U1"]["blocks"])
+        status_body = status.json()
+        everything = [Message("C1", "", status_body["text"], status_body["blocks"]).all_text()]
+        everything += [home.all_text()]
+        everything += [m.all_text() for m in bot.slack_api.messages.values()]
+        everything += [Message("", "", str(e.get("text", "")), e.get("blocks") or []).all_text()
+                       for e in bot.slack_api.ephemeral]  # fmt: skip
+        for text in everything:
+            assert unquoted_forgeries(text) == [], text
+    assert ledger.executed == []

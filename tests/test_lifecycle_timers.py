@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 
 from bot import metrics
 from bot.service.policy import PolicyError, parse_policy
+from bot.service.policy_source import PolicySource, policy_version
 from bot.slack.blocks import APPROVE
 from bot.store import keys
 from bot.store.records import Decided
@@ -304,6 +305,53 @@ async def test_escalation_lets_more_people_decide_only_once_it_fired(redis_url: 
         assert "Approved by <@U9>" in card(bot, approval).all_text()
         kinds = [e["kind"] for e in await bot.audit()]
         assert kinds.count("escalated") == 1
+    assert ledger.names() == ["delete_logs"]
+
+
+async def test_escalation_and_reminders_follow_the_policy_in_force(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The policy changes while the call waits: `escalate_to: [U8]` is removed and the channel's
+    approvers become U3, U5. When the old escalation time passes, U8 is not let in, and the
+    reminder names the approvers of the policy in force, not those of the card's posting."""
+    agent, _, ledger = one_call()
+    timers = "  expire_after: 30s\n  remind_after: 1s\n  remind_max: 5\n"
+    before = (
+        f"defaults:\n  allow_self_approval: false\n{timers}"
+        "  escalate_after: 2s\n  escalate_to: [U8]\n" + CHANNEL
+    )
+    after = f"defaults:\n  allow_self_approval: false\n{timers}" + CHANNEL.replace(
+        "[U2, U3]", "[U3, U5]"
+    )
+    path = tmp_path / "policy.yml"
+    path.write_text(before)
+    source = PolicySource.from_file(path, check_every=0.05)
+    clock = SkippingClock()
+    async with BotHarness(redis_url, agent, source, clock=clock) as bot:
+        approval = await bot.start_and_wait("clean the logs", user="U1")
+        aid = approval.button_value(APPROVE)
+        assert "Escalates to <@U8> after 2s" in approval.all_text()
+        path.write_text(after)
+        await wait_until(
+            lambda: source.current().version == policy_version(after), what="the reload"
+        )
+        clock.advance(2)  # the old escalation time, and reminder 2
+        [told] = await wait_until(
+            lambda: [m for m in card_thread(bot, approval) if "Reminder" in m.text],
+            what="the reminder",
+        )
+        assert "<@U3>" in told.text and "<@U5>" in told.text
+        assert "<@U2>" not in told.text and "<@U8>" not in told.text
+        await bot.click(approval, APPROVE, user="U8")
+        refused = await wait_until(lambda: bot.slack_api.ephemeral_to("U8"), what="a refusal")
+        assert "not among the approvers" in refused[-1]
+        assert (await call_hash(redis_url, aid))["status"] == "pending"
+        await bot.idle()
+        assert not any("escalated to" in m.text for m in card_thread(bot, approval))
+        assert "Escalat" not in card(bot, approval).all_text()
+        assert "escalated" not in [e["kind"] for e in await bot.audit()]
+        await bot.click(approval, APPROVE, user="U5")
+        await bot.wait_for_status("finished")
     assert ledger.names() == ["delete_logs"]
 
 

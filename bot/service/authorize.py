@@ -6,6 +6,7 @@ cannot be resolved the answer is "not allowed", with the reason, never "allowed"
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.service.policy import ALLOWED, CallRule, Policy, Verdict
@@ -170,10 +171,19 @@ class Authorizer:
         return ALLOWED
 
     async def may_manage(
-        self, policy: Policy, actor: Actor, *, run_team: str, run_starter: str, channel: str
+        self,
+        policy: Policy,
+        actor: Actor,
+        *,
+        run_team: str,
+        run_starter: str,
+        channel: str,
+        calls: Sequence[tuple[str, str]] = (),
     ) -> Verdict:
-        """May the actor cancel a run, or see its status? Its starter may; so may anyone who
-        approves some call in the run's channel (`Policy.channel_approvers`)."""
+        """May the actor cancel a run, or see its status? Its starter may; so may the
+        channel's approvers and those of the rules governing the run's `calls` ((agent, tool)
+        of its latest pause: `Policy.run_approvers`), never a rule of another agent's or
+        another tool's calls."""
         served = self.served(policy, actor)
         if not served.allowed:
             return served
@@ -181,12 +191,12 @@ class Authorizer:
             return Verdict(False, "This run belongs to another Slack workspace.")
         if actor.user_id == run_starter:
             return ALLOWED
-        member = await self.is_among(actor, policy.channel_approvers(channel))
+        member = await self.is_among(actor, policy.run_approvers(channel, calls))
         if not member.allowed:
             return Verdict(
                 False,
                 member.reason
-                or "Only the person who started this run, or an approver in its channel, may "
-                "do this.",
+                or "Only the person who started this run, or an approver of its channel or of "
+                "the calls it waits for, may do this.",
             )
         return ALLOWED

@@ -53,10 +53,13 @@ class Gate:
 
 
 def rule_for(policy: Policy, run: RunRecord, call: CallRecord) -> CallRule | None:
-    """The policy's rule for `call`, its approvers widened by the call's escalation once
-    (and only once) that has fired (recorded on the call by fire_timers.lua)."""
+    """The policy's rule for `call`, its approvers widened once (and only once) the call's
+    escalation has fired (its time, set at posting, recorded by fire_timers.lua), by whom the
+    policy in force escalates it to: never by a stored list the policy no longer names."""
     rule = policy.rule_for(channel=run.channel_id, agent=call.agent, tool=call.tool)
-    extra = [p for p in call.escalated_principals() if rule and p not in rule.approvers]
-    if rule is not None and extra:
+    if rule is None or not call.escalated_at:
+        return rule
+    extra = [p for p in rule.escalate_to if p not in rule.approvers]
+    if extra:
         rule = dataclasses.replace(rule, approvers=(*rule.approvers, *extra))
     return rule

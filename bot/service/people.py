@@ -1,8 +1,10 @@
 """What people ask about their runs: cancel one, see where one stands, list what waits for them.
 
-Cancelling is allowed to the run's starter and to anyone who approves some call in the run's
-channel (`Authorizer.may_manage`); seeing a run's status too. "Waiting for me" lists exactly the
-calls a click by this person would decide now: the same authorization as a click.
+Cancelling is allowed to the run's starter, the approvers of the run's channel and those of the
+rules governing the calls of its latest pause (`Authorizer.may_manage`): a rule scoped to another
+agent, or to tools the run never waited on, gives no rights over it; seeing a run's status too.
+"Waiting for me" lists exactly the calls a click by this person would decide now: the same
+authorization as a click.
 """
 
 from __future__ import annotations
@@ -87,8 +89,14 @@ class People:
                 ),
             )
         policy = self.core.policies.current().policy
+        calls = [(c.agent, c.tool) for c in await self.store.pause_calls(run.run_id)]
         verdict: Verdict = await self.core.authorizer.may_manage(
-            policy, actor, run_team=run.team_id, run_starter=run.user_id, channel=run.channel_id
+            policy,
+            actor,
+            run_team=run.team_id,
+            run_starter=run.user_id,
+            channel=run.channel_id,
+            calls=calls,
         )
         if not verdict.allowed:
             return Reply(False, verdict.said)
@@ -107,7 +115,9 @@ class People:
                         detail=run.text,
                     )  # fmt: skip
             return run
-        result = await self.store.cancel(run.run_id, team=actor.team_id, user=actor.user_id)
+        result = await self.store.cancel(
+            run.run_id, team=actor.team_id, user=actor.user_id, pause=run.call_ids()
+        )
         if result.outcome == "already":
             return Reply(
                 False,

@@ -11,6 +11,7 @@ The first version of the file (only `defaults` and `channels`) is still valid as
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -217,6 +218,20 @@ class Policy(_Strict):
         if problems:
             raise ValueError("; ".join(dict.fromkeys(problems)))
         return self
+
+    def run_approvers(self, channel: str, calls: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+        """Who approves for one run: the channel's approvers, and the approvers of the rule
+        that governs each of `calls` ((agent, tool) of the calls it waits for or last waited
+        for). A rule scoped to another agent, or of tools the run never waited on, gives none."""
+        base = self.channels.get(channel)
+        if base is None:
+            return ()
+        found = list(base.approvers)
+        for agent, tool in calls:
+            rule = self.rule_for(channel=channel, agent=agent, tool=tool)
+            if rule is not None:
+                found.extend(p for p in rule.approvers if p not in found)
+        return tuple(found)
 
     def channel_approvers(self, channel: str) -> tuple[str, ...]:
         """Everyone who approves some call in `channel`: the channel's approvers and those of

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from logging import WARNING
 
@@ -79,12 +80,24 @@ class Timers:
             return
         owner = self.core.new_owner()
         reason = expired_reason(call)
+        run = await self.store.get_run(call.run_id)
+        # Who is reminded, and whom the call escalates to: the policy in force now decides.
+        policy = self.core.policies.current().policy
+        rule = (
+            policy.rule_for(channel=run.channel_id, agent=call.agent, tool=call.tool)
+            if run is not None
+            else None
+        )
         fired = await timers.fire(
-            call, pause=await self.store.pause_ids(call.run_id), owner=owner, reason=reason
+            call,
+            pause=await self.store.pause_ids(call.run_id),
+            owner=owner,
+            reason=reason,
+            approvers=rule.approvers if rule is not None else (),
+            escalate_to=rule.escalate_to if rule is not None else (),
         )
         if fired.expired or fired.fired:
             await self.store.outbox.schedule(call.run_id)
-        run = await self.store.get_run(call.run_id)
         if fired.expired:
             await self.core.audit(
                 AuditKind.EXPIRED, run=run, call=call, decision="expired", detail=reason
@@ -94,7 +107,10 @@ class Timers:
         for what in fired.fired:
             if what == "escalated":
                 await self.core.audit(
-                    AuditKind.ESCALATED, run=run, call=call, detail=call.escalate_to
+                    AuditKind.ESCALATED,
+                    run=run,
+                    call=call,
+                    detail=json.dumps(list(rule.escalate_to if rule is not None else ())),
                 )
             else:
                 await self.core.audit(AuditKind.REMINDED, run=run, call=call, detail=what)

@@ -136,7 +136,8 @@ def run_message(
 
 
 def cancel_button(run: RunRecord) -> ButtonElement:
-    """Cancel a run (its starter, or an approver in its channel), after a confirmation."""
+    """Cancel a run (its starter, or an approver of its channel or its calls), after a
+    confirmation."""
     return ButtonElement(
         text="Cancel run",
         action_id=CANCEL_RUN,
@@ -318,7 +319,7 @@ def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
     if call.decided:
         text = _decision_line(call, decided_at)
         if call.reason and call.status != CallStatus.EXPIRED:
-            text += f"\n*Reason:* {quote(call.reason, 2500)}"
+            text += f"\n*Reason:*\n{blockquote(call.reason, 2500)}"  # a quote: never the bot's
         blocks.append(SectionBlock(text=_md(text)))
         fallback = f"{inline(call.tool)}: {call.status} by <@{call.decided_by}>"
         if call.status == CallStatus.EXPIRED:

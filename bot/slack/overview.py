@@ -27,7 +27,7 @@ from bot.slack.blocks import (
     quorum_text,
     status_text,
 )
-from bot.slack.text import escape, inline, quote, truncate
+from bot.slack.text import blockquote, escape, inline, truncate
 from bot.store.records import CallRecord, CallStatus, RunRecord, RunStatus
 
 HOME_RUNS = 10
@@ -158,7 +158,7 @@ def _outcome_line(call: CallRecord) -> str:
     if call.status == CallStatus.CANCELLED and call.via == "cancel":
         line += " (the run was cancelled)"
     if call.reason and call.status == CallStatus.REJECTED:
-        line += f": {quote(call.reason, 300)}"
+        line += f":\n{blockquote(call.reason, 300)}"  # a quote: it cannot pass for "*Now:*"
     return line
 
 

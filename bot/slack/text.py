@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from bot.untrusted import ZWSP, clean, escape, inline, truncate, unescape
 
 __all__ = [
@@ -29,11 +31,17 @@ def code_block(text: str, limit: int, whole: int = 0) -> str:
     return block
 
 
+# Every character a client may break a line at (Unicode's line boundaries): each starts a line
+# of its own, and so gets its own quote mark.
+LINE_BREAKS = re.compile("\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
 def blockquote(text: str, limit: int, whole: int = 0) -> str:
-    """Untrusted multi-line text as a mrkdwn quote (`>` on every line) of at most `limit`
-    characters, the quoting included, with a visible note when it was cut (or was cut before
-    it was stored: `whole` is then its full length in characters)."""
-    lines = escape(clean(text)).split("\n")
+    """Untrusted multi-line text as a mrkdwn quote (`>` on every line, whatever breaks it) of
+    at most `limit` characters, the quoting included, with a visible note when it was cut (or
+    was cut before it was stored: `whole` is then its full length in characters). Nothing in
+    it can pass for a line of the bot's own."""
+    lines = LINE_BREAKS.split(escape(clean(text)))
     body = "\n".join(">" + line for line in lines)
     cut_body, cut = truncate(body, limit - 80)
     if whole > len(text):

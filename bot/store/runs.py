@@ -44,6 +44,7 @@ from bot.store.snapshots import stored_snapshot
 from bot.store.timers import Timers
 
 TIMER_MARGIN = 86400  # a paused run's records outlive its calls' expiry by at least this
+CANCEL_TRIES = 5  # a run that pauses again at every try of a cancel (never, in practice)
 RECENT_RUNS = 20  # runs kept per person for their App Home
 PROGRESS_DUE_IN = 1.0  # seconds: the projector coalesces a run message's changes as long
 
@@ -360,12 +361,23 @@ class Runs:
             self.outbox.woken.set()
         return result
 
-    async def cancel(self, run_id: str, *, team: str, user: str) -> CancelResult:
-        """Cancel a run and its pending calls, exactly once (see cancel.lua)."""
-        ids = [c.approval_id for c in await self.calls.pause_calls(run_id)]
-        reply = await self._cancel(
-            keys=RunKeys(run_id).cancel(ids), args=[team, user, now(), self.retention, *ids]
-        )
+    async def cancel(
+        self, run_id: str, *, team: str, user: str, pause: Sequence[str] | None = None
+    ) -> CancelResult:
+        """Cancel a run and its pending calls, exactly once (see cancel.lua). `pause`: the
+        approval ids of the run's pause as the caller read them (`RunRecord.call_ids()`; None:
+        read here). The script checks them against the pause it finds, and names the pause's
+        ids when a newer pause was saved meanwhile: it then runs again on those."""
+        ids = list(pause) if pause is not None else await self.calls.pause_ids(run_id)
+        for _ in range(CANCEL_TRIES):
+            reply = await self._cancel(
+                keys=RunKeys(run_id).cancel(ids), args=[team, user, now(), self.retention, *ids]
+            )
+            if text(reply[0]) != "stale":
+                break
+            ids = [text(r) for r in reply[1:]]
+        else:
+            raise StoreError(f"run {run_id} paused again at every one of {CANCEL_TRIES} cancels")
         result = decode_cancel(reply)
         if result.outcome == "ok":
             async with self.redis.pipeline(transaction=False) as pipe:

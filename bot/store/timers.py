@@ -10,6 +10,7 @@ stops mid-way leaves the call on the set, due at the lease's end: it fires late,
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -137,13 +138,32 @@ class Timers:
         return float(first[0][1]) / 1000 - self.clock.time() if first else None
 
     async def fire(
-        self, call: CallRecord, *, pause: Sequence[str], owner: str, reason: str
+        self,
+        call: CallRecord,
+        *,
+        pause: Sequence[str],
+        owner: str,
+        reason: str,
+        approvers: Sequence[str] | None = None,
+        escalate_to: Sequence[str] | None = None,
     ) -> Fired:
         """Fire what is due of `call`'s timers now (`pause`: the approval ids of its pause);
-        see fire_timers.lua."""
+        see fire_timers.lua. `approvers` and `escalate_to`: who the policy in force names for
+        the call (None: what the call recorded when posted), recorded on it as they are used."""
+        if approvers is None:
+            approvers = json.loads(call.approvers) if call.approvers else []
+        if escalate_to is None:
+            escalate_to = json.loads(call.escalate_to) if call.escalate_to else []
         others = [i for i in pause if i != call.approval_id]
         reply = await self._fire(
             keys=RunKeys(call.run_id).fire_timers(call.approval_id, others),
-            args=[f"{self.clock.time():.3f}", owner, self.retention, reason],
+            args=[
+                f"{self.clock.time():.3f}",
+                owner,
+                self.retention,
+                reason,
+                json.dumps(list(approvers)),
+                json.dumps(list(escalate_to)) if escalate_to else "",
+            ],
         )
         return decode_fire(reply)

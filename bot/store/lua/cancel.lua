@@ -4,6 +4,11 @@
 -- that has not been taken yet is skipped (take_job only takes running or resuming runs).
 -- A decision racing the cancel is settled by whichever script runs first: decide.lua refuses a
 -- call that is no longer pending, and this script leaves a decided call as it is.
+-- The pause is read here, not only before: a pause saved between the caller's read and this
+-- script (a resume that paused again) would otherwise keep a pending call, with a live card,
+-- under a cancelled run. The call keys must be declared (one slot, Redis Cluster), so the
+-- caller passes the ids it read; when they are not the pause this script finds, nothing is
+-- changed and the reply names the pause's ids, for the caller to run the script again on them.
 -- KEYS[1] run hash, KEYS[2] pause set (if the layout has one), KEYS[3] outbox,
 -- KEYS[4..] the pause's call hashes
 -- ARGV[1] team, ARGV[2] user, ARGV[3] now, ARGV[4] retention seconds,
@@ -20,6 +25,31 @@ if status == 'cancelled' then
 end
 if status == 'finished' or status == 'failed' then
   return {'ended', status}
+end
+local current = {}
+local tokens = redis.call('HGET', run, 'calls') or ''
+if tokens ~= '' then
+  local run_id = string.match(run, '{(.-)}')
+  for token in string.gmatch(tokens, '%S+') do
+    table.insert(current, run_id .. '.' .. token)
+  end
+else
+  current = redis.call('SMEMBERS', KEYS[2])  -- layout 1
+end
+local given = {}
+for i = 5, #ARGV do
+  given[ARGV[i]] = true
+end
+local stale = #current ~= #ARGV - 4
+for _, id in ipairs(current) do
+  stale = stale or not given[id]
+end
+if stale then
+  local reply = {'stale'}
+  for _, id in ipairs(current) do
+    table.insert(reply, id)
+  end
+  return reply
 end
 local pause = redis.call('HGET', run, 'pause') or ''
 local cancelled = {}

@@ -8,7 +8,11 @@
 -- KEYS[4..] the run's other keys (snapshot, pause, sticky, votes, other calls): kept as long
 -- as the run's records once it resumes
 -- ARGV[1] now (Unix s), ARGV[2] owner token for the resume, ARGV[3] retention seconds,
--- ARGV[4] the reason the agent receives when the call expires
+-- ARGV[4] the reason the agent receives when the call expires,
+-- ARGV[5] the call's approvers under the policy in force (JSON list), ARGV[6] whom it escalates
+-- to under the policy in force (JSON list; '' when that policy does not escalate it): when the
+-- escalation time (set at posting) passes, these are recorded, not those of the posting, and a
+-- policy that no longer escalates the call escalates it to nobody (nothing is announced).
 local run, call, outbox = KEYS[1], KEYS[2], KEYS[3]
 local now = tonumber(ARGV[1])
 if redis.call('HGET', call, 'status') ~= 'pending' then
@@ -35,13 +39,23 @@ local function sooner(t)
     next_due = t
   end
 end
+-- who a reminder mentions and the card shows: the approvers of the policy in force
+if (redis.call('HGET', call, 'approvers') or '') ~= ARGV[5] then
+  redis.call('HSET', call, 'approvers', ARGV[5])
+  mark(outbox, 'card:' .. id, ARGV[1], ARGV[3])
+end
 local escalate = tonumber(redis.call('HGET', call, 'escalate_at') or '') or 0
 if escalate > 0 and (redis.call('HGET', call, 'escalated_at') or '') == '' then
   if now >= escalate then
     redis.call('HSET', call, 'escalated_at', ARGV[1])
     mark(outbox, 'card:' .. id, ARGV[1], ARGV[3])
-    mark(outbox, 'remind:' .. id .. ':escalated', ARGV[1], ARGV[3])
-    table.insert(fired, 'escalated')
+    if ARGV[6] ~= '' then
+      redis.call('HSET', call, 'escalate_to', ARGV[6])
+      mark(outbox, 'remind:' .. id .. ':escalated', ARGV[1], ARGV[3])
+      table.insert(fired, 'escalated')
+    else
+      redis.call('HDEL', call, 'escalate_to')
+    end
   else
     sooner(escalate)
   end
