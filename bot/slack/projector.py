@@ -574,8 +574,10 @@ class Projector:
         gathered = since + self.coalesce - now
         if run.status not in ("resuming", "running") or self.busy_coalesce <= self.coalesce:
             return max(gathered, 0.0)
-        if "/" not in run.owner:  # queued: no worker has it yet; look again in a while
-            again = gathered if gathered > 0 else self.coalesce or POLL
+        if "/" not in run.owner:  # queued: no worker has it yet
+            # Look again after as long as it has waited (a few looks, not one a window, for
+            # each of a burst's runs); its end makes it due at once.
+            again = gathered if gathered > 0 else max(self.coalesce, now - since, POLL)
             return max(min(since + self.busy_coalesce - now, again), 0.0)
         taken = max(since, run.updated_at)  # a worker's take sets `updated_at`
         return max(min(taken + self.coalesce, since + self.busy_coalesce) - now, 0.0)
