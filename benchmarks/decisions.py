@@ -21,9 +21,12 @@ Figures:
   receiving the run's final output post; minus the SDK's own resume, that is the bot's overhead;
 - bot CPU (user + system, from /proc) per completed decision, from the first click until every
   resumed run is finished and Slack shows it all;
-- Web API calls per decision, connections opened to the Web API; Redis bytes per paused run
-  (MEMORY USAGE of the run's keys), with a minimal task and with a 150-character task whose
-  call has 100 characters of arguments.
+- Web API calls per decision in each burst for the runs' messages (chat.update and
+  chat.postMessage; goal <= 3 at any burst size), and apart, the requester's notices the burst
+  cost and the other calls (a notice's conversations.open);
+- Web API calls per decision one at a time, connections opened to the Web API; Redis bytes
+  per paused run (MEMORY USAGE of the run's keys), with a minimal task and with a
+  150-character task whose call has 100 characters of arguments.
 
 Environment: BENCH_LOG (the bot's log level), BENCH_PROFILE (a folder: py-spy profiles of the
 bot per phase), BENCH_BOT (what follows `python` to start the bot, default `-m bot`),
@@ -137,6 +140,20 @@ class Load:
     # finished and every message delivered (the bot's, not the bare app's).
     settle: float = 0.0
     notes: int = 0  # clicks told "still working" (not decided within the ack budget)
+    methods: dict[str, int] = field(default_factory=dict)  # Web API calls of the bot's, by method
+    notices: int = 0  # the requester's notices (one person started every run)
+
+    def per_decision(self, method: str | None) -> float:
+        """Web API calls per decision for the runs' messages by `method` (the requester's
+        notices apart), or (None) of every other method (a notice's conversations.open)."""
+        named = ("chat.update", "chat.postMessage")
+        if method == "chat.postMessage":
+            count = self.methods.get(method, 0) - self.notices
+        elif method:
+            count = self.methods.get(method, 0)
+        else:
+            count = sum(n for m, n in self.methods.items() if m not in named)
+        return count / self.clicks if self.clicks else 0.0
 
     @property
     def clicks(self) -> int:
@@ -419,7 +436,8 @@ class Bot:
 
     async def burst(self, runs: list[tuple[str, str]], in_flight: int) -> Load:
         bodies = [click_body(approval_id) for approval_id, _ in runs]
-        notes = (await self.standin("bench.state"))["notes"]
+        state = await self.standin("bench.state")
+        notes, methods, notices = state["notes"], state["methods"], state["notices"]
         before = cpu_seconds(self.pid)
         started = time.perf_counter()
         load = await burst(self.url, bodies, in_flight)
@@ -433,7 +451,11 @@ class Bot:
         load.settle = time.perf_counter() - started
         load.cpu = cpu_seconds(self.pid) - before
         finished = await self.finished(run_ids)
-        load.notes = (await self.standin("bench.state"))["notes"] - notes
+        state = await self.standin("bench.state")
+        load.notes = state["notes"] - notes
+        load.notices = state["notices"] - notices
+        load.methods = {m: n - methods.get(m, 0) for m, n in state["methods"].items()}
+        load.methods = {m: n for m, n in load.methods.items() if n}
         load.lost += len(runs) - len(load.latencies) - load.lost  # (never: clicks all counted)
         if finished != len(load.latencies):
             print(f"  note: {finished} of {len(runs)} runs finished", file=sys.stderr)
@@ -534,6 +556,15 @@ def report(
         ))  # fmt: skip
         rows.append(("  clicks told 'still working' (not decided within the ack budget)", "",
                      str(o.notes), "", ""))  # fmt: skip
+        update, post = o.per_decision("chat.update"), o.per_decision("chat.postMessage")
+        rows.append((
+            "  Web API calls per decision, its messages (chat.update + chat.postMessage)", "",
+            f"{update + post:.2f} = {update:.2f} + {post:.2f}", "", "<= 3",
+        ))  # fmt: skip
+        rows.append((
+            "  requester notices in the burst (one person started every run); other calls", "",
+            f"{o.notices}; {o.per_decision(None) * o.clicks:.0f}", "", "",
+        ))  # fmt: skip
     sdk, sdk_cpu = sdks
     bot_med, sdk_med = statistics.median(serial), statistics.median(sdk)
     rows.append((

@@ -7,8 +7,9 @@ CPU is its own and the load generator's loop is not the one serving them.
 The stand-in answers one extra method, `bench.result` (`run_id`): it returns, once the run's
 final output has been posted, when that post arrived (`time.monotonic()`, which every process
 of the machine shares); `bench.state` returns the cards posted (approval id -> run id) and
-the number of `chat.postMessage` and `chat.update` calls per run, and how many connections
-the bot opened so far.
+the number of `chat.postMessage` and `chat.update` calls per run, the number of calls by
+method (`methods`; the requester's notices: `notices`), and how many connections the bot
+opened so far.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class BenchSlackAPI(FakeSlackAPI):
         super().__init__()
         self.results: dict[str, float] = {}
         self.per_run: dict[str, int] = {}
+        self.methods: dict[str, int] = {}  # Web API calls by method
+        self.notices = 0  # chat.postMessage / chat.postEphemeral of no run: requester notices
         self.cards: dict[str, str] = {}  # approval id -> run id, in the order they were posted
         self.run_of: dict[str, str] = {}  # message ts -> run id
         self.peers: set[Any] = set()  # the connections the bot opened (address, port)
@@ -52,13 +55,14 @@ class BenchSlackAPI(FakeSlackAPI):
             return web.json_response(
                 {
                     "ok": True, "cards": self.cards, "calls": self.per_run,
-                    "peers": len(self.peers),
+                    "peers": len(self.peers), "methods": self.methods, "notices": self.notices,
                     # clicks told "still working": not decided by the ack budget
                     "notes": sum("Still working" in str(e.get("text")) for e in self.ephemeral),
                 }
             )  # fmt: skip
         if request.transport is not None:
             self.peers.add(request.transport.get_extra_info("peername"))
+        self.methods[method] = self.methods.get(method, 0) + 1
         response = await super()._handle(request)
         self.calls.clear()
         return response
@@ -68,6 +72,7 @@ class BenchSlackAPI(FakeSlackAPI):
         payload = (p.get("metadata") or {}).get("event_payload") or {}
         run_id, target = str(payload.get("run_id", "")), str(payload.get("target", ""))
         self._count(run_id)
+        self.notices += not run_id
         if target == "result":
             self.results[run_id] = time.monotonic()
             self.arrived.set()
@@ -76,6 +81,10 @@ class BenchSlackAPI(FakeSlackAPI):
             self.cards[target.partition(":")[2]] = run_id
         self.run_of[str(result["ts"])] = run_id
         return result
+
+    def _chat_postEphemeral(self, p: dict[str, Any]) -> dict[str, Any]:
+        self.notices += "Still working" not in str(p.get("text"))
+        return super()._chat_postEphemeral(p)
 
     def _chat_update(self, p: dict[str, Any]) -> dict[str, Any]:
         self._count(self.run_of.get(str(p.get("ts", "")), ""))

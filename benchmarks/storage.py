@@ -1,18 +1,26 @@
-"""Redis memory per paused run (issue #9), printed as figures (run: `python benchmarks/storage.py`).
+"""Redis memory per paused run (issues #9, #17), as figures: `python benchmarks/storage.py`.
 
 Two runs pause through the real bot (signed requests, the Slack stand-in) on one pending call:
 a minimal one (a short task, short arguments) and a realistic one (a 150-character task,
 100 characters of arguments). For each: MEMORY USAGE of every key of the run (its `{run id}`
 keys and the message map entry of its card) and how many keys that is.
 
-`paused_run_bytes(redis_url)` returns the figures for another benchmark to print; it flushes
-nothing, so give it a Redis of its own. Without an argument, an embedded redis-server is
-started with the bot's settings (`bot.store.connection.EmbeddedRedis`).
+Then the budget of issue #17 (a paused run costs at most its task's length + 2 KB): `RUNS`
+runs pause with a short task and `RUNS` with a 3,900-character one, each on a Redis with
+default settings (`DefaultRedis`) and on one with the embedded server's listpack settings;
+bytes per paused run = MEMORY USAGE of every key in the database (shared indexes, the audit
+stream, ... included) / runs.
+
+`paused_run_bytes(redis_url)` and `bytes_per_paused_run(redis_url, task)` return the figures for
+another benchmark (or a test) to print; they flush nothing, so give them a Redis of their own.
+Without an argument, embedded redis-servers are started (`bot.store.connection.EmbeddedRedis`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
+import string
 import sys
 import tempfile
 import time
@@ -24,7 +32,7 @@ from agents import set_tracing_disabled
 
 from bot.slack.blocks import APPROVE
 from bot.store import keys
-from bot.store.connection import EmbeddedRedis
+from bot.store.connection import LISTPACK_SETTINGS, EmbeddedRedis
 from bot.testing.harness import BotHarness
 from bot.testing.slack_api import Message
 
@@ -42,6 +50,91 @@ channels:
     approvers: [U2]
 """
 CASES = {"minimal": ("clean", "/tmp"), "realistic": (TASK_150, PATH_100)}
+RUNS = 20  # runs paused for bytes per paused run
+BUDGET = 2048  # bytes per paused run beyond its task's length (issue #17)
+
+
+def prose(chars: int, seed: int = 7) -> str:
+    """Text that compresses like prose does (not like a repeated phrase)."""
+    rnd = random.Random(seed)
+    words = (
+        "".join(rnd.choice(string.ascii_lowercase) for _ in range(rnd.randint(2, 9)))
+        for _ in range(chars // 3)
+    )
+    return " ".join(words)[:chars]
+
+
+TASK_3900 = prose(3900)
+
+
+class DefaultRedis(EmbeddedRedis):
+    """The embedded server without the bot's listpack settings: Redis's defaults (a hash with a
+    value over 64 bytes is a hashtable), as a managed Redis may run."""
+
+    def command(self) -> list[str]:
+        parts = super().command()
+        at = parts.index(LISTPACK_SETTINGS[0])
+        return parts[:at] + parts[at + len(LISTPACK_SETTINGS) :]
+
+
+async def bytes_per_paused_run(redis_url: str, task: str, runs: int = RUNS) -> float:
+    """`runs` runs of `task` (each a call with 100 characters of arguments) paused through the
+    bot, in an empty Redis: MEMORY USAGE of every key of the database / runs."""
+    from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
+
+    set_tracing_disabled(True)
+    steps = [
+        [
+            [function_call("delete_logs", {"path": PATH_100}, call_id="c1")],
+            [assistant_message("ok")],
+        ]
+        for _ in range(runs)
+    ]
+    agents = {f"a{i}": ops_agent(s, Ledger(), name=f"a{i}")[0] for i, s in enumerate(steps)}
+    unlimited = {
+        "user_start_burst": 0, "channel_start_burst": 0, "user_open_runs": 0,
+        "channel_open_runs": 0, "slack_posts_per_second": 1000.0,
+    }  # fmt: skip
+    async with BotHarness(redis_url, agents, POLICY, settings=unlimited) as bot:
+        for i in range(runs):
+            await bot.slack.command(f"run a{i} {task}", user="U1", channel="C1")
+        await bot.wait_for_approvals(runs, timeout=60)
+        await bot.idle()
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            total = 0
+            async for key in client.scan_iter(count=1000):
+                total += int(await client.memory_usage(key, samples=0) or 0)
+        finally:
+            await client.aclose()
+    return total / runs
+
+
+async def budget_figures() -> dict[str, dict[str, float]]:
+    """{settings: {case: bytes per paused run}} for default and listpack Redis settings."""
+    out: dict[str, dict[str, float]] = {}
+    for name, server_class in (("default", DefaultRedis), ("listpack", EmbeddedRedis)):
+        out[name] = {}
+        for case, task in (("short task", "clean"), ("3,900-char task", TASK_3900)):
+            with tempfile.TemporaryDirectory() as tmp:
+                server = server_class(Path(tmp))
+                await server.start()
+                try:
+                    out[name][case] = await bytes_per_paused_run(server.url, task)
+                finally:
+                    server.stop()
+    return out
+
+
+def budget_report(figures: dict[str, dict[str, float]]) -> str:
+    lines = [f"Bytes per paused run ({RUNS} runs, every key of the database; "
+             f"budget: task length + {BUDGET} B):"]  # fmt: skip
+    for settings, cases in figures.items():
+        for case, size in cases.items():
+            task = len(TASK_3900) if case.startswith("3,900") else len("clean")
+            lines.append(f"  {settings} Redis settings, {case}: {size:,.0f} B "
+                         f"(budget {task + BUDGET:,} B)")  # fmt: skip
+    return "\n".join(lines)
 
 
 async def run_bytes(client: aioredis.Redis, card: Message) -> dict[str, Any]:
@@ -237,6 +330,7 @@ async def figures(url: str) -> None:
 
 
 async def main(url: str | None) -> None:
+    print(budget_report(await budget_figures()))
     if url:
         await figures(url)
         return

@@ -71,6 +71,12 @@ class Settings(BaseSettings):
     projector_coalesce_seconds: float = Field(
         default=1.0, alias="APPROVAL_BOT_PROJECTOR_COALESCE_SECONDS", ge=0
     )
+    # While the projector is busy (8 or more runs with messages due: a
+    # burst of decisions), a resuming or running run's message waits for the run to end, up to
+    # this long, so that a burst costs no more updates per decision than a quiet decision.
+    projector_busy_coalesce_seconds: float = Field(
+        default=60.0, alias="APPROVAL_BOT_PROJECTOR_BUSY_COALESCE_SECONDS", ge=0
+    )
     # A card whose decision resumed the run waits this long for the resume, so that a quick
     # resume's card, result and run message go out in one pass.
     projector_gather_seconds: float = Field(

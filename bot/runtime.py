@@ -181,6 +181,7 @@ class BotRuntime:
             self.service.undeliverable,
             lease=s.job_lease_seconds,
             coalesce=s.projector_coalesce_seconds,
+            busy_coalesce=s.projector_busy_coalesce_seconds,
             gather=s.projector_gather_seconds,
             poll=s.projector_poll_seconds,
             posts=Pacer(rate=s.slack_posts_per_second, burst=5),

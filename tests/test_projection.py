@@ -188,6 +188,49 @@ async def test_one_completed_decision_costs_three_web_api_calls(redis_url: str) 
     assert sorted(told) == ["chat.postMessage", "conversations.open"], told
 
 
+async def test_a_burst_of_decisions_costs_three_web_api_calls_per_decision(
+    redis_url: str,
+) -> None:
+    """20 runs decided at once: the run messages coalesce as they do for a quiet decision (the
+    card update, the run message update, the output post per decision), the resumes queueing
+    behind each other notwithstanding (the starter's notices are counted apart: they are per
+    burst, not per decision)."""
+    runs = 20
+    agents = {f"a{i}": ops_agent(
+        [[function_call("delete_logs", {"path": f"/var/log/{i}"}, call_id="c1")],
+         [assistant_message("Deleted.")]],
+        Ledger(), name=f"a{i}",
+    )[0] for i in range(runs)}  # fmt: skip
+    # Two workers: the resumes queue up (as in a burst at production scale); production's
+    # window is 1 s, a resume once taken takes well under half of it.
+    settings = {"user_start_burst": 0, "channel_start_burst": 0, "user_open_runs": 0,
+                "channel_open_runs": 0, "slack_posts_per_second": 1000.0,
+                "slack_updates_per_minute": 60_000.0, "projector_coalesce_seconds": 0.5,
+                "worker_concurrency": 2}  # fmt: skip
+    async with BotHarness(redis_url, agents, POLICY, settings=settings) as bot:
+        for i in range(runs):
+            await bot.slack.command(f"run a{i} clean", user="U1", channel="C1")
+        cards = await bot.wait_for_approvals(runs, timeout=30)
+        await bot.idle()
+        ids = [keys.run_of(c.button_value(APPROVE)) or "" for c in cards]
+        before = len(bot.slack_api.calls)
+        sent = await asyncio.gather(*(bot.click(card, APPROVE, user="U2") for card in cards))
+        assert all(s.status == 200 for s in sent), sent
+        store = bot.runtime.service.store
+
+        async def all_finished() -> bool:
+            return all(r is not None and r.status == "finished" for r in await store.runs(ids))
+
+        await wait_until(all_finished, timeout=30, what="every resumed run to finish")
+        await bot.idle()
+        made = bot.slack_api.calls[before:]
+    told = [c.method for c in made if _is_notice(c.method, c.params)]
+    shown = [c.method for c in made if not _is_notice(c.method, c.params)]
+    assert len(shown) / runs <= 3, sorted(shown)
+    assert shown.count("chat.postMessage") == runs  # the outputs
+    assert "chat.postMessage" in told and told.count("conversations.open") == 1, told
+
+
 def _is_notice(method: str, params: dict[str, Any]) -> bool:
     return method == "conversations.open" or str(params.get("channel", "")).startswith("D")
 

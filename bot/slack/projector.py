@@ -11,7 +11,10 @@ differs from what Slack already holds (a content hash per message):
   before posting again, so a card is never posted twice;
 - posts are paced per channel, updates per workspace; `Retry-After` is honoured;
 - a run message update waits `coalesce` seconds after its first change, so the changes of a
-  resume (status, progress) become one `chat.update`; an ended run's waits no longer; a card
+  resume (status, progress) become one `chat.update`; an ended run's waits no longer; a resuming
+  run's changes gather from when a worker took its job, not while the job is queued (up to
+  `busy_coalesce` seconds), so that a burst of decisions, whose resumes queue up, costs no more
+  updates per decision than a quiet decision does; a card
   whose decision resumed the run waits up to `GATHER` for the resume, so that a quick resume's
   card, result and run message go out in one pass, and the resume does not share the process
   with a pass of its own run;
@@ -88,6 +91,7 @@ class Projector:
         *,
         lease: float = 30.0,
         coalesce: float = 1.0,
+        busy_coalesce: float = 60.0,
         gather: float = GATHER,
         poll: float = POLL,
         concurrency: int = 16,
@@ -104,6 +108,7 @@ class Projector:
         self.undeliverable = undeliverable
         self.lease = lease
         self.coalesce = coalesce
+        self.busy_coalesce = busy_coalesce
         self.gather = gather  # settings (`projector_*_seconds`): tests make them short
         self.poll = poll
         self.concurrency = concurrency
@@ -447,8 +452,9 @@ class Projector:
         thread = ""
         if kind == "run":
             ended = run.status in ("finished", "failed")  # nothing more to gather
-            if current.ts and not ended and time.time() < mark.since + self.coalesce:
-                return mark.since + self.coalesce - time.time()  # let changes gather
+            wait = self._run_wait(run, mark.since) if current.ts and not ended else 0.0
+            if wait > 0:
+                return wait  # let changes gather (a change, or a worker's take, wakes it)
             waiting = await self.store.pause_calls(run.run_id) if run.status == "paused" else []
             progress = await self.store.progress(run.run_id)
             text, body = blocks.run_message(run, progress, waiting)
@@ -558,6 +564,27 @@ class Projector:
             raise failure from exc
         await self.outbox.delivered(run.run_id, target, Shown(current.ts, digest, 0.0), mark)
         return None
+
+    def _run_wait(self, run: RunRecord, since: float) -> float:
+        """Seconds a run message's changes (the first at `since`) gather still, 0: now.
+
+        A resuming or running run's changes gather `coalesce` from when a worker took its job
+        (a quick resume's status and result are one update), and not at all while the job
+        waits for a worker, up to `busy_coalesce` after `since`: in a burst of decisions the
+        resumes queue up, and a message updated meanwhile would show "resuming", then
+        "finished" (two updates). Quiet, a worker takes the job at once: no later than before.
+        """
+        now = time.time()
+        gathered = since + self.coalesce - now
+        if run.status not in ("resuming", "running") or self.busy_coalesce <= self.coalesce:
+            return max(gathered, 0.0)
+        if "/" not in run.owner:  # queued: no worker has it yet
+            # Look again after as long as it has waited (a few looks, not one a window, for
+            # each of a burst's runs); its end makes it due at once.
+            again = gathered if gathered > 0 else max(self.coalesce, now - since, POLL)
+            return max(min(since + self.busy_coalesce - now, again), 0.0)
+        taken = max(since, run.updated_at)  # a worker's take sets `updated_at`
+        return max(min(taken + self.coalesce, since + self.busy_coalesce) - now, 0.0)
 
     async def _fence(self, run_id: str) -> None:
         fence = self._fences.get(run_id)
