@@ -145,6 +145,7 @@ class BotRuntime:
                     channel_open=s.channel_open_runs,
                 ),
                 max_task_chars=s.max_task_chars,
+                lists_per_minute=s.user_lists_per_minute,
             ),
             foreground=Foreground(max_wait=s.lull_max_seconds),
         )
