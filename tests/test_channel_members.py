@@ -6,12 +6,17 @@ Signed HTTP into the real Bolt app, real Redis, the Slack Web API stand-in at th
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.service.ports import GroupLookupError
 from bot.slack.blocks import APPROVE
+from bot.slack.channels import SlackChannels
 from bot.testing.harness import BotHarness, status_line, wait_until
-from bot.testing.slack_api import Message
+from bot.testing.slack_api import FakeSlackAPI, Message
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
 
 PRIVATE = """
@@ -114,3 +119,34 @@ async def test_members_unknown_refuse_with_the_reason(redis_url: str) -> None:
         call = await bot.runtime.service.store.get_call(card.button_value(APPROVE))
         assert call is not None and call.status == "pending"
     assert ledger.executed == []
+
+
+async def test_the_member_lookup_is_shared_bounded_and_remembers_failures() -> None:
+    async with FakeSlackAPI() as slack:
+        slack.channel_members["G1"] = ["U1", "U2"]
+        channels = SlackChannels(AsyncWebClient(token="xoxb-t", base_url=slack.url), wait=0.3)
+        try:
+            slack.hang("conversations.members")
+            # Five checks at once: one lookup; none waits more than `wait`, each says why.
+            results = await asyncio.gather(
+                *(channels.members("T1", "G1") for _ in range(5)), return_exceptions=True
+            )
+            assert all(isinstance(r, GroupLookupError) for r in results), results
+            assert "within 0.3 s" in str(results[0])
+            assert len(slack.calls_to("conversations.members")) == 1
+            slack.release()
+            # The lookup goes on: this check shares it (or reads what it cached).
+            assert await channels.members("T1", "G1") == {"U1", "U2"}
+            assert await channels.members("T1", "G1") == {"U1", "U2"}  # from the cache
+            assert len(slack.calls_to("conversations.members")) == 1
+            # A failure is remembered: the next check gets the reason without asking Slack.
+            for _ in range(2):
+                try:
+                    await channels.members("T1", "G9")
+                except GroupLookupError as exc:
+                    assert "channel_not_found" in str(exc)
+                else:
+                    raise AssertionError("G9's members were not refused")
+            assert len(slack.calls_to("conversations.members")) == 2
+        finally:
+            await channels.close()
