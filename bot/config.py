@@ -113,6 +113,7 @@ class Settings(BaseSettings):
     user_open_runs: int = Field(default=10, alias="APPROVAL_BOT_USER_OPEN_RUNS", ge=0)
     channel_open_runs: int = Field(default=50, alias="APPROVAL_BOT_CHANNEL_OPEN_RUNS", ge=0)
     max_task_chars: int = Field(default=4000, alias="APPROVAL_BOT_MAX_TASK_CHARS", ge=0)
+    user_lists_per_minute: int = Field(default=10, alias="APPROVAL_BOT_USER_LISTS_PER_MINUTE", ge=0)
 
     # People: the requester's message about their run's outcomes (a direct message, an
     # ephemeral in the run's channel, or none), sent this many seconds after the first outcome

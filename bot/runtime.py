@@ -31,6 +31,7 @@ from bot.service.policy_source import PolicySource
 from bot.service.worker import Worker
 from bot.slack.app import build_app, remember_auth_test
 from bot.slack.blocks import use_slack_api
+from bot.slack.channels import SlackChannels
 from bot.slack.groups import SlackGroups
 from bot.slack.home import HomePublisher
 from bot.slack.installation import learn_installation, learn_once
@@ -122,7 +123,8 @@ class BotRuntime:
             self.registry, rejection_text=s.rejection_text, max_turns=s.max_turns, tracing=tracing
         )
         self.groups = SlackGroups(self.client)
-        authorizer = Authorizer(self.groups)
+        self.channels = SlackChannels(self.client)
+        authorizer = Authorizer(self.groups, channels=self.channels)
         self.service = ApprovalService(
             store=store,
             engine=engine,
@@ -143,6 +145,7 @@ class BotRuntime:
                     channel_open=s.channel_open_runs,
                 ),
                 max_task_chars=s.max_task_chars,
+                lists_per_minute=s.user_lists_per_minute,
             ),
             foreground=Foreground(max_wait=s.lull_max_seconds),
         )
@@ -238,6 +241,7 @@ class BotRuntime:
         self.home.stop()
         await _cancel(self._home_task)
         await self.groups.close()
+        await self.channels.close()
         if self.http is not None:
             await self.http.close()
         await OUTAGE.detach()

@@ -22,6 +22,8 @@ BOT_SCOPES = {
     "channels:history",
     "groups:history",
     "usergroups:read",
+    "channels:read",
+    "groups:read",
     "im:write",
 }
 

@@ -123,6 +123,7 @@ class ApprovalService:
         self.waiting_for = self.people.waiting_for
         self.overview = self.people.overview
         self.home = self.people.home
+        self.homes = self.people.homes
         self.sweep_forever = self.sweeper.sweep_forever
         self.requeue_stalled = self.sweeper.requeue_stalled
 

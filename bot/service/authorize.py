@@ -2,6 +2,12 @@
 
 User groups are resolved through the chat surface's directory (cached briefly there). When a group
 cannot be resolved the answer is "not allowed", with the reason, never "allowed".
+
+`"*"` among a channel's approvers means anyone in that channel (its members, from the channel
+directory), public or private: the people who see the card. Every surface that decides, cancels
+or shows a run asks it the same way, so a private channel's runs never reach a non-member.
+Among starters `"*"` stays anyone of the served workspace: a slash command comes from a
+conversation its author is in.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.service.policy import ALLOWED, CallRule, Policy, Verdict
-from bot.service.ports import Actor, GroupDirectory, GroupLookupError
+from bot.service.ports import Actor, ChannelDirectory, GroupDirectory, GroupLookupError
 from bot.service.replies import Code, Mention, Part, Plain, joined, said
 
 
@@ -20,7 +26,10 @@ def principal_parts(principals: tuple[str, ...] | list[str]) -> tuple[Part, ...]
     for p in principals:
         if parts:
             parts.append(", ")
-        parts.append("anyone" if p == "*" else Mention(p) if p[0] in "UW" else Code(p))
+        if p == "*":
+            parts.append("anyone in the channel")
+        else:
+            parts.append(Mention(p) if p[0] in "UW" else Code(p))
     return tuple(parts)
 
 
@@ -45,11 +54,20 @@ class Authorizer:
 
     The served workspace is the policy's `workspace:` when it names one; otherwise the one the
     bot is installed in (`installation`, from `auth.test`), so that people of other
-    organizations in a shared (Slack Connect) channel are never let in by a "*"."""
+    organizations in a shared (Slack Connect) channel are never let in by a "*".
 
-    def __init__(self, groups: GroupDirectory, installation: Installation | None = None) -> None:
+    `channels`: who is in a channel, for approvers "*"; without one (tools and tests with no
+    Slack), "*" is anyone of the served workspace."""
+
+    def __init__(
+        self,
+        groups: GroupDirectory,
+        installation: Installation | None = None,
+        channels: ChannelDirectory | None = None,
+    ) -> None:
         self.groups = groups
         self.installation = installation
+        self.channels = channels
 
     def served(self, policy: Policy, actor: Actor) -> Verdict:
         ws = policy.workspace
@@ -72,11 +90,22 @@ class Authorizer:
             return Verdict(False, "This organization is not served by this bot.")
         return ALLOWED
 
-    async def is_among(self, actor: Actor, principals: tuple[str, ...] | list[str]) -> Verdict:
-        """Is the actor one of `principals`? Unresolvable groups never grant anything."""
-        if "*" in principals or actor.user_id in principals:
+    async def is_among(
+        self, actor: Actor, principals: tuple[str, ...] | list[str], channel: str = ""
+    ) -> Verdict:
+        """Is the actor one of `principals`? Unresolvable groups never grant anything. With
+        `channel`, "*" is its members (else anyone)."""
+        if actor.user_id in principals:
             return ALLOWED
         failures: list[tuple[Part, ...]] = []
+        if "*" in principals:
+            if not channel or self.channels is None:
+                return ALLOWED
+            try:
+                if actor.user_id in await self.channels.members(actor.team_id, channel):
+                    return ALLOWED
+            except GroupLookupError as exc:
+                failures.append(("the channel (", Plain(str(exc)), ")"))
         for ref in principals:
             if ref[0] not in "S@":
                 continue
@@ -147,7 +176,7 @@ class Authorizer:
             return Verdict(
                 False, "This channel is no longer in the bot's policy, so nobody may decide."
             )
-        member = await self.is_among(actor, rule.approvers)
+        member = await self.is_among(actor, rule.approvers, channel)
         if not member.allowed:
             return Verdict(
                 False,
@@ -191,7 +220,7 @@ class Authorizer:
             return Verdict(False, "This run belongs to another Slack workspace.")
         if actor.user_id == run_starter:
             return ALLOWED
-        member = await self.is_among(actor, policy.run_approvers(channel, calls))
+        member = await self.is_among(actor, policy.run_approvers(channel, calls), channel)
         if not member.allowed:
             return Verdict(
                 False,

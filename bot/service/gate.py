@@ -40,7 +40,14 @@ class Gate:
         """The rule the policy in force gives `call`, and whether `actor` may decide it."""
         policy = self.policies.current().policy
         rule = rule_for(policy, run, call)
-        verdict = await self.authorizer.may_decide(
+        return rule, await self.under(policy, rule, actor, run, call)
+
+    async def under(
+        self, policy: Policy, rule: CallRule | None, actor: Actor, run: RunRecord, call: CallRecord
+    ) -> Verdict:
+        """Whether `actor` may decide `call` under `rule` (the rule `policy` gives it, worked
+        out once for the many people a list or a batch of App Homes judges)."""
+        return await self.authorizer.may_decide(
             policy,
             actor,
             run_team=run.team_id,
@@ -49,7 +56,6 @@ class Gate:
             tool=call.tool,
             rule=rule,
         )
-        return rule, verdict
 
 
 def rule_for(policy: Policy, run: RunRecord, call: CallRecord) -> CallRule | None:

@@ -17,6 +17,7 @@ DEFAULT_QUOTA = Quota(
 class StartLimits:
     quota: Quota = field(default=DEFAULT_QUOTA)
     max_task_chars: int = 4000  # 0: no limit
+    lists_per_minute: int = 10  # `/agent list` per person a minute (each reads every paused run)
 
 
 def task_too_long(limits: StartLimits, task: str) -> str:

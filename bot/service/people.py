@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.digest import digest_of
-from bot.service.gate import Gate
-from bot.service.policy import Verdict
+from bot.service.gate import Gate, rule_for
+from bot.service.policy import CallRule, Policy, Verdict
 from bot.service.ports import Actor
 from bot.service.replies import Code, Mention, Reply, Text, said, when
 from bot.store import keys
 from bot.store.records import CallRecord, RunRecord, RunStatus
 
 MAX_LISTED = 20
+MAX_SCANNED = 1000  # paused runs a list or a batch of App Homes looks at (the oldest first)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,16 @@ class Waiting:
 
     run: RunRecord
     call: CallRecord
+
+
+@dataclass
+class Pending:
+    """The calls waiting for a decision, read once for many people: (run, call, the rule the
+    policy in force gives it), oldest first; and every call of the runs read, by run id."""
+
+    policy: Policy
+    calls: dict[str, list[CallRecord]]
+    items: list[tuple[RunRecord, CallRecord, CallRule | None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -165,47 +176,96 @@ class People:
         runs = await self.store.get_runs(await self.store.active_runs())
         return sorted((r for r in runs if not r.ended), key=lambda r: r.created_at)
 
+    async def _pending(self, runs: list[RunRecord]) -> Pending:
+        """The calls waiting for a decision in these runs (whoever may decide them), oldest
+        first, each with the rule the policy in force gives it: read once (two round trips)
+        for everyone a list or a batch of App Homes is made for. At most `MAX_SCANNED` paused
+        runs are looked at (the oldest)."""
+        paused = [r for r in runs if r.status == RunStatus.PAUSED][:MAX_SCANNED]
+        calls = await self.store.calls_of_pauses(paused)
+        policy = self.core.policies.current().policy
+        pending = Pending(policy, calls)
+        for run in paused:
+            for call in calls[run.run_id]:
+                if call.decided or call.auto or call.pause != run.pause:
+                    continue
+                if digest_of(call) != call.digest:
+                    continue
+                pending.items.append((run, call, rule_for(policy, run, call)))
+        pending.items.sort(key=lambda item: (item[1].paused_at, item[1].index))
+        return pending
+
+    async def _mine(self, actor: Actor, pending: Pending) -> list[Waiting]:
+        """The first `MAX_LISTED` pending calls `actor` may decide now."""
+        found: list[Waiting] = []
+        for run, call, rule in pending.items:
+            if actor.user_id in call.voter_ids():
+                continue
+            verdict = await self.gate.under(pending.policy, rule, actor, run, call)
+            if verdict.allowed:
+                found.append(Waiting(run, call))
+                if len(found) == MAX_LISTED:
+                    break
+        return found
+
     async def waiting_for(self, actor: Actor, runs: list[RunRecord] | None = None) -> list[Waiting]:
         """The calls `actor` may decide now (what a click of theirs would record), oldest
         first: pending, in the run's current pause, not decided by a rule, not yet approved by
         them (quorum), and allowed by the policy in force."""
-        found: list[Waiting] = []
-        for run in runs if runs is not None else await self._unfinished():
-            if run.status != RunStatus.PAUSED:
-                continue
-            for call in await self.store.pause_calls(run.run_id):
-                if (
-                    call.decided
-                    or call.auto
-                    or call.pause != run.pause
-                    or actor.user_id in call.voter_ids()
-                    or digest_of(call) != call.digest
-                ):
-                    continue
-                _, verdict = await self.gate.judge(actor, run, call)
-                if verdict.allowed:
-                    found.append(Waiting(run, call))
-        found.sort(key=lambda w: (w.call.paused_at, w.call.index))
-        return found[:MAX_LISTED]
+        pending = await self._pending(runs if runs is not None else await self._unfinished())
+        return await self._mine(actor, pending)
 
-    async def overview(self, actor: Actor, channel: str) -> Overview:
+    async def overview(self, actor: Actor, channel: str) -> Overview | Reply:
         """`/agent list`: first what waits for this person (anywhere), then the channel's
-        unfinished runs. Nothing for a person of a workspace this bot does not serve."""
+        unfinished runs. Nothing for a person of a workspace this bot does not serve; at most
+        `lists_per_minute` lists a minute per person (each reads every paused run)."""
         if not self.core.authorizer.served(self.core.policies.current().policy, actor).allowed:
             return Overview([], [])
+        wait = await self.core.admission.ask(
+            actor.team_id, actor.user_id, self.core.limits.lists_per_minute
+        )
+        if wait:
+            return Reply(
+                False,
+                f"You are asking for lists faster than this bot allows "
+                f"({self.core.limits.lists_per_minute} a minute). Try again in {wait} "
+                f"second{'s' if wait != 1 else ''}.",
+            )
         runs = await self._unfinished()
-        mine = await self.waiting_for(actor, runs)
+        pending = await self._pending(runs)
+        mine = await self._mine(actor, pending)
         here = [r for r in runs if r.channel_id == channel and r.team_id == actor.team_id]
-        views = [await self._view(r) for r in here[-MAX_LISTED:]]
+        views = [self._view_of(r, pending.calls) for r in here[-MAX_LISTED:]]
         return Overview(mine, views)
 
     async def home(self, actor: Actor, recent: int = 10) -> Overview:
         """The App Home of one person: what waits for their decision, and their own runs."""
-        if not self.core.authorizer.served(self.core.policies.current().policy, actor).allowed:
-            return Overview([], [])
-        mine = await self.waiting_for(actor)
-        own = await self.store.recent_runs(actor.team_id, actor.user_id, recent)
-        return Overview(mine, [await self._view(r) for r in own])
+        return (await self.homes([actor], recent))[0]
+
+    async def homes(self, actors: list[Actor], recent: int = 10) -> list[Overview]:
+        """The App Homes of several people (a publisher's batch): the paused runs are read
+        once for all of them."""
+        policy = self.core.policies.current().policy
+        pending: Pending | None = None
+        out: list[Overview] = []
+        for actor in actors:
+            if not self.core.authorizer.served(policy, actor).allowed:
+                out.append(Overview([], []))
+                continue
+            if pending is None:
+                pending = await self._pending(await self._unfinished())
+            mine = await self._mine(actor, pending)
+            own = await self.store.recent_runs(actor.team_id, actor.user_id, recent)
+            out.append(Overview(mine, [await self._view(r) for r in own]))
+        return out
+
+    @staticmethod
+    def _view_of(run: RunRecord, calls: dict[str, list[CallRecord]]) -> RunView:
+        """A run's view from calls already read."""
+        waiting = []
+        if run.status == RunStatus.PAUSED:
+            waiting = [c for c in calls.get(run.run_id, []) if not c.decided]
+        return RunView(run, waiting)
 
     async def _view(self, run: RunRecord) -> RunView:
         waiting = []

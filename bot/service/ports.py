@@ -36,6 +36,17 @@ class GroupDirectory(Protocol):
         """The group's members; raises GroupLookupError when it cannot say (in time)."""
 
 
+class ChannelDirectory(Protocol):
+    """Who is in a channel: what `approvers: ["*"]` means ("anyone in this channel").
+
+    Asked by every surface that lets a person decide, cancel or see a run ("*" is checked the
+    same way on the card, the App Home, `/agent list`, status and cancel), so it answers from
+    what it knows when it can and otherwise within a bounded time."""
+
+    async def members(self, team_id: str, channel: str) -> frozenset[str]:
+        """The channel's members; raises GroupLookupError when it cannot say (in time)."""
+
+
 class Notifier(Protocol):
     """Answers the person who acted, privately. Everything else people see in Slack is derived
     from what the store holds (the outbox and the projector in `bot.slack`), not told."""

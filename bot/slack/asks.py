@@ -26,5 +26,8 @@ async def answer(
             return {"response_type": "ephemeral", "text": shown(found)}
         text, body = status_message(found)
         return {"response_type": "ephemeral", "text": text, "blocks": body}
-    text, body = overview_message(await service.overview(actor, channel))
+    overview = await service.overview(actor, channel)
+    if isinstance(overview, Reply):
+        return {"response_type": "ephemeral", "text": shown(overview)}
+    text, body = overview_message(overview)
     return {"response_type": "ephemeral", "text": text, "blocks": body}

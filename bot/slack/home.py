@@ -21,6 +21,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.outage import log_failure
 from bot.service.approvals import ApprovalService
+from bot.service.people import Overview
 from bot.service.ports import Actor
 from bot.slack.overview import home_view
 from bot.slack.webapi import Later, Pacer, Refused, classify
@@ -51,8 +52,15 @@ class HomePublisher:
         self._stopping = asyncio.Event()
         self._busy = 0
 
+    def _served(self, actor: Actor) -> bool:
+        policy = self.service.policies.current().policy
+        return self.service.core.authorizer.served(policy, actor).allowed
+
     async def opened(self, actor: Actor) -> None:
-        """The `app_home_opened` event: publish this person's Home (soon, by the loop)."""
+        """The `app_home_opened` event: publish this person's Home (soon, by the loop). A
+        person of a workspace this bot does not serve is not kept (nor published to)."""
+        if not self._served(actor):
+            return
         await self.index.opened(actor.team_id, actor.user_id, actor.enterprise_id)
 
     async def run_changed(self, run: RunRecord) -> None:
@@ -64,6 +72,14 @@ class HomePublisher:
             return
         approvers = self.service.policies.current().policy.channel_approvers(run.channel_id)
         if not any(p == "*" or p[0] in "S@" for p in approvers):
+            # Those an escalation reached decide the run's calls too.
+            escalated = {
+                p
+                for call in await self.service.store.pause_calls(run.run_id)
+                for p in call.escalated_principals()
+            }
+            approvers = (*approvers, *escalated)
+        if not any(p == "*" or p[0] in "S@" for p in approvers):
             viewers = [v for v in viewers if v == run.user_id or v in approvers]
         if viewers:
             await self.index.touch(run.team_id, viewers, self.interval)
@@ -74,10 +90,10 @@ class HomePublisher:
             try:
                 await self.service.foreground.lull()  # acks first
                 due = await self.index.claim(10)
-                for team, user in due:
+                if due:
                     self._busy += 1
                     try:
-                        await self.publish(team, user)
+                        await self.publish_many(due)
                     finally:
                         self._busy -= 1
                 if not due:
@@ -94,9 +110,32 @@ class HomePublisher:
 
     async def publish(self, team: str, user: str) -> bool:
         """Render and publish one person's Home if it changed; True when it was published."""
-        actor = Actor(team, user, await self.index.enterprise(team, user))
+        return (await self.publish_many([(team, user)]))[0]
+
+    async def publish_many(self, people: list[tuple[str, str]]) -> list[bool]:
+        """Render these people's Homes together (the paused runs read once for all of them)
+        and publish each that changed. A person the bot no longer serves is forgotten."""
+        actors = [Actor(t, u, await self.index.enterprise(t, u)) for t, u in people]
+        served = [a for a in actors if self._served(a)]
+        for actor in actors:
+            if actor not in served:
+                await self.index.forget(actor.team_id, actor.user_id)
         try:
-            view = home_view(await self.service.home(actor))
+            overviews = await self.service.homes(served)
+        except Exception:
+            log_failure(log, "could not render App Homes; again later", level=WARNING)
+            for actor in served:
+                await self.index.again(actor.team_id, actor.user_id, self.interval)
+            return [False] * len(actors)
+        done = dict(zip(served, overviews, strict=True))
+        return [
+            await self._publish(a.team_id, a.user_id, done[a]) if a in done else False
+            for a in actors
+        ]
+
+    async def _publish(self, team: str, user: str, overview: Overview) -> bool:
+        try:
+            view = home_view(overview)
             digest = hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()[:24]
             if digest == await self.index.shown(team, user):
                 return False

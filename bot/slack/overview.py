@@ -18,6 +18,8 @@ from slack_sdk.models.blocks import (
 from bot.service.people import Overview, RunView, Waiting
 from bot.service.replies import when
 from bot.slack.blocks import (
+    ARGUMENT_LABELS,
+    ARGUMENTS_LIMIT,
     KIND_LABELS,
     _md,
     as_dicts,
@@ -27,10 +29,11 @@ from bot.slack.blocks import (
     quorum_text,
     status_text,
 )
-from bot.slack.text import blockquote, escape, inline, truncate
+from bot.slack.text import blockquote, code_block, escape, inline, truncate
 from bot.store.records import CallRecord, CallStatus, RunRecord, RunStatus
 
 HOME_RUNS = 10
+HOME_ARGUMENTS_LIMIT = 1000  # a call's arguments on the Home; longer ones are decided on the card
 MAX_BLOCKS = 95  # a message or a Home view holds at most 100 blocks
 
 
@@ -125,19 +128,40 @@ def overview_message(overview: Overview) -> tuple[str, list[dict[str, Any]]]:
     return text, as_dicts(blocks[:MAX_BLOCKS])
 
 
+def _home_call(item: Waiting) -> list[Block]:
+    """One call on the Home: what it is, its arguments (shortened), and the card's buttons
+    only when the Home shows the arguments as the card does; a call whose arguments the Home
+    cuts is decided on its card, one click away (nobody decides what they have not seen)."""
+    call = item.call
+    label = ARGUMENT_LABELS.get(call.kind, "Arguments")
+    shown = code_block(call.arguments, HOME_ARGUMENTS_LIMIT, call.arguments_chars)
+    whole = shown == code_block(call.arguments, ARGUMENTS_LIMIT, call.arguments_chars)
+    blocks: list[Block] = [
+        SectionBlock(text=_md(_waiting_line(item))),
+        SectionBlock(text=_md(f"*{label}:*\n{shown}")),
+    ]
+    if whole:
+        blocks.append(
+            ActionsBlock(block_id=f"home:{call.approval_id}", elements=decision_buttons(call))
+        )
+    else:
+        card = _call_link(call, item.run, "its approval request")
+        blocks.append(
+            ContextBlock(
+                elements=[_md(f"The arguments are too long for this tab: decide on {card}.")]
+            )
+        )
+    return blocks
+
+
 def home_view(overview: Overview) -> dict[str, Any]:
-    """The App Home tab of one person: the calls waiting for their decision, each with the
-    card's own buttons, and their recent runs."""
+    """The App Home tab of one person: the calls waiting for their decision, each with its
+    arguments and the card's own buttons, and their recent runs."""
     blocks: list[Block] = [HeaderBlock(text="Waiting for your decision")]
     if not overview.mine:
         blocks.append(SectionBlock(text=_md("Nothing is waiting for your decision.")))
     for item in overview.mine:
-        blocks.append(SectionBlock(text=_md(_waiting_line(item))))
-        blocks.append(
-            ActionsBlock(
-                block_id=f"home:{item.call.approval_id}", elements=decision_buttons(item.call)
-            )
-        )
+        blocks.extend(_home_call(item))
     blocks.append(DividerBlock())
     blocks.append(HeaderBlock(text="Your recent runs"))
     if not overview.runs:

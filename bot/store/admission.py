@@ -89,3 +89,16 @@ class AdmissionStore:
         verdict = _s(reply[0])
         figure = int(reply[1]) if len(reply) > 1 else 0
         return Admission(verdict, figure)  # type: ignore[arg-type]
+
+    async def ask(self, team: str, user: str, per_minute: int) -> int:
+        """Count one list asked for by this person: 0 when within `per_minute` (a fixed
+        minute), else the seconds until they may ask again (`0` per minute: no limit)."""
+        if per_minute <= 0:
+            return 0
+        key = keys.lists_key(team, user)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.incr(key)
+            pipe.expire(key, 60, nx=True)
+            pipe.ttl(key)
+            count, _, ttl = await pipe.execute()
+        return 0 if int(count) <= per_minute else max(1, int(ttl))

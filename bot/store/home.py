@@ -69,9 +69,32 @@ class HomeIndex:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(keys.HOME_ORGS, member, enterprise)
             pipe.zadd(keys.HOME_VIEWERS, {member: now_ms})
-            pipe.zremrangebyscore(keys.HOME_VIEWERS, "-inf", now_ms - VIEWER_DAYS * 86400_000)
             pipe.zadd(keys.HOME_DUE, {member: now_ms}, lt=True)
             await pipe.execute()
+        await self.trim()
+
+    async def forget(self, team: str, user: str) -> None:
+        """Keep nothing of this person (a workspace the bot does not serve)."""
+        member = person(team, user)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zrem(keys.HOME_VIEWERS, member)
+            pipe.zrem(keys.HOME_DUE, member)
+            pipe.hdel(keys.HOME_SHOWN, member)
+            pipe.hdel(keys.HOME_ORGS, member)
+            await pipe.execute()
+
+    async def trim(self) -> int:
+        """Forget the viewers who have not opened their Home for `VIEWER_DAYS` (what was
+        shown to them and their organization too); how many."""
+        cutoff = time.time() * 1000 - VIEWER_DAYS * 86400_000
+        gone = [_s(m) for m in await self.redis.zrangebyscore(keys.HOME_VIEWERS, "-inf", cutoff)]
+        if gone:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.zrem(keys.HOME_VIEWERS, *gone)
+                pipe.hdel(keys.HOME_SHOWN, *gone)
+                pipe.hdel(keys.HOME_ORGS, *gone)
+                await pipe.execute()
+        return len(gone)
 
     async def viewers(self, team: str) -> list[str]:
         """The users of `team` who opened their App Home in the last `VIEWER_DAYS` days."""

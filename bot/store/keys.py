@@ -205,6 +205,11 @@ def target_kind(target: str) -> TargetKind:
 
 
 # People: their recent runs, and the App Home tabs to keep up to date.
+def lists_key(team: str, user: str) -> str:
+    """Counter: the lists (`/agent list`) a person asked for in the current minute."""
+    return f"{PREFIX}:lists:{team}:{user}"
+
+
 def user_runs_key(team: str, user: str) -> str:
     """Sorted set: the runs a person started (run id -> created time), the latest kept."""
     return f"{PREFIX}:runs:user:{team}:{user}"

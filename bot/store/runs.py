@@ -486,6 +486,7 @@ class RunStore:
         self.call_and_run = calls.call_and_run
         self.pause_ids = calls.pause_ids
         self.pause_calls = calls.pause_calls
+        self.calls_of_pauses = calls.calls_of_pauses
         self.calls = calls.calls
         self.set_pending_call_fields = calls.set_pending_call_fields
         self.set_call_message = calls.set_call_message

@@ -120,6 +120,10 @@ class FakeSlackAPI:
         self.hanging = 0  # calls waiting for `release()` right now
         # User groups for usergroups.list: id -> (handle, member ids).
         self.usergroups: dict[str, tuple[str, list[str]]] = {}
+        # Channel members for conversations.members: channel id -> member ids. A channel not
+        # set here is answered `channel_not_found` (the bot is not in it).
+        self.channel_members: dict[str, list[str]] = {}
+        self.members_page = 200  # the most members one page holds (Slack: `limit`, <= 1000)
         self._ts = itertools.count(1)
         self._last_ts = 0.0
         self._runner: web.AppRunner | None = None
@@ -397,6 +401,16 @@ class FakeSlackAPI:
             for gid, (handle, users) in self.usergroups.items()
         ]
         return {"usergroups": groups}
+
+    def _conversations_members(self, p: dict[str, Any]) -> dict[str, Any]:
+        members = self.channel_members.get(str(p.get("channel", "")))
+        if members is None:
+            raise _SlackError("channel_not_found")
+        start = int(str(p.get("cursor") or "0").removeprefix("c") or 0)
+        size = min(int(p.get("limit") or 100), self.members_page)
+        end = start + size
+        cursor = f"c{end}" if end < len(members) else ""
+        return {"members": members[start:end], "response_metadata": {"next_cursor": cursor}}
 
     def _conversations_open(self, p: dict[str, Any]) -> dict[str, Any]:
         users = str(p.get("users", "")).split(",")
