@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
 
+from bot.service.policy_source import PolicySource, policy_version
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE
 from bot.store import keys
 from bot.store.home import VIEWER_DAYS
@@ -147,3 +149,38 @@ async def test_lists_are_limited_per_person(redis_url: str) -> None:
         assert "faster than this bot allows (2 a minute)" in refused["text"], refused
         other = await bot.slack.command("list", user="U3", channel="C1")
         assert "Waiting for your decision" in json.dumps(other.json())  # per person
+
+
+async def test_a_policy_change_takes_the_call_from_a_removed_approvers_home(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """#22 item 3: U2 is no longer an approver once the policy changes: their open Home stops
+    offering the call (and their click from an old Home is refused)."""
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("ok")]],
+        ledger,
+    )
+    path = tmp_path / "policy.yml"
+    path.write_text(POLICY)
+    after = POLICY.replace("approvers: [U2, U3]", "approvers: [U3]")
+    source = PolicySource.from_file(path, check_every=0.05)
+    async with BotHarness(redis_url, agent, source) as bot:
+        approval = await bot.start_and_wait("clean", user="U1")
+        await open_home(bot, "U2")
+        await wait_until(
+            lambda: "U2" in bot.slack_api.home_views and APPROVE in home_of(bot, "U2").action_ids(),
+            what="U2's Home with the call",
+        )
+        path.write_text(after)
+        await wait_until(lambda: source.current().version == policy_version(after), what="reload")
+        await wait_until(
+            lambda: home_of(bot, "U2").action_ids() == [], what="U2's Home without the call"
+        )
+        sent = await bot.slack.send_interaction(
+            home_click(bot, APPROVE, approval.button_value(APPROVE), "U2")
+        )
+        assert sent.status == 200
+        refused = await wait_until(lambda: bot.slack_api.dms("U2"), what="U2 told")
+        assert "not among the approvers" in refused[-1].text
+        assert ledger.executed == []

@@ -51,6 +51,7 @@ class HomePublisher:
         self.pacer = pacer or Pacer(rate=100 / 60, burst=20)  # views.publish: Tier 4
         self._stopping = asyncio.Event()
         self._busy = 0
+        self._policy_version: str | None = None  # the policy the Homes were last judged by
 
     def _served(self, actor: Actor) -> bool:
         policy = self.service.policies.current().policy
@@ -89,6 +90,7 @@ class HomePublisher:
         while not self._stopping.is_set():
             try:
                 await self.service.foreground.lull()  # acks first
+                await self._follow_the_policy()
                 due = await self.index.claim(10)
                 if due:
                     self._busy += 1
@@ -107,6 +109,19 @@ class HomePublisher:
 
     def stop(self) -> None:
         self._stopping.set()
+
+    async def _follow_the_policy(self) -> None:
+        """A new policy can take calls from some Homes (a removed approver) and give them to
+        others: every open Home is judged again, within the usual pacing."""
+        version = self.service.policies.current().version
+        if version == self._policy_version:
+            return
+        first = self._policy_version is None
+        self._policy_version = version
+        if first:
+            return  # the Homes are judged by this policy as they are published
+        for team, users in (await self.index.everyone()).items():
+            await self.index.touch(team, users, self.interval)
 
     async def publish(self, team: str, user: str) -> bool:
         """Render and publish one person's Home if it changed; True when it was published."""

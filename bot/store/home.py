@@ -103,6 +103,15 @@ class HomeIndex:
         prefix = team + ":"
         return [_s(m)[len(prefix) :] for m in members if _s(m).startswith(prefix)]
 
+    async def everyone(self) -> dict[str, list[str]]:
+        """Every viewer of the last `VIEWER_DAYS` days, by team."""
+        since = time.time() * 1000 - VIEWER_DAYS * 86400_000
+        teams: dict[str, list[str]] = {}
+        for member in await self.redis.zrangebyscore(keys.HOME_VIEWERS, since, "+inf"):
+            team, _, user = _s(member).partition(":")
+            teams.setdefault(team, []).append(user)
+        return teams
+
     async def touch(self, team: str, users: list[str], interval: float) -> None:
         """These viewers' Homes must show a change: due now, or `interval` after their last
         publish (whichever is later)."""
