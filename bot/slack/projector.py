@@ -368,7 +368,10 @@ class Projector:
         held = await outcomes.list_and_hold(person, run.run_id, token, self.lease)
         while held:
             try:
-                paced = await self._tell_listed(run, person)
+                # One notice per window per person: news that comes meanwhile gathers (listed).
+                paced = max(0.0, await outcomes.next_notice(person) - time.time()) or None
+                if paced is None:
+                    paced = await self._tell_listed(run, person)
             finally:
                 await outcomes.release_notice(person, token)
             if paced is not None:
@@ -392,6 +395,7 @@ class Projector:
             if sections:
                 await self._post_notice(run, person, "\n\n".join(sections))
                 await outcomes.told_many(untold)
+                await outcomes.notice_sent(person, self.notice_window)
             await outcomes.forget_runs(person, listed)
         return None
 

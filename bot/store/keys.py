@@ -231,6 +231,11 @@ def notice_runs_key(person: str) -> str:
     return f"{PREFIX}:notice:{person}:runs"
 
 
+def notice_next_key(person: str) -> str:
+    """String: when this person's next notice may go (Unix seconds): one per notice window."""
+    return f"{PREFIX}:notice:{person}:next"
+
+
 def notice_lock_key(person: str) -> str:
     """String: the token of the projector pass writing this person's notice right now."""
     return f"{PREFIX}:notice:{person}:lock"

@@ -116,6 +116,20 @@ class Outcomes:
             *_, held = await pipe.execute()
         return bool(held)
 
+    async def next_notice(self, person: str) -> float:
+        """When `person`'s next notice may go (0: now)."""
+        value = await self.redis.get(keys.notice_next_key(person))
+        return float(text(value)) if value else 0.0
+
+    async def notice_sent(self, person: str, window: float) -> None:
+        """A notice went to `person`: the next one waits `window` seconds (news gathers)."""
+        if window > 0:
+            await self.redis.set(
+                keys.notice_next_key(person),
+                f"{time.time() + window:.3f}",
+                px=int(window * 1000) + 1,
+            )
+
     async def listed(self, person: str) -> int:
         """How many of `person`'s runs are listed with news not told yet."""
         return int(await self.redis.zcard(keys.notice_runs_key(person)))
