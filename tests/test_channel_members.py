@@ -18,6 +18,7 @@ from bot.slack.channels import SlackChannels
 from bot.testing.harness import BotHarness, status_line, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
+from tests.test_home import home_click, open_home
 
 PRIVATE = """
 defaults:
@@ -44,20 +45,6 @@ def ephemeral(sent: Any) -> str:
     body = sent.json()
     assert body["response_type"] == "ephemeral", body
     return str(body["text"]) + json.dumps(body.get("blocks") or [])
-
-
-def home_click(bot: BotHarness, action_id: str, value: str, user: str) -> dict[str, Any]:
-    """A click on a button of the App Home: no channel, a `view` container."""
-    payload = bot.slack.click_payload(action_id, value, user=user, channel="")
-    del payload["channel"], payload["message"]
-    payload["container"] = {"type": "view", "view_id": f"VH{user}"}
-    payload["view"] = {"id": f"VH{user}", "type": "home", "team_id": bot.slack_api.team_id}
-    return payload
-
-
-async def open_home(bot: BotHarness, user: str) -> None:
-    event = {"type": "app_home_opened", "user": user, "channel": f"D{user}", "tab": "home"}
-    assert (await bot.slack.send_json(bot.slack.event_payload(event))).status == 200
 
 
 async def test_a_private_channels_run_reaches_its_members_only(redis_url: str) -> None:
