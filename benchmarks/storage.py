@@ -77,9 +77,15 @@ class DefaultRedis(EmbeddedRedis):
         return parts[:at] + parts[at + len(LISTPACK_SETTINGS) :]
 
 
-async def bytes_per_paused_run(redis_url: str, task: str, runs: int = RUNS) -> float:
-    """`runs` runs of `task` (each a call with 100 characters of arguments) paused through the
-    bot, in an empty Redis: MEMORY USAGE of every key of the database / runs."""
+UNLIMITED = {
+    "user_start_burst": 0, "channel_start_burst": 0, "user_open_runs": 0,
+    "channel_open_runs": 0, "slack_posts_per_second": 1000.0,
+}  # fmt: skip
+
+
+def paused_runs_bot(redis_url: str, runs: int) -> BotHarness:
+    """The bot with `runs` agents `a0`..., each calling `delete_logs` (100 characters of
+    arguments, needs approval) once, then answering: one paused run each, no start limits."""
     from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
 
     set_tracing_disabled(True)
@@ -91,11 +97,13 @@ async def bytes_per_paused_run(redis_url: str, task: str, runs: int = RUNS) -> f
         for _ in range(runs)
     ]
     agents = {f"a{i}": ops_agent(s, Ledger(), name=f"a{i}")[0] for i, s in enumerate(steps)}
-    unlimited = {
-        "user_start_burst": 0, "channel_start_burst": 0, "user_open_runs": 0,
-        "channel_open_runs": 0, "slack_posts_per_second": 1000.0,
-    }  # fmt: skip
-    async with BotHarness(redis_url, agents, POLICY, settings=unlimited) as bot:
+    return BotHarness(redis_url, agents, POLICY, settings=UNLIMITED)
+
+
+async def bytes_per_paused_run(redis_url: str, task: str, runs: int = RUNS) -> float:
+    """`runs` runs of `task` (each a call with 100 characters of arguments) paused through the
+    bot, in an empty Redis: MEMORY USAGE of every key of the database / runs."""
+    async with paused_runs_bot(redis_url, runs) as bot:
         for i in range(runs):
             await bot.slack.command(f"run a{i} {task}", user="U1", channel="C1")
         await bot.wait_for_approvals(runs, timeout=60)
@@ -222,22 +230,7 @@ async def click_trips(redis_url: str, clicks: int = 20) -> dict[str, float]:
     request to its HTTP response (workers and projector stopped, so only the click counts):
     {"trips", "store_ms", "click_ms"}, means over `clicks` clicks on distinct pending calls.
     The time in Redis calls includes redis-py's reply parsing (hiredis, when installed)."""
-    from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
-
-    set_tracing_disabled(True)
-    steps = [
-        [
-            [function_call("delete_logs", {"path": PATH_100}, call_id="c1")],
-            [assistant_message("ok")],
-        ]
-        for _ in range(clicks)
-    ]
-    agents = {f"a{i}": ops_agent(s, Ledger(), name=f"a{i}")[0] for i, s in enumerate(steps)}
-    unlimited = {
-        "user_start_burst": 0, "channel_start_burst": 0, "user_open_runs": 0,
-        "channel_open_runs": 0, "slack_posts_per_second": 1000.0,
-    }  # fmt: skip
-    async with BotHarness(redis_url, agents, POLICY, settings=unlimited) as bot:
+    async with paused_runs_bot(redis_url, clicks) as bot:
         for i in range(clicks):
             await bot.slack.command(f"run a{i} {TASK_150}", user="U1", channel="C1")
         cards = await bot.wait_for_approvals(clicks, timeout=60)

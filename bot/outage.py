@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 import redis.exceptions
 
 from bot import metrics
+from bot.errors import cause_of
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +32,7 @@ UNREACHABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 def unreachable(exc: BaseException) -> bool:
     """Whether `exc`, or what it was raised from, is redis-py failing to reach Redis (a
     refused or lost connection, a timeout): nothing else counts."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, UNREACHABLE):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+    return cause_of(exc, UNREACHABLE) is not None
 
 
 class Outage:

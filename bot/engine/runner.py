@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any
 
 import agents
 from agents import (
@@ -37,7 +37,7 @@ from bot.engine.context import RunContext, deserialize_context, serialize_contex
 from bot.engine.journal import CURRENT, CallNeedsReview, Execution
 from bot.engine.registry import AgentRegistry, what_matters
 from bot.engine.tracing import Tracing
-from bot.errors import ApprovalBotError
+from bot.errors import ApprovalBotError, cause_of
 from bot.untrusted import redact
 
 log = logging.getLogger(__name__)
@@ -142,21 +142,6 @@ def unpack_state(blob: bytes) -> bytes:
         unpacker = zlib.decompressobj(-15, zdict=zdict)
         return unpacker.decompress(body) + unpacker.flush()
     return zlib.decompress(blob)
-
-
-E = TypeVar("E", bound=BaseException)
-
-
-def _cause(exc: BaseException, kind: type[E]) -> E | None:
-    """The exception of type `kind` that ended the run, wherever the SDK wrapped it."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, kind):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
 
 
 @dataclass(frozen=True)
@@ -348,7 +333,7 @@ class Engine:
         except _StopRequested:
             return Stopped()
         except Exception as exc:
-            if _cause(exc, _StopRequested) is not None:
+            if cause_of(exc, _StopRequested) is not None:
                 return Stopped()
             return self._failure(exc)
         finally:
@@ -357,7 +342,7 @@ class Engine:
 
     @staticmethod
     def _failure(exc: Exception) -> Outcome:
-        review = _cause(exc, CallNeedsReview)
+        review = cause_of(exc, CallNeedsReview)
         if review is not None:
             return NeedsReview(review.call_id, review.tool)
         log.warning("run failed: %s", type(exc).__name__, exc_info=True)
