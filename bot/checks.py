@@ -13,6 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from pydantic import ValidationError
+from redis.cluster import RedisCluster
 
 from bot.config import Settings, env_file
 from bot.engine.registry import AgentLoadError, AgentRegistry
@@ -130,6 +131,79 @@ def redis_problems(settings: Settings) -> list[str]:
     finally:
         client.close()
     return []
+
+
+def redis_survey(url: str) -> str:
+    """What `approval-bot check` found at `url`: standalone or cluster (and how many primaries
+    and replicas), the version, and the settings that matter to the bot on every primary:
+    `maxmemory-policy` (anything but `noeviction` may drop pending approvals) and persistence
+    (without AOF or RDB a restart of Redis loses every paused run)."""
+    kind = "standalone"
+    plain = redis.Redis.from_url(
+        url, socket_connect_timeout=PING_SECONDS, socket_timeout=PING_SECONDS
+    )
+    try:
+        if str(plain.info("cluster").get("cluster_enabled", 0)) == "1":
+            kind = "cluster"
+    except redis.ResponseError:
+        pass
+    finally:
+        plain.close()
+    primaries: list[dict[str, Any]]  # per primary: its INFO server/persistence and CONFIG
+    if kind == "cluster":
+        cluster = RedisCluster.from_url(
+            url, socket_connect_timeout=PING_SECONDS, socket_timeout=PING_SECONDS
+        )
+        try:
+            where = RedisCluster.PRIMARIES
+            parts: list[Any] = [
+                cluster.info("server", target_nodes=where),
+                cluster.info("persistence", target_nodes=where),
+                cluster.config_get("maxmemory-policy", target_nodes=where),
+                cluster.config_get("save", target_nodes=where),
+            ]
+            replicas = len(cluster.get_replicas())  # type: ignore[no-untyped-call]
+        finally:
+            cluster.close()
+        primaries = [{k: v for part in parts for k, v in part[node].items()} for node in parts[0]]
+        head = f"Redis Cluster of {len(primaries)} primaries and {replicas} replica(s)"
+    else:
+        client = redis.Redis.from_url(
+            url, socket_connect_timeout=PING_SECONDS, socket_timeout=PING_SECONDS
+        )
+        try:
+            one: dict[str, Any] = {**client.info("server"), **client.info("persistence")}
+            one.update(_config(client, "maxmemory-policy") | _config(client, "save"))
+        finally:
+            client.close()
+        primaries = [one]
+        head = "standalone Redis"
+
+    def each(name: str) -> list[str]:
+        return sorted({str(node.get(name, "?")) for node in primaries})
+
+    versions, policies, aof, saves = (
+        each("redis_version"),
+        each("maxmemory-policy"),
+        each("aof_enabled"),
+        each("save"),
+    )
+    kept = "AOF on" if aof == ["1"] else "AOF off" if aof == ["0"] else "AOF mixed"
+    kept += "; RDB saves off" if saves == [""] else f"; RDB saves {', '.join(saves)}"
+    if aof != ["1"] and saves == [""]:
+        kept += " (a restart of Redis would lose every paused run)"
+    policy = ", ".join(policies)
+    if policies != ["noeviction"]:
+        policy += " (set noeviction: others may drop pending approvals)"
+    return f"{head}, version {', '.join(versions)}; maxmemory-policy {policy}; persistence: {kept}."
+
+
+def _config(client: redis.Redis, name: str) -> dict[str, str]:
+    """`CONFIG GET name`, empty when CONFIG is not allowed (managed Redis)."""
+    try:
+        return {str(k): str(v) for k, v in dict(client.config_get(name)).items()}
+    except redis.ResponseError:
+        return {}
 
 
 def policy_placeholders(policy: Policy) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import redis
 
-from bot.checks import collect_problems, load_settings_problems, redacted
+from bot.checks import collect_problems, load_settings_problems, redacted, redis_survey
 from bot.config import Settings
 from bot.engine.registry import AgentLoadError, AgentRegistry
 from bot.service.policy import PolicyError, load_policy
@@ -36,6 +36,13 @@ def _check(args: argparse.Namespace) -> int:
         f"OK: agents {', '.join(registry.agents)} (default {registry.default_name}); "
         f"policy {settings.policy_file} with {len(policy.channels)} channel(s)."
     )
+    if settings.redis_url is None:
+        print("Redis: none set; the bot starts its own redis-server (AOF, noeviction).")
+    else:
+        try:
+            print(f"Redis: {redis_survey(settings.redis_url)}")
+        except (redis.RedisError, OSError) as exc:
+            print(f"Redis: answers PING, but could not be surveyed ({type(exc).__name__}).")
     return 0
 
 
@@ -157,10 +164,9 @@ def parse_time(text: str) -> float:
 
 
 async def _export_audit(settings: Settings, since: float, until: float | None, fmt: str) -> int:
-    import redis.asyncio as redis
 
     from bot.store.audit import FIELDS, AuditLog
-    from bot.store.connection import EmbeddedRedis
+    from bot.store.connection import EmbeddedRedis, open_redis
 
     embedded = None
     url = settings.redis_url or await EmbeddedRedis.running_url(settings.data_dir)
@@ -173,7 +179,7 @@ async def _export_audit(settings: Settings, since: float, until: float | None, f
         embedded = EmbeddedRedis(settings.data_dir)
         await embedded.start()
         url = embedded.url
-    client = redis.Redis.from_url(url)
+    client, _ = await open_redis(url, max_connections=4, mode=settings.redis_mode)
     try:
         writer = csv.DictWriter(sys.stdout, fieldnames=["id", *FIELDS], extrasaction="ignore")
         if fmt == "csv":

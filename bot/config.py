@@ -39,6 +39,11 @@ class Settings(BaseSettings):
 
     redis_url: str | None = Field(default=None, alias="REDIS_URL")
     redis_max_connections: int = Field(default=64, alias="APPROVAL_BOT_REDIS_MAX_CONNECTIONS", ge=4)
+    # What REDIS_URL names: `auto` asks the server (INFO cluster); `standalone` or `cluster`
+    # say it (a managed service that hides INFO).
+    redis_mode: Literal["auto", "standalone", "cluster"] = Field(
+        default="auto", alias="APPROVAL_BOT_REDIS_MODE"
+    )
     data_dir: Path = Field(default=Path(".approval-bot"), alias="APPROVAL_BOT_DATA_DIR")
     run_retention_days: int = Field(default=30, alias="APPROVAL_BOT_RUN_RETENTION_DAYS", ge=1)
     audit_retention_days: int = Field(default=400, alias="APPROVAL_BOT_AUDIT_RETENTION_DAYS", ge=0)

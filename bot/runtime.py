@@ -41,7 +41,7 @@ from bot.slack.projector import Projector
 from bot.slack.webapi import Pacer, build_client
 from bot.store.admission import AdmissionStore, Quota
 from bot.store.audit import AuditLog
-from bot.store.connection import EmbeddedRedis, connect
+from bot.store.connection import EmbeddedRedis, open_redis
 from bot.store.journal import RedisJournal
 from bot.store.queue import JobQueue
 from bot.store.runs import RunStore
@@ -95,7 +95,10 @@ class BotRuntime:
             self.embedded = EmbeddedRedis(s.data_dir)
             await self.embedded.start()
             url = self.embedded.url
-        self.redis = connect(url, max_connections=s.redis_max_connections)
+        self.redis, self.redis_kind = await open_redis(
+            url, max_connections=s.redis_max_connections, mode=s.redis_mode
+        )
+        log.info("Redis: %s", self.redis_kind)
         OUTAGE.attach(self.redis.ping)  # an outage ends when a PING answers again
         retention = s.run_retention_days * 86400
         store = RunStore(
@@ -104,7 +107,7 @@ class BotRuntime:
             progress_due_in=s.progress_due_seconds,
             clock=self.clock,
         )
-        self.leases = connect(url, max_connections=4)
+        self.leases, _ = await open_redis(url, max_connections=4, mode=self.redis_kind)
         self.queue = JobQueue(self.redis, lease_seconds=s.job_lease_seconds, leases=self.leases)
         token = s.slack_bot_token.get_secret_value() if s.slack_bot_token else None
         # One HTTP session (pooled connections) for every Web API call of this process.

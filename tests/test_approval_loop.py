@@ -6,7 +6,7 @@ import json
 import zlib
 from typing import Any
 
-import redis.asyncio as aioredis
+import pytest
 from agents import Agent, function_tool
 from agents.testing import ScriptedModel
 
@@ -14,6 +14,7 @@ from bot.slack.blocks import ALWAYS_APPROVE, APPROVE, REJECT
 from bot.store import keys
 from bot.store.records import Snapshot
 from bot.store.runs import decode_snapshot, encode_snapshot
+from bot.testing.cluster import redis_for
 from bot.testing.harness import BotHarness, status_line
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import (
@@ -26,6 +27,7 @@ from tests.agents_for_tests import (
 )
 
 
+@pytest.mark.cluster_too
 async def test_approve_runs_the_tool_and_posts_the_output(redis_url: str) -> None:
     ledger = Ledger()
     agent, model = ops_agent(
@@ -83,6 +85,7 @@ def two_step(call: object, final: str = "ok") -> list[object]:
     return [[call], [assistant_message(final)]]
 
 
+@pytest.mark.cluster_too
 async def test_reject_with_modal_reason_reaches_the_model_exactly(redis_url: str) -> None:
     ledger = Ledger()
     agent, model = ops_agent(
@@ -119,6 +122,7 @@ async def test_empty_reason_falls_back_to_the_configured_text(redis_url: str) ->
     assert tool_outputs(model) == {"c1": "Denied by the on-call human."}
 
 
+@pytest.mark.cluster_too
 async def test_thread_reply_rejects_with_the_rest_as_reason(redis_url: str) -> None:
     ledger = Ledger()
     agent, model = ops_agent(
@@ -173,6 +177,7 @@ async def test_thread_comments_prefill_the_reject_modal(redis_url: str) -> None:
     assert tool_outputs(model) == {"c1": "rejecting is wise here\nCheck the backups first"}
 
 
+@pytest.mark.cluster_too
 async def test_always_approve_lets_later_calls_of_that_tool_through(redis_url: str) -> None:
     ledger = Ledger()
     agent, _model = ops_agent(
@@ -201,6 +206,7 @@ async def test_always_approve_lets_later_calls_of_that_tool_through(redis_url: s
     assert "always" in bot.slack_api.messages[(first.channel, first.ts)].all_text()
 
 
+@pytest.mark.cluster_too
 async def test_two_parallel_calls_are_decided_separately_and_resume_once(redis_url: str) -> None:
     ledger = Ledger()
     agent, model = ops_agent(
@@ -234,6 +240,7 @@ async def test_two_parallel_calls_are_decided_separately_and_resume_once(redis_u
     assert len(model.calls) == 2  # exactly one resume
 
 
+@pytest.mark.cluster_too
 async def test_approval_inside_a_handoff(redis_url: str) -> None:
     ledger = Ledger()
     specialist, _specialist_model = ops_agent(
@@ -260,6 +267,7 @@ async def test_approval_inside_a_handoff(redis_url: str) -> None:
     assert "handed off to specialist" in bot.run_message().all_text()
 
 
+@pytest.mark.cluster_too
 async def test_approval_inside_a_nested_agent_tool(redis_url: str) -> None:
     ledger = Ledger()
     inner, _ = ops_agent(
@@ -288,6 +296,7 @@ async def test_approval_inside_a_nested_agent_tool(redis_url: str) -> None:
     assert "all clean" in [m.text for m in bot.run_thread()]
 
 
+@pytest.mark.cluster_too
 async def test_resume_after_the_bot_restarts_while_waiting(redis_url: str) -> None:
     slack = FakeSlackAPI()
     await slack.start()
@@ -372,7 +381,7 @@ async def test_a_run_paused_before_an_unrelated_agent_edit_resumes(redis_url: st
         # ...and the SDK was upgraded too: the snapshot says another version wrote it.
         run_id = keys.run_of(approval.button_value(APPROVE))
         assert run_id is not None
-        client = aioredis.Redis.from_url(redis_url)
+        client = await redis_for(redis_url)
         stored = decode_snapshot(await client.get(keys.state_key(run_id)))
         older = Snapshot(stored.state, "0.24.0rc1", stored.fingerprint)
         await client.set(keys.state_key(run_id), encode_snapshot(older))
@@ -460,7 +469,7 @@ async def test_an_unreadable_snapshot_fails_the_run_and_runs_nothing(redis_url: 
         approval = await bot.start_and_wait("clean", user="U1")
         run_id = keys.run_of(approval.button_value(APPROVE))
         assert run_id is not None
-        client = aioredis.Redis.from_url(redis_url)
+        client = await redis_for(redis_url)
         stored = decode_snapshot(await client.get(keys.state_key(run_id)))
         unreadable = zlib.compress(b'{"$schemaVersion": "1.21"}')
         await client.set(

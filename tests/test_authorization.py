@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
 from bot.service.policy_source import PolicySource, policy_version
 from bot.slack.blocks import ALWAYS_APPROVE, ALWAYS_REJECT, APPROVE, REJECT
 from bot.store import keys
+from bot.testing.cluster import redis_for
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent, tool_outputs
@@ -56,7 +56,7 @@ def no_server_errors(bot: BotHarness) -> None:
 
 
 async def status_of(redis_url: str, approval_id: str) -> str:
-    client = aioredis.Redis.from_url(redis_url)
+    client = await redis_for(redis_url)
     try:
         return (await client.hget(keys.call_key(approval_id), "status") or b"").decode()
     finally:
@@ -158,6 +158,7 @@ async def test_a_tool_rule_has_its_own_approvers_and_self_approval(redis_url: st
     assert [e["user"] for e in audit if e["kind"] == "decided"] == ["U1"]
 
 
+@pytest.mark.cluster_too
 async def test_quorum_needs_distinct_people_and_one_rejection_settles_it(redis_url: str) -> None:
     policy = BASE + "tools:\n  - match: delete_logs\n    required_approvals: 2\n"
     ledger = Ledger()
@@ -186,6 +187,7 @@ async def test_quorum_needs_distinct_people_and_one_rejection_settles_it(redis_u
     assert "You already approved" in next(e for e in audit if e["kind"] == "refused")["detail"]
 
 
+@pytest.mark.cluster_too
 async def test_quorum_reached_by_concurrent_clicks_runs_the_tool_once(redis_url: str) -> None:
     policy = BASE + "tools:\n  - match: delete_logs\n    required_approvals: 3\n"
     ledger = Ledger()
@@ -350,7 +352,7 @@ async def test_a_call_changed_after_posting_cannot_be_decided(redis_url: str) ->
     async with BotHarness(redis_url, delete_then_done(ledger)[0], BASE) as bot:
         approval = await started(bot)
         approval_id = approval.button_value(APPROVE)
-        client = aioredis.Redis.from_url(redis_url)
+        client = await redis_for(redis_url)
         digest = (await client.hget(keys.call_key(approval_id), "digest") or b"").decode()
         assert f"Call digest `{digest[:10]}`" in approval.all_text()
         await client.hset(keys.call_key(approval_id), "arguments", '{"path": "/etc"}')

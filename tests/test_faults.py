@@ -13,11 +13,11 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-import redis.asyncio as aioredis
 
 from bot.slack.blocks import APPROVE, REVIEW_DONE, REVIEW_RERUN
 from bot.store.audit import AUDIT_STREAM
 from bot.store.connection import EmbeddedRedis
+from bot.testing.cluster import redis_for
 from bot.testing.harness import SIGNING_SECRET, wait_until
 from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI, Message
@@ -53,7 +53,7 @@ def outputs(slack: FakeSlackAPI) -> list[str]:
 
 async def audited(redis_url: str, kind: str, user: str) -> int:
     """How many `kind` entries by `user` the audit trail holds (proof a click was handled)."""
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    client = await redis_for(redis_url, decode_responses=True)
     try:
         entries = await client.xrange(AUDIT_STREAM)
     finally:
@@ -82,6 +82,7 @@ async def approve_one(
 
 
 @pytest.mark.parametrize("stage", ["before_tool", "after_tool"])
+@pytest.mark.cluster_too
 async def test_a_worker_killed_where_a_retry_is_safe_is_replaced(
     stage: str, slack: FakeSlackAPI, env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -73,6 +73,7 @@ def one_call_agent(ledger: Ledger) -> Any:
     return agent
 
 
+@pytest.mark.cluster_too
 async def test_the_starter_cancels_from_the_command_and_twice_is_harmless(redis_url: str) -> None:
     ledger = Ledger()
     limits = {"user_open_runs": 1}
@@ -431,6 +432,7 @@ async def test_the_requester_message_can_be_an_ephemeral(redis_url: str) -> None
         assert bot.slack_api.dms("U1") == []
 
 
+@pytest.mark.cluster_too
 async def test_a_click_racing_a_cancel_resolves_once(redis_url: str) -> None:
     ledger = Ledger()
     async with BotHarness(redis_url, one_call_agent(ledger), POLICY) as bot:
@@ -521,6 +523,7 @@ async def test_a_burst_over_several_runs_is_one_message_to_their_starter(redis_u
         assert all(f"Your run `{r}`" in dms[0].text for r in run_ids)
 
 
+@pytest.mark.cluster_too
 async def test_a_pause_saved_between_the_read_and_the_cancel_is_cancelled_too(
     redis_url: str,
 ) -> None:

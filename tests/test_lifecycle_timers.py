@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-import redis.asyncio as aioredis
 
 from bot import metrics
 from bot.service.policy import PolicyError, parse_policy
@@ -19,6 +18,7 @@ from bot.slack.blocks import APPROVE
 from bot.store import keys
 from bot.store.records import Decided
 from bot.testing.clock import SkippingClock
+from bot.testing.cluster import redis_for
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI, Message
@@ -58,7 +58,7 @@ def card_thread(bot: BotHarness, approval: Message) -> list[Message]:
 
 
 async def call_hash(redis_url: str, approval_id: str) -> dict[str, str]:
-    client = aioredis.from_url(redis_url, decode_responses=True)
+    client = await redis_for(redis_url, decode_responses=True)
     try:
         found = await client.hgetall(keys.call_key(approval_id))  # type: ignore[misc]
         return {str(k): str(v) for k, v in found.items()}
@@ -79,6 +79,7 @@ async def late_click(bot: BotHarness, approval: Message, approval_id: str, user:
     assert sent.status == 200
 
 
+@pytest.mark.cluster_too
 async def test_an_undecided_call_expires_and_the_run_goes_on(redis_url: str) -> None:
     agent, model, ledger = one_call()
     expired_before = metrics.EXPIRIES._value.get()
@@ -125,6 +126,7 @@ async def test_an_undecided_call_expires_and_the_run_goes_on(redis_url: str) -> 
         assert (await call_hash(redis_url, aid))["status"] == "expired"
 
 
+@pytest.mark.cluster_too
 async def test_a_click_racing_the_expiry_decides_exactly_once(redis_url: str) -> None:
     """At the moment of expiry, an approval click and the timer (this process's loop and an
     explicit firing) go at once: exactly one of them decides the call."""
@@ -418,6 +420,7 @@ tools:
     assert "expire_after: at most 30d" in text and "escalate_after needs escalate_to" in text
 
 
+@pytest.mark.cluster_too
 async def test_a_call_expires_on_time_once_across_a_restart(
     slack: FakeSlackAPI, tmp_path: Path, redis_url: str
 ) -> None:
@@ -448,7 +451,7 @@ async def test_a_call_expires_on_time_once_across_a_restart(
     stored = await call_hash(redis_url, aid)
     assert stored["status"] == "expired"
     assert 0 <= float(stored["decided_at"]) - float(stored["expires_at"]) < 3
-    client = aioredis.from_url(redis_url, decode_responses=True)
+    client = await redis_for(redis_url, decode_responses=True)
     try:
         entries = list(await client.xrange("ab:audit"))  # type: ignore[arg-type]
     finally:

@@ -3,6 +3,8 @@ as the scripts' headers say), outbox target names, and records that keep their s
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from bot.store import keys
@@ -69,3 +71,32 @@ def test_finish_answers_each_case_apart() -> None:
     assert decode_finish([b"missing"], RUN) == RunMissing()
     with pytest.raises(NotOwner):
         decode_finish([b"not_owner"], RUN)
+
+
+def test_every_scripts_keys_lie_in_one_cluster_slot() -> None:
+    """A Redis Cluster runs a script only when all its KEYS hash to one slot: every key list
+    `RunKeys` gives a script (each method that returns a list) is checked, with each kind of
+    argument, against the slot of the run's tag."""
+    import inspect
+    from collections.abc import Sequence
+
+    from redis.crc import key_slot
+
+    samples: dict[str, Any] = {"approval_id": CALL, "review_id": "rv1", "reply_id": f"{RUN}.R"}
+    k = RunKeys(RUN)
+    checked = 0
+    for name, method in inspect.getmembers(k, inspect.ismethod):
+        if name.startswith("_"):
+            continue
+        params = inspect.signature(method).parameters
+        args = [
+            [CALL, OTHER] if "Sequence" in str(p.annotation) else samples.get(p.name, CALL)
+            for p in params.values()
+        ]
+        found = method(*args)
+        if not isinstance(found, Sequence) or isinstance(found, str):
+            continue
+        slots = {key_slot(key.encode()) for key in found}
+        assert slots == {key_slot(keys.run_key(RUN).encode())}, (name, found)
+        checked += 1
+    assert checked >= 8  # save_pause, finish, decide, fire_timers, cancel, take_job, ...

@@ -1,7 +1,16 @@
-"""Connecting to Redis: a sized, blocking connection pool, or an embedded `redis-server`.
+"""Connecting to Redis: a standalone server (a sized, blocking connection pool), a Redis
+Cluster (redis-py's cluster client), or an embedded `redis-server`.
 
 redis-py's default pool raises `MaxConnectionsError` the moment it runs dry; under a burst of
 clicks plus background resumes that would drop work. A blocking pool makes callers wait instead.
+The cluster client has no blocking pool: it opens connections on demand, up to a larger cap per
+node (`CLUSTER_CONNECTIONS_FACTOR` times the setting).
+
+Which kind `REDIS_URL` names is asked of the server (`INFO cluster`) unless the setting
+`APPROVAL_BOT_REDIS_MODE` says it: an operator points the bot at any node of a cluster and
+nothing else changes. Every key a script or transaction touches lies in one hash slot (a run's
+keys share the tag `{<run id>}`; the global indexes each have their own), so the store runs on
+either kind unchanged; `tests/test_cluster.py` proves it on a real three-node cluster.
 """
 
 from __future__ import annotations
@@ -17,8 +26,10 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal, cast
 
 import redis.asyncio as redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
@@ -29,8 +40,22 @@ log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
+RedisMode = Literal["auto", "standalone", "cluster"]
+"""What `REDIS_URL` names: `auto` asks the server; the others say it."""
+
+CLUSTER_CONNECTIONS_FACTOR = 4
+
+
+def _retry() -> Retry:
+    """After a Redis restart (or a failover) every pooled connection is dead: reconnect and
+    retry a command a few times (briefly) instead of failing it. The transition scripts are
+    written so that running one twice is harmless."""
+    return Retry(ExponentialBackoff(cap=0.5, base=0.05), 3)
+
+
 def connect(url: str, *, max_connections: int, wait_seconds: float = 10.0) -> redis.Redis:
-    """A client whose callers wait up to `wait_seconds` for a free connection."""
+    """A standalone server's client whose callers wait up to `wait_seconds` for a free
+    connection."""
     pool = redis.BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,
@@ -38,13 +63,56 @@ def connect(url: str, *, max_connections: int, wait_seconds: float = 10.0) -> re
         socket_connect_timeout=5,
         socket_timeout=30,
         health_check_interval=30,
-        # After a Redis restart every pooled connection is dead: reconnect and retry a command
-        # a few times (briefly) instead of failing it. The transition scripts are written so
-        # that running one twice is harmless.
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
+        retry=_retry(),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
     return redis.Redis(connection_pool=pool)
+
+
+def connect_cluster(url: str, *, max_connections: int) -> redis.Redis:
+    """A Redis Cluster client from the URL of any one node (`rediss://` and credentials in the
+    URL are honoured): it learns the slots, follows MOVED/ASK and re-learns them after a
+    failover.
+
+    Typed as `redis.Redis`: the store uses only the commands, scripts and pipelines both
+    clients share (transactions stay within one slot), which the cluster tests exercise."""
+    cluster = RedisCluster.from_url(
+        url,
+        max_connections=max_connections * CLUSTER_CONNECTIONS_FACTOR,
+        socket_connect_timeout=5,
+        socket_timeout=30,
+        retry=_retry(),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+    )
+    return cast(redis.Redis, cluster)
+
+
+async def detect_mode(url: str) -> Literal["standalone", "cluster"]:
+    """Whether the server at `url` is a cluster node (`INFO cluster`: `cluster_enabled:1`).
+    A server that does not answer raises, as the bot's first command would."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+    try:
+        info = await client.info("cluster")
+    except redis.ResponseError:  # a proxy or managed service without INFO cluster: standalone
+        return "standalone"
+    finally:
+        await client.aclose()
+    return "cluster" if str(info.get("cluster_enabled", 0)) == "1" else "standalone"
+
+
+async def open_redis(
+    url: str, *, max_connections: int, mode: RedisMode = "auto"
+) -> tuple[redis.Redis, Literal["standalone", "cluster"]]:
+    """The client for `url` and the kind of Redis it talks to (asked of it when `auto`)."""
+    kind = await detect_mode(url) if mode == "auto" else mode
+    if kind == "cluster":
+        return connect_cluster(url, max_connections=max_connections), kind
+    return connect(url, max_connections=max_connections), kind
+
+
+def is_cluster(client: redis.Redis) -> bool:
+    """Whether `client` is a Redis Cluster client (see `connect_cluster`)."""
+    return isinstance(client, RedisCluster)
 
 
 class RedisUnavailable(ApprovalBotError):

@@ -13,7 +13,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import redis.asyncio as redis
 
@@ -21,6 +21,7 @@ from bot.clock import SYSTEM_CLOCK, Clock
 from bot.store import keys
 from bot.store.calls import MAX_COMMENTS as MAX_COMMENTS
 from bot.store.calls import Calls
+from bot.store.connection import is_cluster
 from bot.store.errors import NotOwner as NotOwner
 from bot.store.errors import StoreError as StoreError
 from bot.store.indexes import Indexes
@@ -210,7 +211,11 @@ class Runs:
         run is due for Slack in `due_in` seconds (sooner if something else makes it due), so
         the lines of a quick run's tools wake nothing before its end does."""
         key = keys.progress_key(run_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
+        # Not a transaction: the line and its mark are in the run's slot, the due index in
+        # another (a cluster refuses a transaction across slots). Display data only: a crash
+        # between them shows the line with the run's next change; a mark left unindexed is
+        # found by the sweeper's reconciler.
+        async with self.redis.pipeline(transaction=False) as pipe:
             pipe.rpush(key, line)
             pipe.ltrim(key, -keep, -1)
             pipe.expire(key, self.retention)
@@ -520,8 +525,14 @@ class RunStore:
         self.active_overview = indexes.active_overview
 
     async def ping(self) -> bool:
+        """Redis answers; a cluster also says its state is `ok` (every slot served)."""
         try:
-            return bool(await self.redis.ping())
+            if not await self.redis.ping():
+                return False
+            if is_cluster(self.redis):
+                info = await cast(Any, self.redis).cluster_info()
+                return text(info.get("cluster_state", "")) == "ok"
+            return True
         except (redis.RedisError, OSError):
             return False
 

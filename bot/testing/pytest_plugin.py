@@ -5,7 +5,10 @@ entry point, load it with `pytest -p bot.testing.pytest_plugin` or, in a `confte
 `pytest_plugins = ["bot.testing.pytest_plugin"]`. Fixtures:
 
 - `redis_server` (session): a private `redis-server` from PATH on a free port, in a temp dir;
-- `redis_url`: its URL, flushed before each test;
+- `redis_url`: its URL, flushed before each test; in a test marked `cluster_too` the test runs
+  twice, once more on `redis_cluster`;
+- `redis_cluster` (session): a three-node Redis Cluster on loopback (`LocalCluster`), started
+  by the first test that needs it;
 - `slack_api`: the Slack Web API stand-in (`FakeSlackAPI`), started by the first bot using it;
 - `bot_harness`: `bot_harness(agents, policy_text)` is the whole bot in-process (`BotHarness`)
   on `redis_url` and `slack_api`; use it as `async with bot_harness(...) as bot:`.
@@ -33,13 +36,18 @@ from bot.config import ENV_FILE_VARIABLE
 if TYPE_CHECKING:  # the bot itself is imported only by tests that use a fixture
     from bot.service.policy_source import PolicySource
     from bot.store.connection import EmbeddedRedis
+    from bot.testing.cluster import LocalCluster
     from bot.testing.harness import BotHarness
     from bot.testing.slack_api import FakeSlackAPI
 
-KIT_FIXTURES = frozenset({"redis_server", "redis_url", "slack_api", "bot_harness"})
+KIT_FIXTURES = frozenset({"redis_server", "redis_url", "redis_cluster", "slack_api", "bot_harness"})
+REDIS_KINDS = ("standalone", "cluster")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "cluster_too: run the test on a three-node Redis Cluster as well"
+    )
     from agents import set_tracing_disabled
 
     set_tracing_disabled(True)
@@ -108,17 +116,47 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedR
     server.stop()
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A `cluster_too` test that reaches `redis_url` runs on each kind of Redis."""
+    if "redis_url" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
+        "cluster_too"
+    ):
+        metafunc.parametrize("redis_url", REDIS_KINDS, indirect=True)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A three-node Redis Cluster for the test session (skips without `redis-server`)."""
+    from bot.testing.cluster import LocalCluster
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("no redis-server on PATH (Debian/Ubuntu: apt-get install redis-server)")
+    cluster = LocalCluster(Path(tmp_path_factory.mktemp("cluster")))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture
-def redis_url(redis_server: EmbeddedRedis) -> str:
-    """The session's Redis, emptied for this test."""
+def redis_url(request: pytest.FixtureRequest, redis_server: EmbeddedRedis) -> Iterator[str]:
+    """The session's Redis, emptied for this test (the cluster's, for a `cluster_too` test's
+    second run: afterwards no node may have refused a command for spanning slots)."""
     import redis
 
+    if getattr(request, "param", "standalone") == "cluster":
+        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+        cluster.flush()
+        yield cluster.url
+        assert not cluster.refusals(), f"the cluster refused commands: {cluster.refusals()}"
+        return
     client = redis.Redis.from_url(redis_server.url)
     try:
         client.flushall()
     finally:
         client.close()
-    return redis_server.url
+    yield redis_server.url
 
 
 @pytest.fixture
