@@ -52,9 +52,11 @@ bench: install
 	$(BIN)/python -m benchmarks.decisions
 	$(BIN)/python -m benchmarks.queue_throughput
 
-## Longer figures: pacing of 50 posts in one channel, Redis for a 40,000-character task.
+## Longer figures: pacing of 50 posts in one channel, Redis for a 40,000-character task, and how
+## a three-node Redis Cluster carries the data and the commands.
 bench-more: install
 	$(BIN)/python -m benchmarks.approval_loop
+	$(BIN)/python -m benchmarks.cluster
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

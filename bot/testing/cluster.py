@@ -46,8 +46,9 @@ def _free_ports(count: int) -> list[int]:
 class LocalCluster:
     """Three primaries (no replicas) in `directory`, each slot range on one of them."""
 
-    def __init__(self, directory: Path, *, nodes: int = 3) -> None:
+    def __init__(self, directory: Path, *, nodes: int = 3, node_timeout_ms: int = 2000) -> None:
         self.directory = directory
+        self.node_timeout_ms = node_timeout_ms  # how soon the others call a silent node failed
         self.ports = _free_ports(nodes)
         self.processes: list[subprocess.Popen[bytes]] = []
 
@@ -67,6 +68,7 @@ class LocalCluster:
             command += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
             command += ["--dir", str(folder), "--save", "", "--appendonly", "no"]
             command += ["--maxmemory-policy", "noeviction", *LISTPACK_SETTINGS]
+            command += ["--cluster-node-timeout", str(self.node_timeout_ms)]
             command += ["--logfile", "redis.log"]
             self.processes.append(
                 subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -144,6 +146,12 @@ class LocalCluster:
             finally:
                 client.close()
         return counts
+
+    def stop_node(self, index: int) -> None:
+        """Stop one node (its slots are then served by no one: the cluster fails)."""
+        process = self.processes[index]
+        process.terminate()
+        process.wait(timeout=10)
 
     def stop(self) -> None:
         for process in self.processes:
