@@ -8,22 +8,24 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from pydantic import ValidationError
 from redis.cluster import RedisCluster
+from redis.sentinel import Sentinel
 
 from bot.config import Settings, env_file
 from bot.engine.registry import AgentLoadError, AgentRegistry
 from bot.service.policy import Policy, PolicyError, load_policy
+from bot.store.connection import SENTINEL_SCHEMES, SentinelTarget
 
 PLACEHOLDER_MARKS = ("your", "...", "changeme", "change-me", "replace", "<", ">")
 # The ids of policy.example.yml and the README's policy reference.
 EXAMPLE_IDS = frozenset({"C0123ABC", "U111", "U222", "S0456DEF", "T0123ABC", "E0123ABC"})
 TOKEN_PREFIXES = {"SLACK_BOT_TOKEN": "xoxb-", "SLACK_APP_TOKEN": "xapp-"}
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+REDIS_SCHEMES = ("redis", "rediss", "unix", *SENTINEL_SCHEMES)
 PING_SECONDS = 2.0
 
 
@@ -111,12 +113,11 @@ def redis_problems(settings: Settings) -> list[str]:
     if urlsplit(url).scheme not in REDIS_SCHEMES or looks_like_placeholder(urlsplit(url).netloc):
         return [
             f"REDIS_URL={shown!r} is not a Redis URL: use redis://host:6379/0 (TLS: rediss://, "
-            "a socket: unix:///path), or leave it unset to let the bot run its own redis-server."
+            "a socket: unix:///path, Sentinel: redis+sentinel://host:26379/mymaster), or leave "
+            "it unset to let the bot run its own redis-server."
         ]
     try:
-        client = redis.Redis.from_url(
-            url, socket_connect_timeout=PING_SECONDS, socket_timeout=PING_SECONDS
-        )
+        client = _sync_client(url)
     except ValueError as exc:
         return [f"REDIS_URL={shown!r} cannot be used: {exc}"]
     try:
@@ -133,17 +134,41 @@ def redis_problems(settings: Settings) -> list[str]:
     return []
 
 
+def _sync_client(url: str) -> redis.Redis:
+    """A short-timeout client for `url`; for a Sentinel URL, the primary the sentinels name."""
+    if urlsplit(url).scheme in SENTINEL_SCHEMES:
+        target = SentinelTarget.parse(url)
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            target.sentinels, socket_connect_timeout=PING_SECONDS, socket_timeout=PING_SECONDS
+        )
+        return cast(
+            redis.Redis,
+            sentinel.master_for(  # type: ignore[no-untyped-call]
+                target.service,
+                db=target.db,
+                username=target.username,
+                password=target.password,
+                ssl=target.tls,
+                socket_connect_timeout=PING_SECONDS,
+                socket_timeout=PING_SECONDS,
+            ),
+        )
+    return redis.Redis.from_url(
+        url, socket_connect_timeout=PING_SECONDS, socket_timeout=PING_SECONDS
+    )
+
+
 def redis_survey(url: str) -> str:
     """What `approval-bot check` found at `url`: standalone or cluster (and how many primaries
     and replicas), the version, and the settings that matter to the bot on every primary:
     `maxmemory-policy` (anything but `noeviction` may drop pending approvals) and persistence
     (without AOF or RDB a restart of Redis loses every paused run)."""
     kind = "standalone"
-    plain = redis.Redis.from_url(
-        url, socket_connect_timeout=PING_SECONDS, socket_timeout=PING_SECONDS
-    )
+    plain = _sync_client(url)
     try:
-        if str(plain.info("cluster").get("cluster_enabled", 0)) == "1":
+        if urlsplit(url).scheme in SENTINEL_SCHEMES:
+            kind = "sentinel"
+        elif str(plain.info("cluster").get("cluster_enabled", 0)) == "1":
             kind = "cluster"
     except redis.ResponseError:
         pass
@@ -168,16 +193,21 @@ def redis_survey(url: str) -> str:
         primaries = [{k: v for part in parts for k, v in part[node].items()} for node in parts[0]]
         head = f"Redis Cluster of {len(primaries)} primaries and {replicas} replica(s)"
     else:
-        client = redis.Redis.from_url(
-            url, socket_connect_timeout=PING_SECONDS, socket_timeout=PING_SECONDS
-        )
+        client = _sync_client(url)
         try:
             one: dict[str, Any] = {**client.info("server"), **client.info("persistence")}
             one.update(_config(client, "maxmemory-policy") | _config(client, "save"))
+            replicas = int(client.info("replication").get("connected_slaves", 0))
         finally:
             client.close()
         primaries = [one]
         head = "standalone Redis"
+        if kind == "sentinel":
+            target = SentinelTarget.parse(url)
+            head = (
+                f"Redis via Sentinel ({len(target.sentinels)} sentinel(s) given, service "
+                f"{target.service}): a primary with {replicas} replica(s)"
+            )
 
     def each(name: str) -> list[str]:
         return sorted({str(node.get(name, "?")) for node in primaries})

@@ -44,6 +44,10 @@ class Settings(BaseSettings):
     redis_mode: Literal["auto", "standalone", "cluster"] = Field(
         default="auto", alias="APPROVAL_BOT_REDIS_MODE"
     )
+    # Each state transition answers only once this many replicas hold it (WAIT), so a
+    # failover to one of them loses no acknowledged decision; 0: asynchronous replication.
+    redis_wait_replicas: int = Field(default=0, alias="APPROVAL_BOT_REDIS_WAIT_REPLICAS", ge=0)
+    redis_wait_ms: int = Field(default=1000, alias="APPROVAL_BOT_REDIS_WAIT_MS", ge=1)
     data_dir: Path = Field(default=Path(".approval-bot"), alias="APPROVAL_BOT_DATA_DIR")
     run_retention_days: int = Field(default=30, alias="APPROVAL_BOT_RUN_RETENTION_DAYS", ge=1)
     audit_retention_days: int = Field(default=400, alias="APPROVAL_BOT_AUDIT_RETENTION_DAYS", ge=0)

@@ -95,8 +95,9 @@ class BotRuntime:
             self.embedded = EmbeddedRedis(s.data_dir)
             await self.embedded.start()
             url = self.embedded.url
+        waiting = {"replicas": s.redis_wait_replicas, "wait_ms": s.redis_wait_ms}
         self.redis, self.redis_kind = await open_redis(
-            url, max_connections=s.redis_max_connections, mode=s.redis_mode
+            url, max_connections=s.redis_max_connections, mode=s.redis_mode, **waiting
         )
         log.info("Redis: %s", self.redis_kind)
         OUTAGE.attach(self.redis.ping)  # an outage ends when a PING answers again
@@ -107,7 +108,7 @@ class BotRuntime:
             progress_due_in=s.progress_due_seconds,
             clock=self.clock,
         )
-        self.leases, _ = await open_redis(url, max_connections=4, mode=self.redis_kind)
+        self.leases, _ = await open_redis(url, max_connections=4, mode=self.redis_kind, **waiting)
         self.queue = JobQueue(self.redis, lease_seconds=s.job_lease_seconds, leases=self.leases)
         token = s.slack_bot_token.get_secret_value() if s.slack_bot_token else None
         # One HTTP session (pooled connections) for every Web API call of this process.

@@ -6,13 +6,15 @@ data spread over the nodes."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import aiohttp
 
-from bot.slack.blocks import APPROVE
-from bot.testing.cluster import LocalCluster
+from bot.slack.blocks import APPROVE, REVIEW_DONE
+from bot.testing.cluster import LocalCluster, LocalSentinel
 from bot.testing.harness import BotHarness, wait_until
+from bot.testing.slack_api import Message
 from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
 from tests.test_config import check
 
@@ -90,3 +92,72 @@ async def test_readiness_follows_the_clusters_state(tmp_path: Path) -> None:
 
 async def _is(probe: object, status: int) -> bool:
     return await probe() == status  # type: ignore[operator, no-any-return]
+
+
+async def test_a_sentinel_failover_in_a_burst_runs_no_tool_twice(tmp_path: Path) -> None:
+    """A forced `SENTINEL FAILOVER` while a burst of clicks is being decided: the bot follows
+    the new primary, every click is acknowledged, and every call is settled: its tool run
+    exactly once, or (where a worker lost its job in the failover and cannot tell whether the
+    tool ran) handed to a person with Mark done / Run again. No tool runs twice. Transitions
+    wait for the replica (`APPROVAL_BOT_REDIS_WAIT_REPLICAS=1`), so what the bot acted on was
+    on the replica that was promoted."""
+    sentinel = LocalSentinel(tmp_path / "sentinel")
+    sentinel.start()
+    runs = 16
+    ledgers = [Ledger() for _ in range(runs)]
+    agents = {
+        f"a{i}": ops_agent(
+            [
+                [function_call("restart_service", {"service": f"s{i}"}, call_id="c1")],
+                [assistant_message("ok")],
+            ],
+            ledgers[i],
+            name=f"a{i}",
+        )[0]
+        for i in range(runs)
+    }
+    settings = {
+        "user_start_burst": 0, "channel_start_burst": 0, "user_open_runs": 0,
+        "redis_wait_replicas": 1, "job_lease_seconds": 10,
+    }  # fmt: skip
+    try:
+        async with BotHarness(sentinel.url, agents, POLICY, settings=settings) as bot:
+            for i in range(runs):
+                sent = await bot.slack.command(f"run a{i} restart", user="U1", channel="C1")
+                assert sent.status == 200
+            cards = await bot.wait_for_approvals(runs, timeout=60)
+            before = sentinel.primary()
+
+            async def click(card: Message) -> int:
+                try:
+                    value = card.button_value(APPROVE)
+                except KeyError:  # decided meanwhile (the stand-in updates it in place)
+                    return 200
+                sent = await bot.slack.click(APPROVE, value, user="U2", channel="C1")
+                return sent.status
+
+            half = runs // 2
+            clicks = [asyncio.create_task(click(card)) for card in cards[:half]]
+            moved = asyncio.create_task(asyncio.to_thread(sentinel.failover))
+            clicks += [asyncio.create_task(click(card)) for card in cards[half:]]
+            assert await asyncio.gather(*clicks) == [200] * runs  # every click acknowledged
+            assert await moved != before
+
+            def reviews() -> int:
+                return sum(REVIEW_DONE in m.action_ids() for m in bot.slack_api.messages.values())
+
+            async def settled() -> bool:
+                waiting = [
+                    m for m in bot.slack_api.approval_messages() if APPROVE in m.action_ids()
+                ]
+                for card in waiting:  # told to try again: clicked again, as a person would
+                    await click(card)
+                ran = sum(len(ledger.executed) for ledger in ledgers)
+                return not waiting and ran + reviews() == runs
+
+            await wait_until(settled, timeout=180, what="every call settled")
+            assert await bot.runtime.ready()  # /readyz follows the new primary
+    finally:
+        sentinel.stop()
+    for i, ledger in enumerate(ledgers):
+        assert ledger.executed in ([], [("restart_service", {"service": f"s{i}"})]), i

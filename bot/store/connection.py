@@ -25,12 +25,15 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal, cast
+from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import ExponentialBackoff
 
 from bot.errors import ApprovalBotError
@@ -41,7 +44,10 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 RedisMode = Literal["auto", "standalone", "cluster"]
-"""What `REDIS_URL` names: `auto` asks the server; the others say it."""
+"""What `REDIS_URL` names: `auto` asks the server; the others say it (a `redis+sentinel://`
+URL always names a Sentinel-managed primary)."""
+RedisKind = Literal["standalone", "cluster", "sentinel"]
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 
 CLUSTER_CONNECTIONS_FACTOR = 4
 
@@ -53,9 +59,75 @@ def _retry() -> Retry:
     return Retry(ExponentialBackoff(cap=0.5, base=0.05), 3)
 
 
-def connect(url: str, *, max_connections: int, wait_seconds: float = 10.0) -> redis.Redis:
+class ReplicasBehind(redis.ConnectionError):
+    """Fewer replicas than required confirmed a transition in time. It may still be lost in a
+    failover, so the bot acts as if Redis were unreachable: the person is asked to try again,
+    a worker does not run the tool, and what was left undone is picked up again (the sweeper
+    re-enqueues a decided pause's resume; a tool's journal entry makes a retry safe)."""
+
+
+class Replicated(redis.Redis):
+    """A client whose every script (every state transition of the bot is one) is answered only
+    once `replicas` replicas hold its writes (`WAIT`, on the same connection, in the same round
+    trip, at most `wait_ms`). With asynchronous replicas a failover can lose the primary's last
+    writes, so two workers could each think they own a job, or a tool's journal entry could
+    vanish and the tool run again; with this, nothing the bot acted on is lost with the old
+    primary. Fewer confirmations raise `ReplicasBehind` (Redis cannot undo the write, so the
+    bot does not build on it)."""
+
+    replicas = 0
+    wait_ms = 1000
+    short = 0  # transitions a replica had not confirmed in time
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        if not self.replicas or str(args[0]).upper() not in ("EVALSHA", "EVAL"):
+            return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        for _ in range(3):
+            async with self.pipeline(transaction=False) as pipe:
+                pipe.execute_command(*args, **options)
+                pipe.execute_command("WAIT", self.replicas, self.wait_ms)
+                result, acked = await pipe.execute(raise_on_error=False)
+            demoted = isinstance(result, redis.ReadOnlyError) or (
+                isinstance(acked, redis.ResponseError) and "replica" in str(acked)
+            )
+            if not demoted:
+                break
+            # This connection's server was demoted in a failover: reconnect (a Sentinel pool
+            # asks for the new primary) and run the script again (transitions are safe to
+            # repeat).
+            await self.connection_pool.disconnect()
+        else:
+            raise redis.ConnectionError("the primary was demoted and no new one took over")
+        if isinstance(result, Exception):
+            raise result
+        if isinstance(acked, Exception):
+            raise acked
+        if int(acked) < self.replicas:
+            type(self).short += 1
+            raise ReplicasBehind(
+                f"a transition was confirmed by {acked} of {self.replicas} replica(s) within "
+                f"{self.wait_ms} ms"
+            )
+        return result
+
+
+def replicated(replicas: int, wait_ms: int) -> type[redis.Redis]:
+    """The client class for `connect` / `connect_sentinel`: plain, or `Replicated`."""
+    if replicas <= 0:
+        return redis.Redis
+    return type("ReplicatedRedis", (Replicated,), {"replicas": replicas, "wait_ms": wait_ms})
+
+
+def connect(
+    url: str,
+    *,
+    max_connections: int,
+    wait_seconds: float = 10.0,
+    replicas: int = 0,
+    wait_ms: int = 1000,
+) -> redis.Redis:
     """A standalone server's client whose callers wait up to `wait_seconds` for a free
-    connection."""
+    connection (and, with `replicas`, for that many replicas to confirm each transition)."""
     pool = redis.BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,
@@ -66,7 +138,7 @@ def connect(url: str, *, max_connections: int, wait_seconds: float = 10.0) -> re
         retry=_retry(),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
-    return redis.Redis(connection_pool=pool)
+    return replicated(replicas, wait_ms)(connection_pool=pool)
 
 
 def connect_cluster(url: str, *, max_connections: int) -> redis.Redis:
@@ -87,6 +159,82 @@ def connect_cluster(url: str, *, max_connections: int) -> redis.Redis:
     return cast(redis.Redis, cluster)
 
 
+class BlockingSentinelPool(SentinelConnectionPool, redis.BlockingConnectionPool):
+    """Sentinel's pool (it asks the sentinels for the primary, and drops its connections when
+    the primary changes) with the blocking pool's waiting for a free connection."""
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    """What a `redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]` URL
+    names. The credentials are the data nodes'; the sentinels are asked without them."""
+
+    sentinels: list[tuple[str, int]]
+    service: str
+    db: int
+    username: str | None
+    password: str | None
+    tls: bool
+
+    @classmethod
+    def parse(cls, url: str) -> SentinelTarget:
+        parts = urlsplit(url)
+        if parts.scheme not in SENTINEL_SCHEMES:
+            raise ValueError(f"not a Sentinel URL (scheme {parts.scheme!r})")
+        where = parts.netloc.rpartition("@")[2]
+        sentinels = []
+        for item in where.split(","):
+            host, _, port = item.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"a sentinel is host:port, not {item!r}")
+            sentinels.append((host.strip("[]"), int(port)))
+        path = [p for p in parts.path.split("/") if p]
+        if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+            raise ValueError("the path is /<service name>[/<db>], e.g. /mymaster/0")
+        return cls(
+            sentinels=sentinels,
+            service=unquote(path[0]),
+            db=int(path[1]) if len(path) == 2 else 0,
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password else None,
+            tls=parts.scheme == "rediss+sentinel",
+        )
+
+
+def connect_sentinel(
+    url: str,
+    *,
+    max_connections: int,
+    wait_seconds: float = 10.0,
+    replicas: int = 0,
+    wait_ms: int = 1000,
+) -> redis.Redis:
+    """The primary a set of sentinels names, re-asked after a failover: a connection that finds
+    the old primary gone (or read-only) reconnects to the new one, and a command that failed on
+    the way is retried (`_retry`; the transition scripts are safe to repeat)."""
+    target = SentinelTarget.parse(url)
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        target.sentinels, socket_connect_timeout=5, socket_timeout=5
+    )
+    primary = sentinel.master_for(
+        target.service,
+        redis_class=replicated(replicas, wait_ms),
+        connection_pool_class=BlockingSentinelPool,
+        max_connections=max_connections,
+        timeout=wait_seconds,
+        db=target.db,
+        username=target.username,
+        password=target.password,
+        ssl=target.tls,
+        socket_connect_timeout=5,
+        socket_timeout=30,
+        health_check_interval=30,
+        retry=_retry(),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError],
+    )
+    return cast(redis.Redis, primary)
+
+
 async def detect_mode(url: str) -> Literal["standalone", "cluster"]:
     """Whether the server at `url` is a cluster node (`INFO cluster`: `cluster_enabled:1`).
     A server that does not answer raises, as the bot's first command would."""
@@ -101,13 +249,24 @@ async def detect_mode(url: str) -> Literal["standalone", "cluster"]:
 
 
 async def open_redis(
-    url: str, *, max_connections: int, mode: RedisMode = "auto"
-) -> tuple[redis.Redis, Literal["standalone", "cluster"]]:
-    """The client for `url` and the kind of Redis it talks to (asked of it when `auto`)."""
-    kind = await detect_mode(url) if mode == "auto" else mode
+    url: str,
+    *,
+    max_connections: int,
+    mode: RedisMode | RedisKind = "auto",
+    replicas: int = 0,
+    wait_ms: int = 1000,
+) -> tuple[redis.Redis, RedisKind]:
+    """The client for `url` and the kind of Redis it talks to (asked of it when `auto`);
+    `replicas` > 0 makes each transition wait for that many replicas (not on a cluster, whose
+    primaries each have their own)."""
+    sized: dict[str, Any] = {"max_connections": max_connections}
+    waiting: dict[str, Any] = {"replicas": replicas, "wait_ms": wait_ms}
+    if urlsplit(url).scheme in SENTINEL_SCHEMES:
+        return connect_sentinel(url, **sized, **waiting), "sentinel"
+    kind = await detect_mode(url) if mode in ("auto", "sentinel") else mode
     if kind == "cluster":
-        return connect_cluster(url, max_connections=max_connections), kind
-    return connect(url, max_connections=max_connections), kind
+        return connect_cluster(url, **sized), "cluster"
+    return connect(url, **sized, **waiting), "standalone"
 
 
 def is_cluster(client: redis.Redis) -> bool:

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import redis
 import redis.asyncio as aioredis
@@ -173,3 +173,128 @@ async def redis_for(url: str, *, decode_responses: bool = False) -> aioredis.Red
         cluster = RedisCluster.from_url(url, decode_responses=decode_responses)
         return cast(aioredis.Redis, cluster)
     return aioredis.from_url(url, decode_responses=decode_responses)
+
+
+class LocalSentinel:
+    """A primary, one replica and one sentinel watching them (`service`), on loopback: enough
+    for a failover forced with `SENTINEL FAILOVER` (a lone sentinel needs no quorum for it)."""
+
+    service = "approvals"
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.primary_port, self.replica_port, self.sentinel_port = _free_ports(3)
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def url(self) -> str:
+        return f"redis+sentinel://127.0.0.1:{self.sentinel_port}/{self.service}/0"
+
+    def _start(self, name: str, args: list[str]) -> None:
+        folder = self.directory / name
+        folder.mkdir(parents=True, exist_ok=True)
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RedisUnavailable("no `redis-server` on PATH for the test sentinel")
+        self.processes.append(
+            subprocess.Popen(
+                [binary, *args, "--dir", str(folder), "--logfile", "redis.log"],
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
+
+    def start(self, timeout: float = 20.0) -> None:
+        data = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"]
+        data += ["--maxmemory-policy", "noeviction", *LISTPACK_SETTINGS]
+        self._start("primary", ["--port", str(self.primary_port), *data])
+        self._start(
+            "replica",
+            ["--port", str(self.replica_port), *data,
+             "--replicaof", "127.0.0.1", str(self.primary_port)],
+        )  # fmt: skip
+        config = self.directory / "sentinel.conf"
+        config.write_text(
+            f"port {self.sentinel_port}\nbind 127.0.0.1\n"
+            f"sentinel monitor {self.service} 127.0.0.1 {self.primary_port} 1\n"
+            f"sentinel down-after-milliseconds {self.service} 1000\n"
+            f"sentinel failover-timeout {self.service} 10000\n"
+        )
+        self._start("sentinel", [str(config), "--sentinel"])
+        deadline = time.monotonic() + timeout
+        while self.replicas_known() < 1 or not self._in_sync():
+            if time.monotonic() > deadline:
+                raise RedisUnavailable("the test sentinel did not see its replica in time")
+            time.sleep(0.1)
+
+    def _sentinel(self) -> redis.Redis:
+        return redis.Redis(port=self.sentinel_port, socket_connect_timeout=1)
+
+    def replicas_known(self) -> int:
+        client = self._sentinel()
+        try:
+            return len(client.sentinel_slaves(self.service))  # type: ignore[no-untyped-call]
+        except redis.RedisError:
+            return 0
+        finally:
+            client.close()
+
+    def _in_sync(self) -> bool:
+        client = redis.Redis(port=self.replica_port, socket_connect_timeout=1)
+        try:
+            return client.info("replication").get("master_link_status") == "up"
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+
+    def primary(self) -> int:
+        """The port of the primary the sentinel names now."""
+        client = self._sentinel()
+        try:
+            found: Any = client.execute_command(  # type: ignore[no-untyped-call]
+                "SENTINEL GET-MASTER-ADDR-BY-NAME", self.service
+            )
+            return int(found[1])
+        finally:
+            client.close()
+
+    def failover(self, timeout: float = 30.0) -> int:
+        """Force a failover (`SENTINEL FAILOVER`) and wait until the other node is primary and
+        takes writes; its port."""
+        before = self.primary()
+        client = self._sentinel()
+        try:
+            client.execute_command("SENTINEL FAILOVER", self.service)  # type: ignore[no-untyped-call]
+        finally:
+            client.close()
+        deadline = time.monotonic() + timeout
+        while True:
+            now = self.primary()
+            if now != before and self._writable(now):
+                return now
+            if time.monotonic() > deadline:
+                raise RedisUnavailable("the forced failover did not finish in time")
+            time.sleep(0.05)
+
+    @staticmethod
+    def _writable(port: int) -> bool:
+        client = redis.Redis(port=port, socket_connect_timeout=1)
+        try:
+            return client.info("replication").get("role") == "master"
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.processes = []
