@@ -6,6 +6,7 @@ import logging
 import re
 from typing import Any
 
+from bot.engine.questions import QUESTION_KIND
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.digest import digest_of
@@ -54,6 +55,8 @@ class Decisions:
         elif call.decided:
             earlier = AlreadyDecided(call.status, call.decided_by, call.decided_at, call.via)
             reply = Reply(False, already_text(earlier))
+        elif call.kind == QUESTION_KIND:  # an answer is text: bot/service/questions.py
+            reply = Reply(False, "This is a question from the agent: answer it with Answer.")
         elif always and (not call.allow_always or (approve and call.required > 1)):
             reply = Reply(
                 False,
