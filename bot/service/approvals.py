@@ -75,8 +75,8 @@ class ApprovalService:
         self.gate = Gate(core.store, core.policies, core.authorizer)
         self.reviews = Reviews(core)
         self.runs = Runs(core, self.gate, self.reviews)
-        self.decisions = Decisions(core, self.gate)
-        self.questions = Questions(core, self.gate, self.decisions)
+        self.questions = Questions(core, self.gate)
+        self.decisions = Decisions(core, self.gate, answer=self.questions.answer)
         self.timers = Timers(core)
         self.people = People(core, self.gate)
         self.sweeper = Sweeper(core, self.runs)
@@ -112,8 +112,7 @@ class ApprovalService:
         # Decisions: clicks, the reject modal, thread replies.
         self.decide = self.decisions.decide
         self.reject_form = self.decisions.reject_form
-        # Thread replies: answers on a question's card, else what Decisions makes of them.
-        self.thread_reply = self.questions.thread_reply
+        self.thread_reply = self.decisions.thread_reply  # on a question's card: an answer
         self.confirm_reply = self.decisions.confirm_reply
 
         # Questions (ask_human): the Answer form, its submission (thread replies above).

@@ -16,12 +16,11 @@ from bot.engine.questions import QUESTION_KIND
 from bot.service.audit import AuditKind
 from bot.service.authorize import principal_parts
 from bot.service.core import ServiceCore
-from bot.service.decisions import Decisions
 from bot.service.digest import digest_of
 from bot.service.gate import Gate, rule_for
 from bot.service.policy import Verdict
 from bot.service.ports import Actor
-from bot.service.replies import ConfirmReject, Mention, Part, Reply, Text, said, when
+from bot.service.replies import Mention, Part, Reply, Text, said, when
 from bot.store.records import (
     AlreadyDecided,
     CallRecord,
@@ -62,13 +61,13 @@ def answered_text(result: AlreadyDecided) -> Text:
 
 
 class Questions:
-    """Answering the agent's questions; thread replies on a question's card are answers."""
+    """Answering the agent's questions (thread replies on a question's card come here from
+    `Decisions.thread_reply`)."""
 
-    def __init__(self, core: ServiceCore, gate: Gate, decisions: Decisions) -> None:
+    def __init__(self, core: ServiceCore, gate: Gate) -> None:
         self.core = core
         self.store = core.store
         self.gate = gate
-        self.decisions = decisions
 
     async def _may_answer(self, actor: Actor, run: RunRecord, call: CallRecord) -> Verdict:
         """May `actor` answer `call`? The served workspace, the run's workspace, and the
@@ -179,17 +178,3 @@ class Questions:
             AuditKind.REFUSED, call=call, actor=actor, decision="answer", detail=reply.text
         )
         return reply
-
-    async def thread_reply(
-        self, actor: Actor, channel: str, thread_ts: str, text: str
-    ) -> Reply | ConfirmReject | None:
-        """A reply in a card's thread: on a question's card, an answer (refused, and said so
-        privately, when its author may not answer); on any other card, what
-        `Decisions.thread_reply` makes of it."""
-        approval_id = await self.store.approval_for_message(channel, thread_ts)
-        if approval_id is None:
-            return None
-        call = await self.store.get_call(approval_id)
-        if call is None or call.kind != QUESTION_KIND:
-            return await self.decisions.thread_reply(actor, channel, thread_ts, text)
-        return await self.answer(actor, approval_id, text)
