@@ -96,7 +96,7 @@ def question_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
             return f"Question answered by <@{call.decided_by}>", blocks
         return f"Question {call.status}: {escape(shown_question)}", blocks
     blocks.append(ActionsBlock(block_id="question", elements=[answer_button(call)]))
-    timers = timers_text(call)
+    timers = timers_text(call).replace("Reminds approvers", "Reminds them")
     if timers:
         blocks.append(ContextBlock(elements=[_md(timers)]))
     blocks.append(
