@@ -247,3 +247,48 @@ def test_answerers_are_checked_where_the_policy_is_read() -> None:
     with pytest.raises(PolicyError) as bad:
         parse_policy(POLICY + "tools:\n  - match: '*'\n    answerers: [owner]\n")
     assert '"starter"' in str(bad.value)
+
+
+async def test_a_question_reminds_its_answerers_and_escalates(redis_url: str) -> None:
+    agent, model = asking_agent()
+    policy = (
+        POLICY
+        + """
+tools:
+  - match: ask_human
+    answerers: [starter]
+    expire_after: 30s
+    remind_after: 1s
+    remind_max: 1
+    escalate_after: 2s
+    escalate_to: [U7]
+"""
+    )
+    clock = SkippingClock()
+    async with BotHarness(redis_url, agent, policy, clock=clock) as bot:
+        question = await ask(bot)
+        assert "Who may answer: <@U1>" in question.all_text()
+        # Before the escalation, U7 may not answer.
+        await bot.slack.thread_reply("eu", user="U7", channel="C1", thread_ts=question.ts)
+        [said] = await told(bot, "U7")
+        assert "You may not answer this question: it is for <@U1>" in said
+
+        def replies(n: int) -> list[Message] | None:
+            found = bot.slack_api.thread(question.channel, question.ts)
+            return found if len(found) >= n else None
+
+        clock.advance(1)
+        [reminder] = await wait_until(lambda: replies(1), what="the reminder")
+        assert "the agent's question is still waiting for an answer from <@U1>" in reminder.text
+        clock.advance(1)
+        escalated = (await wait_until(lambda: replies(2), what="the escalation"))[1]
+        assert "escalated to <@U7>, who may now answer this question too" in escalated.text
+        await bot.idle()
+        assert "Who may answer: <@U1>, <@U7>" in card(bot, question).all_text()
+        # Once escalated, U7 may answer.
+        await bot.slack.thread_reply("eu-north-1", user="U7", channel="C1", thread_ts=question.ts)
+        await bot.wait_for_status("finished")
+        await bot.idle()
+    assert tool_outputs(model) == {"q1": "eu-north-1"}
+    kinds = [e["kind"] for e in await bot.audit()]
+    assert kinds.count("reminded") == 1 and kinds.count("escalated") == 1
