@@ -5,6 +5,7 @@ out, a scripted model that calls `ask_human` and then receives what was answered
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from bot.testing.clock import SkippingClock
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
 from tests.agents_for_tests import POLICY, assistant_message, function_call, tool_outputs
+from tests.test_config import check
 
 QUESTION = "Which region should I deploy to? <b>eu</b> & us are both up"
 
@@ -292,3 +294,18 @@ tools:
     assert tool_outputs(model) == {"q1": "eu-north-1"}
     kinds = [e["kind"] for e in await bot.audit()]
     assert kinds.count("reminded") == 1 and kinds.count("escalated") == 1
+
+
+def test_approval_bot_check_reports_misplaced_and_malformed_answerers(tmp_path: Path) -> None:
+    env = {"SLACK_BOT_TOKEN": "xoxb-x", "SLACK_SIGNING_SECRET": "y", "OPENAI_API_KEY": "sk-test"}
+    misplaced = POLICY + "tools:\n  - match: delete_*\n    answerers: [U4]\n"
+    result = check(tmp_path, misplaced, **env)
+    assert result.returncode == 1
+    assert "tools.0.answerers: only a rule whose match covers ask_human" in result.stderr
+    malformed = POLICY + "tools:\n  - match: ask_*\n    answerers: [starter, nobody]\n"
+    result = check(tmp_path, malformed, **env)
+    assert result.returncode == 1
+    assert "tools.0.answerers.1: 'nobody' is not a user id" in result.stderr
+    good = POLICY + "tools:\n  - match: ask_human\n    answerers: [starter, '@oncall']\n"
+    result = check(tmp_path, good, **env)
+    assert result.returncode == 0, result.stderr
