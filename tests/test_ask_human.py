@@ -79,10 +79,14 @@ async def test_answered_with_the_button_the_answer_is_the_tools_result(redis_url
         await bot.idle()
         run_id = bot.run_message().all_text().split("run `")[1].split("`")[0]
         journal = await bot.runtime.service.journal.entries(run_id)
+        # The starter is told who answered, and what.
+        [notice] = await wait_until(lambda: bot.slack_api.dms("U1") or None, what="a notice")
     # The tool ran (it was approved, not rejected) and returned the answer, exactly.
     assert tool_outputs(model) == {"q1": answer}
     assert journal["q1"]["status"] == "executed" and journal["q1"]["output"] == answer
     assert "Deploying there." in [m.text for m in bot.run_thread()]
+    assert "question of agent *ops* was answered by <@U2>" in notice.text
+    assert "eu-west-1 &lt;not&gt; us" in notice.text
     after = card(bot, question)
     assert after.action_ids() == []
     text = after.all_text()
