@@ -313,3 +313,33 @@ def test_approval_bot_check_reports_misplaced_and_malformed_answerers(tmp_path: 
     good = POLICY + "tools:\n  - match: ask_human\n    answerers: [starter, '@oncall']\n"
     result = check(tmp_path, good, **env)
     assert result.returncode == 0, result.stderr
+
+
+async def test_a_question_asked_inside_a_nested_agent_tool(redis_url: str) -> None:
+    inner_model = ScriptedModel(
+        [
+            [function_call("ask_human", {"question": "Which cache?"}, call_id="i1")],
+            [assistant_message("cleared the build cache")],
+        ]
+    )
+    janitor = Agent(name="janitor", model=inner_model, tools=[ask_human])
+    outer = Agent(
+        name="lead",
+        model=ScriptedModel(
+            [
+                [function_call("janitor", {"input": "clean a cache"}, call_id="o1")],
+                [assistant_message("all clean")],
+            ]
+        ),
+        tools=[janitor.as_tool(tool_name="janitor", tool_description="Cleans things")],
+    )
+    async with BotHarness(redis_url, outer, POLICY) as bot:
+        await bot.slack.command("clean up", user="U1", channel="C1")
+        [question] = await bot.wait_for_questions(1)
+        assert "Question from the agent janitor" in question.all_text()
+        assert "Which cache?" in question.all_text()
+        await bot.answer(question, user="U1", text="the build cache")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+    assert tool_outputs(inner_model) == {"i1": "the build cache"}
+    assert "all clean" in [m.text for m in bot.run_thread()]
