@@ -21,6 +21,7 @@ from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
 from tests.agents_for_tests import POLICY, assistant_message, function_call, tool_outputs
 from tests.test_config import check
+from tests.test_home import home_click, home_of, open_home
 
 QUESTION = "Which region should I deploy to? <b>eu</b> & us are both up"
 
@@ -343,3 +344,26 @@ async def test_a_question_asked_inside_a_nested_agent_tool(redis_url: str) -> No
         await bot.idle()
     assert tool_outputs(inner_model) == {"i1": "the build cache"}
     assert "all clean" in [m.text for m in bot.run_thread()]
+
+
+async def test_the_app_home_offers_the_question_to_its_answerers(redis_url: str) -> None:
+    agent, model = asking_agent()
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await ask(bot)
+        await open_home(bot, "U1")  # the starter may answer: it waits for them
+        await wait_until(lambda: "U1" in bot.slack_api.home_views, what="U1's Home")
+        home = home_of(bot, "U1")
+        assert "*Question:*" in home.all_text() and "Which region" in home.all_text()
+        assert home.action_ids() == [question_blocks.ANSWER]
+        opened = len(bot.slack_api.views)
+        value = home.button_value(question_blocks.ANSWER)
+        click = home_click(bot, question_blocks.ANSWER, value, "U1")
+        assert (await bot.slack.send_interaction(click)).status == 200
+        await wait_until(lambda: len(bot.slack_api.views) > opened, what="the answer modal")
+        view = bot.slack_api.views[-1]["view"]
+        field = {"type": "plain_text_input", "value": "eu-west-2"}
+        values = {question_blocks.ANSWER_BLOCK: {question_blocks.ANSWER_INPUT: field}}
+        assert (await bot.slack.submit(view, values, user="U1")).text == ""
+        await bot.wait_for_status("finished")
+        await bot.idle()
+    assert tool_outputs(model) == {"q1": "eu-west-2"}

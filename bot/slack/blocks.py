@@ -62,7 +62,7 @@ KIND_LABELS = {
     "shell": "shell",
     "apply_patch": "patch",
 }
-ARGUMENT_LABELS = {"shell": "Commands", "apply_patch": "Patch"}
+ARGUMENT_LABELS = {"shell": "Commands", "apply_patch": "Patch", "question": "Question"}
 
 
 _web_base = "https://slack.com"
