@@ -36,12 +36,14 @@ OUTCOMES = (
     "auto_reject",
     "vote",
     "refused",
+    "answer",
 )
 
 DECISIONS = Counter(
     "approval_bot_decisions",
     "Decisions on pending calls by outcome: approve, reject, always_*, auto_* (by the policy), "
-    "vote (an approval counted towards a quorum), refused (not recorded: not allowed, late, ...).",
+    "vote (an approval counted towards a quorum), answer (a question answered), "
+    "refused (not recorded: not allowed, late, ...).",
     ["outcome"],
     registry=REGISTRY,
 )

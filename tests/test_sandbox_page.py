@@ -123,3 +123,55 @@ async def test_start_approve_and_reject_with_a_reason_in_the_browser(
             assert "restarted" in await page.inner_text("#thread-feed")
         finally:
             await browser.close()
+
+
+async def test_the_agent_asks_and_the_starter_answers_in_the_browser(
+    sandbox_url: str, tmp_path: Path
+) -> None:
+    assert async_playwright is not None and CHROMIUM is not None
+    out = shots(tmp_path)
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = await browser.new_page(viewport={"width": 1280, "height": 860})
+        try:
+            await page.goto(sandbox_url)
+            # The janitor's demo model asks one question (ask_human) beside its deletion.
+            await page.fill("#say", "/agent run janitor clear the old caches")
+            await page.press("#say", "Enter")
+            answer = "button[data-action-id=question_answer]"
+            await page.wait_for_selector(answer, timeout=20_000)
+            question = page.locator(".msg", has=page.locator(answer))
+            assert "is there anything I should know?" in await question.inner_text()
+            assert "Who may answer" in await question.inner_text()
+
+            # Mallory may not answer: no form, and the bot says why, privately.
+            await act_as(page, "U0MALLORY")
+            await question.locator(answer).click()
+            await page.wait_for_selector("text=You may not answer this question")
+            assert await page.locator("#overlay.open").count() == 0
+
+            # Alice, who started the run, answers through the modal.
+            await act_as(page, "U0ALICE")
+            await question.locator(answer).click()
+            await page.wait_for_selector("#overlay.open textarea")
+            await page.fill("#overlay textarea", "Keep /var/log; the rest may go")
+            await page.screenshot(path=str(out / "sandbox-answer.png"))
+            await page.click("#modal-submit")
+            await page.wait_for_selector("#overlay.open", state="detached")
+            answered = page.locator(".msg", has_text="Answered by @Alice")
+            await answered.wait_for(timeout=20_000)
+            assert "Keep /var/log; the rest may go" in await answered.inner_text()
+            assert await answered.locator(answer).count() == 0
+
+            # Bob approves the deletion; the run resumes once, and the agent got the answer.
+            await act_as(page, "U0BOB")
+            approve = page.locator(".msg", has_text="delete_path").locator(
+                "button[data-action-id=approval_approve]"
+            )
+            await approve.click()
+            await page.wait_for_selector("text=finished", timeout=20_000)
+            await page.locator(".thread-link").first.click()
+            await page.wait_for_selector("#thread.open >> text=Done.")
+            assert "Keep /var/log; the rest may go" in await page.inner_text("#thread-feed")
+        finally:
+            await browser.close()

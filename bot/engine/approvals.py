@@ -14,6 +14,8 @@ from typing import Any
 
 from agents import ToolApprovalItem
 
+from bot.engine.questions import QUESTION_KIND, is_question, question_of
+
 
 @dataclass(frozen=True)
 class PendingApproval:
@@ -23,7 +25,7 @@ class PendingApproval:
     call_id: str
     agent: str
     tool: str
-    kind: str  # function | shell | apply_patch | mcp | hosted_mcp
+    kind: str  # function | shell | apply_patch | mcp | hosted_mcp | question (ask_human)
     # What an Always decision on this call covers: this agent's calls of this tool (the SDK scopes
     # Always by agent too; the bot keeps and applies Always decisions itself).
     sticky: str
@@ -114,6 +116,10 @@ def describe(item: ToolApprovalItem, index: int) -> PendingApproval:
     if raw_type == "apply_patch_call":
         sticky = f"{agent}:apply_patch:{tool}"
         return PendingApproval(index, call_id, agent, tool, "apply_patch", sticky, _patch_text(raw))
+    if is_question(item):  # the bot's ask_human: shown as the question it asks
+        sticky = f"{agent}:{item.tool_namespace or ''}:{tool}"
+        question = question_of(item.arguments or "")
+        return PendingApproval(index, call_id, agent, tool, QUESTION_KIND, sticky, question)
     kind = "function"
     server = _get(origin, "mcp_server_name")
     if server or "mcp" in origin_type:

@@ -35,6 +35,7 @@ from bot.checkpoint import Checkpoint as Checkpoint  # the stored pause: engine 
 from bot.engine.approvals import PendingApproval, arguments_sha, describe
 from bot.engine.context import RunContext, deserialize_context, serialize_context
 from bot.engine.journal import CURRENT, CallNeedsReview, Execution
+from bot.engine.questions import ANSWERS, is_question
 from bot.engine.registry import AgentRegistry, what_matters
 from bot.engine.tracing import Tracing
 from bot.errors import ApprovalBotError, cause_of
@@ -391,6 +392,7 @@ class Engine:
                 f"({type(exc).__name__}).{versions} Start a new run."
             )
         by_call = {str(item.call_id): item for item in state.get_interruptions()}
+        answers: dict[str, str] = {}  # ask_human calls answered: the tool returns these
         for decision in decisions:
             item = by_call.get(decision.call_id)
             if item is None:
@@ -410,11 +412,17 @@ class Engine:
                 )
             if decision.approve:
                 state.approve(item)
+                if is_question(item):
+                    answers[decision.call_id] = decision.message or ""
             else:
                 state.reject(item, rejection_message=decision.message or None)
-        return await self._run(
-            agent_name, agent, state, progress, execution, run_id=run_id, stop=stop
-        )
+        token = ANSWERS.set(answers)
+        try:
+            return await self._run(
+                agent_name, agent, state, progress, execution, run_id=run_id, stop=stop
+            )
+        finally:
+            ANSWERS.reset(token)
 
     def _outcome(self, agent_name: str, result: RunResult) -> Outcome:
         if not result.interruptions:

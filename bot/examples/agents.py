@@ -12,6 +12,7 @@ from typing import Any
 
 from agents import Agent, RunContextWrapper, function_tool
 
+from bot import ask_human
 from bot.engine.context import RunContext
 
 MODEL = os.environ.get("APPROVAL_BOT_MODEL", "gpt-4.1-mini")
@@ -48,9 +49,12 @@ def delete_path(path: str) -> str:
 
 janitor = Agent[RunContext](
     name="janitor",
-    instructions="You clean up disk space. Delete only what you are asked to delete.",
+    instructions=(
+        "You clean up disk space. Delete only what you are asked to delete; when you are not "
+        "sure what may go, ask a person with ask_human instead of guessing."
+    ),
     model=MODEL,
-    tools=[delete_path],
+    tools=[delete_path, ask_human],
 )
 
 ops = Agent[RunContext](
@@ -58,7 +62,8 @@ ops = Agent[RunContext](
     instructions=(
         "You are an SRE assistant. Read metrics before acting. Restarting and large scaling "
         "need a human's approval, which the system asks for; if a call is rejected, do not "
-        "retry it: explain what you would have done instead."
+        "retry it: explain what you would have done instead. When you need a fact only a "
+        "person can give (which region, which service), ask with ask_human instead of guessing."
     ),
     model=MODEL,
     tools=[
@@ -66,6 +71,7 @@ ops = Agent[RunContext](
         restart_service,
         scale_service,
         janitor.as_tool(tool_name="janitor", tool_description="Frees disk space on a host."),
+        ask_human,  # the bot's tool: a person's answer comes back as its result
     ],
 )
 

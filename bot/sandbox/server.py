@@ -230,7 +230,8 @@ class Sandbox:
         if not 0 <= index < len(self.slack.views):
             raise IndexError(f"no modal number {index}")
         view = self.slack.views[index].get("view") or {}
-        values = {REASON_BLOCK: {REASON_INPUT: {"type": "plain_text_input", "value": reason}}}
+        block, element = _text_input(view)
+        values = {block: {element: {"type": "plain_text_input", "value": reason}}}
         sent = await self.requests.submit(view, values, user=user)
         answer = sent.json() if sent.text else None
         if isinstance(answer, dict) and answer.get("response_action") == "errors":
@@ -240,6 +241,16 @@ class Sandbox:
 
     def close(self, index: int) -> None:
         self.surface.closed.add(index)
+
+
+def _text_input(view: dict[str, Any]) -> tuple[str, str]:
+    """The (block id, action id) of a modal's text input: the page's one text box (the reject
+    form's reason, the answer to a question)."""
+    for block in view.get("blocks") or []:
+        element = block.get("element") or {}
+        if block.get("type") == "input" and element.get("action_id"):
+            return str(block.get("block_id", "")), str(element["action_id"])
+    return REASON_BLOCK, REASON_INPUT
 
 
 def page() -> str:

@@ -24,6 +24,7 @@ from bot.service.limits import StartLimits
 from bot.service.people import People
 from bot.service.policy_source import PolicySource
 from bot.service.ports import Notifier
+from bot.service.questions import Questions
 from bot.service.replies import RejectForm, Reply, when
 from bot.service.reviews import Reviews
 from bot.service.runs import Runs
@@ -74,7 +75,8 @@ class ApprovalService:
         self.gate = Gate(core.store, core.policies, core.authorizer)
         self.reviews = Reviews(core)
         self.runs = Runs(core, self.gate, self.reviews)
-        self.decisions = Decisions(core, self.gate)
+        self.questions = Questions(core, self.gate)
+        self.decisions = Decisions(core, self.gate, answer=self.questions.answer)
         self.timers = Timers(core)
         self.people = People(core, self.gate)
         self.sweeper = Sweeper(core, self.runs)
@@ -110,8 +112,12 @@ class ApprovalService:
         # Decisions: clicks, the reject modal, thread replies.
         self.decide = self.decisions.decide
         self.reject_form = self.decisions.reject_form
-        self.thread_reply = self.decisions.thread_reply
+        self.thread_reply = self.decisions.thread_reply  # on a question's card: an answer
         self.confirm_reply = self.decisions.confirm_reply
+
+        # Questions (ask_human): the Answer form, its submission (thread replies above).
+        self.answer_form = self.questions.answer_form
+        self.answer = self.questions.answer
 
         # Reviews, timers, people, the sweeper.
         self.resolve_review = self.reviews.resolve_review

@@ -37,6 +37,8 @@ class AuditKind(StrEnum):
     REMINDED = "reminded"
     ESCALATED = "escalated"
     CANCELLED = "cancelled"
+    ASKED = "asked"  # the agent asked a question (ask_human); detail: the question
+    ANSWERED = "answered"  # a person answered it; detail: the answer
 
     def tally(self, decision: str, call: CallRecord | None) -> None:
         """Move this kind's metric for one entry (`decision` and `call` as audited)."""
@@ -64,6 +66,7 @@ def _run_cancelled(_decision: str, call: CallRecord | None) -> None:
 # The metric each kind moves; the kinds not listed move none.
 METRICS: dict[AuditKind, Metric] = {
     AuditKind.DECIDED: _decided,
+    AuditKind.ANSWERED: _decided,
     AuditKind.APPROVAL_VOTE: lambda _decision, _call: metrics.decided("vote"),
     AuditKind.REFUSED: lambda _decision, _call: metrics.decided("refused"),
     AuditKind.RUN_STARTED: _counter(metrics.RUNS_STARTED),

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from bot.engine.questions import QUESTION_KIND
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.digest import digest_of
@@ -31,14 +33,18 @@ REJECT_REPLY = re.compile(r"^\s*(?:reject|deny)\s*:\s*(.*)$", re.IGNORECASE | re
 MAYBE_REJECT = re.compile(r"^\s*(?:reject|deny)\b", re.IGNORECASE)
 HOLD_REPLY_SECONDS = 3600
 
+# Records a person's answer to a question (`Questions.answer`): (actor, approval id, text).
+Answer = Callable[[Actor, str, str], Awaitable[Reply]]
+
 
 class Decisions:
     """Clicks, modal submissions and thread replies on pending calls."""
 
-    def __init__(self, core: ServiceCore, gate: Gate) -> None:
+    def __init__(self, core: ServiceCore, gate: Gate, answer: Answer | None = None) -> None:
         self.core = core
         self.store = core.store
         self.gate = gate
+        self.answer = answer  # a reply on a question's card is an answer (questions.py)
 
     async def _check(
         self, actor: Actor, approval_id: str, *, approve: bool, always: bool
@@ -54,6 +60,8 @@ class Decisions:
         elif call.decided:
             earlier = AlreadyDecided(call.status, call.decided_by, call.decided_at, call.via)
             reply = Reply(False, already_text(earlier))
+        elif call.kind == QUESTION_KIND:  # an answer is text: bot/service/questions.py
+            reply = Reply(False, "This is a question from the agent: answer it with Answer.")
         elif always and (not call.allow_always or (approve and call.required > 1)):
             reply = Reply(
                 False,
@@ -181,19 +189,22 @@ class Decisions:
         self, actor: Actor, channel: str, thread_ts: str, text: str
     ) -> Reply | ConfirmReject | None:
         """A reply in an approval message's thread: a rejection with a reason, a question to its
-        author (does it reject?), or a comment (kept only when an approver wrote it).
+        author (does it reject?), or a comment (kept only when an approver wrote it). On a
+        question's card (`ask_human`), the reply is an answer (`answer`).
 
         Returns None when the thread is not an approval message's (nothing to do).
         """
         approval_id = await self.store.approval_for_message(channel, thread_ts)
         if approval_id is None:
             return None
+        call = await self.store.get_call(approval_id)
+        if call is not None and call.kind == QUESTION_KIND and self.answer is not None:
+            return await self.answer(actor, approval_id, text)
         match = REJECT_REPLY.match(text)
         if match:
             return await self.decide(
                 actor, approval_id, approve=False, always=False, reason=match.group(1)
             )
-        call = await self.store.get_call(approval_id)
         if call is None or call.decided:
             return Reply(True)
         _, verdict = await self.gate.authorize(actor, call)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from bot.engine.questions import QUESTION_KIND
+from bot.service.answerers import question_rule
 from bot.service.authorize import Authorizer
 from bot.service.policy import CallRule, Policy, Verdict
 from bot.service.policy_source import PolicySource
@@ -63,6 +65,8 @@ def rule_for(policy: Policy, run: RunRecord, call: CallRecord) -> CallRule | Non
     escalation has fired (its time, set at posting, recorded by fire_timers.lua), by whom the
     policy in force escalates it to: never by a stored list the policy no longer names."""
     rule = policy.rule_for(channel=run.channel_id, agent=call.agent, tool=call.tool)
+    if rule is not None and call.kind == QUESTION_KIND:
+        rule = question_rule(rule, run.user_id)
     if rule is None or not call.escalated_at:
         return rule
     extra = [p for p in rule.escalate_to if p not in rule.approvers]

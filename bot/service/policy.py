@@ -26,12 +26,15 @@ from pydantic import (
     model_validator,
 )
 
+from bot.engine.questions import TOOL_NAME as QUESTION_TOOL
 from bot.errors import ApprovalBotError
 from bot.service.replies import Text
 
 CHANNEL_ID = r"^[CGD][A-Z0-9]+$"
 # A user id (U…/W…), a user group id (S…), a user group handle (@name) or "*" (anyone).
 PRINCIPAL = r"^([UW][A-Z0-9]+|S[A-Z0-9]+|@[a-z0-9][a-z0-9._-]*|\*)$"
+# Who may answer an agent's question (`answerers:`): a principal, or `starter` (the run's).
+ANSWERER = r"^([UW][A-Z0-9]+|S[A-Z0-9]+|@[a-z0-9][a-z0-9._-]*|\*|starter)$"
 TEAM_ID = r"^T[A-Z0-9]+$"
 ENTERPRISE_ID = r"^E[A-Z0-9]+$"
 
@@ -41,6 +44,7 @@ MAX_EXPIRE_AFTER = 30 * 86400  # nothing waits longer than 30 days
 Principal = Annotated[str, StringConstraints(pattern=PRINCIPAL)]
 ChannelId = Annotated[str, StringConstraints(pattern=CHANNEL_ID)]
 Duration = Annotated[str, StringConstraints(pattern=DURATION)]
+Answerer = Annotated[str, StringConstraints(pattern=ANSWERER)]
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -113,6 +117,8 @@ class ChannelRule(Timers):
     approvers: list[Principal] = Field(min_length=1)
     agents: list[str] | None = None  # agent names that may be started here; None = all
     allow_self_approval: bool | None = None
+    # Who may answer the agents' questions (ask_human) here; None: the starter and approvers.
+    answerers: list[Answerer] | None = Field(default=None, min_length=1)
 
 
 class ToolRule(Timers):
@@ -126,6 +132,8 @@ class ToolRule(Timers):
     allow_self_approval: bool | None = None
     allow_always: bool | None = None
     auto: Literal["approve", "reject"] | None = None
+    # Who may answer (only on a rule matching ask_human); None: the channel's, or the default.
+    answerers: list[Answerer] | None = Field(default=None, min_length=1)
 
 
 class Policy(_Strict):
@@ -161,6 +169,7 @@ class Policy(_Strict):
                 allow_always=_first(rule.allow_always, self.defaults.allow_always),
                 auto=rule.auto,
                 source=f"tools[{index}] ({rule.match})",
+                answerers=_answerers(rule.answerers or base.answerers),
             )
         return self._timed(
             None,
@@ -171,6 +180,7 @@ class Policy(_Strict):
             allow_always=self.defaults.allow_always,
             auto=None,
             source=f"channels.{channel}",
+            answerers=_answerers(base.answerers),
         )
 
     def _timed(self, rule: ToolRule | None, base: ChannelRule, **fields: Any) -> CallRule:
@@ -215,6 +225,12 @@ class Policy(_Strict):
                     problems.append(f"{where}: escalate_after needs escalate_to")
                 if timed.escalate_to and not timed.escalate_after:
                     problems.append(f"{where}: escalate_to needs escalate_after")
+        for index, rule in enumerate(self.tools):
+            if rule.answerers and not fnmatch.fnmatchcase(QUESTION_TOOL, rule.match):
+                problems.append(
+                    f"tools.{index}.answerers: only a rule whose match covers "
+                    f"{QUESTION_TOOL} takes answerers (this one matches {rule.match!r})"
+                )
         if problems:
             raise ValueError("; ".join(dict.fromkeys(problems)))
         return self
@@ -246,6 +262,10 @@ class Policy(_Strict):
         return tuple(found)
 
 
+def _answerers(named: list[str] | None) -> tuple[str, ...] | None:
+    return tuple(named) if named else None
+
+
 def _first(*values: bool | None) -> bool:
     return next(v for v in values if v is not None)
 
@@ -265,6 +285,9 @@ class CallRule:
     remind_max: int = 0
     escalate_after: int = 0  # seconds before `escalate_to` may decide too (0: never)
     escalate_to: tuple[str, ...] = ()
+    # Who may answer a question (ask_human) under this rule, as the policy names them (with
+    # `starter`); None: the run's starter and `approvers` (bot/service/answerers.py).
+    answerers: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -294,6 +317,7 @@ _WHAT = {
     TEAM_ID: "a team id like T0123ABC",
     ENTERPRISE_ID: "an enterprise id like E0123ABC",
     DURATION: "a duration like 90s, 30m, 4h or 7d",
+    ANSWERER: 'a user id, a user group id, a group handle, "*" or "starter"',
 }
 
 

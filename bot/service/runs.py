@@ -12,6 +12,7 @@ from typing import Any
 from bot.engine.approvals import arguments_sha
 from bot.engine.context import RunContext
 from bot.engine.journal import Execution
+from bot.engine.questions import QUESTION_KIND
 from bot.engine.runner import (
     Decision,
     Failed,
@@ -23,6 +24,7 @@ from bot.engine.runner import (
     Stopped,
 )
 from bot.outage import log_failure
+from bot.service.answerers import question_rule
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.digest import digest_of
@@ -214,6 +216,8 @@ class Runs:
         """A pending call, with what the policy says about it and the digest that binds it."""
         policy = self.core.policies.current().policy
         rule = policy.rule_for(channel=run.channel_id, agent=approval.agent, tool=approval.tool)
+        if rule is not None and approval.kind == QUESTION_KIND:
+            rule = question_rule(rule, run.user_id)
         approval_id = keys.new_approval_id(run.run_id)
         call = CallRecord(
             approval_id=approval_id,
@@ -257,6 +261,8 @@ class Runs:
         await self.core.audit(
             AuditKind.PAUSED, run=run, detail=f"{len(calls)} call(s) need a decision"
         )
+        for asked in (c for c in calls if c.kind == QUESTION_KIND):
+            await self.core.audit(AuditKind.ASKED, run=run, call=asked, detail=asked.arguments)
         try:  # the sweeper indexes them if this process stops first
             await self.store.timers.schedule([c for c in calls if not c.auto])
         except Exception:

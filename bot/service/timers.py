@@ -13,7 +13,9 @@ import json
 import logging
 from logging import WARNING
 
+from bot.engine.questions import QUESTION_KIND
 from bot.outage import log_failure
+from bot.service.answerers import question_rule
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.policy import human
@@ -27,6 +29,8 @@ CLAIM_BATCH = 50
 
 def expired_reason(call: CallRecord) -> str:
     """What the agent receives as the result of a call that expired undecided."""
+    if call.kind == QUESTION_KIND:
+        return f"No one answered within {human(call.expire_after)}."
     return f"No reviewer decided within {human(call.expire_after)}; the call was not run."
 
 
@@ -88,6 +92,8 @@ class Timers:
             if run is not None
             else None
         )
+        if rule is not None and run is not None and call.kind == QUESTION_KIND:
+            rule = question_rule(rule, run.user_id)  # its answerers are reminded
         fired = await timers.fire(
             call,
             pause=await self.store.pause_ids(call.run_id),

@@ -35,6 +35,7 @@ from bot.service.approvals import ApprovalService
 from bot.service.foreground import Foreground
 from bot.slack.home import HomePublisher
 from bot.slack.listeners import actions, commands, events, middleware, views
+from bot.slack.listeners import questions as question_listeners
 from bot.slack.listeners.actions import FORM_FAILED, FORM_LATE, TRIGGER_SECONDS
 from bot.slack.listeners.commands import COMMAND, STILL_WORKING_COMMAND
 from bot.slack.listeners.deps import ListenerDeps
@@ -178,6 +179,7 @@ def build_app(
     app.error(_on_error)
     for listeners in (middleware, commands, actions, views, events):
         listeners.register(app, deps)
+    question_listeners.register(app, deps)  # Answer and its modal (ask_human)
     return app
 
 

@@ -24,10 +24,12 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
+from bot.engine.questions import QUESTION_KIND
 from bot.service.authorize import principal_parts
 from bot.service.digest import short
 from bot.service.policy import human
 from bot.service.replies import Text, when
+from bot.slack import question_blocks
 from bot.slack.replies import render
 from bot.slack.text import blockquote, code_block, escape, fit, inline, quote, truncate
 from bot.store.records import CallRecord, CallStatus, RunRecord, RunStatus
@@ -60,7 +62,7 @@ KIND_LABELS = {
     "shell": "shell",
     "apply_patch": "patch",
 }
-ARGUMENT_LABELS = {"shell": "Commands", "apply_patch": "Patch"}
+ARGUMENT_LABELS = {"shell": "Commands", "apply_patch": "Patch", "question": "Question"}
 
 
 _web_base = "https://slack.com"
@@ -211,6 +213,8 @@ def timers_text(call: CallRecord) -> str:
 def reminder_message(call: CallRecord, which: str) -> str:
     """A thread reply on a card that waits: who must decide (mentioned: they are notified),
     and when it expires. `which` is the reminder's number, or "escalated"."""
+    if call.kind == QUESTION_KIND:
+        return question_blocks.question_reminder(call, which)
     approvers = _principals(call.approvers)
     escalated = call.escalated_principals()
     expires = f" It expires {slack_date(call.expires_at)}." if call.expires_at else ""
@@ -296,6 +300,8 @@ def _binding(call: CallRecord) -> str:
 
 def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple[str, list[Block]]:
     """One pending call: what would run, for which run, and the four decision buttons."""
+    if call.kind == QUESTION_KIND:  # the agent asks (ask_human): a question's card
+        return question_blocks.question_message(run, call, decided_at)
     what = KIND_LABELS.get(call.kind, "tool")
     title = (
         f":warning: *Approval needed*: agent *{inline(call.agent)}* wants to run "
@@ -348,6 +354,8 @@ def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
 def decision_buttons(call: CallRecord) -> list[ButtonElement]:
     """A pending call's buttons (on its card, and on the App Home: the same action ids, so the
     same listeners and the same authorization apply)."""
+    if call.kind == QUESTION_KIND:
+        return [question_blocks.answer_button(call)]
     buttons = [
         ButtonElement(text="Approve", action_id=APPROVE, value=call.approval_id, style="primary"),
         ButtonElement(text="Reject", action_id=REJECT, value=call.approval_id, style="danger"),

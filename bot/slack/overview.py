@@ -15,6 +15,7 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
+from bot.engine.questions import QUESTION_KIND
 from bot.service.people import Overview, RunView, Waiting
 from bot.service.replies import when
 from bot.slack.blocks import (
@@ -174,6 +175,11 @@ def home_view(overview: Overview) -> dict[str, Any]:
 
 
 def _outcome_line(call: CallRecord) -> str:
+    if call.kind == QUESTION_KIND and call.status == CallStatus.APPROVED:
+        return (
+            f"• The question of agent *{inline(call.agent)}* was answered by "
+            f"<@{call.decided_by}>:\n{blockquote(call.reason, 300)}"
+        )
     line = f"• `{inline(call.tool)}` (agent *{inline(call.agent)}*): {outcome_word(call.status)}"
     if call.decided_by == "policy":
         line += " automatically by policy"

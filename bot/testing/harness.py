@@ -24,6 +24,7 @@ from bot.config import Settings
 from bot.engine.registry import AgentRegistry
 from bot.runtime import BotRuntime
 from bot.service.policy_source import PolicySource
+from bot.slack import question_blocks
 from bot.slack.blocks import ALWAYS_REJECT, REASON_BLOCK, REASON_INPUT, REJECT
 from bot.testing.requests import Sent, SlackRequests
 from bot.testing.slack_api import FakeSlackAPI, Message
@@ -174,6 +175,18 @@ class BotHarness:
         await self.idle(timeout)  # and everything that pause does after posting them
         return pending() or []
 
+    async def wait_for_questions(self, count: int, *, timeout: float = 10.0) -> list[Message]:
+        """Wait until `count` question cards (`ask_human`) with their Answer button are
+        showing; return them."""
+
+        def pending() -> list[Message] | None:
+            found = [m for m in self.slack_api.question_messages() if m.action_ids()]
+            return found if len(found) >= count else None
+
+        await wait_until(pending, timeout=timeout, what=f"{count} question card(s)")
+        await self.idle(timeout)
+        return pending() or []
+
     def run_message(self) -> Message:
         runs = [m for m in self.slack_api.top_level() if "started agent" in m.all_text()]
         assert runs, "no run message was posted"
@@ -221,6 +234,17 @@ class BotHarness:
         await wait_until(lambda: len(self.slack_api.views) > opened, what="the reject modal")
         view = self.slack_api.views[-1]["view"]
         values = {REASON_BLOCK: {REASON_INPUT: {"type": "plain_text_input", "value": reason}}}
+        return await self.slack.submit(view, values, user=user)
+
+    async def answer(self, message: Message, *, user: str, text: str) -> Sent:
+        """`user` clicks Answer on a question's card, then submits the modal with `text`."""
+        opened = len(self.slack_api.views)
+        sent = await self.click(message, question_blocks.ANSWER, user=user)
+        assert sent.status == 200, sent
+        await wait_until(lambda: len(self.slack_api.views) > opened, what="the answer modal")
+        view = self.slack_api.views[-1]["view"]
+        field = {"type": "plain_text_input", "value": text}
+        values = {question_blocks.ANSWER_BLOCK: {question_blocks.ANSWER_INPUT: field}}
         return await self.slack.submit(view, values, user=user)
 
     async def audit(self) -> list[dict[str, str]]:

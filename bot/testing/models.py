@@ -20,6 +20,7 @@ from typing import Any
 from agents import Agent, FunctionTool, Model, ModelResponse, Tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
+from bot.engine.questions import is_question_tool
 from bot.engine.registry import walk
 
 
@@ -66,6 +67,13 @@ def _arguments(schema: dict[str, Any], text: str) -> dict[str, Any]:
     properties = schema.get("properties") or {}
     required = schema.get("required") or list(properties)
     return {name: _sample(properties.get(name) or {}, text) for name in required}
+
+
+def _demo_arguments(tool: FunctionTool, task: str) -> dict[str, Any]:
+    """The arguments of a demo call: from the tool's schema; `ask_human` asks a question."""
+    if is_question_tool(tool):
+        return {"question": f"Before I act on “{task}”: is there anything I should know?"}
+    return _arguments(tool.params_json_schema, task)
 
 
 def _gated(tool: Tool) -> bool:
@@ -119,7 +127,7 @@ class DemoModel(Model):
         return [
             function_call(
                 tool.name,
-                json.dumps(_arguments(tool.params_json_schema, task)),
+                json.dumps(_demo_arguments(tool, task)),
                 call_id=f"call_demo_{secrets.token_hex(4)}",
             )
             for tool in chosen

@@ -260,6 +260,10 @@ class FakeSlackAPI:
     def approval_messages(self) -> list[Message]:
         return [m for m in self.top_level() if "Approval needed" in m.all_text()]
 
+    def question_messages(self) -> list[Message]:
+        """The cards of the agents' questions (`ask_human`)."""
+        return [m for m in self.top_level() if "Question from the agent" in m.all_text()]
+
     def ephemeral_to(self, user: str) -> list[str]:
         return [str(e.get("text", "")) for e in self.ephemeral if e.get("user") == user]
 

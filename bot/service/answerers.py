@@ -1,0 +1,25 @@
+"""Who may answer an agent's question (`ask_human`): the rule a question is judged under.
+
+A question is a pending call like any other (the same expiry, reminders, escalation and
+durability), judged under the rule the policy gives the `ask_human` call, with these
+differences: the people are the rule's `answerers` (a tool rule's, else its channel's), or by
+default the run's starter and the rule's approvers; `starter` among them is the run's starter;
+one answer settles it (no quorum, no Always, no automatic decision: only a person answers)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bot.service.policy import CallRule
+
+STARTER = "starter"
+
+
+def question_rule(rule: CallRule, starter: str) -> CallRule:
+    """`rule` (the policy's rule for an `ask_human` call) as it applies to answering it, for a
+    run started by `starter`: its approvers are who may answer (escalation still adds its own)."""
+    named = rule.answerers if rule.answerers is not None else (STARTER, *rule.approvers)
+    people = tuple(dict.fromkeys(starter if p == STARTER else p for p in named))
+    return dataclasses.replace(
+        rule, approvers=people, required=1, allow_self=True, allow_always=False, auto=None
+    )
