@@ -37,6 +37,7 @@ class AuditKind(StrEnum):
     REMINDED = "reminded"
     ESCALATED = "escalated"
     CANCELLED = "cancelled"
+    WEBHOOK_SKIPPED = "webhook_skipped"  # entries the webhook receiver never got (too old)
 
     def tally(self, decision: str, call: CallRecord | None) -> None:
         """Move this kind's metric for one entry (`decision` and `call` as audited)."""
