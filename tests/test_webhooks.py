@@ -297,3 +297,24 @@ async def test_entries_past_the_bound_are_skipped_and_the_skip_is_delivered(
     assert event["decision"] == str(len(stale))
     assert event["detail"] == f"{stale[0]}..{stale[-1]}"
     assert not set(stale) & set(receiver.ids())  # past the bound: skipped, not sent late
+
+
+def test_a_webhook_needs_a_secret_an_http_url_and_a_bound_within_the_audit_retention() -> None:
+    from bot.config import Settings
+
+    def problems(**fields: Any) -> list[str]:
+        settings = Settings(_env_file=None, **fields)  # type: ignore[call-arg]
+        return settings.webhook_problems()
+
+    assert problems() == [] and problems(webhook_url="") == []  # off
+    assert problems(webhook_url="https://siem.example/hook", webhook_secret=SECRET) == []
+    [missing] = problems(webhook_url="https://siem.example/hook")
+    assert "APPROVAL_BOT_WEBHOOK_SECRET must be set" in missing
+    short = problems(webhook_url="ftp://siem.example/hook", webhook_secret="short-secret")
+    assert len(short) == 2 and "http:// or https://" in short[0]
+    assert "short-secret" not in " ".join(short)  # a secret is never echoed
+    [bound] = problems(
+        webhook_url="https://siem.example/hook", webhook_secret=SECRET,
+        webhook_max_age_hours=48, audit_retention_days=1,
+    )  # fmt: skip
+    assert "APPROVAL_BOT_WEBHOOK_MAX_AGE_HOURS=48 is longer than" in bound
