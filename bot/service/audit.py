@@ -37,6 +37,9 @@ class AuditKind(StrEnum):
     REMINDED = "reminded"
     ESCALATED = "escalated"
     CANCELLED = "cancelled"
+    GRANT_MADE = "grant_made"  # an Always approve that lasts in the channel (grant_max)
+    GRANT_USED = "grant_used"  # a grant settled a call of a later run
+    GRANT_DROPPED = "grant_dropped"  # expired, or no longer allowed by the policy in force
     WEBHOOK_SKIPPED = "webhook_skipped"  # entries the webhook receiver never got (too old)
 
     def tally(self, decision: str, call: CallRecord | None) -> None:
