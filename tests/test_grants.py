@@ -114,3 +114,37 @@ async def test_a_grant_is_dropped_when_the_policy_no_longer_allows_it(
     assert any("no longer holds" in n for n in notes), notes
     [dropped] = [e for e in entries if e["kind"] == "grant_dropped"]
     assert "no longer allows grants" in dropped["detail"]
+
+
+def ephemeral(sent: Any) -> str:
+    body = sent.json()
+    assert body["response_type"] == "ephemeral", body
+    return str(body["text"])
+
+
+async def test_grants_are_listed_and_revoked_by_an_approver_not_by_anyone(
+    redis_url: str,
+) -> None:
+    ledger = Ledger()
+    async with BotHarness(redis_url, two_runs(ledger), GRANTING) as bot:
+        await grant_in_first_run(bot)
+        listed = ephemeral(await bot.slack.command("grants", user="U1", channel="C1"))
+        assert "`ops::delete_logs` by <@U2>, until" in listed
+        refused = ephemeral(
+            await bot.slack.command("revoke ops::delete_logs", user="U1", channel="C1")
+        )
+        assert "Only the person who made a grant, or an approver" in refused
+        revoked = ephemeral(
+            await bot.slack.command("revoke ops::delete_logs", user="U3", channel="C1")
+        )
+        assert "Revoked the grant for `ops::delete_logs`" in revoked
+        after = ephemeral(await bot.slack.command("grants", user="U1", channel="C1"))
+        assert "No grants in this channel" in after
+        await bot.slack.command("clean b", user="U1", channel="C1")
+        await bot.wait_for_approvals(1)  # the later run's call waits on its card
+        assert ledger.names() == ["delete_logs"]
+        entries = await bot.audit()
+    [revoke] = [e for e in entries if e["kind"] == "grant_revoked"]
+    assert revoke["user"] == "U3" and "ops::delete_logs in C1" in revoke["detail"]
+    assert [e["user"] for e in entries if e.get("decision") == "revoke"] == ["U1", "U3"]
+    assert not [e for e in entries if e["kind"] == "grant_used"]

@@ -85,6 +85,10 @@ class GrantStore:
         raw = await self.redis.hget(grants_key(team, channel), sticky)
         return None if raw is None else Grant.from_json(_s(raw))
 
+    async def in_channel(self, team: str, channel: str) -> list[Grant]:
+        raw = await self.redis.hgetall(grants_key(team, channel))
+        return [Grant.from_json(_s(v)) for v in raw.values()]
+
     async def any_in(self, team: str, channel: str) -> bool:
         return bool(await self.redis.exists(grants_key(team, channel)))
 
