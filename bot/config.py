@@ -144,6 +144,24 @@ class Settings(BaseSettings):
     metrics_host: str = Field(default="127.0.0.1", alias="APPROVAL_BOT_METRICS_HOST")
     metrics_port: int = Field(default=9090, alias="APPROVAL_BOT_METRICS_PORT", ge=0, le=65535)
 
+    # Decision webhooks: every audit entry POSTed, signed, to this URL (unset: none). A
+    # receiver's failures are retried with backoff from `retry` up to `retry_max` seconds; an
+    # entry still undelivered after `max_age_hours` is skipped (and that skip audited).
+    webhook_url: str | None = Field(default=None, alias="APPROVAL_BOT_WEBHOOK_URL")
+    webhook_secret: SecretStr | None = Field(default=None, alias="APPROVAL_BOT_WEBHOOK_SECRET")
+    webhook_timeout_seconds: float = Field(
+        default=10.0, alias="APPROVAL_BOT_WEBHOOK_TIMEOUT_SECONDS", gt=0
+    )
+    webhook_retry_seconds: float = Field(
+        default=1.0, alias="APPROVAL_BOT_WEBHOOK_RETRY_SECONDS", gt=0
+    )
+    webhook_retry_max_seconds: float = Field(
+        default=300.0, alias="APPROVAL_BOT_WEBHOOK_RETRY_MAX_SECONDS", gt=0
+    )
+    webhook_max_age_hours: float = Field(
+        default=72.0, alias="APPROVAL_BOT_WEBHOOK_MAX_AGE_HOURS", gt=0
+    )
+
     # Tracing of agent runs by the Agents SDK: off unless asked for.
     tracing: Literal["off", "on"] = Field(default="off", alias="APPROVAL_BOT_TRACING")
     trace_sensitive_data: bool | None = Field(
@@ -159,6 +177,11 @@ class Settings(BaseSettings):
         if not isinstance(logging.getLevelName(level), int):
             raise ValueError("use DEBUG, INFO, WARNING, ERROR or CRITICAL")
         return level
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _no_empty_url(cls, value: str | None) -> str | None:
+        return value.strip() or None if value is not None else None
 
     @field_validator("slack_api_url")
     @classmethod
@@ -196,6 +219,32 @@ class Settings(BaseSettings):
                 "decision would wait past the moment its clicker is told it is still working."
             )
         found += self.tracing_problems()
+        found += self.webhook_problems()
+        return found
+
+    def webhook_problems(self) -> list[str]:
+        """A webhook needs a secret to sign with, an http(s) URL, and a bound on its backlog
+        within the audit trail's retention (what is skipped must still be in the trail)."""
+        if self.webhook_url is None:
+            return []
+        found: list[str] = []
+        url = urlparse(self.webhook_url)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            found.append("APPROVAL_BOT_WEBHOOK_URL must be an http:// or https:// URL with a host.")
+        secret = self.webhook_secret.get_secret_value() if self.webhook_secret else ""
+        if len(secret) < 16:
+            found.append(
+                "APPROVAL_BOT_WEBHOOK_SECRET must be set, at least 16 characters, when "
+                "APPROVAL_BOT_WEBHOOK_URL is: every event is signed with it "
+                "(e.g. `openssl rand -hex 32`)."
+            )
+        days = self.audit_retention_days
+        if days > 0 and self.webhook_max_age_hours > days * 24:
+            found.append(
+                f"APPROVAL_BOT_WEBHOOK_MAX_AGE_HOURS={self.webhook_max_age_hours:g} is longer than "
+                f"APPROVAL_BOT_AUDIT_RETENTION_DAYS ({days}): undelivered entries would be trimmed "
+                "from the audit trail before the webhook gives up on them."
+            )
         return found
 
     def tracing_problems(self) -> list[str]:

@@ -110,6 +110,30 @@ SCRAPE_ERRORS = Counter(
     registry=REGISTRY,
 )
 
+WEBHOOK_BACKLOG_AGE = Gauge(
+    "approval_bot_webhook_backlog_age_seconds",
+    "Age of the oldest audit entry not yet accepted by the webhook receiver, 0 when none waits "
+    "(read from Redis at scrape time).",
+    registry=REGISTRY,
+)
+WEBHOOK_DELIVERED = Counter(
+    "approval_bot_webhook_delivered",
+    "Audit entries the webhook receiver accepted (2xx), counted by the delivering process.",
+    registry=REGISTRY,
+)
+WEBHOOK_FAILURES = Counter(
+    "approval_bot_webhook_failures",
+    "Webhook attempts not accepted, by reason: the HTTP status, timeout or connection.",
+    ["reason"],
+    registry=REGISTRY,
+)
+WEBHOOK_SKIPPED = Counter(
+    "approval_bot_webhook_skipped",
+    "Audit entries never delivered because they waited longer than "
+    "APPROVAL_BOT_WEBHOOK_MAX_AGE_HOURS (each skip is audited as webhook_skipped).",
+    registry=REGISTRY,
+)
+
 for _outcome in OUTCOMES:
     DECISIONS.labels(outcome=_outcome)
 

@@ -45,6 +45,8 @@ from bot.store.connection import EmbeddedRedis, open_redis
 from bot.store.journal import RedisJournal
 from bot.store.queue import JobQueue
 from bot.store.runs import RunStore
+from bot.store.webhooks import WebhookOutbox
+from bot.webhooks import WebhookSender
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,8 @@ class BotRuntime:
         self.home: HomePublisher
         self._home_task: asyncio.Task[None] | None = None
         self.http: aiohttp.ClientSession | None = None
+        self.webhooks: WebhookSender | None = None
+        self._webhooks_task: asyncio.Task[None] | None = None
         self.service: ApprovalService
         self.app: AsyncApp
 
@@ -207,6 +211,7 @@ class BotRuntime:
             self.service.timers_forever(every=s.timers_poll_seconds, lease=s.job_lease_seconds),
             name="timers",
         )
+        await self._start_webhooks()
         if self.with_worker:
             self.worker = Worker(
                 self.service,
@@ -215,6 +220,30 @@ class BotRuntime:
                 lease_seconds=s.job_lease_seconds,
             )
             self._worker_task = asyncio.create_task(self.worker.run(), name="worker")
+
+    async def _start_webhooks(self) -> None:
+        """The webhook delivery loop, when a webhook is configured (every process runs one;
+        one at a time delivers). Its cursor is set before anything is served, so the first
+        entries after a webhook is configured are sent too."""
+        s = self.settings
+        if s.webhook_url is None or s.webhook_secret is None:
+            return
+        outbox = WebhookOutbox(self.redis)
+        await outbox.begin()
+        self.webhooks = WebhookSender(
+            outbox,
+            self.service.audit_log,
+            url=s.webhook_url,
+            secret=s.webhook_secret.get_secret_value(),
+            timeout=s.webhook_timeout_seconds,
+            retry=s.webhook_retry_seconds,
+            retry_max=s.webhook_retry_max_seconds,
+            max_age=s.webhook_max_age_hours * 3600,
+            lease=s.job_lease_seconds,
+            clock=self.clock,
+            foreground=self.service.foreground,
+        )
+        self._webhooks_task = asyncio.create_task(self.webhooks.run(), name="webhooks")
 
     async def stop(self, budget: float | None = None) -> None:
         """Finish in-flight jobs and background tasks within `budget` seconds in all
@@ -244,6 +273,9 @@ class BotRuntime:
         await _cancel(self._projector_task)
         self.home.stop()
         await _cancel(self._home_task)
+        if self.webhooks is not None:  # what is undelivered waits in Redis for the next holder
+            await self.webhooks.stop()
+        await _cancel(self._webhooks_task)
         await self.groups.close()
         await self.channels.close()
         if self.http is not None:
@@ -269,6 +301,8 @@ class BotRuntime:
         metrics.PENDING_CALLS.set(pending)
         metrics.QUEUE_DEPTH.set(depth)
         metrics.QUEUE_OLDEST_AGE.set(age)
+        if self.webhooks is not None:
+            metrics.WEBHOOK_BACKLOG_AGE.set(await self.webhooks.outbox.oldest_age())
 
     def ops_server(self, host: str | None = None, port: int | None = None) -> ops.OpsServer | None:
         """The operations endpoints on a port of their own (None when the port is 0)."""

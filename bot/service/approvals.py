@@ -20,6 +20,7 @@ from bot.service.core import ServiceCore
 from bot.service.decisions import Decisions
 from bot.service.foreground import Foreground
 from bot.service.gate import Gate
+from bot.service.grants import Grants
 from bot.service.limits import StartLimits
 from bot.service.people import People
 from bot.service.policy_source import PolicySource
@@ -80,6 +81,7 @@ class ApprovalService:
         self.timers = Timers(core)
         self.people = People(core, self.gate)
         self.sweeper = Sweeper(core, self.runs)
+        self.grants = Grants(core)
 
         # The collaborators, as the adapters and the tests reach them.
         self.store = core.store
@@ -131,6 +133,8 @@ class ApprovalService:
         self.home = self.people.home
         self.homes = self.people.homes
         self.sweep_forever = self.sweeper.sweep_forever
+        self.list_grants = self.grants.list_grants
+        self.revoke_grant = self.grants.revoke_grant
         self.requeue_stalled = self.sweeper.requeue_stalled
 
 

@@ -39,6 +39,11 @@ class AuditKind(StrEnum):
     CANCELLED = "cancelled"
     ASKED = "asked"  # the agent asked a question (ask_human); detail: the question
     ANSWERED = "answered"  # a person answered it; detail: the answer
+    GRANT_MADE = "grant_made"  # an Always approve that lasts in the channel (grant_max)
+    GRANT_USED = "grant_used"  # a grant settled a call of a later run
+    GRANT_DROPPED = "grant_dropped"  # expired, or no longer allowed by the policy in force
+    GRANT_REVOKED = "grant_revoked"  # by its grantor or an approver of the channel
+    WEBHOOK_SKIPPED = "webhook_skipped"  # entries the webhook receiver never got (too old)
 
     def tally(self, decision: str, call: CallRecord | None) -> None:
         """Move this kind's metric for one entry (`decision` and `call` as audited)."""

@@ -12,9 +12,11 @@ from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.digest import digest_of
 from bot.service.gate import Gate
+from bot.service.policy import grant_max_of
 from bot.service.ports import Actor
 from bot.service.replies import Code, ConfirmReject, RejectForm, Reply, already_text, said
 from bot.store import keys
+from bot.store.grants import Grant, GrantStore, grant_detail
 from bot.store.records import (
     AlreadyDecided,
     CallRecord,
@@ -106,6 +108,20 @@ class Decisions:
                 found.append(other.approval_id)
         return found
 
+    async def _grant_of(self, actor: Actor, run: RunRecord, call: CallRecord) -> Grant | None:
+        """The channel grant an "Always approve" of `call` makes, when its rule has `grant_max`
+        (for that long, for this agent's tool, in this channel); None: Always is run-only."""
+        policy = self.gate.policies.current().policy
+        rule, _ = await self.gate.judge(actor, run, call)
+        lasts = grant_max_of(policy, rule)
+        if lasts <= 0:
+            return None
+        made = self.store.timers.clock.time()
+        return Grant(
+            sticky=call.sticky, team=run.team_id, user=actor.user_id, channel=run.channel_id,
+            made=made, until=made + lasts, approval_id=call.approval_id,
+        )  # fmt: skip
+
     async def reject_form(
         self, actor: Actor, approval_id: str, *, always: bool
     ) -> RejectForm | Reply:
@@ -129,6 +145,7 @@ class Decisions:
         owner = self.core.new_owner()
         also = await self._settled_alongside(actor, run, call) if always else []
         decision = ("always_" if always else "") + ("approve" if approve else "reject")
+        grant = await self._grant_of(actor, run, call) if always and approve else None
 
         def audited(pipe: Any, result: DecideResult) -> None:
             """The decision's (or vote's) audit entry, sent with the write that follows it."""
@@ -139,6 +156,12 @@ class Decisions:
             else:
                 return
             self.core.audit_in(pipe, kind, call=call, actor=actor, decision=decision, detail=detail)
+            if grant is not None and isinstance(result, Decided):
+                GrantStore.put_in(pipe, grant)
+                self.core.audit_in(
+                    pipe, AuditKind.GRANT_MADE, call=call, actor=actor, decision="approve",
+                    detail=grant_detail(grant),
+                )  # fmt: skip
 
         result = await self.store.decide(
             approval_id,

@@ -11,6 +11,7 @@ The first version of the file (only `defaults` and `channels`) is still valid as
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +135,7 @@ class ToolRule(Timers):
     auto: Literal["approve", "reject"] | None = None
     # Who may answer (only on a rule matching ask_human); None: the channel's, or the default.
     answerers: list[Answerer] | None = Field(default=None, min_length=1)
+    grant_max: Duration | None = None  # "Always approve" lasts in the channel up to this (#19)
 
 
 class Policy(_Strict):
@@ -355,3 +357,17 @@ def load_policy(path: Path) -> Policy:
             ]
         )
     return parse_policy(path.read_text(encoding="utf-8"), source=str(path))
+
+
+def grant_max_of(policy: Policy, rule: CallRule | None) -> int:
+    """Seconds an "Always approve" under `rule` lasts in the channel (a grant); 0 when the rule
+    allows none (Always is then for the run only, as without `grant_max`). Only a tool rule
+    with `grant_max` that one approver may decide alone, with Always allowed, grants. Kept apart
+    from `rule_for`: the tool rule is the one `rule.source` names (`tools[<index>] ...`)."""
+    if rule is None or not rule.allow_always or rule.required > 1 or rule.auto is not None:
+        return 0
+    found = re.match(r"tools\[(\d+)\]", rule.source)
+    if found is None or int(found.group(1)) >= len(policy.tools):
+        return 0
+    grant_max = policy.tools[int(found.group(1))].grant_max
+    return seconds(grant_max) if grant_max else 0

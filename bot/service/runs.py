@@ -30,14 +30,16 @@ from bot.service.core import ServiceCore
 from bot.service.digest import digest_of
 from bot.service.gate import Gate
 from bot.service.limits import refusal, task_too_long
-from bot.service.policy import CallRule, Verdict
+from bot.service.policy import CallRule, Verdict, grant_max_of, human
 from bot.service.ports import Actor
 from bot.service.replies import Code, Reply, joined, said
 from bot.service.reviews import Reviews, beyond_text
 from bot.store import keys
+from bot.store.grants import GrantStore, grant_detail
 from bot.store.queue import Job
 from bot.store.records import (
     EARLIER_ALWAYS,
+    GRANTED,
     SHOWN_ARGUMENTS,
     CallRecord,
     CallStatus,
@@ -80,6 +82,7 @@ class Runs:
         self.store = core.store
         self.gate = gate
         self.reviews = reviews
+        self.grants = GrantStore(core.store.redis)
 
     async def start_run(
         self, actor: Actor, channel: str, agent_name: str | None, task: str, delivery_id: str = ""
@@ -304,8 +307,70 @@ class Runs:
         for call in await self.store.pause_calls(run.run_id):
             if not call.decided:
                 resume_owner = await self._apply_earlier_always(run, call) or resume_owner
+        resume_owner = await self._apply_grants(run) or resume_owner
         if resume_owner:
             await self.core.enqueue("resume", run.run_id, resume_owner)
+
+    async def _apply_grants(self, run: RunRecord) -> str:
+        """Settle the pause's undecided calls that a channel grant covers, or drop the grants
+        that no longer hold (one EXISTS when the channel has none). Returns the resume's owner
+        token when this decided the pause's last call, else ''."""
+        if not await self.grants.any_in(run.team_id, run.channel_id):
+            return ""
+        resume_owner = ""
+        for call in await self.store.pause_calls(run.run_id):
+            if not call.decided:
+                resume_owner = await self._apply_grant(run, call) or resume_owner
+        return resume_owner
+
+    async def _apply_grant(self, run: RunRecord, call: CallRecord) -> str:
+        """Settle `call` with the channel's grant for its agent's tool, if there is one and it
+        still holds: not expired, its rule still has a `grant_max` at least as long, and its
+        grantor may still decide the call alone. Otherwise drop it (audited, said in the
+        thread), and the call waits for a person."""
+        grant = await self.grants.get(run.team_id, run.channel_id, call.sticky)
+        if grant is None:
+            return ""
+        policy = self.gate.policies.current().policy
+        grantor = Actor(grant.team, grant.user, run.enterprise_id)
+        rule, verdict = await self.gate.judge(grantor, run, call)
+        lasts = grant_max_of(policy, rule)
+        why = ""
+        if grant.until <= self.store.timers.clock.time():
+            why = "it expired"
+        elif lasts <= 0:
+            why = "the policy no longer allows grants for this tool"
+        elif grant.until - grant.made > lasts + 1:
+            why = f"the policy now allows grants of at most {human(lasts)}"
+        elif not verdict.allowed:
+            why = f"{grant.user} may no longer decide it"
+        if why:
+            if await self.grants.drop(grant):
+                await self.core.audit(
+                    AuditKind.GRANT_DROPPED, call=call, actor=grantor, decision="approve",
+                    detail=f"{why}: {grant_detail(grant)}",
+                )  # fmt: skip
+                await self.store.add_note(
+                    run.run_id,
+                    f"The grant by {grant.user} for {call.tool} in this channel no longer holds "
+                    f"({why}), so this call of it waits for a decision like any other.",
+                )
+            return ""
+        token = self.core.new_owner()
+        result = await self.store.decide(
+            call.approval_id, approve=True, always=False, team=grant.team, user=grant.user,
+            reason=f"grant by {grant.user}", owner=token, via=GRANTED + grant.approval_id,
+        )  # fmt: skip
+        if not isinstance(result, Decided):
+            return ""
+        await self.core.audit(
+            AuditKind.GRANT_USED, call=call, actor=grantor, decision="approve",
+            detail=grant_detail(grant),
+        )  # fmt: skip
+        await self.store.add_note(
+            run.run_id, f"{call.tool} was approved by the grant of {grant.user} in this channel."
+        )
+        return token if result.resume else ""
 
     async def _apply_earlier_always(self, run: RunRecord, call: CallRecord) -> str:
         """Settle a new call with an Always decision made earlier in this run, if there is one

@@ -20,6 +20,12 @@ async def answer(
     if command.action == "cancel":
         reply = await service.cancel_run(actor, command.run_id)
         return {"response_type": "ephemeral", "text": shown(reply)}
+    if command.action == "grants":
+        listed = await service.list_grants(actor, channel)
+        return {"response_type": "ephemeral", "text": shown(listed)}
+    if command.action == "revoke":
+        reply = await service.revoke_grant(actor, channel, command.grant)
+        return {"response_type": "ephemeral", "text": shown(reply)}
     if command.action == "status":
         found = await service.run_status(actor, command.run_id)
         if isinstance(found, Reply):

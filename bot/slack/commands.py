@@ -7,10 +7,10 @@ from typing import Literal
 
 from bot.slack.text import unescape
 
-Action = Literal["run", "help", "cancel", "status", "list"]
+Action = Literal["run", "help", "cancel", "status", "list", "grants", "revoke"]
 
 # Words that name a command; anything else is a task for the default agent.
-COMMANDS = ("run", "help", "cancel", "status", "list")
+COMMANDS = ("run", "help", "cancel", "status", "list", "grants", "revoke")
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class AgentCommand:
     task: str = ""
     action: Action = "run"
     run_id: str = ""
+    grant: str = ""  # `revoke <agent>::<tool>`
 
 
 def parse(text: str) -> AgentCommand:
@@ -46,6 +47,10 @@ def parse(text: str) -> AgentCommand:
         return AgentCommand(action=word, run_id=rest.strip("`").lower())  # type: ignore[arg-type]
     if word == "list" and not rest:
         return AgentCommand(action="list")
+    if word == "grants" and not rest:
+        return AgentCommand(action="grants")
+    if word == "revoke" and len(rest.split()) == 1 and "::" in rest:
+        return AgentCommand(action="revoke", grant=rest.strip("`"))
     return AgentCommand(task=raw)
 
 
@@ -60,6 +65,8 @@ def help_text(agents: list[str], default: str) -> str:
         "runs\n"
         "• `/agent cancel <run id>`: cancel a run (its starter, or an approver of its channel "
         "or its calls); the run message's *Cancel run* button does the same\n"
+        "• `/agent grants`: this channel's grants (an Always approve that lasts, where the "
+        "policy allows it); `/agent revoke <agent>::<tool>` takes one back\n"
         "• `/agent help`: this message\n"
         f"Agents: {names}\n"
         "The run id is shown on the run message (`run 0123456789abcdef`). Your App Home (the "

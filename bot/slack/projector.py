@@ -45,6 +45,7 @@ from bot.slack.overview import notice_message
 from bot.slack.text import quote
 from bot.slack.webapi import Later, Pacer, Refused, classify
 from bot.store import keys
+from bot.store.grants import GrantStore
 from bot.store.outbox import Claim, Mark, Shown
 from bot.store.records import CallRecord, RunRecord
 from bot.store.runs import RunStore
@@ -103,6 +104,7 @@ class Projector:
         foreground: Foreground | None = None,
     ) -> None:
         self.store = store
+        self.grants = GrantStore(store.redis)
         self.outbox = store.outbox
         self.client = client
         self.undeliverable = undeliverable
@@ -472,6 +474,8 @@ class Projector:
                 return None
             if not call.decided and call.sticky in await self.store.sticky_decisions(run.run_id):
                 return 0.5  # an earlier Always decision is being re-judged for it: wait
+            if not call.decided and not current.ts and await self._granted(run, call):
+                return 0.5  # a channel grant is being judged for it (#19): wait
             resuming = run.status in ("resuming", "running")
             if current.ts and call.decided and resuming and time.time() < mark.since + self.gather:
                 # The decision resumed the run: what the resume does (a result, the run's new
@@ -637,6 +641,10 @@ class Projector:
             ):
                 return str(message["ts"])
         return ""
+
+    async def _granted(self, run: RunRecord, call: CallRecord) -> bool:
+        """A channel grant covers this call's agent and tool (settled or dropped at once)."""
+        return await self.grants.get(run.team_id, run.channel_id, call.sticky) is not None
 
     async def idle(self) -> bool:
         """Nothing marked is waiting on the index and nothing is being delivered."""

@@ -131,6 +131,11 @@ def delivery_key(kind: str, delivery_id: str) -> str:
 OUTBOX_INDEX = f"{PREFIX}:{{outbox}}:due"  # sorted set: run id -> when its messages are due (ms)
 OUTBOX_LEASES = f"{PREFIX}:{{outbox}}:leases"  # hash: run id -> the claim holding it (score)
 
+# Decision webhooks (bot/store/webhooks.py): the audit stream is their outbox; these say how far
+# its delivery got and which process delivers. One hash tag: the fenced advance touches one slot.
+WEBHOOK_CURSOR = f"{PREFIX}:{{webhook}}:cursor"  # string: id of the last audit entry delivered
+WEBHOOK_LEASE = f"{PREFIX}:{{webhook}}:lease"  # string (PX): the delivering process's token
+
 # Timers of pending calls (expiry, reminders, escalation): approval id -> when its next timer
 # is due (ms). One hash tag of its own: the claim touches one slot; each firing is then a script
 # on its run's keys (bot/store/timers.py).

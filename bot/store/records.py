@@ -49,6 +49,7 @@ SHOWN_ARGUMENTS = 3000
 
 # `via` of a call settled by an Always decision of an earlier pause: "always:<approval id>".
 EARLIER_ALWAYS = "always:"
+GRANTED = EARLIER_ALWAYS + "grant:"  # settled by a channel grant (also without a card)
 
 _R = TypeVar("_R", "RunRecord", "CallRecord")
 

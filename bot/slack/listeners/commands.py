@@ -42,7 +42,7 @@ def on_agent(deps: ListenerDeps) -> Listener:
         channel = str(command.get("channel_id", ""))
         tell = deps.teller(channel, actor.user_id)
         deadline = deps.deadline_of(context)
-        if parsed.action in ("cancel", "status", "list"):
+        if parsed.action in ("cancel", "status", "list", "grants", "revoke"):
 
             async def ask() -> dict[str, Any]:
                 try:

@@ -1,0 +1,320 @@
+"""Decision webhooks (#19, item 4): every audit entry POSTed, signed, to a receiver on
+127.0.0.1, at least once, in order, with its idempotency key; retried through failures, kept
+across a restart, and never in a decision's way."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import redis.asyncio as aioredis
+from aiohttp import web
+
+from bot.slack.blocks import APPROVE
+from bot.store.audit import AUDIT_STREAM
+from bot.testing.clock import SkippingClock
+from bot.testing.harness import SIGNING_SECRET, BotHarness, wait_until
+from bot.testing.requests import SlackRequests
+from bot.testing.slack_api import FakeSlackAPI
+from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+from tests.processes import bot_env, free_port, running_bot
+
+SECRET = "webhook-secret-for-tests-0123456789"
+TIMEOUT = 0.3  # the bot's webhook timeout in these tests: a "timeout" answer sleeps past it
+
+
+def verified(secret: str, headers: Any, body: bytes) -> bool:
+    """The receiver's check, as the README shows it (and not the bot's own code)."""
+    timestamp = headers.get("X-Approval-Bot-Timestamp", "")
+    if not timestamp.isdigit() or abs(time.time() - int(timestamp)) > 300:
+        return False
+    mac = hmac.new(secret.encode(), b"v0:" + timestamp.encode() + b":" + body, hashlib.sha256)
+    expected = "v0=" + mac.hexdigest()
+    return hmac.compare_digest(expected, headers.get("X-Approval-Bot-Signature", ""))
+
+
+class Receiver:
+    """A webhook receiver on 127.0.0.1 that answers its first requests from `failures`
+    ("500", "timeout", "hang": until told to accept), then accepts, once per idempotency key."""
+
+    def __init__(self, failures: list[str] | None = None, port: int = 0) -> None:
+        self.failures = list(failures or [])
+        self.port = port
+        self.attempts: list[str] = []  # the idempotency key of every request, in order
+        self.accepted: list[dict[str, Any]] = []  # bodies answered 200 the first time
+        self.duplicates = 0
+        self.unsigned = 0
+        self.hang = asyncio.Event()  # set: "hang" requests answer
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    async def __aenter__(self) -> Receiver:
+        app = web.Application()
+        app.add_routes([web.post("/hook", self._handle)])
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.hang.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        key = request.headers.get("Idempotency-Key", "")
+        self.attempts.append(key)
+        if not verified(SECRET, request.headers, body):
+            self.unsigned += 1
+            return web.Response(status=401)
+        if self.failures:
+            failure = self.failures.pop(0)
+            if failure == "timeout":
+                await asyncio.sleep(TIMEOUT * 4)
+                return web.Response(status=200)  # too late: the bot has given up on it
+            if failure == "hang":
+                self.failures.insert(0, "hang")
+                await self.hang.wait()
+                self.failures = [f for f in self.failures if f != "hang"]
+                return web.Response(status=503)
+            return web.Response(status=int(failure))
+        if key in {e["id"] for e in self.accepted}:
+            self.duplicates += 1
+        else:
+            event = json.loads(body)
+            assert event["id"] == key == request.headers["X-Approval-Bot-Event-Id"]
+            self.accepted.append(event)
+        return web.Response(status=200)
+
+    def ids(self) -> list[str]:
+        return [e["id"] for e in self.accepted]
+
+
+def webhook_settings(url: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "webhook_url": url,
+        "webhook_secret": SECRET,
+        "webhook_timeout_seconds": TIMEOUT,
+        "webhook_retry_seconds": 0.05,
+        "webhook_retry_max_seconds": 0.2,
+        **extra,
+    }
+
+
+def two_calls_agent(ledger: Ledger) -> Any:
+    agent, _ = ops_agent(
+        [
+            [function_call("delete_logs", {"path": "/var/log/a"}, call_id="c1")],
+            [assistant_message("Deleted a.")],
+            [function_call("delete_logs", {"path": "/var/log/b"}, call_id="c2")],
+            [assistant_message("Deleted b.")],
+        ],
+        ledger,
+    )
+    return agent
+
+
+async def metrics_text(bot: BotHarness) -> str:
+    async with aiohttp.ClientSession() as session, session.get(f"{bot.url}/metrics") as response:
+        return await response.text()
+
+
+async def delivered_all(bot: BotHarness, receiver: Receiver) -> list[dict[str, str]]:
+    """Wait until the receiver holds every audit entry; return the audit trail."""
+
+    async def done() -> list[dict[str, str]] | None:
+        audit = await bot.audit()
+        return audit if audit and receiver.ids() == [e["id"] for e in audit] else None
+
+    found: list[dict[str, str]] = await wait_until(
+        done, timeout=20, what="every audit entry at the receiver"
+    )
+    return found
+
+
+async def test_events_are_signed_retried_through_three_failures_and_delivered_once_in_order(
+    redis_url: str, slack_api: FakeSlackAPI
+) -> None:
+    ledger = Ledger()
+    async with Receiver(["500", "timeout", "500"]) as receiver:
+        settings = webhook_settings(receiver.url)
+        async with BotHarness(
+            redis_url, two_calls_agent(ledger), POLICY, slack=slack_api, settings=settings
+        ) as bot:
+            for path in ("/var/log/a", "/var/log/b"):
+                await bot.slack.command(f"clean {path}", user="U1", channel="C1")
+                approval = next(m for m in await bot.wait_for_approvals(1) if path in m.all_text())
+                assert (await bot.click(approval, APPROVE, user="U2")).status == 200
+                await bot.wait_for_status("finished")
+            audit = await delivered_all(bot, receiver)
+            await asyncio.sleep(0.3)  # nothing more comes: no entry is sent again once accepted
+    assert receiver.unsigned == 0 and receiver.duplicates == 0
+    assert receiver.ids() == [e["id"] for e in audit]  # every entry, once, in the trail's order
+    # The first entry took four attempts (500, timeout, 500, accepted); every other, one.
+    first = audit[0]["id"]
+    assert receiver.attempts[:4] == [first] * 4
+    assert receiver.attempts[4:] == receiver.ids()[1:]
+    # The body is the audit entry: its kind, time and fields.
+    by_run: dict[str, list[str]] = {}
+    for event, entry in zip(receiver.accepted, audit, strict=True):
+        assert event["kind"] == entry["kind"] and event["time"] == float(entry["time"])
+        assert event.get("run_id") == entry.get("run_id")
+        by_run.setdefault(event.get("run_id", ""), []).append(event["kind"])
+    runs = [kinds for run_id, kinds in by_run.items() if run_id]
+    assert len(runs) == 2
+    for kinds in runs:  # in order per run
+        assert kinds[:3] == ["run_started", "paused", "decided"], kinds
+        assert kinds[-1] == "run_finished", kinds
+    assert ledger.names() == ["delete_logs", "delete_logs"]
+
+
+async def test_a_receiver_that_hangs_delays_delivery_never_a_decision(
+    redis_url: str, slack_api: FakeSlackAPI
+) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [
+            [function_call("delete_logs", {"path": "/var/log/app"}, call_id="c1")],
+            [assistant_message("Deleted.")],
+        ],
+        ledger,
+    )
+    async with Receiver(["hang"]) as receiver:
+        # Production's timeout (10 s): the one POST in flight hangs for all of the run below.
+        settings = webhook_settings(receiver.url, webhook_timeout_seconds=10.0)
+        async with BotHarness(redis_url, agent, POLICY, slack=slack_api, settings=settings) as bot:
+            started = time.monotonic()
+            approval = await bot.start_and_wait("clean up", user="U1")
+            await bot.click(approval, APPROVE, user="U2")
+            await bot.wait_for_status("finished")
+            assert time.monotonic() - started < 8  # well within the hung POST's timeout
+            assert ledger.names() == ["delete_logs"]
+            assert receiver.accepted == []  # nothing got through meanwhile
+            text = await metrics_text(bot)
+            [age] = [
+                float(line.split()[-1])
+                for line in text.splitlines()
+                if line.startswith("approval_bot_webhook_backlog_age_seconds ")
+            ]
+            assert age > 0
+            receiver.hang.set()  # the receiver is back
+            await delivered_all(bot, receiver)
+            text = await metrics_text(bot)
+            assert "approval_bot_webhook_backlog_age_seconds 0.0" in text
+    assert receiver.duplicates == 0 and receiver.unsigned == 0
+
+
+async def test_undelivered_events_survive_a_restart(
+    slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, redis_url: str
+) -> None:
+    hook_port = free_port()  # nothing listens there yet: every attempt is refused
+    env = bot_env(
+        slack,
+        policy_file,
+        tmp_path,
+        REDIS_URL=redis_url,
+        APPROVAL_BOT_JOB_LEASE_SECONDS="2",  # the killed process's lease lapses soon
+        APPROVAL_BOT_WEBHOOK_URL=f"http://127.0.0.1:{hook_port}/hook",
+        APPROVAL_BOT_WEBHOOK_SECRET=SECRET,
+        APPROVAL_BOT_WEBHOOK_RETRY_SECONDS="0.05",
+        APPROVAL_BOT_WEBHOOK_RETRY_MAX_SECONDS="0.2",
+    )
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/slack/events"
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        async with running_bot(env, port) as first, SlackRequests(url, SIGNING_SECRET) as sent:
+            assert (await sent.command("/var/log/app", user="U1", channel="C1")).status == 200
+            [approval] = await wait_until(lambda: slack.approval_messages(), what="the card")
+            first.send_signal(signal.SIGKILL)
+            await asyncio.to_thread(first.wait, 10)
+        before = [entry_id for entry_id, _ in await client.xrange(AUDIT_STREAM)]
+        assert len(before) >= 2  # run_started, paused: never delivered
+        async with (
+            Receiver(port=hook_port) as receiver,
+            running_bot(env, port),
+            SlackRequests(url, SIGNING_SECRET) as sent,
+        ):
+            await wait_until(lambda: receiver.ids()[: len(before)] == before, timeout=30,
+                             what="the events from before the restart")  # fmt: skip
+            await sent.click(APPROVE, approval.button_value(APPROVE), user="U2", channel="C1")
+
+            async def finished() -> bool:
+                return "run_finished" in [e["kind"] for e in receiver.accepted]
+
+            await wait_until(finished, timeout=30, what="the run's end at the receiver")
+        audit = [entry_id for entry_id, _ in await client.xrange(AUDIT_STREAM)]
+    finally:
+        await client.aclose()
+    assert receiver.ids() == audit and receiver.duplicates == 0 and receiver.unsigned == 0
+
+
+async def test_entries_past_the_bound_are_skipped_and_the_skip_is_delivered(
+    redis_url: str, slack_api: FakeSlackAPI
+) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [
+            [function_call("delete_logs", {"path": "/var/log/app"}, call_id="c1")],
+            [assistant_message("Deleted.")],
+        ],
+        ledger,
+    )
+    clock = SkippingClock()
+    async with Receiver(["hang"]) as receiver:
+        settings = webhook_settings(receiver.url, webhook_max_age_hours=1.0)
+        async with BotHarness(
+            redis_url, agent, POLICY, slack=slack_api, settings=settings, clock=clock
+        ) as bot:
+            await bot.start_and_wait("clean up", user="U1")
+            stale = [e["id"] for e in await bot.audit()]
+            clock.advance(3601)  # the receiver has been down for over an hour
+
+            async def audited() -> bool:
+                return "webhook_skipped" in [e["kind"] for e in await bot.audit()]
+
+            await wait_until(audited, what="the skip in the audit trail")
+            receiver.hang.set()  # back: what waited over an hour is not sent, the skip is
+
+            async def skipped() -> dict[str, Any] | None:
+                kinds = {e["kind"]: e for e in receiver.accepted}
+                return kinds.get("webhook_skipped")
+
+            event = await wait_until(skipped, timeout=20, what="the skip at the receiver")
+    assert event["decision"] == str(len(stale))
+    assert event["detail"] == f"{stale[0]}..{stale[-1]}"
+    assert not set(stale) & set(receiver.ids())  # past the bound: skipped, not sent late
+
+
+def test_a_webhook_needs_a_secret_an_http_url_and_a_bound_within_the_audit_retention() -> None:
+    from bot.config import Settings
+
+    def problems(**fields: Any) -> list[str]:
+        settings = Settings(_env_file=None, **fields)  # type: ignore[call-arg]
+        return settings.webhook_problems()
+
+    assert problems() == [] and problems(webhook_url="") == []  # off
+    assert problems(webhook_url="https://siem.example/hook", webhook_secret=SECRET) == []
+    [missing] = problems(webhook_url="https://siem.example/hook")
+    assert "APPROVAL_BOT_WEBHOOK_SECRET must be set" in missing
+    short = problems(webhook_url="ftp://siem.example/hook", webhook_secret="short-secret")
+    assert len(short) == 2 and "http:// or https://" in short[0]
+    assert "short-secret" not in " ".join(short)  # a secret is never echoed
+    [bound] = problems(
+        webhook_url="https://siem.example/hook", webhook_secret=SECRET,
+        webhook_max_age_hours=48, audit_retention_days=1,
+    )  # fmt: skip
+    assert "APPROVAL_BOT_WEBHOOK_MAX_AGE_HOURS=48 is longer than" in bound
