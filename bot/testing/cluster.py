@@ -43,6 +43,19 @@ def _free_ports(count: int) -> list[int]:
     return found
 
 
+def _stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every server still running, then wait for each (SIGKILL after 10 s)."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 class LocalCluster:
     """Three primaries (no replicas) in `directory`, each slot range on one of them."""
 
@@ -154,15 +167,7 @@ class LocalCluster:
         process.wait(timeout=10)
 
     def stop(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.terminate()
-        for process in self.processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        _stop_all(self.processes)
         self.processes = []
 
 
@@ -288,13 +293,5 @@ class LocalSentinel:
             client.close()
 
     def stop(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.terminate()
-        for process in self.processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        _stop_all(self.processes)
         self.processes = []
