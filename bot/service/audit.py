@@ -37,6 +37,7 @@ class AuditKind(StrEnum):
     REMINDED = "reminded"
     ESCALATED = "escalated"
     CANCELLED = "cancelled"
+    ROUTED = "routed"  # a call's rule, when it is not the one it was posted under
 
     def tally(self, decision: str, call: CallRecord | None) -> None:
         """Move this kind's metric for one entry (`decision` and `call` as audited)."""
@@ -90,6 +91,8 @@ def audit_fields(
     if call is not None:
         fields.update(approval_id=call.approval_id, run_id=call.run_id, agent=call.agent)
         fields.update(tool=call.tool, digest=call.digest, channel=call.channel_id)
+        if call.rule:  # the rule that decided or routed it
+            fields.update(rule=call.rule)
     if actor is not None:
         fields.update(team=actor.team_id, user=actor.user_id, enterprise=actor.enterprise_id)
     return fields
