@@ -1,0 +1,337 @@
+"""Rules on the arguments (`when:`), automatic decisions with a reason, rules that route a call
+to their own approvers and quorum, typed confirmation (`confirm: type`), and `approval-bot
+check` naming each policy mistake with its file and line. All through signed HTTP, a real
+Redis and the Slack stand-in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Agent, RunContextWrapper, function_tool
+from agents.testing import ScriptedModel
+from pydantic import BaseModel
+
+from bot.slack.blocks import ALWAYS_APPROVE, APPROVE, CONFIRM_MODAL, TYPED_BLOCK, TYPED_INPUT
+from bot.testing.harness import BotHarness, wait_until
+from bot.testing.slack_api import Message
+from tests.agents_for_tests import (
+    Ledger,
+    assistant_message,
+    function_call,
+    ops_agent,
+    tool_outputs,
+)
+from tests.test_authorization import no_server_errors, status_of
+from tests.test_config import check
+
+BASE = """
+defaults:
+  allow_self_approval: false
+channels:
+  C1:
+    approvers: [U2, U3]
+"""
+
+
+class Target(BaseModel):
+    host: str = ""
+
+
+def deploy_agent(calls: list[Any], ledger: Ledger) -> tuple[Agent[Any], ScriptedModel]:
+    """An agent whose gated `deploy` takes an env, a replica count and a nested target."""
+
+    @function_tool(needs_approval=True)
+    def deploy(
+        ctx: RunContextWrapper[Any], env: str, replicas: int = 1, target: Target | None = None
+    ) -> str:
+        """Deploy a service."""
+        ledger.executed.append(("deploy", {"env": env, "replicas": replicas}))
+        return f"deployed to {env}"
+
+    model = ScriptedModel([calls, [assistant_message("done")]])
+    return Agent(name="ops", instructions="Deploy.", model=model, tools=[deploy]), model
+
+
+def pending_args(bot: BotHarness) -> list[str]:
+    """The arguments shown on the cards that still wait for a person."""
+    return [m.all_text() for m in bot.slack_api.approval_messages() if m.action_ids()]
+
+
+def auto_decisions(audit: list[dict[str, str]]) -> list[str]:
+    return [e["decision"] for e in audit if e["kind"] == "decided" and not e.get("user")]
+
+
+def with_(**args: Any) -> dict[str, Any]:
+    return {"env": "e", **args}
+
+
+CASES = [
+    ("glob", {"args.env": "staging-*"}, {"env": "staging-1"}, {"env": "prod-1"}),
+    ("list", {"args.env": ["dev", "qa"]}, {"env": "qa"}, {"env": "prod-1"}),
+    ("regex", {"args.env": "re:vip-[0-9]+"}, {"env": "vip-12"}, {"env": "vip-12x"}),
+    ("greater", {"args.replicas": "> 10"}, with_(replicas=11), with_(replicas=10)),
+    ("at most", {"args.replicas": "<= 0"}, with_(replicas=0), with_(replicas=1)),
+    ("equal", {"args.replicas": "== 3"}, with_(replicas=3), with_(replicas=4)),
+    ("exists", {"args.target.host": {"exists": True}}, with_(target={"host": "h"}),
+     with_(target={})),
+    ("absent", {"args.target": {"exists": False}}, with_(), with_(target={})),
+    ("nested glob", {"args.target.host": "*.internal"}, with_(target={"host": "db.internal"}),
+     with_(target={"host": "db.internal.example.com"})),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "when", "matching", "other"), CASES, ids=[c[0] for c in CASES])
+async def test_each_condition_kind_holds_for_a_matching_call_only(
+    redis_url: str, kind: str, when: dict[str, Any], matching: dict[str, Any],
+    other: dict[str, Any],
+) -> None:  # fmt: skip
+    policy = BASE + "tools:\n  - match: deploy\n    when: " + json.dumps(when) + "\n"
+    policy += "    auto: approve\n"
+    if not any(path == "args.env" for path in when):  # tell the two calls apart on the cards
+        matching, other = {**matching, "env": "matched"}, {**other, "env": "unmatched"}
+    ledger = Ledger()
+    agent, _ = deploy_agent(
+        [function_call("deploy", matching, call_id="yes"),
+         function_call("deploy", other, call_id="no")],
+        ledger,
+    )  # fmt: skip
+    async with BotHarness(redis_url, agent, policy) as bot:
+        await bot.slack.command("deploy", user="U1", channel="C1")
+        [card] = await bot.wait_for_approvals(1)
+        audit = await bot.audit()
+        no_server_errors(bot)
+    assert auto_decisions(audit) == ["auto_approve"], kind
+    shown = card.all_text()
+    assert json.dumps(other["env"]) in shown  # the call that did not match waits for a person
+    assert json.dumps(matching["env"]) not in shown
+    [decided] = [e for e in audit if e["kind"] == "decided"]
+    assert decided["rule"] == "tools[0] (deploy)"
+
+
+async def test_unreadable_arguments_never_approve_automatically(redis_url: str) -> None:
+    """Not JSON, a missing path, the wrong type, a non-object on the way: nothing matches, even
+    `{exists: false}` (it holds only where the parent was read)."""
+    policy = BASE + (
+        "tools:\n"
+        "  - match: deploy\n    when: {args.replicas: '< 5'}\n    auto: approve\n"
+        "  - match: deploy\n    when: {args.env: 'staging-*'}\n    auto: approve\n"
+        "  - match: deploy\n    when: {args.target.host: {exists: false}}\n    auto: approve\n"
+    )
+    ledger = Ledger()
+    agent, _ = deploy_agent(
+        [
+            function_call("deploy", '{"env": "staging-1", "replicas": 1', call_id="bad_json"),
+            function_call("deploy", {"env": 7, "target": "h"}, call_id="wrong_types"),
+            function_call(
+                "deploy",
+                {"env": "prod", "replicas": "2", "target": {"host": "h"}},
+                call_id="string_number",
+            ),
+        ],
+        ledger,
+    )
+    async with BotHarness(redis_url, agent, policy) as bot:
+        await bot.slack.command("deploy", user="U1", channel="C1")
+        cards = await bot.wait_for_approvals(3)
+        audit = await bot.audit()
+        no_server_errors(bot)
+    assert len(cards) == 3
+    assert auto_decisions(audit) == []
+    assert ledger.executed == []
+    assert all("channels.C1" in c.all_text() for c in cards)  # the channel's rule: a person
+
+
+async def test_an_automatic_rejection_gives_its_reason_to_the_agent_and_the_card(
+    redis_url: str,
+) -> None:
+    policy = BASE + (
+        "tools:\n"
+        "  - name: no-root-deletes\n    match: delete_logs\n    when: {args.path: '/'}\n"
+        "    auto: reject\n    reason: Deleting / is never allowed; name a directory.\n"
+    )
+    ledger = Ledger()
+    agent, model = ops_agent(
+        [[function_call("delete_logs", {"path": "/"}, call_id="d1")], [assistant_message("ok")]],
+        ledger,
+    )
+    async with BotHarness(redis_url, agent, policy) as bot:
+        await bot.slack.command("clean", user="U1", channel="C1")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        [card] = bot.slack_api.approval_messages()
+        audit = await bot.audit()
+        no_server_errors(bot)
+    assert ledger.executed == []
+    assert tool_outputs(model)["d1"] == "Deleting / is never allowed; name a directory."
+    text = card.all_text()
+    assert "automatically by policy rule `no-root-deletes`" in text
+    assert "Deleting / is never allowed" in text
+    [decided] = [e for e in audit if e["kind"] == "decided"]
+    assert decided["decision"] == "auto_reject" and decided["rule"] == "no-root-deletes"
+    assert "no-root-deletes" in decided["detail"]
+
+
+async def test_a_routed_rule_has_its_own_approvers_and_quorum(redis_url: str) -> None:
+    policy = BASE + (
+        "tools:\n"
+        "  - match: deploy\n    when: {args.env: 'staging-*'}\n    auto: approve\n"
+        "  - name: prod-deploys\n    match: deploy\n    when: {args.env: 'prod-*'}\n"
+        "    approvers: [U7, U8, U9]\n    required_approvals: 2\n"
+    )
+    ledger = Ledger()
+    agent, _ = deploy_agent(
+        [function_call("deploy", {"env": "staging-1"}, call_id="s1"),
+         function_call("deploy", {"env": "prod-1"}, call_id="p1")],
+        ledger,
+    )  # fmt: skip
+    async with BotHarness(redis_url, agent, policy) as bot:
+        await bot.slack.command("deploy", user="U1", channel="C1")
+        [card] = await bot.wait_for_approvals(1)
+        assert "rule `prod-deploys`" in card.all_text() and "prod-1" in card.all_text()
+        approval_id = card.button_value(APPROVE)
+        await bot.click(card, APPROVE, user="U2")  # a channel approver, not this rule's
+        await bot.idle()
+        assert "not among" in " ".join(bot.slack_api.ephemeral_to("U2"))
+        await bot.click(card, APPROVE, user="U7")
+        await bot.idle()
+        assert await status_of(redis_url, approval_id) == "pending"  # 1 of 2
+        await bot.click(card, APPROVE, user="U8")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        audit = await bot.audit()
+        no_server_errors(bot)
+    assert sorted(e["env"] for _, e in ledger.executed) == ["prod-1", "staging-1"]
+    votes = [e for e in audit if e["kind"] == "approval_vote"]
+    assert [(e["user"], e["rule"]) for e in votes] == [("U7", "prod-deploys")]
+    refused = [e for e in audit if e["kind"] == "refused"]
+    assert [(e["user"], e["rule"]) for e in refused] == [("U2", "prod-deploys")]
+    human = [e for e in audit if e["kind"] == "decided" and e.get("user")]
+    assert [(e["user"], e["rule"]) for e in human] == [("U8", "prod-deploys")]
+
+
+TYPED = BASE + (
+    "tools:\n"
+    "  - name: typed-deletes\n    match: delete_logs\n    confirm: type\n"
+    "    confirm_value: args.path\n"
+)
+
+
+async def open_confirmation(bot: BotHarness, card: Message, user: str) -> dict[str, Any]:
+    opened = len(bot.slack_api.views)
+    sent = await bot.click(card, APPROVE, user=user)
+    assert sent.status == 200
+    await wait_until(lambda: len(bot.slack_api.views) > opened, what="the confirmation modal")
+    view: dict[str, Any] = bot.slack_api.views[-1]["view"]
+    return view
+
+
+async def submit_typed(bot: BotHarness, view: dict[str, Any], user: str, typed: str) -> Any:
+    values = {TYPED_BLOCK: {TYPED_INPUT: {"type": "plain_text_input", "value": typed}}}
+    return await bot.slack.submit(view, values, user=user)
+
+
+async def test_typed_confirmation_a_click_decides_nothing_a_wrong_value_is_refused(
+    redis_url: str,
+) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [[function_call("delete_logs", {"path": "/var/log/app"}, call_id="d1")],
+         [assistant_message("ok")]],
+        ledger,
+    )  # fmt: skip
+    async with BotHarness(redis_url, agent, TYPED) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        approval_id = card.button_value(APPROVE)
+        assert ALWAYS_APPROVE not in card.action_ids()  # Always would skip the typing
+        assert "type the value of `args.path`" in card.all_text()
+        view = await open_confirmation(bot, card, "U2")
+        assert view["callback_id"] == CONFIRM_MODAL
+        assert json.loads(view["private_metadata"]) == {"approval_id": approval_id,
+                                                        "channel": "C1"}  # fmt: skip
+        assert "`/var/log/app`" in json.dumps(view)
+        await bot.idle()
+        assert await status_of(redis_url, approval_id) == "pending"  # the click decided nothing
+        # Always approve (a crafted click: the card has no such button) is refused too.
+        await bot.slack.click(ALWAYS_APPROVE, approval_id, user="U2", channel="C1")
+        await bot.idle()
+        assert any("Always approve is not offered" in t for t in bot.slack_api.ephemeral_to("U2"))
+        wrong = await submit_typed(bot, view, "U2", "/var/log")
+        assert wrong.json()["response_action"] == "errors"
+        assert "That is not `/var/log/app`" in wrong.json()["errors"][TYPED_BLOCK]
+        assert await status_of(redis_url, approval_id) == "pending"
+        # Someone who may not approve is refused in the modal, typing the right value.
+        stranger = await submit_typed(bot, view, "U9", "/var/log/app")
+        assert stranger.json()["response_action"] == "errors"
+        assert await status_of(redis_url, approval_id) == "pending"
+        right = await submit_typed(bot, view, "U2", "/var/log/app")
+        assert right.status == 200 and not right.text
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        audit = await bot.audit()
+        no_server_errors(bot)
+    assert ledger.names() == ["delete_logs"]
+    [decided] = [e for e in audit if e["kind"] == "decided"]
+    assert (decided["user"], decided["decision"], decided["rule"]) == (
+        "U2", "approve", "typed-deletes",
+    )  # fmt: skip
+    assert [e["user"] for e in audit if e["kind"] == "refused"] == ["U2", "U2", "U9"]
+
+
+async def test_typed_confirmation_of_the_tool_name_by_default(redis_url: str) -> None:
+    policy = BASE + "tools:\n  - match: delete_*\n    confirm: type\n"
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [[function_call("delete_logs", {"path": "/a"}, call_id="d1")], [assistant_message("ok")]],
+        ledger,
+    )
+    async with BotHarness(redis_url, agent, policy) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        assert "type the tool name" in card.all_text()
+        view = await open_confirmation(bot, card, "U3")
+        refused = await submit_typed(bot, view, "U3", "/a")
+        assert refused.json()["response_action"] == "errors"
+        await submit_typed(bot, view, "U3", "delete_logs")
+        await bot.wait_for_status("finished")
+        no_server_errors(bot)
+    assert ledger.names() == ["delete_logs"]
+
+
+def test_check_names_each_policy_mistake_with_its_file_and_line(tmp_path: Path) -> None:
+    policy = """\
+channels:
+  C1:
+    approvers: [U2]
+tools:
+  - match: deploy
+    when:
+      args.env: "re:prod-("
+      args.replicas: "> ten"
+      "not a path": x
+  - match: restart
+    auto: maybe
+    colour: red
+  - match: drop_table
+    confirm: type
+    confirm_value: "args..database"
+  - match: other
+    reason: no auto here
+"""
+    result = check(tmp_path, policy, SLACK_BOT_TOKEN="xoxb-real-value", SLACK_SIGNING_SECRET="s",
+                   OPENAI_API_KEY="sk-test")  # fmt: skip
+    assert result.returncode == 1
+    where = str(tmp_path / "policy.yml")
+    expected = {
+        7: "tools.0.when.args.env: 're:prod-(' is not a valid regular expression",
+        8: "tools.0.when.args.replicas: '> ten' compares with 'ten', which is not a number",
+        9: "tools.0.when.not a path: 'not a path' is not an argument path",
+        11: "tools.1.auto: Input should be 'approve' or 'reject'",
+        12: "tools.1.colour: unknown key 'colour'",
+        15: "tools.2.confirm_value: 'args..database' is not an argument path",
+        16: "tools.3: reason: only with auto",
+    }
+    for line, message in expected.items():
+        assert f"{where}:{line}: {message}" in result.stderr, (line, result.stderr)
+    assert f"{len(expected)} problem(s) found" in result.stderr
