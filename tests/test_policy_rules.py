@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, RunContextWrapper, function_tool
+from agents import Agent, ApplyPatchTool, RunContextWrapper, ShellTool, function_tool
 from agents.testing import ScriptedModel
+from openai.types.responses import ResponseApplyPatchToolCall, ResponseFunctionShellToolCall
 from pydantic import BaseModel
 
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE, CONFIRM_MODAL, TYPED_BLOCK, TYPED_INPUT
@@ -26,6 +27,7 @@ from tests.agents_for_tests import (
 )
 from tests.test_authorization import no_server_errors, status_of
 from tests.test_config import check
+from tests.test_tool_kinds import Editor, run_shell
 
 BASE = """
 defaults:
@@ -335,3 +337,38 @@ tools:
     for line, message in expected.items():
         assert f"{where}:{line}: {message}" in result.stderr, (line, result.stderr)
     assert f"{len(expected)} problem(s) found" in result.stderr
+
+
+async def test_shell_and_patch_calls_expose_command_path_and_operation(redis_url: str) -> None:
+    policy = BASE + (
+        "tools:\n"
+        "  - name: listing\n    match: shell\n    when: {command: 'ls *'}\n    auto: approve\n"
+        "  - name: no-source-deletes\n    match: apply_patch\n"
+        "    when: {operation: delete_file, path: 'src/*'}\n"
+        "    auto: reject\n    reason: Source files are not deleted by agents.\n"
+    )
+    shell = ResponseFunctionShellToolCall(
+        id="ls", call_id="ls", type="shell_call", status="completed",
+        action={"commands": ["ls -la /srv"], "timeout_ms": 1000},
+    )  # fmt: skip
+    remove = shell.model_copy(
+        update={"id": "rm", "call_id": "rm", "action": {"commands": ["rm -rf /srv"]}}
+    )
+    delete = ResponseApplyPatchToolCall(
+        id="dp", call_id="dp", type="apply_patch_call", status="completed",
+        operation={"type": "delete_file", "path": "src/app.py"},
+    )  # fmt: skip
+    agent = Agent(
+        name="coder",
+        model=ScriptedModel([[shell, remove, delete], [assistant_message("ok")]]),
+        tools=[ShellTool(executor=run_shell, needs_approval=True),
+               ApplyPatchTool(editor=Editor(), needs_approval=True)],
+    )  # fmt: skip
+    async with BotHarness(redis_url, agent, policy) as bot:
+        await bot.slack.command("go", user="U1", channel="C1")
+        [card] = await bot.wait_for_approvals(1)
+        audit = await bot.audit()
+        no_server_errors(bot)
+    assert "rm -rf /srv" in card.all_text() and "channels.C1" in card.all_text()
+    decided = sorted((e["rule"], e["decision"]) for e in audit if e["kind"] == "decided")
+    assert decided == [("listing", "auto_approve"), ("no-source-deletes", "auto_reject")]
