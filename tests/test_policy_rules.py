@@ -27,6 +27,7 @@ from tests.agents_for_tests import (
 )
 from tests.test_authorization import no_server_errors, status_of
 from tests.test_config import check
+from tests.test_home import home_click, home_of, open_home
 from tests.test_tool_kinds import Editor, run_shell
 
 BASE = """
@@ -372,3 +373,32 @@ async def test_shell_and_patch_calls_expose_command_path_and_operation(redis_url
     assert "rm -rf /srv" in card.all_text() and "channels.C1" in card.all_text()
     decided = sorted((e["rule"], e["decision"]) for e in audit if e["kind"] == "decided")
     assert decided == [("listing", "auto_approve"), ("no-source-deletes", "auto_reject")]
+
+
+async def test_the_app_homes_approve_asks_for_the_typed_value_too(redis_url: str) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [[function_call("delete_logs", {"path": "/srv/old"}, call_id="d1")],
+         [assistant_message("ok")]],
+        ledger,
+    )  # fmt: skip
+    async with BotHarness(redis_url, agent, TYPED) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        approval_id = card.button_value(APPROVE)
+        await open_home(bot, "U2")
+        await wait_until(lambda: "U2" in bot.slack_api.home_views, what="U2's Home")
+        home = home_of(bot, "U2")
+        assert home.button_value(APPROVE) == approval_id
+        assert ALWAYS_APPROVE not in home.action_ids()
+        opened = len(bot.slack_api.views)
+        sent = await bot.slack.send_interaction(home_click(bot, APPROVE, approval_id, "U2"))
+        assert sent.status == 200
+        await wait_until(lambda: len(bot.slack_api.views) > opened, what="the confirmation modal")
+        view = bot.slack_api.views[-1]["view"]
+        assert view["callback_id"] == CONFIRM_MODAL
+        await bot.idle()
+        assert await status_of(redis_url, approval_id) == "pending"
+        await submit_typed(bot, view, "U2", "/srv/old")
+        await bot.wait_for_status("finished")
+        no_server_errors(bot)
+    assert ledger.names() == ["delete_logs"]
