@@ -115,13 +115,15 @@ async def test_each_condition_kind_holds_for_a_matching_call_only(
 
 
 async def test_unreadable_arguments_never_approve_automatically(redis_url: str) -> None:
-    """Not JSON, a missing path, the wrong type, a non-object on the way: nothing matches, even
-    `{exists: false}` (it holds only where the parent was read)."""
+    """Not JSON, a missing path, the wrong type, a non-object on the way, a string too long for
+    a regular expression: nothing matches, even `{exists: false}` (it holds only where the
+    parent was read)."""
     policy = BASE + (
         "tools:\n"
         "  - match: deploy\n    when: {args.replicas: '< 5'}\n    auto: approve\n"
         "  - match: deploy\n    when: {args.env: 'staging-*'}\n    auto: approve\n"
         "  - match: deploy\n    when: {args.target.host: {exists: false}}\n    auto: approve\n"
+        "  - match: deploy\n    when: {args.ticket: 're:T-.*'}\n    auto: approve\n"
     )
     ledger = Ledger()
     agent, _ = deploy_agent(
@@ -133,15 +135,19 @@ async def test_unreadable_arguments_never_approve_automatically(redis_url: str) 
                 {"env": "prod", "replicas": "2", "target": {"host": "h"}},
                 call_id="string_number",
             ),
+            # Too long for a regular expression to be tried on (4,096 characters at most).
+            function_call(
+                "deploy", with_(target={"host": "h"}, ticket="T-" + "1" * 5000), call_id="long"
+            ),
         ],
         ledger,
     )
     async with BotHarness(redis_url, agent, policy) as bot:
         await bot.slack.command("deploy", user="U1", channel="C1")
-        cards = await bot.wait_for_approvals(3)
+        cards = await bot.wait_for_approvals(4)
         audit = await bot.audit()
         no_server_errors(bot)
-    assert len(cards) == 3
+    assert len(cards) == 4
     assert auto_decisions(audit) == []
     assert ledger.executed == []
     assert all("channels.C1" in c.all_text() for c in cards)  # the channel's rule: a person

@@ -31,6 +31,10 @@ SUBJECT_LIMIT = 32_000
 """Characters of subject JSON kept beside a call; beyond it the arguments count as unreadable
 (every condition on them fails), at posting and whenever the call is judged again."""
 
+REGEX_INPUT_LIMIT = 4096
+"""Longest string a `re:` condition is tried on (longer: it does not hold). Python's regular
+expressions can backtrack for long on crafted input, and the arguments are the agent's."""
+
 PATH = re.compile(r"^(?:args(?:\.[^.\s]+)*|command|path|operation)$")
 COMPARISON = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(.*?)\s*$")
 _COMPARE: dict[str, Callable[[float, float], bool]] = {
@@ -78,7 +82,9 @@ class Condition:
         if self.kind == "glob":
             return isinstance(value, str) and fnmatch.fnmatchcase(value, self.spec)
         if self.kind == "regex":
-            return isinstance(value, str) and self.spec.fullmatch(value) is not None
+            if not isinstance(value, str) or len(value) > REGEX_INPUT_LIMIT:
+                return False
+            return self.spec.fullmatch(value) is not None
         if self.kind == "compare":
             if not _is_number(value) or not math.isfinite(value):
                 return False
