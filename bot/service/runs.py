@@ -338,10 +338,11 @@ class Runs:
         call.auto, call.rule, call.required = "", rule.source, rule.required
         call.allow_always, call.approvers = rule.allow_always, json.dumps(list(rule.approvers))
         call.confirm = (rule.confirm_value or "tool") if rule.confirm else ""
+        call.paused_at = call.paused_at or float(now())
         time_call(call, rule)
-        names = ("rule", "required", "allow_always", "approvers", "confirm", "expire_after",
-                 "expires_at", "remind_after", "remind_max", "escalate_after", "escalate_at",
-                 "escalate_to")  # fmt: skip
+        names = ("paused_at", "rule", "required", "allow_always", "approvers", "confirm",
+                 "expire_after", "expires_at", "remind_after", "remind_max", "escalate_after",
+                 "escalate_at", "escalate_to")  # fmt: skip
         fields = {"auto": "", **{name: _stored(getattr(call, name)) for name in names}}
         if await self.store.set_pending_call_fields(call.approval_id, fields):
             detail = f"policy rule {rule.source} (the policy in force decides it no longer)"
