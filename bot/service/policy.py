@@ -2,8 +2,10 @@
 
 The policy is closed by default: channels that are not listed accept no runs, and a run's starter
 may not decide its own calls unless the file says so. Per-tool rules (matched by tool name glob,
-and optionally agent name glob and channel) refine what a channel allows: their own approvers,
-a quorum of distinct approvers, whether Always is offered, or an automatic decision.
+and optionally agent name glob, channel and conditions on the arguments: `when`, tested by
+`bot.service.conditions`, failing closed) refine what a channel allows: their own approvers,
+a quorum of distinct approvers, whether Always is offered, typed confirmation, or an automatic
+decision with its reason.
 
 The first version of the file (only `defaults` and `channels`) is still valid as it was.
 """
