@@ -492,9 +492,7 @@ async def test_a_form_slack_refuses_to_open_is_told_with_slacks_error(rig: Rig) 
     rig.client.views_open_error = SlackApiError("no", {"ok": False, "error": "expired_trigger_id"})
     await rig.click(blocks.REJECT)
     await rig.service.settle()
-    assert rig.notifier.texts() == [
-        FORM_FAILED.format(form="reject form", error="expired_trigger_id")
-    ]
+    assert rig.notifier.texts() == [FORM_FAILED.format(error="expired_trigger_id")]
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,12 @@ FORM_LATE = (
     "The reject form could not be opened in time (Slack allows three seconds after a click). "
     "Click the button again."
 )
-FORM_FAILED = "The {form} could not be opened (Slack answered `{error}`). Click the button again."
+FORM_FAILED = (
+    "The reject form could not be opened (Slack answered `{error}`). Click the button again."
+)
+CONFIRM_FAILED = (
+    "The confirmation form could not be opened (Slack answered `{error}`). Click Approve again."
+)
 CONFIRM_LATE = (
     "This call needs typed confirmation, and its form could not be opened in time (Slack "
     "allows three seconds after a click). Click Approve again."
@@ -84,7 +89,7 @@ def on_decision(deps: ListenerDeps) -> Listener:
             if isinstance(reply, TypeToConfirm):  # nothing decided: ask for the typed value
                 view = blocks.confirm_modal(reply.call, expected=reply.expected, what=reply.what)
                 await open_modal(deps, trigger_id, view, received + TRIGGER_SECONDS, tell,
-                                 late=CONFIRM_LATE, form="confirmation form")  # fmt: skip
+                                 late=CONFIRM_LATE, failed=CONFIRM_FAILED)  # fmt: skip
             elif not reply.ok:
                 tell(shown(reply))
 
@@ -114,12 +119,12 @@ async def open_reject_form(
         await refused(form)
         return
     view = blocks.reject_modal(form.call, always=always, prefill=form.prefill)
-    await open_modal(deps, trigger_id, view, deadline, tell, late=FORM_LATE, form="reject form")
+    await open_modal(deps, trigger_id, view, deadline, tell, late=FORM_LATE, failed=FORM_FAILED)
 
 
 async def open_modal(
     deps: ListenerDeps, trigger_id: str, view: View, deadline: float,
-    tell: Callable[[str], None], *, late: str, form: str,
+    tell: Callable[[str], None], *, late: str, failed: str,
 ) -> None:  # fmt: skip
     """views.open with a click's trigger id by `deadline`; late or refused, the clicker is
     told so."""
@@ -139,7 +144,7 @@ async def open_modal(
         else:  # the connection failed: Slack's answer is unknown
             error = type(exc).__name__
         log.warning("views.open failed: %s", error)
-        tell(FORM_FAILED.format(form=form, error=error))
+        tell(failed.format(error=error))
 
 
 def on_private_button(deps: ListenerDeps, what: str, answer: Answer) -> Listener:
