@@ -114,11 +114,22 @@ class FakeService:
         return await self._call("reject_form", actor, approval_id, always=always)
 
     async def decide(
-        self, actor: Actor, approval_id: str, *, approve: bool, always: bool, reason: str = ""
+        self,
+        actor: Actor,
+        approval_id: str,
+        *,
+        approve: bool,
+        always: bool,
+        reason: str = "",
+        typed: str | None = None,
     ) -> Reply:
+        extra = {} if typed is None else {"typed": typed}
         return await self._call(
-            "decide", actor, approval_id, approve=approve, always=always, reason=reason
+            "decide", actor, approval_id, approve=approve, always=always, reason=reason, **extra
         )
+
+    async def approve(self, actor: Actor, approval_id: str, *, always: bool) -> Any:
+        return await self._call("approve", actor, approval_id, always=always)
 
     async def resolve_review(self, actor: Actor, review_id: str, *, action: str) -> Reply:
         return await self._call("resolve_review", actor, review_id, action=action)
@@ -315,6 +326,7 @@ def test_register_attaches_one_listener_to_every_command_action_view_and_event(r
         ("action", blocks.REPLY_REJECT),
         ("action", blocks.REPLY_KEEP),
         ("view", blocks.REJECT_MODAL),
+        ("view", blocks.CONFIRM_MODAL),
         ("event", "app_home_opened"),
         ("event", "message"),
     }
@@ -397,28 +409,28 @@ async def test_an_approval_click_acks_first_then_decides_for_the_signed_actor(
     await rig.click(action_id, "run1.c1")
     assert rig.timeline.names() == ["ack"]  # the decision is not awaited by the ack
     await rig.service.settle()
-    assert rig.timeline.names() == ["ack", "decide"]
-    [call] = rig.timeline.calls("decide")
-    assert call == ((SIGNED, "run1.c1"), {"approve": True, "always": always, "reason": ""})
+    assert rig.timeline.names() == ["ack", "approve"]
+    [call] = rig.timeline.calls("approve")
+    assert call == ((SIGNED, "run1.c1"), {"always": always})
     assert rig.notifier.told == []  # a decision made shows on the card
 
 
 async def test_a_refused_decision_is_told_privately_to_the_clicker(rig: Rig) -> None:
-    rig.service.answers["decide"] = Reply(False, "You are not among the approvers.")
+    rig.service.answers["approve"] = Reply(False, "You are not among the approvers.")
     await rig.click(blocks.APPROVE)
     await rig.service.settle()
     assert rig.notifier.told == [("C1", "U1", "You are not among the approvers.", "")]
 
 
 async def test_a_person_in_a_refusal_is_told_as_a_slack_mention(rig: Rig) -> None:
-    rig.service.answers["decide"] = Reply(False, Text(("Approved by ", Mention("U2"), ".")))
+    rig.service.answers["approve"] = Reply(False, Text(("Approved by ", Mention("U2"), ".")))
     await rig.click(blocks.APPROVE)
     await rig.service.settle()
     assert rig.notifier.texts() == ["Approved by <@U2>."]
 
 
 async def test_a_failing_decision_is_told_try_again(rig: Rig) -> None:
-    rig.service.answers["decide"] = RuntimeError("redis down")
+    rig.service.answers["approve"] = RuntimeError("redis down")
     await rig.click(blocks.APPROVE)
     await rig.service.settle()
     assert rig.notifier.texts() == [TRY_AGAIN]
@@ -426,7 +438,7 @@ async def test_a_failing_decision_is_told_try_again(rig: Rig) -> None:
 
 async def test_a_slow_decision_is_told_still_working_once_then_its_outcome(rig: Rig) -> None:
     rig.service.delay = SLOW
-    rig.service.answers["decide"] = Reply(False, "This call was already approved.")
+    rig.service.answers["approve"] = Reply(False, "This call was already approved.")
     await rig.click(blocks.APPROVE, budget=0.05)
     assert rig.ack.answers == [{}]
     await rig.service.settle()

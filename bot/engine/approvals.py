@@ -30,6 +30,9 @@ class PendingApproval:
     # Always by agent too; the bot keeps and applies Always decisions itself).
     sticky: str
     arguments: str  # display text: pretty JSON, shell commands or a diff
+    # What policy conditions may read besides JSON arguments (JSON: `command` of a shell call,
+    # `path` and `operation` of a patch); empty for other kinds.
+    facts: str = ""
 
 
 def canonical_arguments(arguments: str) -> str:
@@ -75,6 +78,20 @@ def _shell_text(raw: Any) -> str:
     return pretty_json(json.dumps(_plain(raw), default=str))
 
 
+def _shell_facts(raw: Any) -> str:
+    action = _get(raw, "action")
+    commands = _get(action, "commands") or _get(action, "command") or _get(raw, "commands")
+    if isinstance(commands, list | tuple):
+        return json.dumps({"command": "\n".join(str(c) for c in commands)})
+    return json.dumps({"command": str(commands)}) if commands else ""
+
+
+def _patch_facts(raw: Any) -> str:
+    operation = _get(raw, "operation")
+    facts = {"path": _get(operation, "path"), "operation": _get(operation, "type")}
+    return json.dumps({k: str(v) for k, v in facts.items() if v})
+
+
 def _patch_text(raw: Any) -> str:
     operation = _get(raw, "operation")
     kind = _get(operation, "type") or "operation"
@@ -111,11 +128,14 @@ def describe(item: ToolApprovalItem, index: int) -> PendingApproval:
         )  # fmt: skip
     if raw_type in ("shell_call", "local_shell_call"):
         return PendingApproval(
-            index, call_id, agent, tool, "shell", f"{agent}:shell:{tool}", _shell_text(raw)
-        )
+            index, call_id, agent, tool, "shell", f"{agent}:shell:{tool}", _shell_text(raw),
+            _shell_facts(raw),
+        )  # fmt: skip
     if raw_type == "apply_patch_call":
         sticky = f"{agent}:apply_patch:{tool}"
-        return PendingApproval(index, call_id, agent, tool, "apply_patch", sticky, _patch_text(raw))
+        return PendingApproval(
+            index, call_id, agent, tool, "apply_patch", sticky, _patch_text(raw), _patch_facts(raw)
+        )
     if is_question(item):  # the bot's ask_human: shown as the question it asks
         sticky = f"{agent}:{item.tool_namespace or ''}:{tool}"
         question = question_of(item.arguments or "")

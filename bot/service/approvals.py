@@ -113,6 +113,7 @@ class ApprovalService:
 
         # Decisions: clicks, the reject modal, thread replies.
         self.decide = self.decisions.decide
+        self.approve = self.decisions.approve
         self.reject_form = self.decisions.reject_form
         self.thread_reply = self.decisions.thread_reply  # on a question's card: an answer
         self.confirm_reply = self.decisions.confirm_reply

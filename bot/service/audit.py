@@ -44,6 +44,7 @@ class AuditKind(StrEnum):
     GRANT_DROPPED = "grant_dropped"  # expired, or no longer allowed by the policy in force
     GRANT_REVOKED = "grant_revoked"  # by its grantor or an approver of the channel
     WEBHOOK_SKIPPED = "webhook_skipped"  # entries the webhook receiver never got (too old)
+    ROUTED = "routed"  # a call's rule, when it is not the one it was posted under
 
     def tally(self, decision: str, call: CallRecord | None) -> None:
         """Move this kind's metric for one entry (`decision` and `call` as audited)."""
@@ -98,6 +99,8 @@ def audit_fields(
     if call is not None:
         fields.update(approval_id=call.approval_id, run_id=call.run_id, agent=call.agent)
         fields.update(tool=call.tool, digest=call.digest, channel=call.channel_id)
+        if call.rule:  # the rule that decided or routed it
+            fields.update(rule=call.rule)
     if actor is not None:
         fields.update(team=actor.team_id, user=actor.user_id, enterprise=actor.enterprise_id)
     return fields

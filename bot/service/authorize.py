@@ -12,8 +12,9 @@ conversation its author is in.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from bot.service.policy import ALLOWED, CallRule, Policy, Verdict
 from bot.service.ports import Actor, ChannelDirectory, GroupDirectory, GroupLookupError
@@ -207,10 +208,11 @@ class Authorizer:
         run_team: str,
         run_starter: str,
         channel: str,
-        calls: Sequence[tuple[str, str]] = (),
+        calls: Sequence[tuple[str, str, Mapping[str, Any]]] = (),
     ) -> Verdict:
         """May the actor cancel a run, or see its status? Its starter may; so may the
         channel's approvers and those of the rules governing the run's `calls` ((agent, tool)
+        (agent, tool, subject)
         of its latest pause: `Policy.run_approvers`), never a rule of another agent's or
         another tool's calls."""
         served = self.served(policy, actor)

@@ -9,12 +9,21 @@ from typing import Any
 
 from bot.engine.questions import QUESTION_KIND
 from bot.service.audit import AuditKind
+from bot.service.conditions import value_to_type
 from bot.service.core import ServiceCore
 from bot.service.digest import digest_of
-from bot.service.gate import Gate
-from bot.service.policy import grant_max_of
+from bot.service.gate import Gate, rule_for, subject_of_call
+from bot.service.policy import CallRule, grant_max_of
 from bot.service.ports import Actor
-from bot.service.replies import Code, ConfirmReject, RejectForm, Reply, already_text, said
+from bot.service.replies import (
+    Code,
+    ConfirmReject,
+    RejectForm,
+    Reply,
+    TypeToConfirm,
+    already_text,
+    said,
+)
 from bot.store import keys
 from bot.store.grants import Grant, GrantStore, grant_detail
 from bot.store.records import (
@@ -38,6 +47,10 @@ HOLD_REPLY_SECONDS = 3600
 # Records a person's answer to a question (`Questions.answer`): (actor, approval id, text).
 Answer = Callable[[Actor, str, str], Awaitable[Reply]]
 
+TYPE_FIRST = (
+    "This call needs typed confirmation: click Approve on its card and type the value it asks for."
+)
+
 
 class Decisions:
     """Clicks, modal submissions and thread replies on pending calls."""
@@ -49,13 +62,26 @@ class Decisions:
         self.answer = answer  # a reply on a question's card is an answer (questions.py)
 
     async def _check(
-        self, actor: Actor, approval_id: str, *, approve: bool, always: bool
-    ) -> tuple[CallRecord, RunRecord] | Reply:
-        """Everything that must hold before a decision is recorded; a Reply when it does not."""
+        self,
+        actor: Actor,
+        approval_id: str,
+        *,
+        approve: bool,
+        always: bool,
+        typed: str | None = None,
+    ) -> tuple[CallRecord, RunRecord] | Reply | TypeToConfirm:
+        """Everything that must hold before a decision is recorded; a Reply when it does not,
+        and a TypeToConfirm when the approval needs a typed value that was not given."""
         call, stored_run = await self.store.call_and_run(approval_id)  # one round trip
         if call is None:
             return Reply(False, Gone().why)
         run, verdict = await self.gate.authorize(actor, call, stored_run)
+        confirm = None
+        if run is not None and verdict.allowed and approve and not call.decided:
+            rule = rule_for(self.gate.policies.current().policy, run, call)
+            confirm = self._confirmation(call, rule, always=always, typed=typed)
+            if isinstance(confirm, TypeToConfirm):
+                return confirm
         # The checks, in order; who decided is told only to people allowed to decide.
         if run is None or not verdict.allowed:
             reply = Reply(False, verdict.said)
@@ -77,6 +103,8 @@ class Decisions:
             reply = Reply(
                 False, "This call changed since it was posted, so no decision can apply to it."
             )
+        elif isinstance(confirm, Reply):  # Always approve, a wrong value, an unreadable one
+            reply = confirm
         else:
             return call, run
         decision = ("always_" if always else "") + ("approve" if approve else "reject")
@@ -85,7 +113,45 @@ class Decisions:
         )
         return reply
 
-    async def _settled_alongside(self, actor: Actor, run: RunRecord, call: CallRecord) -> list[str]:
+    @staticmethod
+    def _confirmation(
+        call: CallRecord, rule: CallRule | None, *, always: bool, typed: str | None
+    ) -> TypeToConfirm | Reply | None:
+        """What the rule's `confirm: type` asks of an approval (by the policy in force): None
+        when it asks nothing or `typed` is right; a TypeToConfirm when nothing was typed; a
+        refusal for Always approve, a wrong value, or a value that cannot be read."""
+        if rule is None or not rule.confirm:
+            return None
+        if always:
+            return Reply(
+                False,
+                said(
+                    "Always approve is not offered for tool {tool}: each of its calls needs "
+                    "typed confirmation. Click Approve.",
+                    tool=Code(call.tool),
+                ),
+            )
+        what = rule.confirm_value or "tool"
+        expected = call.tool if what == "tool" else value_to_type(subject_of_call(call), what)
+        if expected is None:
+            return Reply(
+                False,
+                said(
+                    "This call cannot be confirmed: the value to type ({what}) cannot be read "
+                    "from its arguments. It can only be rejected.",
+                    what=Code(what),
+                ),
+            )
+        if typed is None:
+            return TypeToConfirm(call, expected, what)
+        if typed.strip() != expected.strip():
+            wrong = said("That is not {expected}: nothing was approved.", expected=Code(expected))
+            return Reply(False, wrong)
+        return None
+
+    async def _settled_alongside(
+        self, actor: Actor, run: RunRecord, call: CallRecord, *, approve: bool
+    ) -> list[str]:
         """The pause's other pending calls an Always decision on `call` also settles: those of
         the same agent's same tool that this person may decide alone under their own rules
         (the same approvers, a quorum of one, Always allowed, and allowed by the policy now).
@@ -104,7 +170,13 @@ class Decisions:
             ):
                 continue
             rule, verdict = await self.gate.judge(actor, run, other)
-            if rule is not None and rule.required == 1 and rule.allow_always and verdict.allowed:
+            if (
+                rule is not None
+                and rule.required == 1
+                and rule.allow_always
+                and verdict.allowed
+                and not (approve and rule.confirm)  # each of those is approved by typing
+            ):
                 found.append(other.approval_id)
         return found
 
@@ -127,23 +199,53 @@ class Decisions:
     ) -> RejectForm | Reply:
         """Check a reject click before its modal opens: the modal only opens for a live call."""
         checked = await self._check(actor, approval_id, approve=False, always=always)
-        if isinstance(checked, Reply):
-            return checked
+        if isinstance(checked, Reply | TypeToConfirm):  # (a rejection types nothing)
+            return checked if isinstance(checked, Reply) else Reply(False, TYPE_FIRST)
         call, _ = checked
         comments = await self.store.comments(approval_id)
         # Only comments by people who may decide the call pre-fill the reason the model gets.
         return RejectForm(call, "\n".join(c["text"] for c in comments if c.get("approver")))
 
+    async def approve(
+        self, actor: Actor, approval_id: str, *, always: bool
+    ) -> Reply | TypeToConfirm:
+        """An Approve (or Always approve) click: decided like `decide`, unless the rule in
+        force asks for a typed value first (then nothing is decided: the modal asks for it)."""
+        checked = await self._check(actor, approval_id, approve=True, always=always)
+        if isinstance(checked, Reply | TypeToConfirm):
+            return checked
+        call, run = checked
+        return await self._record(actor, call, run, approve=True, always=always, reason="")
+
     async def decide(
-        self, actor: Actor, approval_id: str, *, approve: bool, always: bool, reason: str = ""
+        self,
+        actor: Actor,
+        approval_id: str,
+        *,
+        approve: bool,
+        always: bool,
+        reason: str = "",
+        typed: str | None = None,
     ) -> Reply:
-        """Authorize and record one decision; resume the run if it was the pause's last."""
-        checked = await self._check(actor, approval_id, approve=approve, always=always)
+        """Authorize and record one decision; resume the run if it was the pause's last.
+        `typed`: the value typed in the confirmation modal (rules with `confirm: type`)."""
+        checked = await self._check(actor, approval_id, approve=approve, always=always, typed=typed)
+        if isinstance(checked, TypeToConfirm):
+            return Reply(False, TYPE_FIRST)
         if isinstance(checked, Reply):
             return checked
         call, run = checked
+        return await self._record(actor, call, run, approve=approve, always=always, reason=reason)
+
+    async def _record(
+        self, actor: Actor, call: CallRecord, run: RunRecord, *, approve: bool, always: bool,
+        reason: str,
+    ) -> Reply:  # fmt: skip
+        """Record a checked decision exactly once (decide.lua), audit it, resume if it was the
+        pause's last."""
+        approval_id = call.approval_id
         owner = self.core.new_owner()
-        also = await self._settled_alongside(actor, run, call) if always else []
+        also = await self._settled_alongside(actor, run, call, approve=approve) if always else []
         decision = ("always_" if always else "") + ("approve" if approve else "reject")
         grant = await self._grant_of(actor, run, call) if always and approve else None
 

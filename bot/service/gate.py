@@ -5,10 +5,12 @@ what waits for whom and the sweeper's timers all ask the same question the same 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from bot.engine.questions import QUESTION_KIND
 from bot.service.answerers import question_rule
 from bot.service.authorize import Authorizer
+from bot.service.conditions import decode_subject, encode_subject, subject_of
 from bot.service.policy import CallRule, Policy, Verdict
 from bot.service.policy_source import PolicySource
 from bot.service.ports import Actor
@@ -64,7 +66,9 @@ def rule_for(policy: Policy, run: RunRecord, call: CallRecord) -> CallRule | Non
     """The policy's rule for `call`, its approvers widened once (and only once) the call's
     escalation has fired (its time, set at posting, recorded by fire_timers.lua), by whom the
     policy in force escalates it to: never by a stored list the policy no longer names."""
-    rule = policy.rule_for(channel=run.channel_id, agent=call.agent, tool=call.tool)
+    rule = policy.rule_for(
+        channel=run.channel_id, agent=call.agent, tool=call.tool, subject=subject_of_call(call)
+    )
     if rule is not None and call.kind == QUESTION_KIND:
         rule = question_rule(rule, run.user_id)
     if rule is None or not call.escalated_at:
@@ -73,3 +77,18 @@ def rule_for(policy: Policy, run: RunRecord, call: CallRecord) -> CallRule | Non
     if extra:
         rule = dataclasses.replace(rule, approvers=(*rule.approvers, *extra))
     return rule
+
+
+def subject_of_call(call: CallRecord) -> dict[str, Any]:
+    """What the policy's conditions read of a stored call: its kept subject, or (when none was
+    kept, as it was the same) what its stored arguments give."""
+    if call.subject:
+        return decode_subject(call.subject)
+    return subject_of(call.kind, call.arguments)
+
+
+def keep_subject(call: CallRecord, subject: dict[str, Any]) -> None:
+    """Keep `subject` beside a new call unless its stored arguments give it again."""
+    encoded = encode_subject(subject)
+    again = encode_subject(subject_of(call.kind, call.arguments))
+    call.subject = "" if again == encoded else encoded

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.digest import digest_of
-from bot.service.gate import Gate, rule_for
+from bot.service.gate import Gate, rule_for, subject_of_call
 from bot.service.policy import CallRule, Policy, Verdict
 from bot.service.ports import Actor
 from bot.service.replies import Code, Mention, Reply, Text, said, when
@@ -100,7 +100,9 @@ class People:
                 ),
             )
         policy = self.core.policies.current().policy
-        calls = [(c.agent, c.tool) for c in await self.store.pause_calls(run.run_id)]
+        calls = [
+            (c.agent, c.tool, subject_of_call(c)) for c in await self.store.pause_calls(run.run_id)
+        ]
         verdict: Verdict = await self.core.authorizer.may_manage(
             policy,
             actor,

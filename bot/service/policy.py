@@ -2,8 +2,10 @@
 
 The policy is closed by default: channels that are not listed accept no runs, and a run's starter
 may not decide its own calls unless the file says so. Per-tool rules (matched by tool name glob,
-and optionally agent name glob and channel) refine what a channel allows: their own approvers,
-a quorum of distinct approvers, whether Always is offered, or an automatic decision.
+and optionally agent name glob, channel and conditions on the arguments: `when`, tested by
+`bot.service.conditions`, failing closed) refine what a channel allows: their own approvers,
+a quorum of distinct approvers, whether Always is offered, typed confirmation, or an automatic
+decision with its reason.
 
 The first version of the file (only `defaults` and `channels`) is still valid as it was.
 """
@@ -12,16 +14,18 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StringConstraints,
     ValidationError,
     model_validator,
@@ -29,6 +33,8 @@ from pydantic import (
 
 from bot.engine.questions import TOOL_NAME as QUESTION_TOOL
 from bot.errors import ApprovalBotError
+from bot.service.conditions import Condition, check_path, parse_condition
+from bot.service.policy_lines import line_of, nodes_of
 from bot.service.replies import Text
 
 CHANNEL_ID = r"^[CGD][A-Z0-9]+$"
@@ -122,12 +128,25 @@ class ChannelRule(Timers):
     answerers: list[Answerer] | None = Field(default=None, min_length=1)
 
 
-class ToolRule(Timers):
-    """A rule for calls whose tool name matches `match` (a glob), optionally narrowed."""
+def _condition_spec(spec: Any) -> Any:
+    """A `when:` value the bot can test (checked here, compiled by the rule)."""
+    parse_condition("args", spec)
+    return spec
 
+
+ArgumentPath = Annotated[str, AfterValidator(check_path)]
+ConditionSpec = Annotated[Any, AfterValidator(_condition_spec)]
+
+
+class ToolRule(Timers):
+    """A rule for calls whose tool name matches `match` (a glob), optionally narrowed (by
+    agent, channel, and conditions on the call's arguments: `when`)."""
+
+    name: str | None = Field(default=None, min_length=1, max_length=80)
     match: str = Field(min_length=1)
     agent: str | None = None  # glob on the agent name
     channel: ChannelId | None = None
+    when: dict[ArgumentPath, ConditionSpec] | None = Field(default=None, min_length=1)
     approvers: list[Principal] | None = Field(default=None, min_length=1)
     required_approvals: int = Field(default=1, ge=1, le=20)
     allow_self_approval: bool | None = None
@@ -136,6 +155,37 @@ class ToolRule(Timers):
     # Who may answer (only on a rule matching ask_human); None: the channel's, or the default.
     answerers: list[Answerer] | None = Field(default=None, min_length=1)
     grant_max: Duration | None = None  # "Always approve" lasts in the channel up to this (#19)
+    reason: str | None = Field(default=None, min_length=1, max_length=2000)
+    confirm: Literal["type"] | None = None
+    confirm_value: ArgumentPath | None = None
+    _conditions: tuple[Condition, ...] = PrivateAttr(default=())
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._conditions = tuple(parse_condition(p, c) for p, c in (self.when or {}).items())
+
+    @model_validator(mode="after")
+    def _keys_agree(self) -> ToolRule:
+        if self.reason is not None and self.auto is None:
+            raise ValueError("reason: only with auto (it is the automatic decision's reason)")
+        if self.confirm is not None and self.auto is not None:
+            raise ValueError("confirm: a rule that decides automatically has nothing to confirm")
+        if self.confirm_value is not None and self.confirm is None:
+            raise ValueError("confirm_value: only with confirm: type")
+        return self
+
+    def applies(self, channel: str, agent: str, tool: str, subject: Mapping[str, Any]) -> bool:
+        """Whether this rule governs the call: every narrowing and every condition holds."""
+        if not fnmatch.fnmatchcase(tool, self.match):
+            return False
+        if self.agent is not None and not fnmatch.fnmatchcase(agent, self.agent):
+            return False
+        if self.channel is not None and self.channel != channel:
+            return False
+        return all(condition.holds(subject) for condition in self._conditions)
+
+    def label(self, index: int) -> str:
+        """The rule's stable name on cards and in the audit trail."""
+        return self.name or f"tools[{index}] ({self.match})"
 
 
 class Policy(_Strict):
@@ -146,17 +196,17 @@ class Policy(_Strict):
     channels: dict[ChannelId, ChannelRule] = Field(min_length=1)
     tools: list[ToolRule] = Field(default_factory=list)
 
-    def rule_for(self, *, channel: str, agent: str, tool: str) -> CallRule | None:
-        """The rule that governs a call of `tool` by `agent` in `channel` (None: not allowed)."""
+    def rule_for(
+        self, *, channel: str, agent: str, tool: str, subject: Mapping[str, Any] | None = None
+    ) -> CallRule | None:
+        """The rule that governs a call of `tool` by `agent` in `channel` (None: not allowed):
+        the first tool rule that applies (its `when:` read from `subject`, the call's
+        `conditions.subject_of`; none given: no condition holds), else the channel's."""
         base = self.channels.get(channel)
         if base is None:
             return None
         for index, rule in enumerate(self.tools):
-            if not fnmatch.fnmatchcase(tool, rule.match):
-                continue
-            if rule.agent is not None and not fnmatch.fnmatchcase(agent, rule.agent):
-                continue
-            if rule.channel is not None and rule.channel != channel:
+            if not rule.applies(channel, agent, tool, subject or {}):
                 continue
             return self._timed(
                 rule,
@@ -170,8 +220,12 @@ class Policy(_Strict):
                 ),
                 allow_always=_first(rule.allow_always, self.defaults.allow_always),
                 auto=rule.auto,
-                source=f"tools[{index}] ({rule.match})",
+                source=rule.label(index),
+                grant_max=seconds(rule.grant_max) if rule.grant_max else 0,
                 answerers=_answerers(rule.answerers or base.answerers),
+                reason=rule.reason or "",
+                confirm=rule.confirm == "type",
+                confirm_value=rule.confirm_value or "",
             )
         return self._timed(
             None,
@@ -227,26 +281,35 @@ class Policy(_Strict):
                     problems.append(f"{where}: escalate_after needs escalate_to")
                 if timed.escalate_to and not timed.escalate_after:
                     problems.append(f"{where}: escalate_to needs escalate_after")
+        named: dict[str, int] = {}
         for index, rule in enumerate(self.tools):
             if rule.answerers and not fnmatch.fnmatchcase(QUESTION_TOOL, rule.match):
                 problems.append(
                     f"tools.{index}.answerers: only a rule whose match covers "
                     f"{QUESTION_TOOL} takes answerers (this one matches {rule.match!r})"
                 )
+            if rule.name is not None and named.setdefault(rule.name, index) != index:
+                problems.append(
+                    f"tools.{index}.name: {rule.name!r} is already the name of the rule at "
+                    f"tools.{named[rule.name]} (a rule's name must be unique)"
+                )
         if problems:
             raise ValueError("; ".join(dict.fromkeys(problems)))
         return self
 
-    def run_approvers(self, channel: str, calls: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    def run_approvers(
+        self, channel: str, calls: Iterable[tuple[str, str, Mapping[str, Any]]]
+    ) -> tuple[str, ...]:
         """Who approves for one run: the channel's approvers, and the approvers of the rule
-        that governs each of `calls` ((agent, tool) of the calls it waits for or last waited
-        for). A rule scoped to another agent, or of tools the run never waited on, gives none."""
+        that governs each of `calls` ((agent, tool, subject) of the calls it waits for or last
+        waited for). A rule scoped to another agent, or of tools the run never waited on,
+        gives none."""
         base = self.channels.get(channel)
         if base is None:
             return ()
         found = list(base.approvers)
-        for agent, tool in calls:
-            rule = self.rule_for(channel=channel, agent=agent, tool=tool)
+        for agent, tool, subject in calls:
+            rule = self.rule_for(channel=channel, agent=agent, tool=tool, subject=subject)
             if rule is not None:
                 found.extend(p for p in rule.approvers if p not in found)
         return tuple(found)
@@ -290,6 +353,10 @@ class CallRule:
     # Who may answer a question (ask_human) under this rule, as the policy names them (with
     # `starter`); None: the run's starter and `approvers` (bot/service/answerers.py).
     answerers: tuple[str, ...] | None = None
+    reason: str = ""  # an automatic decision's reason (the card shows it; a rejected agent gets it)
+    confirm: bool = False  # an approval counts only with the value typed (`confirm: type`)
+    confirm_value: str = ""  # the argument path whose value is typed ("": the tool name)
+    grant_max: int = 0  # seconds an Always approve lasts in the channel (`grant_max`); 0: none
 
 
 @dataclass(frozen=True)
@@ -310,7 +377,7 @@ ALLOWED = Verdict(True)
 
 
 def _location(loc: tuple[int | str, ...]) -> str:
-    return ".".join(str(part) for part in loc) or "(top level)"
+    return ".".join(str(part) for part in loc if part != "[key]") or "(top level)"
 
 
 _WHAT = {
@@ -324,7 +391,8 @@ _WHAT = {
 
 
 def parse_policy(text: str, *, source: str = "policy") -> Policy:
-    """Parse policy YAML, raising `PolicyError` with every problem found."""
+    """Parse policy YAML, raising `PolicyError` with every problem found, each with the line
+    of the file it is on (`source:line: where: what`)."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -334,17 +402,38 @@ def parse_policy(text: str, *, source: str = "policy") -> Policy:
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:
+        nodes = nodes_of(text)
+
+        def at(loc: tuple[int | str, ...]) -> str:
+            line = line_of(nodes, loc)
+            return f"{source}:{line}" if line is not None else source
+
         problems = []
         for error in exc.errors():
             message = error["msg"]
             if error["type"] == "string_pattern_mismatch":
                 pattern = error.get("ctx", {}).get("pattern", "")
                 message = f"{error['input']!r} is not {_WHAT.get(pattern, pattern)}"
+            if error["type"] == "value_error":
+                message = str(error["ctx"]["error"])
+            if error["type"] == "extra_forbidden" and error["loc"]:
+                message = f"unknown key {str(error['loc'][-1])!r} (see the policy reference)"
             if error["type"] == "value_error" and not error["loc"]:  # _timers_make_sense
-                problems += [f"{source}: {p}" for p in str(error["ctx"]["error"]).split("; ")]
+                for problem in message.split("; "):
+                    problems.append(f"{at(_loc_in(problem))}: {problem}")
                 continue
-            problems.append(f"{source}: {_location(error['loc'])}: {message}")
+            problems.append(f"{at(error['loc'])}: {_location(error['loc'])}: {message}")
         raise PolicyError(problems) from None
+
+
+def _loc_in(problem: str) -> tuple[int | str, ...]:
+    """The place a policy-wide problem names (`tools.3.name: ...`, `channels.C1 with
+    tools[2]: ...`): the tool rule when it names one, else its leading dotted path."""
+    rule = re.search(r"tools\[(\d+)\]", problem)
+    if rule:
+        return ("tools", int(rule.group(1)))
+    head = problem.split(":", 1)[0].split(" ", 1)[0]
+    return tuple(int(p) if p.isdigit() else p for p in head.split("."))
 
 
 def load_policy(path: Path) -> Policy:
@@ -362,12 +451,7 @@ def load_policy(path: Path) -> Policy:
 def grant_max_of(policy: Policy, rule: CallRule | None) -> int:
     """Seconds an "Always approve" under `rule` lasts in the channel (a grant); 0 when the rule
     allows none (Always is then for the run only, as without `grant_max`). Only a tool rule
-    with `grant_max` that one approver may decide alone, with Always allowed, grants. Kept apart
-    from `rule_for`: the tool rule is the one `rule.source` names (`tools[<index>] ...`)."""
+    with `grant_max` that one approver may decide alone, with Always allowed, grants."""
     if rule is None or not rule.allow_always or rule.required > 1 or rule.auto is not None:
         return 0
-    found = re.match(r"tools\[(\d+)\]", rule.source)
-    if found is None or int(found.group(1)) >= len(policy.tools):
-        return 0
-    grant_max = policy.tools[int(found.group(1))].grant_max
-    return seconds(grant_max) if grant_max else 0
+    return rule.grant_max

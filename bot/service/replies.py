@@ -126,6 +126,18 @@ class Reply:
 
 
 @dataclass(frozen=True)
+class TypeToConfirm:
+    """An approval that counts only once the reviewer types `expected` (the rule's
+    `confirm: type`): the Approve click opens a modal asking for it, and decides nothing."""
+
+    call: CallRecord
+    expected: str
+    """The text to type: the value at `what` in the call's arguments, or the tool name."""
+    what: str
+    """Where it comes from: an argument path (`args.database`), or `tool`."""
+
+
+@dataclass(frozen=True)
 class RejectForm:
     """What the reject modal needs: the call it is for and the reason to pre-fill."""
 

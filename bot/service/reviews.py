@@ -8,6 +8,7 @@ import logging
 
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
+from bot.service.gate import subject_of_call
 from bot.service.ports import Actor
 from bot.service.replies import Reply
 from bot.store import keys
@@ -48,15 +49,17 @@ class Reviews:
         policy = core.policies.current().policy
         # The calls in question are approved calls of the pause: judge each by its own rule
         # (its agent may be a handoff's or a nested agent's, not the run's first agent).
-        agents = {c.call_id: c.agent for c in await store.pause_calls(run.run_id)}
+        paused = {c.call_id: c for c in await store.pause_calls(run.run_id)}
+        agents = {key: c.agent for key, c in paused.items()}
         subjects = {
-            (agents.get(key, run.agent_name), str(entry.get("tool", "")))
+            (agents.get(key, run.agent_name), str(entry.get("tool", "")), key)
             for key, entry in (await core.journal.entries(run.run_id)).items()
             if entry.get("status") == "executing"
-        } or {(run.agent_name, "*")}
+        } or {(run.agent_name, "*", "")}
         required = 1
-        for agent, tool in sorted(subjects):
-            rule = policy.rule_for(channel=run.channel_id, agent=agent, tool=tool)
+        for agent, tool, key in sorted(subjects):
+            read = subject_of_call(paused[key]) if key in paused else {}
+            rule = policy.rule_for(channel=run.channel_id, agent=agent, tool=tool, subject=read)
             required = max(required, rule.required if rule is not None else 1)
             verdict = await core.authorizer.may_decide(
                 policy, actor, run_team=run.team_id, run_starter=run.user_id,

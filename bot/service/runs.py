@@ -26,9 +26,10 @@ from bot.engine.runner import (
 from bot.outage import log_failure
 from bot.service.answerers import question_rule
 from bot.service.audit import AuditKind
+from bot.service.conditions import subject_of
 from bot.service.core import ServiceCore
 from bot.service.digest import digest_of
-from bot.service.gate import Gate
+from bot.service.gate import Gate, keep_subject, rule_for
 from bot.service.limits import refusal, task_too_long
 from bot.service.policy import CallRule, Verdict, grant_max_of, human
 from bot.service.ports import Actor
@@ -60,6 +61,13 @@ def audited_task(task: str) -> str:
     if len(task) <= AUDITED_TASK:
         return task
     return f"{task[:AUDITED_TASK]}… ({len(task):,} characters)"
+
+
+def _stored(value: Any) -> str:
+    """A record field's value as the record stores it."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def time_call(call: CallRecord, rule: CallRule) -> None:
@@ -218,7 +226,10 @@ class Runs:
     def _new_call(self, run: RunRecord, approval: Any, version: str) -> CallRecord:
         """A pending call, with what the policy says about it and the digest that binds it."""
         policy = self.core.policies.current().policy
-        rule = policy.rule_for(channel=run.channel_id, agent=approval.agent, tool=approval.tool)
+        subject = subject_of(approval.kind, approval.arguments, approval.facts)
+        rule = policy.rule_for(
+            channel=run.channel_id, agent=approval.agent, tool=approval.tool, subject=subject
+        )
         if rule is not None and approval.kind == QUESTION_KIND:
             rule = question_rule(rule, run.user_id)
         approval_id = keys.new_approval_id(run.run_id)
@@ -238,6 +249,7 @@ class Runs:
             policy_version=version,
             paused_at=float(now()),
         )
+        keep_subject(call, subject)
         if rule is None:  # the channel left the policy while the run was going: fail closed
             call.auto, call.rule, call.allow_always = "reject", "channel not in policy", False
         else:
@@ -248,6 +260,7 @@ class Runs:
             )
             call.approvers = json.dumps(list(rule.approvers))
             call.auto = rule.auto or ""
+            call.confirm = (rule.confirm_value or "tool") if rule.confirm else ""
             time_call(call, rule)
         call.digest = digest_of(call)
         return call
@@ -285,23 +298,37 @@ class Runs:
         """
         resume_owner = ""
         calls = await self.store.pause_calls(run.run_id)
+        policy = self.core.policies.current().policy
         for call in calls:
             if not call.auto or call.decided:
                 continue
+            # Re-judged by the policy in force: it decides only if it still decides this call
+            # automatically the same way (or now rejects it); otherwise a person decides.
+            rule = rule_for(policy, run, call)
+            auto = "reject" if rule is None else (rule.auto or "")
+            if auto != call.auto and auto != "reject":
+                await self._to_people(run, call)
+                continue
+            source = "channel not in policy" if rule is None else rule.source
+            reason = (rule.reason if rule is not None else "") or (
+                f"automatic decision of policy rule {source}"
+            )
             token = self.core.new_owner()
             result = await self.store.decide(
                 call.approval_id,
-                approve=call.auto == "approve",
+                approve=auto == "approve",
                 always=False,
                 team="",
                 user="policy",
-                reason=f"automatic decision of policy rule {call.rule}",
+                reason=reason,
                 owner=token,
             )
             if isinstance(result, Decided):
+                why = f": {reason}" if rule is not None and rule.reason else ""
                 await self.core.audit(
-                    AuditKind.DECIDED, call=call, decision=f"auto_{call.auto}", detail=call.rule
-                )
+                    AuditKind.DECIDED, call=call, decision=f"auto_{auto}",
+                    detail=f"policy rule {source}{why}",
+                )  # fmt: skip
                 if result.resume:
                     resume_owner = token
         for call in await self.store.pause_calls(run.run_id):
@@ -372,6 +399,28 @@ class Runs:
         )
         return token if result.resume else ""
 
+    async def _to_people(self, run: RunRecord, call: CallRecord) -> None:
+        """A call posted for an automatic decision that the policy in force no longer makes:
+        it waits for a person, under the rule now in force (timers as that rule sets them)."""
+        policy = self.core.policies.current().policy
+        rule = rule_for(policy, run, call)
+        if rule is None:
+            return
+        call.auto, call.rule, call.required = "", rule.source, rule.required
+        call.allow_always, call.approvers = rule.allow_always, json.dumps(list(rule.approvers))
+        call.confirm = (rule.confirm_value or "tool") if rule.confirm else ""
+        call.paused_at = call.paused_at or float(now())
+        time_call(call, rule)
+        names = ("paused_at", "rule", "required", "allow_always", "approvers", "confirm",
+                 "expire_after", "expires_at", "remind_after", "remind_max", "escalate_after",
+                 "escalate_at", "escalate_to")  # fmt: skip
+        fields = {"auto": "", **{name: _stored(getattr(call, name)) for name in names}}
+        if await self.store.set_pending_call_fields(call.approval_id, fields):
+            detail = f"policy rule {rule.source} (the policy in force decides it no longer)"
+            await self.core.audit(AuditKind.ROUTED, call=call, detail=detail)
+            await self.store.timers.schedule([call])
+            await self.store.outbox.schedule(run.run_id)
+
     async def _apply_earlier_always(self, run: RunRecord, call: CallRecord) -> str:
         """Settle a new call with an Always decision made earlier in this run, if there is one
         for this agent's tool and the policy in force still lets its decider decide this call
@@ -390,6 +439,8 @@ class Runs:
             why = "the policy no longer allows Always decisions for this tool"
         elif rule.required > 1:
             why = f"the policy now requires {rule.required} approvers for this tool"
+        elif rule.confirm and sticky.decision == "approved":
+            why = "the policy asks for typed confirmation of each call of this tool"
         elif not verdict.allowed:
             why = f"{sticky.user} may no longer decide it"
         verb = "Always approve" if sticky.decision == "approved" else "Always reject"

@@ -18,6 +18,7 @@ from bot.outage import log_failure
 from bot.service.answerers import question_rule
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
+from bot.service.gate import subject_of_call
 from bot.service.policy import human
 from bot.store.records import CallRecord
 from bot.store.timers import TimerClaim
@@ -88,7 +89,12 @@ class Timers:
         # Who is reminded, and whom the call escalates to: the policy in force now decides.
         policy = self.core.policies.current().policy
         rule = (
-            policy.rule_for(channel=run.channel_id, agent=call.agent, tool=call.tool)
+            policy.rule_for(
+                channel=run.channel_id,
+                agent=call.agent,
+                tool=call.tool,
+                subject=subject_of_call(call),
+            )
             if run is not None
             else None
         )

@@ -53,6 +53,10 @@ REJECT_MODAL = "approval_reject_modal"
 REASON_BLOCK = "reason"
 REASON_INPUT = "reason_input"
 
+CONFIRM_MODAL = "approval_confirm_modal"
+TYPED_BLOCK = "typed"
+TYPED_INPUT = "typed_input"
+
 SECTION_LIMIT = 3000
 ARGUMENTS_LIMIT = 2900
 KIND_LABELS = {
@@ -333,6 +337,8 @@ def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
     else:
         if call.required > 1:
             blocks.append(SectionBlock(text=_md(quorum_text(call))))
+        if call.confirm:
+            blocks.append(ContextBlock(elements=[_md(confirm_text(call))]))
         blocks.append(ActionsBlock(block_id="decision", elements=decision_buttons(call)))
         timers = timers_text(call)
         if timers:
@@ -351,6 +357,42 @@ def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
     return fallback, blocks
 
 
+def confirm_text(call: CallRecord) -> str:
+    """The card's line for a call whose approval is typed (`confirm: type`)."""
+    what = "the tool name" if call.confirm == "tool" else f"the value of `{inline(call.confirm)}`"
+    return f":keyboard: Approving asks you to type {what} (policy rule `{inline(call.rule)}`)."
+
+
+def confirm_modal(call: CallRecord, *, expected: str, what: str) -> View:
+    """The modal behind Approve for a call that needs typed confirmation. Its metadata is only
+    the call's opaque id (and the channel, to answer in): what must be typed, and who may
+    approve, are judged again on the server when it is submitted."""
+    source = "the tool name" if what == "tool" else f"the value of `{inline(what)}`"
+    shown = inline(expected, 200)
+    element = PlainTextInputElement(action_id=TYPED_INPUT, max_length=3000)
+    return View(
+        type="modal",
+        callback_id=CONFIRM_MODAL,
+        title=PlainTextObject(text="Confirm approval"),
+        submit=PlainTextObject(text="Approve"),
+        close=PlainTextObject(text="Cancel"),
+        private_metadata=json.dumps({"approval_id": call.approval_id, "channel": call.channel_id}),
+        blocks=[
+            SectionBlock(
+                text=_md(
+                    f"Approve `{inline(call.tool)}` requested by agent *{inline(call.agent)}*?\n"
+                    f"To confirm, type {source}: `{shown}`"
+                )
+            ),
+            InputBlock(
+                block_id=TYPED_BLOCK,
+                label=PlainTextObject(text="Type it to approve"),
+                element=element,
+            ),
+        ],
+    )
+
+
 def decision_buttons(call: CallRecord) -> list[ButtonElement]:
     """A pending call's buttons (on its card, and on the App Home: the same action ids, so the
     same listeners and the same authorization apply)."""
@@ -360,7 +402,7 @@ def decision_buttons(call: CallRecord) -> list[ButtonElement]:
         ButtonElement(text="Approve", action_id=APPROVE, value=call.approval_id, style="primary"),
         ButtonElement(text="Reject", action_id=REJECT, value=call.approval_id, style="danger"),
     ]
-    if call.allow_always and call.required == 1:
+    if call.allow_always and call.required == 1 and not call.confirm:
         buttons.append(
             ButtonElement(text="Always approve", action_id=ALWAYS_APPROVE, value=call.approval_id)
         )

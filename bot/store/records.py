@@ -232,6 +232,12 @@ class CallRecord:
     escalate_at: float = 0.0
     escalate_to: str = ""  # JSON list of principals who may decide once escalated
     escalated_at: float = 0.0  # set once, atomically, when escalate_after has passed
+    # What the policy's conditions read (bot/service/conditions.py), as JSON: kept only when it
+    # cannot be read again from `arguments` (a cut display copy, a shell or patch call's facts).
+    subject: str = ""
+    # The argument path whose value Approve asks to type (`tool`: the tool name; "": none),
+    # from the rule when the call was posted (the card says so; the policy in force decides).
+    confirm: str = ""
 
     def __post_init__(self) -> None:
         _typed(self)

@@ -14,9 +14,10 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_sdk.errors import SlackApiError
+from slack_sdk.models.views import View
 
 from bot.service.ports import Actor
-from bot.service.replies import RejectForm, Reply
+from bot.service.replies import RejectForm, Reply, TypeToConfirm
 from bot.slack import blocks
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import RECEIVED, Listener, actor_of, channel_of, left
@@ -30,6 +31,13 @@ FORM_LATE = (
 )
 FORM_FAILED = (
     "The reject form could not be opened (Slack answered `{error}`). Click the button again."
+)
+CONFIRM_FAILED = (
+    "The confirmation form could not be opened (Slack answered `{error}`). Click Approve again."
+)
+CONFIRM_LATE = (
+    "This call needs typed confirmation, and its form could not be opened in time (Slack "
+    "allows three seconds after a click). Click Approve again."
 )
 # A modal must be opened within three seconds of the click, with the click's trigger id.
 TRIGGER_SECONDS = 2.8
@@ -71,11 +79,18 @@ def on_decision(deps: ListenerDeps) -> Listener:
             deps.in_background(action_id, context, form, tell, still_working=None)
             return
 
+        received = float(context.get(RECEIVED) or asyncio.get_running_loop().time())
+        trigger_id = str(body.get("trigger_id", ""))
+
         async def work() -> None:
-            reply = await deps.service.decide(
-                actor, approval_id, approve=True, always=action_id == blocks.ALWAYS_APPROVE
+            reply = await deps.service.approve(
+                actor, approval_id, always=action_id == blocks.ALWAYS_APPROVE
             )
-            if not reply.ok:
+            if isinstance(reply, TypeToConfirm):  # nothing decided: ask for the typed value
+                view = blocks.confirm_modal(reply.call, expected=reply.expected, what=reply.what)
+                await open_modal(deps, trigger_id, view, received + TRIGGER_SECONDS, tell,
+                                 late=CONFIRM_LATE, failed=CONFIRM_FAILED)  # fmt: skip
+            elif not reply.ok:
                 tell(shown(reply))
 
         deps.in_background(action_id, context, work(), tell, defer=True)
@@ -104,20 +119,32 @@ async def open_reject_form(
         await refused(form)
         return
     view = blocks.reject_modal(form.call, always=always, prefill=form.prefill)
+    await open_modal(deps, trigger_id, view, deadline, tell, late=FORM_LATE, failed=FORM_FAILED)
+
+
+async def open_modal(
+    deps: ListenerDeps, trigger_id: str, view: View, deadline: float,
+    tell: Callable[[str], None], *, late: str, failed: str,
+) -> None:  # fmt: skip
+    """views.open with a click's trigger id by `deadline`; late or refused, the clicker is
+    told so."""
+    if left(deadline) <= 0:
+        tell(late)
+        return
     try:
         await asyncio.wait_for(
             deps.client.views_open(trigger_id=trigger_id, view=view.to_dict()), left(deadline)
         )
     except TimeoutError:
         log.warning("views.open did not answer within the click's three seconds")
-        tell(FORM_LATE)
+        tell(late)
     except Exception as exc:
         if isinstance(exc, SlackApiError):
             error = str(exc.response.get("error", "an error"))
         else:  # the connection failed: Slack's answer is unknown
             error = type(exc).__name__
         log.warning("views.open failed: %s", error)
-        tell(FORM_FAILED.format(error=error))
+        tell(failed.format(error=error))
 
 
 def on_private_button(deps: ListenerDeps, what: str, answer: Answer) -> Listener:

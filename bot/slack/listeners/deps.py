@@ -17,7 +17,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.service.foreground import Foreground
 from bot.service.people import Overview, RunView
 from bot.service.ports import Actor, Notifier
-from bot.service.replies import ConfirmReject, RejectForm, Reply
+from bot.service.replies import ConfirmReject, RejectForm, Reply, TypeToConfirm
 from bot.slack.listeners.shared import DEADLINE, STILL_WORKING, guard, left
 from bot.store.records import CallRecord
 
@@ -44,8 +44,19 @@ class Service(Protocol):
     ) -> RejectForm | Reply: ...
 
     async def decide(
-        self, actor: Actor, approval_id: str, *, approve: bool, always: bool, reason: str = ""
+        self,
+        actor: Actor,
+        approval_id: str,
+        *,
+        approve: bool,
+        always: bool,
+        reason: str = "",
+        typed: str | None = None,
     ) -> Reply: ...
+
+    async def approve(
+        self, actor: Actor, approval_id: str, *, always: bool
+    ) -> Reply | TypeToConfirm: ...
 
     async def resolve_review(self, actor: Actor, review_id: str, *, action: str) -> Reply: ...
 

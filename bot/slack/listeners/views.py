@@ -19,11 +19,61 @@ from bot.slack.replies import shown
 log = logging.getLogger(__name__)
 
 STILL_WORKING_REJECTION = "Still working on your rejection; the card will show the result."
+STILL_WORKING_APPROVAL = "Still working on your approval; the card will show the result."
 
 
 def register(app: AsyncApp, deps: ListenerDeps) -> None:
     """Listen to the reject form's submissions."""
     app.view(blocks.REJECT_MODAL)(on_reject_submit(deps))
+    app.view(blocks.CONFIRM_MODAL)(on_confirm_submit(deps))
+
+
+def on_confirm_submit(deps: ListenerDeps) -> Listener:
+    """The confirmation form submitted: approve the call with the value typed. The value is
+    judged on the server, under the policy in force; a wrong one keeps the form open with the
+    reason, and decides nothing. Identity from the signed request; the metadata is only the
+    call's opaque id (and where to answer)."""
+
+    async def on_confirm_submit(
+        ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        actor = actor_of(context, body)
+        try:
+            meta = json.loads(view.get("private_metadata") or "{}")
+            approval_id = str(meta.get("approval_id", ""))
+            channel = str(meta.get("channel") or "")
+            values = view.get("state", {}).get("values", {})
+            typed = values.get(blocks.TYPED_BLOCK, {}).get(blocks.TYPED_INPUT, {}).get("value")
+        except Exception:
+            log_failure(log, "could not read a confirmation form")
+            await ack(response_action="errors", errors={blocks.TYPED_BLOCK: TRY_AGAIN})
+            return
+
+        async def approve() -> Reply:
+            try:
+                return await deps.service.decide(
+                    actor, approval_id, approve=True, always=False, typed=str(typed or "")
+                )
+            except Exception:
+                log_failure(log, "could not apply a confirmed approval")
+                return Reply(False, TRY_AGAIN)
+
+        async def late(reply: Reply) -> None:
+            if not reply.ok and channel:
+                deps.teller(channel, actor.user_id)(shown(reply))
+
+        reply = await deps.by_deadline("confirmation form", deps.deadline_of(context), approve(),
+                                       late)  # fmt: skip
+        if reply is None:
+            await ack()  # the modal closes; the outcome shows on the card, or is told
+            if channel:
+                deps.teller(channel, actor.user_id)(STILL_WORKING_APPROVAL)
+        elif reply.ok:
+            await ack()
+        else:
+            await ack(response_action="errors", errors={blocks.TYPED_BLOCK: shown(reply)})
+
+    return on_confirm_submit
 
 
 def on_reject_submit(deps: ListenerDeps) -> Listener:
