@@ -16,6 +16,16 @@ from agents import ToolApprovalItem
 
 
 @dataclass(frozen=True)
+class Field:
+    """One argument of a function tool, as a reviewer reads it (`bot.engine.explain`)."""
+
+    name: str
+    value: str  # the value (a string as it is, anything else as JSON), cut with "…"
+    chars: int  # the whole value's length in characters
+    about: str = ""  # the parameter's description from the tool's schema
+
+
+@dataclass(frozen=True)
 class PendingApproval:
     """One call waiting for a human, as the engine reports it."""
 
@@ -28,6 +38,12 @@ class PendingApproval:
     # Always by agent too; the bot keeps and applies Always decisions itself).
     sticky: str
     arguments: str  # display text: pretty JSON, shell commands or a diff
+    # Why and what (`bot.engine.explain`), bounded: empty when the model or the tool gave none.
+    said: str = ""  # the assistant text of the model response that proposed the call
+    thought: str = ""  # that response's reasoning summary
+    description: str = ""  # the tool's description, one line
+    details: tuple[tuple[str, str], ...] = ()  # per kind: (label, value), e.g. a shell's timeout
+    fields: tuple[Field, ...] = ()  # a function tool's arguments, by name
 
 
 def canonical_arguments(arguments: str) -> str:

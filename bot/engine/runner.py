@@ -34,6 +34,7 @@ from agents import (
 from bot.checkpoint import Checkpoint as Checkpoint  # the stored pause: engine and store
 from bot.engine.approvals import PendingApproval, arguments_sha, describe
 from bot.engine.context import RunContext, deserialize_context, serialize_context
+from bot.engine.explain import explain
 from bot.engine.journal import CURRENT, CallNeedsReview, Execution
 from bot.engine.registry import AgentRegistry, what_matters
 from bot.engine.tracing import Tracing
@@ -338,7 +339,7 @@ class Engine:
             return self._failure(exc)
         finally:
             CURRENT.reset(token)
-        return self._outcome(agent_name, result)
+        return await self._outcome(agent_name, result)
 
     @staticmethod
     def _failure(exc: Exception) -> Outcome:
@@ -416,7 +417,7 @@ class Engine:
             agent_name, agent, state, progress, execution, run_id=run_id, stop=stop
         )
 
-    def _outcome(self, agent_name: str, result: RunResult) -> Outcome:
+    async def _outcome(self, agent_name: str, result: RunResult) -> Outcome:
         if not result.interruptions:
             output = result.final_output
             text = output if isinstance(output, str) else json.dumps(output, default=str, indent=2)
@@ -441,4 +442,5 @@ class Engine:
         matters = what_matters(root, needed) if root is not None else {}
         checkpoint = Checkpoint(blob, SDK_VERSION, NEEDS + json.dumps(matters, sort_keys=True))
         approvals = [describe(item, i) for i, item in enumerate(result.interruptions)]
+        approvals = await explain(result, result.interruptions, approvals)
         return Paused(checkpoint, approvals)

@@ -18,6 +18,7 @@ from bot.engine.runner import Engine
 from bot.service.authorize import Authorizer
 from bot.service.core import ServiceCore
 from bot.service.decisions import Decisions
+from bot.service.details import Details
 from bot.service.foreground import Foreground
 from bot.service.gate import Gate
 from bot.service.limits import StartLimits
@@ -77,6 +78,7 @@ class ApprovalService:
         self.decisions = Decisions(core, self.gate)
         self.timers = Timers(core)
         self.people = People(core, self.gate)
+        self.details = Details(core, self.gate)
         self.sweeper = Sweeper(core, self.runs)
 
         # The collaborators, as the adapters and the tests reach them.
@@ -112,6 +114,10 @@ class ApprovalService:
         self.reject_form = self.decisions.reject_form
         self.thread_reply = self.decisions.thread_reply
         self.confirm_reply = self.decisions.confirm_reply
+
+        # What lies behind a card: its call's whole text, the run's conversation.
+        self.whole_call = self.details.whole_call
+        self.conversation = self.details.conversation
 
         # Reviews, timers, people, the sweeper.
         self.resolve_review = self.reviews.resolve_review

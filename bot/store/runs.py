@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,6 +29,7 @@ from bot.store.outbox import Mark, Outbox, Shown
 from bot.store.outcomes import Outcomes
 from bot.store.records import (
     SHOWN_TASK,
+    CallContext,
     CallRecord,
     CancelResult,
     RunRecord,
@@ -293,7 +294,13 @@ class Runs:
     # Pauses and snapshots -----------------------------------------------------------------
 
     async def save_pause(
-        self, run_id: str, owner: str, snapshot: Snapshot, calls: list[CallRecord], since: float
+        self,
+        run_id: str,
+        owner: str,
+        snapshot: Snapshot,
+        calls: list[CallRecord],
+        since: float,
+        contexts: Mapping[str, CallContext] | None = None,
     ) -> int:
         """Store the snapshot and the pause's calls; the run becomes `paused`. Returns the pause.
         The run is due (for the sweeper) from `since` until its automatic decisions are applied.
@@ -302,6 +309,11 @@ class Runs:
         tokens = " ".join(c.approval_id.partition(".")[2] for c in calls)
         # The records must outlive the longest wait: a call expires, it never just vanishes.
         hold = max([self.retention, *(c.expire_after + TIMER_MARGIN for c in calls)])
+        if contexts:  # written first: a card is never shown before what it shows beside it
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for approval_id, context in contexts.items():
+                    pipe.set(keys.context_key(approval_id), context.to_json(), ex=hold)
+                await pipe.execute()
         reply = await self._save_pause(
             keys=RunKeys(run_id).save_pause([c.approval_id for c in calls]),
             args=[
@@ -484,6 +496,8 @@ class RunStore:
         # Calls: decisions, comments, held replies, Always decisions.
         self.get_call = calls.get_call
         self.call_and_run = calls.call_and_run
+        self.call_with_context = calls.call_with_context
+        self.run_calls = calls.run_calls
         self.pause_ids = calls.pause_ids
         self.pause_calls = calls.pause_calls
         self.calls_of_pauses = calls.calls_of_pauses
