@@ -137,12 +137,33 @@ def _ms(value: Any) -> str:
     return f"{seconds:g} s"
 
 
+def nested_responses(state: Any) -> list[Any]:
+    """The model responses of the nested runs (agents used as tools) that a serialized
+    RunState holds: an approval inside one surfaces on the outer run, but the response that
+    proposed it is only in the nested run's state."""
+    found: list[Any] = []
+    if isinstance(state, dict):
+        for key, value in state.items():
+            if key == "model_responses" and isinstance(value, list):
+                found.extend(value)
+            else:
+                found.extend(nested_responses(value))
+    elif isinstance(state, list):
+        for value in state:
+            found.extend(nested_responses(value))
+    return found
+
+
 async def explain(
-    result: RunResult, items: Sequence[ToolApprovalItem], approvals: list[PendingApproval]
+    result: RunResult,
+    items: Sequence[ToolApprovalItem],
+    approvals: list[PendingApproval],
+    state: Any = None,
 ) -> list[PendingApproval]:
     """`approvals` (described from `items`, in order) with the agent's words, the tool's
-    description and per-kind details added. Never raises: what cannot be found stays empty."""
-    responses = list(result.raw_responses)
+    description and per-kind details added; `state`: the run's serialized RunState (its nested
+    runs' responses are searched too). Never raises: what cannot be found stays empty."""
+    responses = [*nested_responses(state), *result.raw_responses]
     descriptions = {
         str(_get(i.raw_item, "call_id") or _get(i.raw_item, "id")): i.description or ""
         for i in result.new_items

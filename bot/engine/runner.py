@@ -442,5 +442,5 @@ class Engine:
         matters = what_matters(root, needed) if root is not None else {}
         checkpoint = Checkpoint(blob, SDK_VERSION, NEEDS + json.dumps(matters, sort_keys=True))
         approvals = [describe(item, i) for i, item in enumerate(result.interruptions)]
-        approvals = await explain(result, result.interruptions, approvals)
+        approvals = await explain(result, result.interruptions, approvals, state_json)
         return Paused(checkpoint, approvals)
