@@ -27,7 +27,7 @@ THOUGHT_LIMIT = 500
 DESCRIPTION_LIMIT = 300
 PARAM_LIMIT = 150
 VALUE_LIMIT = 160
-FIELDS_MAX = 20
+FIELDS_MAX = 12
 
 
 def bounded(text: str, limit: int) -> str:
@@ -102,7 +102,7 @@ def fields_of(arguments: str | None, schema: dict[str, Any] | None) -> tuple[Fie
         about = _get(properties.get(name) or {}, "description") or ""
         found.append(
             Field(
-                name=str(name)[:100],
+                name=str(name)[:60],
                 value=text if len(text) <= VALUE_LIMIT else text[: VALUE_LIMIT - 1] + "…",
                 chars=len(text),
                 about=one_line(str(about), PARAM_LIMIT),

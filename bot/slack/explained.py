@@ -100,6 +100,12 @@ def _fields_text(call: CallRecord, context: CallContext) -> tuple[str, bool]:
         if f.chars > len(f.value)
     ][:5]
     stored_cut = call.arguments_chars > len(call.arguments)
+    try:
+        total = len(json.loads(call.arguments)) if not stored_cut else len(context.fields)
+    except (ValueError, TypeError):
+        total = len(context.fields)
+    if total > len(context.fields):
+        notes.append(f"_(truncated: {total - len(context.fields):,} more arguments not shown)_")
     if cut:
         notes.append("_(truncated: not every argument is shown)_")
     if (notes or stored_cut) and not call.decided:

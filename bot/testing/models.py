@@ -96,9 +96,10 @@ def _outputs(items: list[Any]) -> list[str]:
 def _reason(task: str, tools: list[FunctionTool]) -> str:
     """What the demo model says beside its calls, as a model would: why these tools."""
     why = "; ".join(
-        f"{tool.name}: {(tool.description or 'no description').splitlines()[0]}" for tool in tools
+        f"{tool.name} ({(tool.description or 'no description').splitlines()[0].rstrip('.')})"
+        for tool in tools
     )
-    return f"(offline demo model) To work on “{task}”, I will call {why}"
+    return f"(offline demo model) To work on “{task}”, I will call {why}."
 
 
 class DemoModel(Model):
