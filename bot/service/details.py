@@ -20,7 +20,13 @@ from bot.service.gate import Gate, rule_for
 from bot.service.policy import ALLOWED, Verdict
 from bot.service.ports import Actor, GroupLookupError
 from bot.service.replies import Reply
-from bot.store.records import ArgumentField, CallContext, CallRecord, RunRecord
+from bot.store.records import (
+    SHOWN_ARGUMENTS,
+    ArgumentField,
+    CallContext,
+    CallRecord,
+    RunRecord,
+)
 
 NOT_A_MEMBER = (
     "Only the members of this run's channel, its starter and the call's approvers may see "
@@ -33,13 +39,19 @@ NOT_KEPT = (
 
 
 def context_of(approval: PendingApproval) -> CallContext:
-    """The stored form of what the engine found beside a call (already bounded)."""
+    """The stored form of what the engine found beside a call (already bounded). The fields
+    are left out when the card can read them from the stored arguments (kept whole, nothing
+    cut, no parameter described): a paused run stores as little as it can."""
+    fields = tuple(ArgumentField(f.name, f.value, f.chars, f.about) for f in approval.fields)
+    whole = len(approval.arguments) <= SHOWN_ARGUMENTS
+    if whole and all(f.chars == len(f.value) and not f.about for f in fields):
+        fields = ()
     return CallContext(
         said=approval.said,
         thought=approval.thought,
         description=approval.description,
         details=approval.details,
-        fields=tuple(ArgumentField(f.name, f.value, f.chars, f.about) for f in approval.fields),
+        fields=fields,
     )
 
 

@@ -19,7 +19,7 @@ from slack_sdk.models.blocks import (
 )
 
 from bot.slack.text import blockquote, clean, code_block, escape, fit, inline, truncate
-from bot.store.records import CallContext, CallRecord
+from bot.store.records import ArgumentField, CallContext, CallRecord
 from bot.untrusted import ZWSP
 
 SHOW_ALL = "approval_show_all"
@@ -89,23 +89,48 @@ def _fenced(lines: str, limit: int) -> tuple[str, bool]:
     return f"```{body}```", cut
 
 
-def _fields_text(call: CallRecord, context: CallContext) -> tuple[str, bool]:
+VALUE_SHOWN = 160  # characters of one argument's value (the engine's cut, when it cut)
+
+
+def fields_of(call: CallRecord, context: CallContext) -> tuple[ArgumentField, ...]:
+    """A function tool's arguments by name: as stored beside the call, or (when nothing of
+    them needed storing) read from its stored arguments, kept whole; empty when they are not
+    a JSON object."""
+    if context.fields or call.kind not in ("function", "mcp"):
+        return context.fields
+    if call.arguments_chars > len(call.arguments):
+        return ()
+    try:
+        data = json.loads(call.arguments)
+    except ValueError:
+        return ()
+    if not isinstance(data, dict):
+        return ()
+    found = []
+    for name, value in data.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        shown = text if len(text) <= VALUE_SHOWN else text[: VALUE_SHOWN - 1] + "…"
+        found.append(ArgumentField(str(name)[:60], shown, len(text)))
+    return tuple(found)
+
+
+def _fields_text(call: CallRecord, fields: tuple[ArgumentField, ...]) -> tuple[str, bool]:
     """`*Arguments:*` and one line per argument, long values cut (with a note naming them)."""
-    lines = "\n".join(_value_line(f.name, f.value) for f in context.fields) or "(none)"
+    lines = "\n".join(_value_line(f.name, f.value) for f in fields) or "(none)"
     block, cut = _fenced(lines, SECTION_LIMIT - 600)
     notes = [
         f"_(truncated: showing {len(f.value) - 1:,} of {f.chars:,} characters of "
         f"{inline(f.name, 60)})_"
-        for f in context.fields
+        for f in fields
         if f.chars > len(f.value)
     ][:5]
     stored_cut = call.arguments_chars > len(call.arguments)
     try:
-        total = len(json.loads(call.arguments)) if not stored_cut else len(context.fields)
+        total = len(json.loads(call.arguments)) if not stored_cut else len(fields)
     except (ValueError, TypeError):
-        total = len(context.fields)
-    if total > len(context.fields):
-        notes.append(f"_(truncated: {total - len(context.fields):,} more arguments not shown)_")
+        total = len(fields)
+    if total > len(fields):
+        notes.append(f"_(truncated: {total - len(fields):,} more arguments not shown)_")
     if cut:
         notes.append("_(truncated: not every argument is shown)_")
     if (notes or stored_cut) and not call.decided:
@@ -140,8 +165,8 @@ def what_blocks(call: CallRecord, context: CallContext, limit: int) -> list[Bloc
     elif call.kind == "hosted_mcp":
         text = (details + "\n" if details else "") + "*Arguments:*\n"
         text += code_block(call.arguments, limit, call.arguments_chars)
-    elif context.fields:
-        text, cut = _fields_text(call, context)
+    elif fields_of(call, context):
+        text, cut = _fields_text(call, fields_of(call, context))
     else:
         text = "*Arguments:*\n" + code_block(call.arguments, limit, call.arguments_chars)
     accessory = None

@@ -27,6 +27,10 @@ from bot.store.records import (
 from bot.store.scripts import marking, now, text
 
 MAX_COMMENTS = 20
+# A call's context (`CallContext` JSON) of at most this many bytes is the call hash's field
+# CONTEXT_FIELD; a longer one is a string of its own (`keys.context_key`).
+INLINE_CONTEXT = 64
+CONTEXT_FIELD = "context"
 
 _SET_IF_PENDING = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then
@@ -94,7 +98,8 @@ class Calls:
             pipe.get(keys.context_key(approval_id))
             raw, context = await pipe.execute()
         call = CallRecord.from_hash(raw, approval_id) if raw else None
-        return call, read_context(context)
+        inline = raw.get(CONTEXT_FIELD.encode()) if raw else None
+        return call, read_context(context or inline)
 
     async def call_and_run(self, approval_id: str) -> tuple[CallRecord | None, RunRecord | None]:
         """A call and its run, in one round trip (what a click needs to be authorized)."""

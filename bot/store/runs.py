@@ -19,8 +19,8 @@ import redis.asyncio as redis
 
 from bot.clock import SYSTEM_CLOCK, Clock
 from bot.store import keys
+from bot.store.calls import CONTEXT_FIELD, INLINE_CONTEXT, Calls
 from bot.store.calls import MAX_COMMENTS as MAX_COMMENTS
-from bot.store.calls import Calls
 from bot.store.errors import NotOwner as NotOwner
 from bot.store.errors import StoreError as StoreError
 from bot.store.indexes import Indexes
@@ -309,10 +309,19 @@ class Runs:
         tokens = " ".join(c.approval_id.partition(".")[2] for c in calls)
         # The records must outlive the longest wait: a call expires, it never just vanishes.
         hold = max([self.retention, *(c.expire_after + TIMER_MARGIN for c in calls)])
-        if contexts:  # written first: a card is never shown before what it shows beside it
+        # What each card shows beside its call: a short context is a field of the call hash
+        # (within the 64 bytes that keep a hash compact), a longer one its own string, written
+        # first: a card is never shown before what it shows beside it.
+        inline: dict[str, str] = {}
+        apart: dict[str, str] = {}
+        for approval_id, context in (contexts or {}).items():
+            encoded = context.to_json()  # "{}" too: the card then says the agent gave no reason
+            short = len(encoded.encode()) <= INLINE_CONTEXT
+            (inline if short else apart)[approval_id] = encoded
+        if apart:
             async with self.redis.pipeline(transaction=False) as pipe:
-                for approval_id, context in contexts.items():
-                    pipe.set(keys.context_key(approval_id), context.to_json(), ex=hold)
+                for approval_id, encoded in apart.items():
+                    pipe.set(keys.context_key(approval_id), encoded, ex=hold)
                 await pipe.execute()
         reply = await self._save_pause(
             keys=RunKeys(run_id).save_pause([c.approval_id for c in calls]),
@@ -323,7 +332,7 @@ class Runs:
                 encode_snapshot(snapshot),
                 run_id,
                 tokens,
-                *(json.dumps(c.to_hash()) for c in calls),
+                *(json.dumps(with_context(c.to_hash(), inline.get(c.approval_id))) for c in calls),
             ],
         )
         pause = decode_save_pause(reply, run_id)
@@ -440,6 +449,11 @@ class Runs:
             return taken.calls, decode_snapshot(taken.snapshot)
         assert taken.run is not None
         return await self.resume_state(taken.run.run_id)
+
+
+def with_context(fields: dict[str, str], context: str | None) -> dict[str, str]:
+    """A call hash's fields, with its short context (`CallContext` JSON) when it has one."""
+    return {**fields, CONTEXT_FIELD: context} if context else fields
 
 
 class RunStore:
