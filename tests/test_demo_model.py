@@ -47,6 +47,11 @@ async def test_the_demo_model_reaches_an_approval_inside_a_nested_agent(redis_ur
     async with BotHarness(redis_url, lead, POLICY) as bot:
         approval = await bot.start_and_wait("clear /tmp/cache", user="U1")
         assert "agent *janitor*" in approval.all_text() and "delete_path" in approval.all_text()
+        # It says why, in the same response as the call: the card shows it.
+        assert (
+            "*Why, in the agent's words:*\n>(offline demo model) To work on “clear /tmp/cache”, "
+            "I will call delete_path (Delete files under a path)."
+        ) in approval.all_text()
         await bot.click(approval, APPROVE, user="U2")
         await bot.wait_for_status("finished")
         await bot.idle()

@@ -93,7 +93,7 @@ async def test_start_approve_and_reject_with_a_reason_in_the_browser(
             await page.wait_for_selector("text=Approved by @Bob")
 
             # Bob comments in the scaling card's thread: his reply shows there, under his name.
-            scale = page.locator(".msg", has_text="scale_service").first
+            scale = page.locator(".msg", has_text="wants to run tool scale_service").first
             await scale.locator(".thread-link").click()
             await page.fill("#reply", "10 replicas on a Friday? Carol, your call.")
             await page.press("#reply", "Enter")
@@ -103,8 +103,19 @@ async def test_start_approve_and_reject_with_a_reason_in_the_browser(
             await page.screenshot(path=str(out / "sandbox-thread.png"))
             await page.click("#close-thread")
 
-            # Carol rejects the scaling, with a reason, through the modal.
+            # Carol reads why, then the run so far, before she decides.
             await act_as(page, "U0CAROL")
+            assert "Why, in the agent's words:" in await scale.inner_text()
+            await scale.locator("button[data-action-id=approval_show_conversation]").click()
+            await page.wait_for_selector("#overlay.open >> text=restart the web tier")
+            modal = await page.inner_text("#modal")
+            assert "Conversation" in modal and "called scale_service" in modal
+            assert "This call: waiting for a decision" in modal
+            await page.screenshot(path=str(out / "sandbox-conversation.png"))
+            await page.click("#overlay .mfoot button")
+            await page.wait_for_selector("#overlay.open", state="detached")
+
+            # Carol rejects the scaling, with a reason, through the modal.
             await scale.locator("button[data-action-id=approval_reject]").click()
             await page.wait_for_selector("#overlay.open textarea")
             await page.fill("#overlay textarea", "10 replicas is too many on a Friday")

@@ -150,7 +150,8 @@ async def test_local_mcp_tools_name_their_server(redis_url: str) -> None:
         mcp_servers=[VaultMCP()],
     )
     text = await decide_one(redis_url, agent)
-    assert "MCP tool `vault/read_secret`" in text and '"key": "db"' in text
+    assert "MCP tool `vault/read_secret`" in text and "```key: db```" in text
+    assert "`vault/read_secret`: Read a secret" in text  # the MCP tool's own description
     assert done == ["mcp read_secret {'key': 'db'}"]
     assert journaled("vault/read_secret") == ["executed"]
 

@@ -18,6 +18,16 @@ from bot.engine.questions import QUESTION_KIND, is_question, question_of
 
 
 @dataclass(frozen=True)
+class Field:
+    """One argument of a function tool, as a reviewer reads it (`bot.engine.explain`)."""
+
+    name: str
+    value: str  # the value (a string as it is, anything else as JSON), cut with "…"
+    chars: int  # the whole value's length in characters
+    about: str = ""  # the parameter's description from the tool's schema
+
+
+@dataclass(frozen=True)
 class PendingApproval:
     """One call waiting for a human, as the engine reports it."""
 
@@ -33,6 +43,12 @@ class PendingApproval:
     # What policy conditions may read besides JSON arguments (JSON: `command` of a shell call,
     # `path` and `operation` of a patch); empty for other kinds.
     facts: str = ""
+    # Why and what (`bot.engine.explain`), bounded: empty when the model or the tool gave none.
+    said: str = ""  # the assistant text of the model response that proposed the call
+    thought: str = ""  # that response's reasoning summary
+    description: str = ""  # the tool's description, one line
+    details: tuple[tuple[str, str], ...] = ()  # per kind: (label, value), e.g. a shell's timeout
+    fields: tuple[Field, ...] = ()  # a function tool's arguments, by name
 
 
 def canonical_arguments(arguments: str) -> str:

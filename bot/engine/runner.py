@@ -34,6 +34,7 @@ from agents import (
 from bot.checkpoint import Checkpoint as Checkpoint  # the stored pause: engine and store
 from bot.engine.approvals import PendingApproval, arguments_sha, describe
 from bot.engine.context import RunContext, deserialize_context, serialize_context
+from bot.engine.explain import explain
 from bot.engine.journal import CURRENT, CallNeedsReview, Execution
 from bot.engine.questions import ANSWERS, is_question
 from bot.engine.registry import AgentRegistry, what_matters
@@ -339,7 +340,7 @@ class Engine:
             return self._failure(exc)
         finally:
             CURRENT.reset(token)
-        return self._outcome(agent_name, result)
+        return await self._outcome(agent_name, result)
 
     @staticmethod
     def _failure(exc: Exception) -> Outcome:
@@ -424,7 +425,7 @@ class Engine:
         finally:
             ANSWERS.reset(token)
 
-    def _outcome(self, agent_name: str, result: RunResult) -> Outcome:
+    async def _outcome(self, agent_name: str, result: RunResult) -> Outcome:
         if not result.interruptions:
             output = result.final_output
             text = output if isinstance(output, str) else json.dumps(output, default=str, indent=2)
@@ -449,4 +450,5 @@ class Engine:
         matters = what_matters(root, needed) if root is not None else {}
         checkpoint = Checkpoint(blob, SDK_VERSION, NEEDS + json.dumps(matters, sort_keys=True))
         approvals = [describe(item, i) for i, item in enumerate(result.interruptions)]
+        approvals = await explain(result, result.interruptions, approvals, state_json)
         return Paused(checkpoint, approvals)

@@ -18,6 +18,7 @@ from bot.engine.runner import Engine
 from bot.service.authorize import Authorizer
 from bot.service.core import ServiceCore
 from bot.service.decisions import Decisions
+from bot.service.details import Details
 from bot.service.foreground import Foreground
 from bot.service.gate import Gate
 from bot.service.grants import Grants
@@ -80,6 +81,7 @@ class ApprovalService:
         self.decisions = Decisions(core, self.gate, answer=self.questions.answer)
         self.timers = Timers(core)
         self.people = People(core, self.gate)
+        self.details = Details(core, self.gate)
         self.sweeper = Sweeper(core, self.runs)
         self.grants = Grants(core)
 
@@ -121,6 +123,9 @@ class ApprovalService:
         # Questions (ask_human): the Answer form, its submission (thread replies above).
         self.answer_form = self.questions.answer_form
         self.answer = self.questions.answer
+        # What lies behind a card: its call's whole text, the run's conversation.
+        self.whole_call = self.details.whole_call
+        self.conversation = self.details.conversation
 
         # Reviews, timers, people, the sweeper.
         self.resolve_review = self.reviews.resolve_review

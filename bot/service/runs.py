@@ -28,6 +28,7 @@ from bot.service.answerers import question_rule
 from bot.service.audit import AuditKind
 from bot.service.conditions import subject_of
 from bot.service.core import ServiceCore
+from bot.service.details import context_of
 from bot.service.digest import digest_of
 from bot.service.gate import Gate, keep_subject, rule_for
 from bot.service.limits import refusal, task_too_long
@@ -268,9 +269,13 @@ class Runs:
     async def _pause(self, run: RunRecord, owner: str, outcome: Paused) -> None:
         version = self.core.policies.current().version
         calls = [self._new_call(run, a, version) for a in outcome.approvals]
+        pairs = zip(calls, outcome.approvals, strict=True)
+        contexts = {call.approval_id: context_of(approval) for call, approval in pairs}
         since = float(now())
         try:
-            await self.store.save_pause(run.run_id, owner, outcome.checkpoint, calls, since)
+            await self.store.save_pause(
+                run.run_id, owner, outcome.checkpoint, calls, since, contexts
+            )
         except StoreError:
             log.error("run %s is no longer owned by this execution; pause not saved", run.run_id)
             return

@@ -30,9 +30,10 @@ from bot.service.digest import short
 from bot.service.policy import human
 from bot.service.replies import Text, when
 from bot.slack import question_blocks
+from bot.slack.explained import context_blocks
 from bot.slack.replies import render
 from bot.slack.text import blockquote, code_block, escape, fit, inline, quote, truncate
-from bot.store.records import CallRecord, CallStatus, RunRecord, RunStatus
+from bot.store.records import CallContext, CallRecord, CallStatus, RunRecord, RunStatus
 from bot.untrusted import reveal
 
 APPROVE = "approval_approve"
@@ -302,8 +303,11 @@ def _binding(call: CallRecord) -> str:
     )
 
 
-def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple[str, list[Block]]:
-    """One pending call: what would run, for which run, and the four decision buttons."""
+def approval_message(
+    run: RunRecord, call: CallRecord, decided_at: str, context: CallContext | None = None
+) -> tuple[str, list[Block]]:
+    """One pending call: what would run, for which run, and the four decision buttons; with
+    its `context` (calls posted since it is kept), why and what too (`bot.slack.explained`)."""
     if call.kind == QUESTION_KIND:  # the agent asks (ask_human): a question's card
         return question_blocks.question_message(run, call, decided_at)
     what = KIND_LABELS.get(call.kind, "tool")
@@ -323,8 +327,11 @@ def approval_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple
     blocks: list[Block] = [
         SectionBlock(text=_md(title)),
         ContextBlock(elements=[_md(origin)]),
-        SectionBlock(text=_md(f"*{label}:*\n{shown}")),
     ]
+    if context is None:
+        blocks.append(SectionBlock(text=_md(f"*{label}:*\n{shown}")))
+    else:
+        blocks.extend(context_blocks(call, context, ARGUMENTS_LIMIT))
     blocks.append(ContextBlock(elements=[_md(_binding(call))]))
     if call.decided:
         text = _decision_line(call, decided_at)

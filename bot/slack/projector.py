@@ -465,7 +465,7 @@ class Projector:
             progress = await self.store.progress(run.run_id)
             text, body = blocks.run_message(run, progress, waiting)
         elif kind == "card":
-            call = await self.store.get_call(keys.Target.parse(target).id)
+            call, context = await self.store.call_with_context(keys.Target.parse(target).id)
             if call is None:
                 await self.outbox.done(run.run_id, target, mark)
                 return None
@@ -481,7 +481,7 @@ class Projector:
                 # The decision resumed the run: what the resume does (a result, the run's new
                 # status) arrives in a moment, and goes to Slack in the same pass as the card.
                 return mark.since + self.gather - time.time()
-            text, body = blocks.approval_message(run, call, when(call.decided_at))
+            text, body = blocks.approval_message(run, call, when(call.decided_at), context)
         elif kind == "remind":  # a reminder or an escalation, in the card's thread
             approval_id, which = keys.Target.parse(target).reminder
             call = await self.store.get_call(approval_id)

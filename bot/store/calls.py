@@ -14,6 +14,7 @@ from bot.store.keys import RunKeys
 from bot.store.outbox import Outbox
 from bot.store.records import (
     AlreadyDecided,
+    CallContext,
     CallRecord,
     CallStatus,
     Decided,
@@ -26,6 +27,10 @@ from bot.store.records import (
 from bot.store.scripts import marking, now, text
 
 MAX_COMMENTS = 20
+# A call's context (`CallContext` JSON) of at most this many bytes is the call hash's field
+# CONTEXT_FIELD; a longer one is a string of its own (`keys.context_key`).
+INLINE_CONTEXT = 64
+CONTEXT_FIELD = "context"
 
 _SET_IF_PENDING = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then
@@ -56,6 +61,16 @@ def decode_decide(reply: list[Any]) -> DecideResult:
     return Gone()
 
 
+def read_context(raw: bytes | str | None) -> CallContext | None:
+    """A stored `CallContext`; None when missing or unreadable (the card shows without it)."""
+    if not raw:
+        return None
+    try:
+        return CallContext.from_json(text(raw))
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
 class Calls:
     """Reads and writes of a run's calls; a decision is one owner-checked script."""
 
@@ -71,6 +86,20 @@ class Calls:
             return None
         raw = await self.redis.hgetall(keys.call_key(approval_id))
         return CallRecord.from_hash(raw, approval_id) if raw else None
+
+    async def call_with_context(
+        self, approval_id: str
+    ) -> tuple[CallRecord | None, CallContext | None]:
+        """A call and what its card shows beside it (one round trip)."""
+        if keys.run_of(approval_id) is None:
+            return None, None
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.call_key(approval_id))
+            pipe.get(keys.context_key(approval_id))
+            raw, context = await pipe.execute()
+        call = CallRecord.from_hash(raw, approval_id) if raw else None
+        inline = raw.get(CONTEXT_FIELD.encode()) if raw else None
+        return call, read_context(context or inline)
 
     async def call_and_run(self, approval_id: str) -> tuple[CallRecord | None, RunRecord | None]:
         """A call and its run, in one round trip (what a click needs to be authorized)."""
@@ -122,6 +151,19 @@ class Calls:
         for call in await self.calls(every):
             by_run[call.run_id].append(call)
         return by_run
+
+    async def run_calls(self, run_id: str) -> list[CallRecord]:
+        """The run's calls so far: those whose card was posted (the run's `shown` targets)
+        and those of its latest pause, in the order they paused."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hkeys(keys.shown_key(run_id))
+            pipe.hget(keys.run_key(run_id), "calls")
+            pipe.smembers(keys.pause_key(run_id))
+            targets, tokens, members = await pipe.execute()
+        ids = [t[len("card:") :] for t in map(text, targets) if t.startswith("card:")]
+        ids += self.ids_of_pause(run_id, tokens, members)
+        found = await self.calls(list(dict.fromkeys(ids)))
+        return sorted(found, key=lambda c: (c.pause, c.index))
 
     async def calls(self, ids: Sequence[str]) -> list[CallRecord]:
         """These calls (one round trip), in the order the SDK listed them."""

@@ -89,6 +89,11 @@ def comments_key(approval_id: str) -> str:
     return call_key(approval_id) + ":comments"
 
 
+def context_key(approval_id: str) -> str:
+    """String: JSON of what the card shows beside the call (`records.CallContext`), bounded."""
+    return call_key(approval_id) + ":context"
+
+
 def votes_key(approval_id: str) -> str:
     return call_key(approval_id) + ":votes"
 

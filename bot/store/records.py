@@ -276,6 +276,61 @@ class CallRecord:
 
 
 @dataclass(frozen=True)
+class ArgumentField:
+    """One argument of a function-tool call, as its card shows it."""
+
+    name: str
+    """The argument's name."""
+    value: str
+    """Its value (a string as it is, anything else as JSON), cut with "…" when long."""
+    chars: int
+    """The whole value's length in characters (the snapshot holds the whole value)."""
+    about: str = ""
+    """The parameter's description from the tool's schema."""
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """Why and what, beside a pending call: the agent's words, the tool's description, what the
+    call runs with. Bounded untrusted text (the engine cuts it), kept in its own string key
+    (`keys.context_key`), so the call hash stays small. Missing for calls posted before it."""
+
+    said: str = ""
+    """The assistant text of the model response that proposed the call."""
+    thought: str = ""
+    """That response's reasoning summary."""
+    description: str = ""
+    """The tool's description, one line."""
+    details: tuple[tuple[str, str], ...] = ()
+    """Per kind: (label, value), e.g. a shell's working directory and timeout, a hosted MCP
+    server's label and URL."""
+    fields: tuple[ArgumentField, ...] = ()
+    """A function tool's arguments, by name."""
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {
+            "said": self.said, "thought": self.thought, "description": self.description,
+            "details": [list(d) for d in self.details],
+            "fields": [[f.name, f.value, f.chars, f.about] for f in self.fields],
+        }  # fmt: skip
+        return json.dumps({k: v for k, v in data.items() if v}, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> CallContext:
+        data = json.loads(text)
+        return cls(
+            said=str(data.get("said", "")),
+            thought=str(data.get("thought", "")),
+            description=str(data.get("description", "")),
+            details=tuple((str(a), str(b)) for a, b in data.get("details") or []),
+            fields=tuple(
+                ArgumentField(str(n), str(v), int(c), str(a))
+                for n, v, c, a in data.get("fields") or []
+            ),
+        )
+
+
+@dataclass(frozen=True)
 class StickyDecision:
     """An Always approve / Always reject made in a run: it may settle later calls of the same
     agent's tool, but only while the policy in force still lets its decider decide them alone."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -19,8 +19,8 @@ import redis.asyncio as redis
 
 from bot.clock import SYSTEM_CLOCK, Clock
 from bot.store import keys
+from bot.store.calls import CONTEXT_FIELD, INLINE_CONTEXT, Calls
 from bot.store.calls import MAX_COMMENTS as MAX_COMMENTS
-from bot.store.calls import Calls
 from bot.store.connection import is_cluster
 from bot.store.errors import NotOwner as NotOwner
 from bot.store.errors import StoreError as StoreError
@@ -30,6 +30,7 @@ from bot.store.outbox import Mark, Outbox, Shown
 from bot.store.outcomes import Outcomes
 from bot.store.records import (
     SHOWN_TASK,
+    CallContext,
     CallRecord,
     CancelResult,
     RunRecord,
@@ -298,7 +299,13 @@ class Runs:
     # Pauses and snapshots -----------------------------------------------------------------
 
     async def save_pause(
-        self, run_id: str, owner: str, snapshot: Snapshot, calls: list[CallRecord], since: float
+        self,
+        run_id: str,
+        owner: str,
+        snapshot: Snapshot,
+        calls: list[CallRecord],
+        since: float,
+        contexts: Mapping[str, CallContext] | None = None,
     ) -> int:
         """Store the snapshot and the pause's calls; the run becomes `paused`. Returns the pause.
         The run is due (for the sweeper) from `since` until its automatic decisions are applied.
@@ -307,6 +314,20 @@ class Runs:
         tokens = " ".join(c.approval_id.partition(".")[2] for c in calls)
         # The records must outlive the longest wait: a call expires, it never just vanishes.
         hold = max([self.retention, *(c.expire_after + TIMER_MARGIN for c in calls)])
+        # What each card shows beside its call: a short context is a field of the call hash
+        # (within the 64 bytes that keep a hash compact), a longer one its own string, written
+        # first: a card is never shown before what it shows beside it.
+        inline: dict[str, str] = {}
+        apart: dict[str, str] = {}
+        for approval_id, context in (contexts or {}).items():
+            encoded = context.to_json()  # "{}" too: the card then says the agent gave no reason
+            short = len(encoded.encode()) <= INLINE_CONTEXT
+            (inline if short else apart)[approval_id] = encoded
+        if apart:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for approval_id, encoded in apart.items():
+                    pipe.set(keys.context_key(approval_id), encoded, ex=hold)
+                await pipe.execute()
         reply = await self._save_pause(
             keys=RunKeys(run_id).save_pause([c.approval_id for c in calls]),
             args=[
@@ -316,7 +337,7 @@ class Runs:
                 encode_snapshot(snapshot),
                 run_id,
                 tokens,
-                *(json.dumps(c.to_hash()) for c in calls),
+                *(json.dumps(with_context(c.to_hash(), inline.get(c.approval_id))) for c in calls),
             ],
         )
         pause = decode_save_pause(reply, run_id)
@@ -435,6 +456,11 @@ class Runs:
         return await self.resume_state(taken.run.run_id)
 
 
+def with_context(fields: dict[str, str], context: str | None) -> dict[str, str]:
+    """A call hash's fields, with its short context (`CallContext` JSON) when it has one."""
+    return {**fields, CONTEXT_FIELD: context} if context else fields
+
+
 class RunStore:
     """All reads and writes of run data, over the parts that keep them. Knows Redis; knows
     nothing of Slack or the SDK. Its methods are its parts' (same names, same signatures)."""
@@ -489,6 +515,8 @@ class RunStore:
         # Calls: decisions, comments, held replies, Always decisions.
         self.get_call = calls.get_call
         self.call_and_run = calls.call_and_run
+        self.call_with_context = calls.call_with_context
+        self.run_calls = calls.run_calls
         self.pause_ids = calls.pause_ids
         self.pause_calls = calls.pause_calls
         self.calls_of_pauses = calls.calls_of_pauses

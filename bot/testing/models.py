@@ -101,11 +101,21 @@ def _outputs(items: list[Any]) -> list[str]:
     return found
 
 
+def _reason(task: str, tools: list[FunctionTool]) -> str:
+    """What the demo model says beside its calls, as a model would: why these tools."""
+    why = "; ".join(
+        f"{tool.name} ({(tool.description or 'no description').splitlines()[0].rstrip('.')})"
+        for tool in tools
+    )
+    return f"(offline demo model) To work on “{task}”, I will call {why}."
+
+
 class DemoModel(Model):
     """An offline stand-in for a model, for demos and first tests: on an agent's first turn it
     calls up to `calls` of its tools (those needing approval first) with arguments made from
-    their JSON schema (text parameters get the task's words, numbers get 10), then answers with
-    what the tools returned. No network, no key."""
+    their JSON schema (text parameters get the task's words, numbers get 10), saying why in the
+    same response (as a model would: the card shows it), then answers with what the tools
+    returned. No network, no key."""
 
     def __init__(self, calls: int = 2) -> None:
         self.calls = calls
@@ -125,12 +135,15 @@ class DemoModel(Model):
         if not chosen:
             return [assistant_message(f"(offline demo model) I would now work on: {task}")]
         return [
-            function_call(
-                tool.name,
-                json.dumps(_demo_arguments(tool, task)),
-                call_id=f"call_demo_{secrets.token_hex(4)}",
-            )
-            for tool in chosen
+            assistant_message(_reason(task, chosen)),
+            *(
+                function_call(
+                    tool.name,
+                    json.dumps(_demo_arguments(tool, task)),
+                    call_id=f"call_demo_{secrets.token_hex(4)}",
+                )
+                for tool in chosen
+            ),
         ]
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:

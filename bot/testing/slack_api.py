@@ -82,6 +82,14 @@ class Message:
             for element in block.get("elements", [])
         ]
 
+    def accessory_value(self, action_id: str) -> str:
+        """The value of a section's accessory button (Show all, Show conversation)."""
+        for block in self.blocks:
+            accessory = block.get("accessory") or {}
+            if accessory.get("action_id") == action_id:
+                return str(accessory["value"])
+        raise KeyError(action_id)
+
     def button_value(self, action_id: str) -> str:
         for block in self.blocks:
             for element in block.get("elements", []) if block.get("type") == "actions" else []:

@@ -18,7 +18,7 @@ from slack_sdk.models.views import View
 
 from bot.service.ports import Actor
 from bot.service.replies import RejectForm, Reply, TypeToConfirm
-from bot.slack import blocks
+from bot.slack import blocks, details, explained
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import RECEIVED, Listener, actor_of, channel_of, left
 from bot.slack.replies import shown
@@ -55,6 +55,8 @@ def register(app: AsyncApp, deps: ListenerDeps) -> None:
     review_listener = on_private_button(deps, "review", review)
     for action_id in (blocks.REVIEW_DONE, blocks.REVIEW_RERUN):
         app.action(action_id)(review_listener)
+    for action_id in (explained.SHOW_ALL, explained.SHOW_CONVERSATION):
+        app.action(action_id)(on_details(deps))
     reply_listener = on_private_button(deps, "reply answer", reply_answer)
     for action_id in (blocks.REPLY_REJECT, blocks.REPLY_KEEP):
         app.action(action_id)(reply_listener)
@@ -145,6 +147,73 @@ async def open_modal(
             error = type(exc).__name__
         log.warning("views.open failed: %s", error)
         tell(failed.format(error=error))
+
+
+DETAILS_LATE = (
+    "The window could not be opened in time (Slack allows three seconds after a click). "
+    "Click the button again."
+)
+
+
+def on_details(deps: ListenerDeps) -> Listener:
+    """Show all and Show conversation on a card: a modal opened with the click's trigger id
+    (three seconds), for a person who may see the card; anyone else is told privately."""
+
+    async def on_details(ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext) -> None:
+        await ack()
+        action = (body.get("actions") or [{}])[0]
+        approval_id = str(action.get("value", ""))
+        conversation = str(action.get("action_id", "")) == explained.SHOW_CONVERSATION
+        actor = actor_of(context, body)
+        tell = deps.teller(channel_of(body, context), actor.user_id)
+        received = float(context.get(RECEIVED) or asyncio.get_running_loop().time())
+        trigger_id = str(body.get("trigger_id", ""))
+        work = open_details(deps, actor, approval_id, trigger_id, conversation, received, tell)
+        deps.in_background("details", context, work, tell, still_working=None)
+
+    return on_details
+
+
+async def open_details(
+    deps: ListenerDeps, actor: Actor, approval_id: str, trigger_id: str, conversation: bool,
+    received: float, tell: Callable[[str], None],
+) -> None:  # fmt: skip
+    """Read what the modal shows through the service (which checks who may see it), then open
+    it with the click's trigger id: late, refused or failed, the clicker is told so."""
+    deadline = received + TRIGGER_SECONDS
+
+    async def refused(found: Any) -> None:
+        if isinstance(found, Reply) and not found.ok:
+            tell(shown(found))
+
+    checked: Any = (
+        deps.service.conversation(actor, approval_id)
+        if conversation
+        else deps.service.whole_call(actor, approval_id)
+    )
+    found = await deps.by_deadline("details", deadline, checked, refused)
+    if found is None:
+        tell(DETAILS_LATE)
+        return
+    if isinstance(found, Reply):
+        await refused(found)
+        return
+    view = details.conversation_modal(found) if conversation else details.whole_call_modal(found)
+    try:
+        await asyncio.wait_for(
+            deps.client.views_open(trigger_id=trigger_id, view=view.to_dict()), left(deadline)
+        )
+    except TimeoutError:
+        log.warning("views.open did not answer within the click's three seconds")
+        tell(DETAILS_LATE)
+    except Exception as exc:
+        error = (
+            str(exc.response.get("error", "an error"))
+            if isinstance(exc, SlackApiError)
+            else type(exc).__name__
+        )
+        log.warning("views.open failed: %s", error)
+        tell(f"The window could not be opened (Slack answered `{error}`). Click again.")
 
 
 def on_private_button(deps: ListenerDeps, what: str, answer: Answer) -> Listener:

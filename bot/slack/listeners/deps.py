@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.service.details import Conversation, WholeCall
 from bot.service.foreground import Foreground
 from bot.service.people import Overview, RunView
 from bot.service.ports import Actor, Notifier
@@ -57,6 +58,10 @@ class Service(Protocol):
     async def approve(
         self, actor: Actor, approval_id: str, *, always: bool
     ) -> Reply | TypeToConfirm: ...
+
+    async def whole_call(self, actor: Actor, approval_id: str) -> WholeCall | Reply: ...
+
+    async def conversation(self, actor: Actor, approval_id: str) -> Conversation | Reply: ...
 
     async def resolve_review(self, actor: Actor, review_id: str, *, action: str) -> Reply: ...
 
