@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
 from bot.service.policy import parse_policy
+from bot.service.policy_source import PolicySource, policy_version
 from bot.service.reach import decider_principals
 from bot.slack.blocks import APPROVE
 from bot.store import keys
@@ -159,6 +161,48 @@ async def test_runs_from_before_the_index_are_listed_and_ended_ones_leave_it(
         assert [name for name, _ in ledger.executed] == ["delete_logs"]
     finally:
         await client.aclose()
+
+
+GROUPS = """
+defaults:
+  allow_self_approval: false
+channels:
+  C1:
+    starters: ["*"]
+    approvers: [U3]
+  C2:
+    starters: ["*"]
+    approvers: ["@ops"]
+"""
+
+
+async def test_groups_and_a_new_policy_decide_what_a_list_reads(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A user group's member lists its channel's call; a rule added to the policy while calls
+    wait (a tool rule scoped to C1 naming U2) gives U2 C1's call at their next list."""
+    ledger = Ledger()
+    path = tmp_path / "policy.yml"
+    path.write_text(GROUPS)
+    source = PolicySource.from_file(path, check_every=0.05)
+    async with BotHarness(redis_url, agents(ledger), source, settings=UNLIMITED) as bot:
+        bot.slack_api.usergroups["S0OPS"] = ("ops", ["U6"])
+        await bot.slack.command("run c1a0 clean", user="U1", channel="C1")
+        await bot.slack.command("run c2a0 clean", user="U1", channel="C2")
+        await bot.wait_for_approvals(2)
+        u6 = listed(await bot.slack.command("list", user="U6", channel="C7"))
+        assert waiting_agents(u6) == ["c2a0"]
+        u2 = listed(await bot.slack.command("list", user="U2", channel="C7"))
+        assert waiting_agents(u2) == []
+
+        after = GROUPS + 'tools:\n  - {match: "delete_*", channel: C1, approvers: [U2]}\n'
+        path.write_text(after)
+        await wait_until(lambda: source.current().version == policy_version(after), what="reload")
+        u2 = listed(await bot.slack.command("list", user="U2", channel="C7"))
+        assert waiting_agents(u2) == ["c1a0"]
+        u3 = listed(await bot.slack.command("list", user="U3", channel="C7"))
+        assert waiting_agents(u3) == []  # the rule took C1's delete_logs from U3
+    assert ledger.executed == []
 
 
 @pytest.mark.parametrize(
