@@ -186,6 +186,8 @@ class BotRuntime:
                 policy,
             )
         await self.queue.ensure_group()
+        # Runs active before the channel indexes existed are listed from the first request.
+        await store.index_channels()
         self.projector = Projector(
             store,
             self.client,

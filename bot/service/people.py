@@ -4,11 +4,14 @@ Cancelling is allowed to the run's starter, the approvers of the run's channel a
 rules governing the calls of its latest pause (`Authorizer.may_manage`): a rule scoped to another
 agent, or to tools the run never waited on, gives no rights over it; seeing a run's status too.
 "Waiting for me" lists exactly the calls a click by this person would decide now: the same
-authorization as a click.
+authorization as a click. It reads only the channels where the person could decide something
+(`bot.service.reach`, from each channel's index of unfinished runs), so its cost follows the
+runs of those channels, not every paused run of the deployment.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from bot.service.audit import AuditKind
@@ -17,6 +20,7 @@ from bot.service.digest import digest_of
 from bot.service.gate import Gate, rule_for, subject_of_call
 from bot.service.policy import CallRule, Policy, Verdict
 from bot.service.ports import Actor
+from bot.service.reach import decider_principals
 from bot.service.replies import Code, Mention, Reply, Text, said, when
 from bot.store import keys
 from bot.store.records import CallRecord, RunRecord, RunStatus
@@ -129,7 +133,11 @@ class People:
                     )  # fmt: skip
             return run
         result = await self.store.cancel(
-            run.run_id, team=actor.team_id, user=actor.user_id, pause=run.call_ids()
+            run.run_id,
+            team=actor.team_id,
+            user=actor.user_id,
+            pause=run.call_ids(),
+            channel=run.channel_id,
         )
         if result.outcome == "already":
             return Reply(
@@ -178,14 +186,62 @@ class People:
         runs = await self.store.get_runs(await self.store.active_runs())
         return sorted((r for r in runs if not r.ended), key=lambda r: r.created_at)
 
-    async def _pending(self, runs: list[RunRecord]) -> Pending:
+    async def _reach(self, policy: Policy, actor: Actor, sizes: dict[str, int]) -> set[str]:
+        """The channels with unfinished runs where `actor` could decide something under
+        `policy` (see `bot.service.reach`): the only ones read for them. A superset, never a
+        grant: a user group or channel lookup that fails leaves its channel out, as it would
+        refuse each of its calls."""
+        found = set()
+        for channel, size in sizes.items():
+            principals = decider_principals(policy, channel) if size else ()
+            if (
+                principals
+                and (await self.core.authorizer.is_among(actor, principals, channel)).allowed
+            ):
+                found.add(channel)
+        return found
+
+    async def _gather(
+        self, policy: Policy, actors: list[Actor], channel: str = ""
+    ) -> tuple[Pending, list[set[str] | None], list[RunRecord]]:
+        """What a list or a batch of App Homes reads, once for all of `actors`: the pending
+        calls of the channels where one of them could decide something (`_reach`, each
+        person's returned beside: None means every channel), and `channel`'s unfinished runs
+        (for a list), oldest first. Four round trips; what is read follows the runs of those
+        channels, not every paused run of the deployment. Until the channel indexes are
+        complete (the first start after the upgrade), every active run is read, as before."""
+        sizes = await self.store.channel_sizes(list(policy.channels))
+        if sizes is None:
+            runs = await self._unfinished()
+            here = [r for r in runs if r.channel_id == channel] if channel else []
+            return await self._pending(policy, runs, here), [None] * len(actors), here
+        reaches = [await self._reach(policy, actor, sizes) for actor in actors]
+        wanted = set[str]().union(*reaches)
+        entries = await self.store.channel_runs(
+            sorted(wanted), [channel] if channel else [], MAX_SCANNED
+        )
+        unique = list(dict.fromkeys(run_id for _, run_id in entries))
+        found = dict(zip(unique, await self.store.runs(unique), strict=True))
+        # Left by a process that stopped between a run's end and its index write: dropped.
+        live = {i: r for i, r in found.items() if r is not None and not r.ended}
+        await self.store.drop_from_channels([(c, i) for c, i in entries if i not in live])
+        runs = sorted(live.values(), key=lambda r: r.created_at)
+        judged = [r for r in runs if r.channel_id in wanted]
+        here = [r for r in runs if r.channel_id == channel] if channel else []
+        return await self._pending(policy, judged, here), list(reaches), here
+
+    async def _pending(
+        self, policy: Policy, runs: list[RunRecord], shown: Sequence[RunRecord] = ()
+    ) -> Pending:
         """The calls waiting for a decision in these runs (whoever may decide them), oldest
-        first, each with the rule the policy in force gives it: read once (two round trips)
-        for everyone a list or a batch of App Homes is made for. At most `MAX_SCANNED` paused
-        runs are looked at (the oldest)."""
+        first, each with the rule the policy in force gives it: read once for everyone a list
+        or a batch of App Homes is made for. At most `MAX_SCANNED` paused runs are looked at
+        (the oldest). The calls of the latest `MAX_LISTED` runs of `shown` are read too (a
+        list shows them)."""
         paused = [r for r in runs if r.status == RunStatus.PAUSED][:MAX_SCANNED]
-        calls = await self.store.calls_of_pauses(paused)
-        policy = self.core.policies.current().policy
+        listed = [r for r in shown[-MAX_LISTED:] if r.status == RunStatus.PAUSED]
+        read = list({r.run_id: r for r in [*paused, *listed]}.values())
+        calls = await self.store.calls_of_pauses(read)
         pending = Pending(policy, calls)
         for run in paused:
             for call in calls[run.run_id]:
@@ -197,10 +253,15 @@ class People:
         pending.items.sort(key=lambda item: (item[1].paused_at, item[1].index))
         return pending
 
-    async def _mine(self, actor: Actor, pending: Pending) -> list[Waiting]:
-        """The first `MAX_LISTED` pending calls `actor` may decide now."""
+    async def _mine(
+        self, actor: Actor, pending: Pending, channels: set[str] | None = None
+    ) -> list[Waiting]:
+        """The first `MAX_LISTED` pending calls `actor` may decide now (only those of
+        `channels`, the ones where they could decide something, when given)."""
         found: list[Waiting] = []
         for run, call, rule in pending.items:
+            if channels is not None and run.channel_id not in channels:
+                continue
             if actor.user_id in call.voter_ids():
                 continue
             verdict = await self.gate.under(pending.policy, rule, actor, run, call)
@@ -213,15 +274,19 @@ class People:
     async def waiting_for(self, actor: Actor, runs: list[RunRecord] | None = None) -> list[Waiting]:
         """The calls `actor` may decide now (what a click of theirs would record), oldest
         first: pending, in the run's current pause, not decided by a rule, not yet approved by
-        them (quorum), and allowed by the policy in force."""
-        pending = await self._pending(runs if runs is not None else await self._unfinished())
-        return await self._mine(actor, pending)
+        them (quorum), and allowed by the policy in force. `runs`: look only at these."""
+        policy = self.core.policies.current().policy
+        if runs is not None:
+            return await self._mine(actor, await self._pending(policy, runs))
+        pending, (channels,), _ = await self._gather(policy, [actor])
+        return await self._mine(actor, pending, channels)
 
     async def overview(self, actor: Actor, channel: str) -> Overview | Reply:
         """`/agent list`: first what waits for this person (anywhere), then the channel's
         unfinished runs. Nothing for a person of a workspace this bot does not serve; at most
-        `lists_per_minute` lists a minute per person (each reads every paused run)."""
-        if not self.core.authorizer.served(self.core.policies.current().policy, actor).allowed:
+        `lists_per_minute` lists a minute per person."""
+        policy = self.core.policies.current().policy
+        if not self.core.authorizer.served(policy, actor).allowed:
             return Overview([], [])
         wait = await self.core.admission.ask(
             actor.team_id, actor.user_id, self.core.limits.lists_per_minute
@@ -233,10 +298,9 @@ class People:
                 f"({self.core.limits.lists_per_minute} a minute). Try again in {wait} "
                 f"second{'s' if wait != 1 else ''}.",
             )
-        runs = await self._unfinished()
-        pending = await self._pending(runs)
-        mine = await self._mine(actor, pending)
-        here = [r for r in runs if r.channel_id == channel and r.team_id == actor.team_id]
+        pending, (channels,), runs = await self._gather(policy, [actor], channel)
+        mine = await self._mine(actor, pending, channels)
+        here = [r for r in runs if r.team_id == actor.team_id]
         views = [self._view_of(r, pending.calls) for r in here[-MAX_LISTED:]]
         return Overview(mine, views)
 
@@ -245,18 +309,22 @@ class People:
         return (await self.homes([actor], recent))[0]
 
     async def homes(self, actors: list[Actor], recent: int = 10) -> list[Overview]:
-        """The App Homes of several people (a publisher's batch): the paused runs are read
-        once for all of them."""
+        """The App Homes of several people (a publisher's batch): what they could decide is
+        read once for all of them."""
         policy = self.core.policies.current().policy
-        pending: Pending | None = None
+        served = list(
+            dict.fromkeys(a for a in actors if self.core.authorizer.served(policy, a).allowed)
+        )
+        reach: dict[Actor, set[str] | None] = {}
+        if served:
+            pending, reaches, _ = await self._gather(policy, served)
+            reach = dict(zip(served, reaches, strict=True))
         out: list[Overview] = []
         for actor in actors:
-            if not self.core.authorizer.served(policy, actor).allowed:
+            if actor not in reach:
                 out.append(Overview([], []))
                 continue
-            if pending is None:
-                pending = await self._pending(await self._unfinished())
-            mine = await self._mine(actor, pending)
+            mine = await self._mine(actor, pending, reach[actor])
             own = await self.store.recent_runs(actor.team_id, actor.user_id, recent)
             out.append(Overview(mine, [await self._view(r) for r in own]))
         return out

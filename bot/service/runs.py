@@ -204,6 +204,7 @@ class Runs:
                     status=RunStatus.FINISHED,
                     text=outcome.output,
                     drop_snapshot=True,
+                    channel=run.channel_id,
                 )
             except NotOwner:
                 log.info("run %s not finished here: this execution no longer owns it", run.run_id)
@@ -501,7 +502,12 @@ class Runs:
             )
             try:
                 ended = await self.store.finish(
-                    run_id, owner, status=RunStatus.FAILED, text=error, drop_snapshot=False
+                    run_id,
+                    owner,
+                    status=RunStatus.FAILED,
+                    text=error,
+                    drop_snapshot=False,
+                    channel=run.channel_id,
                 )
             except NotOwner:  # it changed hands since the read: look again
                 continue
@@ -664,7 +670,12 @@ class Runs:
         """End the run as failed. `error` is plain text (escaped once, where it is shown)."""
         try:
             ended = await self.store.finish(
-                run.run_id, owner, status=RunStatus.FAILED, text=error, drop_snapshot=False
+                run.run_id,
+                owner,
+                status=RunStatus.FAILED,
+                text=error,
+                drop_snapshot=False,
+                channel=run.channel_id,
             )
         except NotOwner:
             log.info("run %s not failed here: this execution no longer owns it", run.run_id)

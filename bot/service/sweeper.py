@@ -59,7 +59,8 @@ class Sweeper:
         With `reconcile`, first a full pass (one pipeline) over the active runs: a run whose
         outbox holds marks but which is not on the outbox index (the process stopped between
         a transition and its index write) is indexed, so a projector brings its messages up to
-        date; an unfinished run missing from the due set is put back on it.
+        date; an unfinished run missing from the due set is put back on it; an unfinished run
+        missing from its channel's index (started by an older version) is put on it.
         Then trim the job stream of entries every worker is done with.
         """
         count = await self._reconcile() if reconcile else 0
@@ -69,7 +70,7 @@ class Sweeper:
         waiting: set[str] | None = None
         for (run_id, since), run in zip(due, runs, strict=True):
             if run is None or run.ended:
-                await self.store.forget_active(run_id)
+                await self.store.forget_active(run_id, run.channel_id if run else "")
                 await self.store.not_due(run_id, since)
             elif (
                 run.status in (RunStatus.RUNNING, RunStatus.RESUMING)
@@ -99,6 +100,7 @@ class Sweeper:
 
     async def _reconcile(self) -> int:
         """The full pass over active runs (see `requeue_stalled`); returns the runs indexed."""
+        await self.store.index_channels()
         count = 0
         outbox = self.store.outbox
         for run_id, status, owner, indexed, marked, due in await self.store.active_overview():

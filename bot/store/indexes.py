@@ -1,15 +1,24 @@
-"""The indexes over runs that the sweeper, the reconciler and the metrics read: the active
-runs, the runs due for the bot (`DUE_RUNS`), and the deliveries already seen."""
+"""The indexes over runs that the sweeper, the reconciler, the metrics and the lists read: the
+active runs, the runs due for the bot (`DUE_RUNS`), the unfinished runs of each channel
+(`channel_runs_key`), and the deliveries already seen.
+
+A channel's index is written where the active set is (the run's creation, its end, the
+sweeper), in the pipeline after the run's own transition: its key is in no run's slot, so no run
+script may touch it (Redis Cluster). It is added before the active set when a run starts and
+dropped with it when it ends; an entry left behind by a stopped process names an ended or gone
+run, which readers skip (and drop). Runs started before the index existed are put on it by
+`index_channels` (every start, and the reconciler's passes)."""
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as redis
 
 from bot.store import keys
-from bot.store.records import RunStatus
+from bot.store.records import ENDED, RunStatus
 from bot.store.scripts import text
 
 # Drop a run from the due set only if nothing made it due again since `since` was read.
@@ -59,8 +68,78 @@ class Indexes:
                 total += int(text(undecided or b"0") or 0)
         return total
 
-    async def forget_active(self, run_id: str) -> None:
-        await self.redis.srem(keys.EXECUTING_RUNS, run_id)
+    async def forget_active(self, run_id: str, channel: str = "") -> None:
+        """The run is no longer active (and off its `channel`'s index, when known)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            if channel:
+                pipe.zrem(keys.channel_runs_key(channel), run_id)
+            pipe.srem(keys.EXECUTING_RUNS, run_id)
+            await pipe.execute()
+
+    # The unfinished runs of each channel (what lists and App Homes read) ---------------------
+
+    async def index_channels(self) -> int:
+        """Put every unfinished active run on its channel's index and take ended ones off;
+        then mark the index complete (`CHANNEL_RUNS_INDEXED`). Returns the runs added: those
+        started before the index existed, or by a process of an older version."""
+        run_ids = await self.active_runs()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hmget(keys.run_key(run_id), ["status", "channel_id", "created_at"])
+            found = await pipe.execute()
+        added: list[int] = []  # which replies are the adds'
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for run_id, (status, channel, created) in zip(run_ids, found, strict=True):
+                if status is None or not channel:
+                    continue
+                key = keys.channel_runs_key(text(channel))
+                if text(status) in ENDED:
+                    pipe.zrem(key, run_id)
+                else:
+                    added.append(len(pipe))
+                    pipe.zadd(key, {run_id: float(text(created or b"0") or 0)}, nx=True)
+            pipe.set(keys.CHANNEL_RUNS_INDEXED, "1")
+            replies = await pipe.execute()
+        return sum(int(replies[i]) for i in added)
+
+    async def channel_sizes(self, channels: Sequence[str]) -> dict[str, int] | None:
+        """How many runs each channel's index holds (one round trip); None while the index is
+        not complete yet (`index_channels` has not run since the upgrade)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.exists(keys.CHANNEL_RUNS_INDEXED)
+            for channel in channels:
+                pipe.zcard(keys.channel_runs_key(channel))
+            indexed, *sizes = await pipe.execute()
+        if not indexed:
+            return None
+        return {channel: int(n) for channel, n in zip(channels, sizes, strict=True)}
+
+    async def channel_runs(
+        self, oldest: Sequence[str], newest: Sequence[str], limit: int
+    ) -> list[tuple[str, str]]:
+        """(channel, run id) on these channels' indexes (one round trip): the `limit` oldest of
+        each of `oldest`, the `limit` newest of each of `newest`, each entry once."""
+        channels = [*oldest, *newest]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for channel in oldest:
+                pipe.zrange(keys.channel_runs_key(channel), 0, limit - 1)
+            for channel in newest:
+                pipe.zrange(keys.channel_runs_key(channel), -limit, -1)
+            replies = await pipe.execute()
+        found = (
+            (channel, text(r)) for channel, reply in zip(channels, replies, strict=True)
+            for r in reply
+        )  # fmt: skip
+        return list(dict.fromkeys(found))
+
+    async def drop_from_channels(self, entries: Sequence[tuple[str, str]]) -> None:
+        """Take (channel, run id) entries of ended or gone runs off their channels' indexes."""
+        if not entries:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for channel, run_id in entries:
+                pipe.zrem(keys.channel_runs_key(channel), run_id)
+            await pipe.execute()
 
     # What the sweeper looks at --------------------------------------------------------------
 

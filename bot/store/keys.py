@@ -225,6 +225,19 @@ def user_runs_key(team: str, user: str) -> str:
     return f"{PREFIX}:runs:user:{team}:{user}"
 
 
+def channel_runs_key(channel: str) -> str:
+    """Sorted set: the unfinished runs started in a channel (run id -> created time): what
+    `/agent list` and the App Home read instead of every active run (`bot.store.indexes`).
+    Used alone, never inside a run's script, like `EXECUTING_RUNS`; it only narrows what is
+    read: every run and call read through it is judged by the policy in force."""
+    return f"{PREFIX}:runs:channel:{channel}"
+
+
+# String: set once every run active when a process started is on its channel's index (the
+# backfill of runs started before the index existed); until then lists read every active run.
+CHANNEL_RUNS_INDEXED = f"{PREFIX}:runs:channels:indexed"
+
+
 # One hash tag, so the claim script touches one slot on Redis Cluster.
 HOME_VIEWERS = f"{PREFIX}:{{home}}:viewers"  # hash: "<team>:<user>" -> when they last opened it
 HOME_DUE = f"{PREFIX}:{{home}}:due"  # sorted set: "<team>:<user>" -> when to publish (ms)

@@ -193,10 +193,15 @@ class Runs:
                 pipe.set(keys.task_key(run.run_id), whole, ex=self.retention)
             mark(pipe, run.run_id, "run", self.retention)
             await pipe.execute()
-        # Indexed only once it exists, so a sweeper never sees an id without its run; due
-        # (waiting for a worker) since its last change; listed among its starter's runs.
+        # Indexed only once it exists, so a sweeper never sees an id without its run; on its
+        # channel's index before the active set (a run active is never missing from its
+        # channel's); due (waiting for a worker) since its last change; listed among its
+        # starter's runs.
         mine = keys.user_runs_key(run.team_id, run.user_id)
         async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(
+                keys.channel_runs_key(run.channel_id), {run.run_id: float(run.created_at or now())}
+            )
             pipe.sadd(keys.EXECUTING_RUNS, run.run_id)
             pipe.zadd(keys.DUE_RUNS, {run.run_id: float(run.updated_at or now())})
             pipe.zadd(mine, {run.run_id: float(run.created_at or now())})
@@ -369,10 +374,18 @@ class Runs:
     # Ending -------------------------------------------------------------------------------
 
     async def finish(
-        self, run_id: str, owner: str, *, status: str, text: str, drop_snapshot: bool
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        status: str,
+        text: str,
+        drop_snapshot: bool,
+        channel: str = "",
     ) -> FinishResult:
         """End a run: `Ended` (now, or this same request before), `AlreadyEnded`, `RunMissing`;
-        raises `NotOwner` when `owner` does not own it (a paused run: owner `paused`)."""
+        raises `NotOwner` when `owner` does not own it (a paused run: owner `paused`).
+        `channel`: the run's, to take it off that channel's index (else readers drop it)."""
         reply = await self._finish(
             keys=RunKeys(run_id).finish(),
             args=[owner, status, text, now(), self.retention, "1" if drop_snapshot else "0"],
@@ -381,6 +394,8 @@ class Runs:
         if isinstance(result, Ended):  # indexed before it leaves the active set (reconciler)
             async with self.redis.pipeline(transaction=False) as pipe:
                 self.outbox.schedule_in(pipe, run_id)  # (a pipeline runs in order)
+                if channel:
+                    pipe.zrem(keys.channel_runs_key(channel), run_id)
                 pipe.srem(keys.EXECUTING_RUNS, run_id)
                 pipe.zrem(keys.DUE_RUNS, run_id)
                 await pipe.execute()
@@ -388,12 +403,19 @@ class Runs:
         return result
 
     async def cancel(
-        self, run_id: str, *, team: str, user: str, pause: Sequence[str] | None = None
+        self,
+        run_id: str,
+        *,
+        team: str,
+        user: str,
+        pause: Sequence[str] | None = None,
+        channel: str = "",
     ) -> CancelResult:
         """Cancel a run and its pending calls, exactly once (see cancel.lua). `pause`: the
         approval ids of the run's pause as the caller read them (`RunRecord.call_ids()`; None:
         read here). The script checks them against the pause it finds, and names the pause's
-        ids when a newer pause was saved meanwhile: it then runs again on those."""
+        ids when a newer pause was saved meanwhile: it then runs again on those. `channel`:
+        the run's, to take it off that channel's index."""
         ids = list(pause) if pause is not None else await self.calls.pause_ids(run_id)
         for _ in range(CANCEL_TRIES):
             reply = await self._cancel(
@@ -408,6 +430,8 @@ class Runs:
         if result.outcome == "ok":
             async with self.redis.pipeline(transaction=False) as pipe:
                 self.outbox.schedule_in(pipe, run_id)
+                if channel:
+                    pipe.zrem(keys.channel_runs_key(channel), run_id)
                 pipe.srem(keys.EXECUTING_RUNS, run_id)
                 pipe.zrem(keys.DUE_RUNS, run_id)
                 await pipe.execute()
@@ -551,6 +575,10 @@ class RunStore:
         self.not_due = indexes.not_due
         self.due_runs = indexes.due_runs
         self.active_overview = indexes.active_overview
+        self.index_channels = indexes.index_channels
+        self.channel_sizes = indexes.channel_sizes
+        self.channel_runs = indexes.channel_runs
+        self.drop_from_channels = indexes.drop_from_channels
 
     async def ping(self) -> bool:
         """Redis answers; a cluster also says its state is `ok` (every slot served)."""
