@@ -220,13 +220,15 @@ class People:
         entries = await self.store.channel_runs(
             sorted(wanted), [channel] if channel else [], MAX_SCANNED
         )
-        unique = list(dict.fromkeys(run_id for _, run_id in entries))
+        # And each person's own latest runs: the starter may answer their run's questions.
+        own = await self.store.recent_run_ids([(a.team_id, a.user_id) for a in actors], MAX_LISTED)
+        unique = list(dict.fromkeys([*(run_id for _, run_id in entries), *own]))
         found = dict(zip(unique, await self.store.runs(unique), strict=True))
         # Left by a process that stopped between a run's end and its index write: dropped.
         live = {i: r for i, r in found.items() if r is not None and not r.ended}
         await self.store.drop_from_channels([(c, i) for c, i in entries if i not in live])
         runs = sorted(live.values(), key=lambda r: r.created_at)
-        judged = [r for r in runs if r.channel_id in wanted]
+        judged = [r for r in runs if r.channel_id in wanted or r.run_id in own]
         here = [r for r in runs if r.channel_id == channel] if channel else []
         return await self._pending(policy, judged, here), list(reaches), here
 
@@ -260,7 +262,8 @@ class People:
         `channels`, the ones where they could decide something, when given)."""
         found: list[Waiting] = []
         for run, call, rule in pending.items:
-            if channels is not None and run.channel_id not in channels:
+            mine = run.user_id == actor.user_id and run.team_id == actor.team_id
+            if channels is not None and run.channel_id not in channels and not mine:
                 continue
             if actor.user_id in call.voter_ids():
                 continue

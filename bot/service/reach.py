@@ -27,9 +27,9 @@ def decider_principals(policy: Policy, channel: str) -> tuple[str, ...]:
     if base is None:
         return ()
     found = [*base.approvers, *(base.escalate_to or ()), *(policy.defaults.escalate_to or ())]
-    # Questions (ask_human): their answerers, and by default (or as `starter`) the run's
-    # starter, who is among the channel's starters.
-    found += [*base.starters, *(base.answerers or ())]
+    # Questions (ask_human): their answerers (a run's starter, who may answer by default or
+    # as `starter`, is read their own runs instead: `People._gather`).
+    found += [*(base.answerers or ())]
     for rule in policy.tools:
         if rule.channel in (None, channel):
             found += [*(rule.approvers or ()), *(rule.escalate_to or ()), *(rule.answerers or ())]

@@ -270,6 +270,15 @@ class Runs:
         """The runs that still exist, in the order asked (one round trip)."""
         return [run for run in await self.runs(run_ids) if run is not None]
 
+    async def recent_run_ids(self, people: Sequence[tuple[str, str]], limit: int) -> list[str]:
+        """The ids of the runs each of `people` (team, user) started, newest `limit` each, in
+        one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for team, user in people:
+                pipe.zrevrange(keys.user_runs_key(team, user), 0, limit - 1)
+            found = await pipe.execute()
+        return [text(i) for ids in found for i in ids]
+
     async def recent_runs(self, team: str, user: str, limit: int = 10) -> list[RunRecord]:
         """The runs a person started, newest first."""
         ids = await self.redis.zrevrange(keys.user_runs_key(team, user), 0, limit - 1)
@@ -524,6 +533,7 @@ class RunStore:
         self.runs = runs.runs
         self.get_runs = runs.get_runs
         self.recent_runs = runs.recent_runs
+        self.recent_run_ids = runs.recent_run_ids
         self.projection = runs.projection
         self.run_status = runs.run_status
         self.set_run_message = runs.set_run_message
