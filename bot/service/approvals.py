@@ -18,6 +18,7 @@ from bot.engine.runner import Engine
 from bot.service.authorize import Authorizer
 from bot.service.core import ServiceCore
 from bot.service.decisions import Decisions
+from bot.service.edits import Edits
 from bot.service.foreground import Foreground
 from bot.service.gate import Gate
 from bot.service.limits import StartLimits
@@ -75,6 +76,7 @@ class ApprovalService:
         self.reviews = Reviews(core)
         self.runs = Runs(core, self.gate, self.reviews)
         self.decisions = Decisions(core, self.gate)
+        self.edits = Edits(core, self.decisions)
         self.timers = Timers(core)
         self.people = People(core, self.gate)
         self.sweeper = Sweeper(core, self.runs)
@@ -112,6 +114,8 @@ class ApprovalService:
         self.reject_form = self.decisions.reject_form
         self.thread_reply = self.decisions.thread_reply
         self.confirm_reply = self.decisions.confirm_reply
+        self.edit_form = self.edits.edit_form
+        self.submit_edit = self.edits.submit_edit
 
         # Reviews, timers, people, the sweeper.
         self.resolve_review = self.reviews.resolve_review

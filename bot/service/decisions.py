@@ -40,8 +40,17 @@ class Decisions:
         self.store = core.store
         self.gate = gate
 
+    async def check(
+        self, actor: Actor, approval_id: str, *, approve: bool, audited_as: str
+    ) -> tuple[CallRecord, RunRecord] | Reply:
+        """The checks of a click (`_check`), for another flow that acts as a decision does (an
+        edit is an approval); a refusal is audited with the decision `audited_as`."""
+        return await self._check(
+            actor, approval_id, approve=approve, always=False, audited_as=audited_as
+        )
+
     async def _check(
-        self, actor: Actor, approval_id: str, *, approve: bool, always: bool
+        self, actor: Actor, approval_id: str, *, approve: bool, always: bool, audited_as: str = ""
     ) -> tuple[CallRecord, RunRecord] | Reply:
         """Everything that must hold before a decision is recorded; a Reply when it does not."""
         call, stored_run = await self.store.call_and_run(approval_id)  # one round trip
@@ -70,6 +79,7 @@ class Decisions:
         else:
             return call, run
         decision = ("always_" if always else "") + ("approve" if approve else "reject")
+        decision = audited_as or decision
         await self.core.audit(
             AuditKind.REFUSED, call=call, actor=actor, decision=decision, detail=reply.text
         )

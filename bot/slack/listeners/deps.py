@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.service.edits import EditErrors, EditForm, Entered
 from bot.service.foreground import Foreground
 from bot.service.people import Overview, RunView
 from bot.service.ports import Actor, Notifier
@@ -46,6 +47,12 @@ class Service(Protocol):
     async def decide(
         self, actor: Actor, approval_id: str, *, approve: bool, always: bool, reason: str = ""
     ) -> Reply: ...
+
+    async def edit_form(self, actor: Actor, approval_id: str) -> EditForm | Reply: ...
+
+    async def submit_edit(
+        self, actor: Actor, approval_id: str, entered: Entered
+    ) -> Reply | EditErrors: ...
 
     async def resolve_review(self, actor: Actor, review_id: str, *, action: str) -> Reply: ...
 
