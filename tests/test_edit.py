@@ -6,11 +6,10 @@ one-shot approval of exactly the edited call; the tool runs with the edited argu
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 from agents import function_tool
 from pydantic import Field
-from typing_extensions import Annotated
 
 from bot.service.edits import edit_message
 from bot.slack.blocks import APPROVE, EDIT, EDIT_MODAL
@@ -134,7 +133,7 @@ async def test_edit_approved_runs_the_tool_with_the_edited_arguments_only(redis_
 
 async def test_the_model_not_complying_gets_a_new_card_not_a_silent_run(redis_url: str) -> None:
     ledger = Ledger()
-    agent, model = ops_agent(edited_then({"path": "/"}, {"path": "/tmp"}), ledger)
+    agent, _ = ops_agent(edited_then({"path": "/"}, {"path": "/tmp"}), ledger)
     async with BotHarness(redis_url, agent, POLICY) as bot:
         card = await bot.start_and_wait("clean", user="U1")
         view = await bot.open_edit(card, user="U2")

@@ -98,8 +98,8 @@ def edit_values(
         if element.get("type") == "static_select":
             initial = (element.get("initial_option") or {}).get("value")
             value = wanted if wanted is not None else initial
-            option = None if value is None else {"value": value, "text": {"type": "plain_text",
-                                                                          "text": value}}  # fmt: skip
+            text = {"type": "plain_text", "text": value}
+            option = None if value is None else {"value": value, "text": text}
             values[block_id] = {EDIT_INPUT: {"type": "static_select", "selected_option": option}}
         else:
             value = wanted if wanted is not None else element.get("initial_value")
