@@ -315,6 +315,8 @@ def test_register_attaches_one_listener_to_every_command_action_view_and_event(r
         ("action", blocks.REPLY_REJECT),
         ("action", blocks.REPLY_KEEP),
         ("view", blocks.REJECT_MODAL),
+        ("action", blocks.EDIT),
+        ("view", blocks.EDIT_MODAL),
         ("event", "app_home_opened"),
         ("event", "message"),
     }
