@@ -46,6 +46,9 @@ from bot.store.runs import now
 
 log = logging.getLogger(__name__)
 
+# The kinds of call whose parameters the bot knows (a function tool's params_json_schema): the
+# only ones an Edit is offered for, whatever a rule's `allow_edit` says.
+EDITABLE_KINDS = ("function",)
 FieldKind = Literal["string", "number", "integer", "boolean", "enum"]
 # Slack's limits: a text input holds 3,000 characters, a select 100 options of 150 characters.
 MAX_TEXT = 3000

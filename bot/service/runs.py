@@ -26,7 +26,7 @@ from bot.outage import log_failure
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.digest import digest_of
-from bot.service.edits import edit_message
+from bot.service.edits import EDITABLE_KINDS, edit_message
 from bot.service.gate import Gate
 from bot.service.limits import refusal, task_too_long
 from bot.service.policy import CallRule, Verdict
@@ -242,7 +242,7 @@ class Runs:
             )
             call.approvers = json.dumps(list(rule.approvers))
             call.auto = rule.auto or ""
-            call.allow_edit = rule.editable(approval.kind)
+            call.allow_edit = approval.kind in EDITABLE_KINDS and rule.editable(approval.kind)
             time_call(call, rule)
         call.digest = digest_of(call)
         return call
