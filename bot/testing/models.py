@@ -21,6 +21,7 @@ from agents import Agent, FunctionTool, Model, ModelResponse, Tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from bot.engine.registry import walk
+from bot.service.edits import edited_call_in
 
 
 def reachable_agents(agents: Agent[Any] | Iterable[Agent[Any]]) -> Iterator[Agent[Any]]:
@@ -84,6 +85,19 @@ def _task_text(items: list[Any]) -> str:
     return ""
 
 
+def _edited_call(items: list[Any]) -> tuple[str, dict[str, Any]] | None:
+    """The call a reviewer's edit asks for (`bot.service.edits.edit_message`), when the latest
+    tool outputs hold one and it was not proposed since."""
+    asked = None
+    for item in items:
+        data = item if isinstance(item, dict) else getattr(item, "model_dump", dict)()
+        if data.get("type") == "function_call_output":
+            asked = edited_call_in(str(data.get("output", ""))) or asked
+        elif data.get("type") == "function_call" and asked is not None:
+            asked = None  # proposed again already
+    return asked
+
+
 def _outputs(items: list[Any]) -> list[str]:
     found = []
     for item in items:
@@ -97,7 +111,8 @@ class DemoModel(Model):
     """An offline stand-in for a model, for demos and first tests: on an agent's first turn it
     calls up to `calls` of its tools (those needing approval first) with arguments made from
     their JSON schema (text parameters get the task's words, numbers get 10), then answers with
-    what the tools returned. No network, no key."""
+    what the tools returned; told that a reviewer edited a call, it calls it again exactly as
+    edited. No network, no key."""
 
     def __init__(self, calls: int = 2) -> None:
         self.calls = calls
@@ -106,6 +121,14 @@ class DemoModel(Model):
         items = call.input if isinstance(call.input, list) else [
             {"role": "user", "content": str(call.input)}
         ]  # fmt: skip
+        edited = _edited_call(items)
+        if edited is not None:  # as a model would: call it again, exactly as the reviewer edited it
+            name, arguments = edited
+            return [
+                function_call(
+                    name, json.dumps(arguments), call_id=f"call_demo_{secrets.token_hex(4)}"
+                )
+            ]
         outputs = _outputs(items)
         if outputs:
             return [assistant_message("Done. " + " / ".join(outputs))]
