@@ -72,6 +72,12 @@ class Decisions:
                     tool=Code(call.tool),
                 ),
             )
+        elif always and approve and call.edited_sha:
+            reply = Reply(
+                False,
+                "This call was edited: approve the edited call on its own (Always approve would "
+                "also cover calls nobody was shown).",
+            )
         elif digest_of(call) != call.digest:
             reply = Reply(
                 False, "This call changed since it was posted, so no decision can apply to it."

@@ -363,7 +363,7 @@ def decision_buttons(call: CallRecord) -> list[ButtonElement]:
         ButtonElement(text="Approve", action_id=APPROVE, value=call.approval_id, style="primary"),
         ButtonElement(text="Reject", action_id=REJECT, value=call.approval_id, style="danger"),
     ]
-    if call.allow_always and call.required == 1:
+    if call.allow_always and call.required == 1 and not call.edited_sha:
         buttons.append(
             ButtonElement(text="Always approve", action_id=ALWAYS_APPROVE, value=call.approval_id)
         )
