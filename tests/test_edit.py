@@ -229,3 +229,39 @@ async def test_allow_edit_false_offers_no_edit_and_refuses_a_forged_one(redis_ur
         assert bot.slack_api.views == []
         assert await pending(bot, approval_id) == CallStatus.PENDING
     assert ledger.executed == []
+
+
+async def test_a_nested_schema_is_edited_as_json_checked_and_run_as_edited(redis_url: str) -> None:
+    ledger = Ledger()
+
+    @function_tool(needs_approval=True)
+    def purge(paths: list[str], dry_run: bool) -> str:
+        """Purge paths."""
+        ledger.executed.append(("purge", {"paths": paths, "dry_run": dry_run}))
+        return "purged"
+
+    edited = {"paths": ["/tmp/a"], "dry_run": True}
+    steps = [
+        [function_call("purge", {"paths": ["/", "/etc"], "dry_run": False}, call_id="c1")],
+        [function_call("purge", edited, call_id="c2")],
+        [assistant_message("Done.")],
+    ]
+    agent, _ = ops_agent(steps, ledger, extra_tools=[purge])
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        card = await bot.start_and_wait("purge", user="U1")
+        view = await bot.open_edit(card, user="U2")
+        [block] = [b for b in view["blocks"] if b["type"] == "input"]
+        assert block["block_id"] == "edit_json"
+        assert json.loads(block["element"]["initial_value"])["paths"] == ["/", "/etc"]
+        for bad, words in (("{not json", "Not valid JSON"), ('{"paths": "/tmp"}', "paths")):
+            sent = await bot.slack.submit(view, edit_values(view, json_text=bad), user="U2")
+            answer = sent.json()
+            assert answer["response_action"] == "errors" and words in answer["errors"]["edit_json"]
+        assert ledger.executed == []
+        sent = await bot.slack.submit(
+            view, edit_values(view, json_text=json.dumps(edited)), user="U2"
+        )
+        assert sent.text == "", sent
+        await bot.wait_for_status("finished")
+        await bot.idle()
+    assert ledger.executed == [("purge", edited)]
