@@ -6,18 +6,20 @@ never echoed, and a Redis URL is shown without its password.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from agents import FunctionTool
 from pydantic import ValidationError
 from redis.cluster import RedisCluster
 from redis.sentinel import Sentinel
 
 from bot.config import Settings, env_file
-from bot.engine.registry import AgentLoadError, AgentRegistry
+from bot.engine.registry import AgentLoadError, AgentRegistry, walk
 from bot.service.policy import Policy, PolicyError, load_policy
 from bot.store.connection import SENTINEL_SCHEMES, SentinelTarget
 
@@ -261,6 +263,25 @@ def policy_placeholders(policy: Policy) -> list[str]:
     ]
 
 
+def edit_problems(policy: Policy, registry: AgentRegistry) -> list[str]:
+    """`allow_edit: true` on a rule that governs no function tool of the agents: Edit is only
+    offered where the bot knows the tool's parameters (a function tool's JSON schema)."""
+    names = {
+        str(tool.name)
+        for root in registry.agents.values()
+        for agent in walk(root)
+        for tool in agent.tools
+        if isinstance(tool, FunctionTool)
+    }
+    return [
+        f"policy: tools[{index}] ({rule.match}): allow_edit: true, but it matches no function "
+        "tool of the agents; Edit is offered only for function tools (shell, apply_patch and "
+        "MCP calls have no parameters schema to check an edit against)."
+        for index, rule in enumerate(policy.tools)
+        if rule.allow_edit and not any(fnmatch.fnmatchcase(n, rule.match) for n in names)
+    ]
+
+
 def collect_problems(
     *, socket_mode: bool, slack_transport: bool = True
 ) -> tuple[Settings | None, list[str]]:
@@ -274,8 +295,10 @@ def collect_problems(
         found = [p for p in found if "SLACK_SIGNING_SECRET" not in p]
     problems += found
     problems += redis_problems(settings)
+    policy: Policy | None = None
     try:
-        problems += policy_placeholders(load_policy(settings.policy_file))
+        policy = load_policy(settings.policy_file)
+        problems += policy_placeholders(policy)
     except PolicyError as exc:
         problems += exc.problems
     try:
@@ -283,6 +306,8 @@ def collect_problems(
     except AgentLoadError as exc:
         problems.append(f"APPROVAL_BOT_AGENTS: {exc}")
     else:
+        if policy is not None:
+            problems += edit_problems(policy, registry)
         needing = registry.agents_needing_openai_key()
         if needing:
             problems.append(

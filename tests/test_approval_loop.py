@@ -47,6 +47,7 @@ async def test_approve_runs_the_tool_and_posts_the_output(redis_url: str) -> Non
             "approval_reject",
             "approval_always_approve",
             "approval_always_reject",
+            "approval_edit",
         ]
         labels = [
             e["text"]["text"]
@@ -54,7 +55,7 @@ async def test_approve_runs_the_tool_and_posts_the_output(redis_url: str) -> Non
             if b["type"] == "actions"
             for e in b["elements"]
         ]
-        assert labels == ["Approve", "Reject", "Always approve", "Always reject"]
+        assert labels == ["Approve", "Reject", "Always approve", "Always reject", "Edit"]
         text = approval.all_text()
         assert "delete_logs" in text and "/var/log/app" in text and "<@U1>" in text
         assert "waiting for 1 approval" in status_line(bot.run_message())

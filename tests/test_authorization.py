@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from bot.service.policy_source import PolicySource, policy_version
-from bot.slack.blocks import ALWAYS_APPROVE, ALWAYS_REJECT, APPROVE, REJECT
+from bot.slack.blocks import ALWAYS_APPROVE, ALWAYS_REJECT, APPROVE, EDIT, REJECT
 from bot.store import keys
 from bot.testing.cluster import redis_for
 from bot.testing.harness import BotHarness, wait_until
@@ -211,7 +211,7 @@ async def test_always_buttons_hidden_and_forged_always_refused(redis_url: str) -
     async with BotHarness(redis_url, delete_then_done(ledger)[0], policy) as bot:
         approval = await started(bot)
         approval_id = approval.button_value(APPROVE)
-        assert approval.action_ids() == [APPROVE, REJECT]
+        assert approval.action_ids() == [APPROVE, REJECT, EDIT]
         for forged in (ALWAYS_APPROVE, ALWAYS_REJECT):
             await bot.slack.click(forged, approval_id, user="U2", channel="C1")
         await bot.idle()

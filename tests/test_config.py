@@ -238,3 +238,33 @@ def test_windows_and_polls_are_settings_with_production_defaults() -> None:
     for name, value in FAST_WINDOWS.items():
         assert getattr(from_environment, name) == value, name
         assert value <= PRODUCTION_WINDOWS[name] or name.startswith("slack_"), name
+
+
+def test_check_validates_allow_edit(tmp_path: Path) -> None:
+    """`allow_edit` is a yes/no per tool rule, and `true` only means something for a function
+    tool (whose parameters schema an edit is checked against)."""
+    policy = POLICY + (
+        "tools:\n  - match: restart_service\n    allow_edit: sometimes\n"
+        "  - match: shell\n    allow_edit: true\n"
+    )
+    env = dict(SLACK_BOT_TOKEN="xoxb-secret-value", SLACK_SIGNING_SECRET="shh",
+               OPENAI_API_KEY="sk-test-key")  # fmt: skip
+    result = check(tmp_path, policy, **env)
+    assert result.returncode == 1
+    assert "tools.0.allow_edit: Input should be a valid boolean" in result.stderr
+    result = check(tmp_path, policy.replace("allow_edit: sometimes", "allow_edit: false"), **env)
+    assert result.returncode == 1
+    assert "tools[1] (shell): allow_edit: true, but it matches no function tool" in result.stderr
+    assert "1 problem(s) found" in result.stderr
+    fine = policy.replace("sometimes", "true").replace("match: shell", "match: delete_*")
+    assert check(tmp_path, fine, **env).returncode == 0
+
+
+def test_allow_edit_defaults_by_kind_of_call() -> None:
+    policy = parse_policy(POLICY + "tools:\n  - match: sh\n    allow_edit: true\n")
+    rule = policy.rule_for(channel="C1", agent="ops", tool="delete_logs")
+    assert rule is not None and rule.editable("function")
+    for kind in ("shell", "apply_patch", "hosted_mcp", "mcp"):
+        assert not rule.editable(kind)
+    set_rule = policy.rule_for(channel="C1", agent="ops", tool="sh")
+    assert set_rule is not None and set_rule.editable("shell")

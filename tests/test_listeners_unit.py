@@ -329,6 +329,8 @@ def test_register_attaches_one_listener_to_every_command_action_view_and_event(r
         ("action", explained.SHOW_CONVERSATION),
         ("view", blocks.REJECT_MODAL),
         ("view", blocks.CONFIRM_MODAL),
+        ("action", blocks.EDIT),
+        ("view", blocks.EDIT_MODAL),
         ("event", "app_home_opened"),
         ("event", "message"),
     }

@@ -186,3 +186,48 @@ async def test_the_agent_asks_and_the_starter_answers_in_the_browser(
             assert "Keep /var/log; the rest may go" in await page.inner_text("#thread-feed")
         finally:
             await browser.close()
+
+
+async def test_edit_then_approve_in_the_browser(sandbox_url: str, tmp_path: Path) -> None:
+    """Bob edits the restart's service in the Edit modal (a wrong value first: the modal says
+    why); the run resumes, the demo model calls the tool again as edited, and it runs with
+    Bob's arguments, without a new card."""
+    assert async_playwright is not None and CHROMIUM is not None
+    out = shots(tmp_path)
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = await browser.new_page(viewport={"width": 1280, "height": 860})
+        try:
+            await page.goto(sandbox_url)
+            await page.fill("#say", "/agent restart the web tier")
+            await page.press("#say", "Enter")
+            edit = "button[data-action-id=approval_edit]"
+            await page.wait_for_function(
+                f"document.querySelectorAll('{edit}').length === 2", timeout=20_000
+            )
+            restart = page.locator(".msg", has_text="restart_service").first
+            scale = page.locator(".msg", has_text="scale_service").first
+
+            await act_as(page, "U0BOB")
+            await restart.locator(edit).click()
+            field = "#overlay.open textarea[data-block='field:service']"
+            await page.wait_for_selector(field)
+            assert await page.input_value(field) == "restart the web tier"
+            await page.fill(field, "web")
+            await page.screenshot(path=str(out / "sandbox-edit.png"))
+            await page.click("#modal-submit")
+            await page.wait_for_selector("#overlay.open", state="detached")
+            await page.wait_for_selector("text=Edited by @Bob")
+
+            await act_as(page, "U0CAROL")
+            await scale.locator("button[data-action-id=approval_approve]").click()
+            await page.wait_for_selector("text=finished", timeout=20_000)
+            feed = await page.inner_text("#feed")
+            assert feed.count("Approval needed") == 2  # no card for the re-proposed call
+            await page.locator(".thread-link").first.click()
+            await page.wait_for_selector("#thread.open >> text=Done.")
+            thread = await page.inner_text("#thread-feed")
+            assert "restarted web " in thread and "restarted restart the web tier" not in thread
+            await page.screenshot(path=str(out / "sandbox-edited.png"))
+        finally:
+            await browser.close()

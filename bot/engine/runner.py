@@ -21,6 +21,7 @@ from typing import Any
 import agents
 from agents import (
     Agent,
+    FunctionTool,
     MaxTurnsExceeded,
     RunConfig,
     RunContextWrapper,
@@ -37,7 +38,7 @@ from bot.engine.context import RunContext, deserialize_context, serialize_contex
 from bot.engine.explain import explain
 from bot.engine.journal import CURRENT, CallNeedsReview, Execution
 from bot.engine.questions import ANSWERS, is_question
-from bot.engine.registry import AgentRegistry, what_matters
+from bot.engine.registry import AgentRegistry, walk, what_matters
 from bot.engine.tracing import Tracing
 from bot.errors import ApprovalBotError, cause_of
 from bot.untrusted import redact
@@ -260,6 +261,27 @@ class Engine:
 
     def fingerprint(self, agent_name: str) -> str:
         return self.registry.fingerprints.get(agent_name, "")
+
+    def tool_schema(self, agent_name: str, agent: str, tool: str) -> dict[str, Any] | None:
+        """The JSON schema of the parameters of function tool `tool` of `agent` (reachable
+        from the registry's `agent_name`), from the live definitions: None when there is none
+        (another kind of tool, or no longer defined)."""
+        root = self.registry.get(agent_name)
+        for each in walk(root) if root is not None else ():
+            if each.name != agent:
+                continue
+            for candidate in each.tools:
+                if isinstance(candidate, FunctionTool) and candidate.name == tool:
+                    return dict(candidate.params_json_schema)
+        return None
+
+    def definitions_changed(self, agent_name: str, checkpoint: Checkpoint) -> list[str]:
+        """What changed since `checkpoint` of what the paused run needs, in words (empty: the
+        live definitions are those it paused with)."""
+        agent = self.registry.get(agent_name)
+        if agent is None:
+            return [f"agent `{agent_name}` is no longer defined"]
+        return self._changed_since(agent, agent_name, checkpoint)
 
     def _changed_since(
         self, agent: Agent[Any], agent_name: str, checkpoint: Checkpoint

@@ -28,7 +28,8 @@ from bot.config import Settings
 from bot.engine.registry import AgentRegistry
 from bot.runtime import BotRuntime
 from bot.service.policy_source import PolicySource
-from bot.slack.blocks import REASON_BLOCK, REASON_INPUT
+from bot.slack.blocks import EDIT_MODAL, REASON_BLOCK, REASON_INPUT
+from bot.testing.harness import edit_values
 from bot.testing.models import DemoModel, use_model
 from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI
@@ -226,12 +227,18 @@ class Sandbox:
         }
         await self.requests.send_json(self.requests.event_payload(event))
 
-    async def submit(self, user: str, index: int, reason: str) -> None:
+    async def submit(
+        self, user: str, index: int, reason: str, inputs: dict[str, str] | None = None
+    ) -> None:
+        """Submit modal `index`: the reject form with `reason`; the Edit form with `inputs`
+        (block id -> text or choice, as the page holds them)."""
         if not 0 <= index < len(self.slack.views):
             raise IndexError(f"no modal number {index}")
         view = self.slack.views[index].get("view") or {}
         block, element = _text_input(view)
         values = {block: {element: {"type": "plain_text_input", "value": reason}}}
+        if view.get("callback_id") == EDIT_MODAL:
+            values = edit_values(view, inputs or {})
         sent = await self.requests.submit(view, values, user=user)
         answer = sent.json() if sent.text else None
         if isinstance(answer, dict) and answer.get("response_action") == "errors":
@@ -289,7 +296,9 @@ def web_app(sandbox: Sandbox) -> web.Application:
         elif what == "reply":
             await sandbox.reply(user, str(body["thread_ts"]), str(body.get("text", "")))
         elif what == "submit":
-            await sandbox.submit(user, int(body["index"]), str(body.get("reason", "")))
+            given = body.get("values")
+            inputs = {str(k): str(v) for k, v in given.items()} if isinstance(given, dict) else {}
+            await sandbox.submit(user, int(body["index"]), str(body.get("reason", "")), inputs)
         elif what == "close":
             sandbox.close(int(body["index"]))
         else:

@@ -19,6 +19,7 @@ from bot.service.authorize import Authorizer
 from bot.service.core import ServiceCore
 from bot.service.decisions import Decisions
 from bot.service.details import Details
+from bot.service.edits import Edits
 from bot.service.foreground import Foreground
 from bot.service.gate import Gate
 from bot.service.grants import Grants
@@ -79,6 +80,7 @@ class ApprovalService:
         self.runs = Runs(core, self.gate, self.reviews)
         self.questions = Questions(core, self.gate)
         self.decisions = Decisions(core, self.gate, answer=self.questions.answer)
+        self.edits = Edits(core, self.decisions)
         self.timers = Timers(core)
         self.people = People(core, self.gate)
         self.details = Details(core, self.gate)
@@ -119,6 +121,8 @@ class ApprovalService:
         self.reject_form = self.decisions.reject_form
         self.thread_reply = self.decisions.thread_reply  # on a question's card: an answer
         self.confirm_reply = self.decisions.confirm_reply
+        self.edit_form = self.edits.edit_form
+        self.submit_edit = self.edits.submit_edit
 
         # Questions (ask_human): the Answer form, its submission (thread replies above).
         self.answer_form = self.questions.answer_form

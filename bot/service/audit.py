@@ -24,6 +24,7 @@ class AuditKind(StrEnum):
     PAUSED = "paused"
     DECIDED = "decided"
     APPROVAL_VOTE = "approval_vote"
+    EDITED = "edited"  # a reviewer's arguments replaced the call's (both digests, the editor)
     REFUSED = "refused"
     ALWAYS_DROPPED = "always_dropped"
     RESUMED = "resumed"

@@ -61,6 +61,22 @@ class Decisions:
         self.gate = gate
         self.answer = answer  # a reply on a question's card is an answer (questions.py)
 
+    async def check(
+        self, actor: Actor, approval_id: str, *, approve: bool, audited_as: str
+    ) -> tuple[CallRecord, RunRecord] | Reply:
+        """The checks of a click (`_check`), for another flow that acts as a decision does (an
+        edit is an approval); a refusal is audited with the decision `audited_as`."""
+        checked = await self._check(
+            actor, approval_id, approve=approve, always=False, audited_as=audited_as
+        )
+        if isinstance(checked, TypeToConfirm):  # typed confirmation is asked on Approve only
+            return Reply(
+                False,
+                "This call needs typed confirmation, so it cannot be edited: approve or reject "
+                "it from its card.",
+            )
+        return checked
+
     async def _check(
         self,
         actor: Actor,
@@ -69,6 +85,7 @@ class Decisions:
         approve: bool,
         always: bool,
         typed: str | None = None,
+        audited_as: str = "",
     ) -> tuple[CallRecord, RunRecord] | Reply | TypeToConfirm:
         """Everything that must hold before a decision is recorded; a Reply when it does not,
         and a TypeToConfirm when the approval needs a typed value that was not given."""
@@ -99,6 +116,12 @@ class Decisions:
                     tool=Code(call.tool),
                 ),
             )
+        elif always and approve and call.edited_sha:
+            reply = Reply(
+                False,
+                "This call was edited: approve the edited call on its own (Always approve would "
+                "also cover calls nobody was shown).",
+            )
         elif digest_of(call) != call.digest:
             reply = Reply(
                 False, "This call changed since it was posted, so no decision can apply to it."
@@ -108,6 +131,7 @@ class Decisions:
         else:
             return call, run
         decision = ("always_" if always else "") + ("approve" if approve else "reject")
+        decision = audited_as or decision
         await self.core.audit(
             AuditKind.REFUSED, call=call, actor=actor, decision=decision, detail=reply.text
         )

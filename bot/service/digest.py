@@ -29,6 +29,7 @@ def call_digest(
     call_id: str,
     policy_version: str,
     arguments_sha: str = "",
+    edited_sha: str = "",
 ) -> str:
     """`arguments` is the text the reviewer is shown (as stored); with `arguments_sha` (calls
     stored with a display copy that may be cut) the digest also covers the hash of the whole
@@ -36,6 +37,8 @@ def call_digest(
     bound = [canonical_arguments(arguments)]
     if arguments_sha:
         bound.append("sha256:" + arguments_sha)
+    if edited_sha:  # an edited call: a decision binds the reviewer's arguments too
+        bound.append("edited:" + edited_sha)
     payload = json.dumps(
         [agent, tool, *bound, run_id, call_id, policy_version],
         separators=(",", ":"),
@@ -56,6 +59,7 @@ def digest_of(call: CallRecord) -> str:
         tool=call.tool,
         arguments=call.arguments,
         arguments_sha=call.arguments_sha,
+        edited_sha=call.edited_sha,
         run_id=call.run_id,
         call_id=call.call_id,
         policy_version=call.policy_version,

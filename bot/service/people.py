@@ -23,6 +23,7 @@ from bot.service.ports import Actor
 from bot.service.reach import decider_principals
 from bot.service.replies import Code, Mention, Reply, Text, said, when
 from bot.store import keys
+from bot.store.edits import EditRecord
 from bot.store.records import CallRecord, RunRecord, RunStatus
 
 MAX_LISTED = 20
@@ -35,6 +36,8 @@ class RunView:
 
     run: RunRecord
     waiting: list[CallRecord] = field(default_factory=list)
+    edits: list[EditRecord] = field(default_factory=list)
+    """The run's edited calls (`/agent status`): who edited what, both digests."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +183,7 @@ class People:
         waiting = []
         if run.status == RunStatus.PAUSED:
             waiting = [c for c in await self.store.pause_calls(run.run_id) if not c.decided]
-        return RunView(run, waiting)
+        return RunView(run, waiting, await self.store.edits(run.run_id))
 
     async def _unfinished(self) -> list[RunRecord]:
         runs = await self.store.get_runs(await self.store.active_runs())

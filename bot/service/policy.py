@@ -151,6 +151,9 @@ class ToolRule(Timers):
     required_approvals: int = Field(default=1, ge=1, le=20)
     allow_self_approval: bool | None = None
     allow_always: bool | None = None
+    # May a reviewer edit the arguments before approving? None: yes for function tools (they
+    # have a JSON schema to check the edit against), no for shell, apply_patch and MCP calls.
+    allow_edit: bool | None = None
     auto: Literal["approve", "reject"] | None = None
     # Who may answer (only on a rule matching ask_human); None: the channel's, or the default.
     answerers: list[Answerer] | None = Field(default=None, min_length=1)
@@ -219,6 +222,7 @@ class Policy(_Strict):
                     self.defaults.allow_self_approval,
                 ),
                 allow_always=_first(rule.allow_always, self.defaults.allow_always),
+                allow_edit=rule.allow_edit,
                 auto=rule.auto,
                 source=rule.label(index),
                 grant_max=seconds(rule.grant_max) if rule.grant_max else 0,
@@ -357,6 +361,14 @@ class CallRule:
     confirm: bool = False  # an approval counts only with the value typed (`confirm: type`)
     confirm_value: str = ""  # the argument path whose value is typed ("": the tool name)
     grant_max: int = 0  # seconds an Always approve lasts in the channel (`grant_max`); 0: none
+    allow_edit: bool | None = None  # as the rule sets it (None: by the kind of call, `editable`)
+
+    def editable(self, kind: str) -> bool:
+        """Whether the Edit button is offered for a call of this kind under this rule: as the
+        rule says, else for function tools only (the kinds whose arguments have a schema)."""
+        if self.auto:
+            return False
+        return self.allow_edit if self.allow_edit is not None else kind == "function"
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from bot.service.conditions import subject_of
 from bot.service.core import ServiceCore
 from bot.service.details import context_of
 from bot.service.digest import digest_of
+from bot.service.edits import EDITABLE_KINDS, edit_message
 from bot.service.gate import Gate, keep_subject, rule_for
 from bot.service.limits import refusal, task_too_long
 from bot.service.policy import CallRule, Verdict, grant_max_of, human
@@ -263,6 +264,7 @@ class Runs:
             call.approvers = json.dumps(list(rule.approvers))
             call.auto = rule.auto or ""
             call.confirm = (rule.confirm_value or "tool") if rule.confirm else ""
+            call.allow_edit = approval.kind in EDITABLE_KINDS and rule.editable(approval.kind)
             time_call(call, rule)
         call.digest = digest_of(call)
         return call
@@ -272,6 +274,7 @@ class Runs:
         calls = [self._new_call(run, a, version) for a in outcome.approvals]
         pairs = zip(calls, outcome.approvals, strict=True)
         contexts = {call.approval_id: context_of(approval) for call, approval in pairs}
+        await self._match_edits(run, calls)
         since = float(now())
         try:
             await self.store.save_pause(
@@ -295,6 +298,68 @@ class Runs:
         # Its automatic decisions are applied: the sweeper need not look at it (unless a
         # decision since made it due again: then it stays).
         await self.store.not_due(run.run_id, since)
+
+    async def _match_edits(self, run: RunRecord, calls: list[CallRecord]) -> None:
+        """Point each new call that is exactly an edited call of the pause before (same agent,
+        tool and canonical arguments) at that edit's unused one-shot approval; `apply_edit`
+        settles it once the pause is saved (until then its card waits)."""
+        edits = [e for e in await self.store.edits(run.run_id) if not e.used]
+        for call in calls:
+            if call.auto:
+                continue
+            for edit in edits:
+                if (edit.agent, edit.tool, edit.sha) == (call.agent, call.tool, call.arguments_sha):
+                    call.edit_grant = edit.approval_id
+                    edits.remove(edit)
+                    break
+
+    async def apply_edit(self, run: RunRecord, call: CallRecord) -> str:
+        """Settle a call the agent re-proposed after an edit with that edit's one-shot
+        approval, if it still holds: the editor may still decide it under the policy in force,
+        which still offers Edit and asks no more approvals than the edited call had. Otherwise
+        (or if it is not exactly the edited call) it waits for a person on its own card.
+        Returns the resume's owner token when this decided the pause's last call, else ''."""
+        edit = next(
+            (e for e in await self.store.edits(run.run_id) if e.approval_id == call.edit_grant),
+            None,
+        )
+        why = "the edit is gone" if edit is None else ""
+        if edit is not None:
+            editor = Actor(edit.team, edit.by, run.enterprise_id)
+            rule, verdict = await self.gate.judge(editor, run, call)
+            if rule is None or not rule.editable(call.kind):
+                why = "the policy no longer offers Edit for this tool"
+            elif rule.required > edit.required:
+                why = f"the policy now requires {rule.required} approvers for this tool"
+            elif not verdict.allowed:
+                why = f"{edit.by} may no longer decide it"
+        token = self.core.new_owner()
+        result = None
+        if not why:
+            result = await self.store.use_edit(call.approval_id, call.edit_grant, owner=token)
+        if isinstance(result, Decided) and edit is not None:
+            await self.core.audit(
+                AuditKind.DECIDED, call=call, actor=Actor(edit.team, edit.by, run.enterprise_id),
+                decision="approve_edited",
+                detail=f"the one-shot approval of the edit of {edit.approval_id} "
+                f"(digest {edit.digest})",
+            )  # fmt: skip
+            await self.store.add_note(
+                run.run_id,
+                f"{call.tool} was called again with the arguments {edit.by} edited, and runs "
+                "with them (approved by that edit; no new request).",
+            )
+            return token if result.resume else ""
+        if result is None and not call.decided:
+            # Not (or no longer) the edited call: it waits for a person like any other call.
+            await self.store.set_pending_call_fields(call.approval_id, {"edit_grant": ""})
+            if why:
+                await self.store.add_note(
+                    run.run_id,
+                    f"The edit of {call.tool} by {edit.by if edit else '?'} no longer holds "
+                    f"({why}), so this call of it waits for a decision like any other.",
+                )
+        return ""
 
     async def auto_decide(self, run: RunRecord) -> None:
         """Apply the policy's automatic decisions (the pause's cards are shown by the projector).
@@ -338,7 +403,9 @@ class Runs:
                 if result.resume:
                     resume_owner = token
         for call in await self.store.pause_calls(run.run_id):
-            if not call.decided:
+            if not call.decided and call.edit_grant:
+                resume_owner = await self.apply_edit(run, call) or resume_owner
+            elif not call.decided:
                 resume_owner = await self._apply_earlier_always(run, call) or resume_owner
         resume_owner = await self._apply_grants(run) or resume_owner
         if resume_owner:
@@ -643,14 +710,19 @@ class Runs:
                 "not resumed and none of them ran.",
             )
             return
-        approved = sum(c.status == CallStatus.APPROVED for c in calls)
-        summary = f"Resuming: {approved} approved, {len(calls) - approved} rejected."
+        # An approved edited call: the original is rejected with a message naming the edited
+        # arguments, and the agent's re-proposed call uses the edit's one-shot approval.
+        edited = [c for c in calls if c.status == CallStatus.APPROVED and c.edited_sha]
+        approved = sum(c.status == CallStatus.APPROVED for c in calls) - len(edited)
+        summary = f"Resuming: {approved} approved, {len(calls) - approved - len(edited)} rejected."
+        if edited:
+            summary += f" {len(edited)} approved with edits (the agent is asked to call again)."
         await self.core.audit(AuditKind.RESUMED, run=run, detail=summary)
         decisions = [
             Decision(
                 call_id=c.call_id,
-                approve=c.status == CallStatus.APPROVED,
-                message=c.reason or None,
+                approve=c.status == CallStatus.APPROVED and not c.edited_sha,
+                message=edit_message(c) if c in edited else (c.reason or None),
                 shown=(c.agent, c.tool, c.arguments_sha or arguments_sha(c.arguments)),
             )
             for c in calls

@@ -6,6 +6,7 @@ All untrusted text goes through `bot.slack.text`.
 
 from __future__ import annotations
 
+import difflib
 import json
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,15 +19,18 @@ from slack_sdk.models.blocks import (
     ContextBlock,
     InputBlock,
     MarkdownTextObject,
+    Option,
     PlainTextInputElement,
     PlainTextObject,
     SectionBlock,
+    StaticSelectElement,
 )
 from slack_sdk.models.views import View
 
 from bot.engine.questions import QUESTION_KIND
 from bot.service.authorize import principal_parts
 from bot.service.digest import short
+from bot.service.edits import EditField, EditForm
 from bot.service.policy import human
 from bot.service.replies import Text, when
 from bot.slack import question_blocks
@@ -49,6 +53,12 @@ CANCEL_RUN = "run_cancel"
 
 REPLY_REJECT = "reply_confirm_reject"
 REPLY_KEEP = "reply_keep_comment"
+
+EDIT = "approval_edit"
+EDIT_MODAL = "approval_edit_modal"
+EDIT_JSON_BLOCK = "edit_json"
+EDIT_FIELD = "field:"  # + the parameter's name: the block of one argument's input
+EDIT_INPUT = "value"
 
 REJECT_MODAL = "approval_reject_modal"
 REASON_BLOCK = "reason"
@@ -333,6 +343,7 @@ def approval_message(
     else:
         blocks.extend(context_blocks(call, context, ARGUMENTS_LIMIT))
     blocks.append(ContextBlock(elements=[_md(_binding(call))]))
+    blocks.extend(edited_blocks(call))
     if call.decided:
         text = _decision_line(call, decided_at)
         if call.reason and call.status != CallStatus.EXPIRED:
@@ -409,7 +420,7 @@ def decision_buttons(call: CallRecord) -> list[ButtonElement]:
         ButtonElement(text="Approve", action_id=APPROVE, value=call.approval_id, style="primary"),
         ButtonElement(text="Reject", action_id=REJECT, value=call.approval_id, style="danger"),
     ]
-    if call.allow_always and call.required == 1 and not call.confirm:
+    if call.allow_always and call.required == 1 and not call.confirm and not call.edited_sha:
         buttons.append(
             ButtonElement(text="Always approve", action_id=ALWAYS_APPROVE, value=call.approval_id)
         )
@@ -417,6 +428,7 @@ def decision_buttons(call: CallRecord) -> list[ButtonElement]:
         buttons.append(
             ButtonElement(text="Always reject", action_id=ALWAYS_REJECT, value=call.approval_id)
         )
+    buttons.extend(edit_button(call))
     return buttons
 
 
@@ -517,6 +529,123 @@ def reject_modal(call: CallRecord, *, always: bool, prefill: str) -> View:
             ),
         ],
     )
+
+
+def edit_button(call: CallRecord) -> list[ButtonElement]:
+    """Edit, then approve: offered when the policy allows it for this call (and the arguments
+    are whole on the server, small enough for a form)."""
+    if (
+        not call.allow_edit
+        or call.auto
+        or call.confirm  # typed confirmation: decided on Approve, with the value typed
+        or call.arguments_chars > len(call.arguments)
+    ):
+        return []
+    return [ButtonElement(text="Edit", action_id=EDIT, value=call.approval_id)]
+
+
+def arguments_diff(before: str, after: str, limit: int = ARGUMENTS_LIMIT - 200) -> str:
+    """The change of an edit, as `diff` lines of the pretty JSON (one argument a line), in a
+    code block (escaped, cut)."""
+    lines = [
+        line
+        for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=1)
+        if not line.startswith(("---", "+++", "@@"))
+    ]
+    return code_block("\n".join(lines) or "(no change)", limit)
+
+
+def edited_blocks(call: CallRecord) -> list[Block]:
+    """An edited call: who edited it, and the change, on its card."""
+    if not call.edited_sha:
+        return []
+    head = (
+        f":pencil2: *Edited by <@{call.edited_by}>* at {slack_date(call.edited_at)}: the call "
+        "stands for the edited arguments; the original ones never run (once approved, the agent "
+        "is asked to call it again with these, and only that call runs)."
+    )
+    digest = ""
+    if call.original_digest:
+        digest = f"Digest before the edit `{short(call.original_digest)}`"
+    text = f"{head}\n{arguments_diff(call.arguments, call.edited_arguments)}"
+    blocks: list[Block] = [SectionBlock(text=_md(text))]
+    if digest:
+        blocks.append(ContextBlock(elements=[_md(digest)]))
+    return blocks
+
+
+def _edit_element(field: EditField) -> Any:
+    """One argument's input: text (numbers too, checked by the service) or a choice."""
+    if field.kind in ("enum", "boolean"):
+        options = [Option(text=truncate(reveal(o), 75)[0], value=o) for o in field.options]
+        initial = next((o for o in options if o.value == field.value), None)
+        return StaticSelectElement(
+            action_id=EDIT_INPUT, options=options, initial_option=initial,
+            placeholder="Choose a value",
+        )  # fmt: skip
+    value = field.value
+    return PlainTextInputElement(
+        action_id=EDIT_INPUT,
+        multiline=field.kind == "string" and (len(value) > 80 or "\n" in value),
+        max_length=3000,
+        initial_value=value or None,
+    )
+
+
+def edit_modal(form: EditForm) -> View:
+    """The modal behind Edit: one input per argument for a flat schema, else the arguments as
+    one JSON text. Its metadata is only the call's opaque id (checked again on submit)."""
+    call = form.call
+    intro = (
+        f"Edit the arguments of `{inline(call.tool)}` requested by agent *{inline(call.agent)}*. "
+        "Submitting counts as your approval of the edited call"
+        + (f" (it then needs {call.required} approvals again)" if call.required > 1 else "")
+        + ": the original call does not run, and the agent is asked to call it again with "
+        "these arguments."
+    )
+    inputs: list[Block] = []
+    for field in form.fields:
+        label = truncate(reveal(field.name), 1900)[0]
+        hint = truncate(reveal(field.description), 1900)[0] if field.description else None
+        inputs.append(
+            InputBlock(
+                block_id=EDIT_FIELD + field.name,
+                label=PlainTextObject(text=label),
+                element=_edit_element(field),
+                optional=not field.required,
+                hint=PlainTextObject(text=hint) if hint else None,
+            )
+        )
+    if not form.fields:
+        inputs.append(
+            InputBlock(
+                block_id=EDIT_JSON_BLOCK,
+                label=PlainTextObject(text="Arguments (JSON)"),
+                element=PlainTextInputElement(
+                    action_id=EDIT_INPUT,
+                    multiline=True,
+                    max_length=3000,
+                    initial_value=reveal(form.json_text)[:3000],
+                ),
+            )
+        )
+    return View(
+        type="modal",
+        callback_id=EDIT_MODAL,
+        title=PlainTextObject(text="Edit, then approve"),
+        submit=PlainTextObject(text="Approve edited"),
+        close=PlainTextObject(text="Cancel"),
+        private_metadata=json.dumps({"approval_id": call.approval_id}),
+        blocks=[SectionBlock(text=_md(intro)), *inputs],
+    )
+
+
+def edit_error_block(form_fields: list[str], where: str) -> str:
+    """The block of the modal an error about `where` (a field name, or "" for the whole
+    arguments) is shown under."""
+    if where and where in form_fields:
+        return EDIT_FIELD + where
+    return EDIT_FIELD + form_fields[0] if form_fields else EDIT_JSON_BLOCK
 
 
 def as_dicts(blocks: list[Block]) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from slack_sdk.models.blocks import (
 )
 
 from bot.engine.questions import QUESTION_KIND
+from bot.service.digest import short
 from bot.service.people import Overview, RunView, Waiting
 from bot.service.replies import when
 from bot.slack.blocks import (
@@ -103,8 +104,24 @@ def status_message(view: RunView) -> tuple[str, list[dict[str, Any]]]:
     elif run.status == RunStatus.NEEDS_REVIEW and run.review_ts:
         link = f"<{permalink(run.channel_id, run.review_ts)}|review request>"
         lines.append(f"*Waiting for:* a person to settle the {link}")
+    lines.extend(edit_lines(view))
     text = "\n".join(lines)
     return f"Run {run.run_id}: {run.status}", as_dicts([SectionBlock(text=_md(text))])
+
+
+def edit_lines(view: RunView) -> list[str]:
+    """The run's edited calls: who edited which tool when, the digests before and after, and
+    whether the agent's re-proposed call used the edit's approval."""
+    if not view.edits:
+        return []
+    lines = ["*Edited calls:*"]
+    for edit in view.edits[-10:]:
+        used = "ran as edited" if edit.used else "approval not used yet"
+        lines.append(
+            f"• `{inline(edit.tool)}` edited by <@{edit.by}> at {when(edit.at)}: digest "
+            f"`{short(edit.original_digest)}` → `{short(edit.digest)}` ({used})"
+        )
+    return lines
 
 
 def overview_message(overview: Overview) -> tuple[str, list[dict[str, Any]]]:

@@ -469,9 +469,11 @@ class Projector:
             if call is None:
                 await self.outbox.done(run.run_id, target, mark)
                 return None
-            if call.by_earlier_always and not current.ts:
+            if (call.by_earlier_always or call.by_edit) and not current.ts:
                 await self.outbox.done(run.run_id, target, mark)  # no card: a note says why
                 return None
+            if not call.decided and call.edit_grant:
+                return 0.5  # an edit's one-shot approval is being applied to it: wait
             if not call.decided and call.sticky in await self.store.sticky_decisions(run.run_id):
                 return 0.5  # an earlier Always decision is being re-judged for it: wait
             if not call.decided and not current.ts and await self._granted(run, call):

@@ -76,6 +76,12 @@ def sticky_key(run_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:sticky"
 
 
+def edits_key(run_id: str) -> str:
+    """The run's edited calls: approval id -> JSON {agent, tool, sha, pause, by, team, ...,
+    used}: the one-shot approval each gives the agent's re-proposed call (edit.lua)."""
+    return f"{PREFIX}:{{{run_id}}}:edits"
+
+
 def journal_key(run_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:journal"
 
@@ -306,6 +312,10 @@ class RunKeys:
         return journal_key(self.run_id)
 
     @property
+    def edits(self) -> str:
+        return edits_key(self.run_id)
+
+    @property
     def outbox(self) -> str:
         return outbox_key(self.run_id)
 
@@ -357,6 +367,31 @@ class RunKeys:
             self.sticky,
             self.outbox,
             *(call_key(i) for i in others),
+        ]
+
+    def edit(self, approval_id: str) -> list[str]:
+        """edit.lua: the run's keys around the edited call, and the run's edits."""
+        return [
+            self.run,
+            call_key(approval_id),
+            votes_key(approval_id),
+            self.state,
+            self.snapshot,
+            self.outbox,
+            self.edits,
+        ]
+
+    def use_edit(self, approval_id: str, edited_id: str) -> list[str]:
+        """use_edit.lua: the run's keys around the call it settles, the run's edits, and the
+        edited call whose one-shot approval settles it."""
+        return [
+            self.run,
+            call_key(approval_id),
+            self.edits,
+            call_key(edited_id),
+            self.state,
+            self.snapshot,
+            self.outbox,
         ]
 
     def fire_timers(self, approval_id: str, others: Sequence[str]) -> list[str]:

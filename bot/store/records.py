@@ -50,6 +50,8 @@ SHOWN_ARGUMENTS = 3000
 # `via` of a call settled by an Always decision of an earlier pause: "always:<approval id>".
 EARLIER_ALWAYS = "always:"
 GRANTED = EARLIER_ALWAYS + "grant:"  # settled by a channel grant (also without a card)
+# `via` of a call settled by the one-shot approval of an edited call: "edit:<approval id>".
+EDITED_VIA = "edit:"
 
 _R = TypeVar("_R", "RunRecord", "CallRecord")
 
@@ -238,9 +240,26 @@ class CallRecord:
     # The argument path whose value Approve asks to type (`tool`: the tool name; "": none),
     # from the rule when the call was posted (the card says so; the policy in force decides).
     confirm: str = ""
+    # Edit, then approve (bot/service/edits.py, edit.lua): the call then stands for the
+    # reviewer's arguments; the original ones never run (the agent is asked to call again).
+    allow_edit: bool = False  # the policy offered Edit when the call was posted
+    edited_arguments: str = ""  # the edited arguments, pretty JSON (empty: not edited)
+    edited_sha: str = ""  # arguments_sha of the edited arguments (what a re-proposal must match)
+    edited_by: str = ""  # who edited last, from which team, when
+    edited_team: str = ""
+    edited_at: float = 0.0
+    original_digest: str = ""  # the digest the call was posted with, before its first edit
+    edits: int = 0
+    # The edited call (approval id) whose one-shot approval may settle this call (use_edit.lua).
+    edit_grant: str = ""
 
     def __post_init__(self) -> None:
         _typed(self)
+
+    @property
+    def by_edit(self) -> bool:
+        """Settled, without a card of its own, by the approved edit of an earlier call."""
+        return self.via.startswith(EDITED_VIA)
 
     def escalated_principals(self) -> list[str]:
         """Who the escalation added to the approvers: nobody before it fired."""

@@ -22,6 +22,7 @@ from bot.store import keys
 from bot.store.calls import CONTEXT_FIELD, INLINE_CONTEXT, Calls
 from bot.store.calls import MAX_COMMENTS as MAX_COMMENTS
 from bot.store.connection import is_cluster
+from bot.store.edits import Edits
 from bot.store.errors import NotOwner as NotOwner
 from bot.store.errors import StoreError as StoreError
 from bot.store.indexes import Indexes
@@ -522,6 +523,7 @@ class RunStore:
         reviews = self.reviews = Reviews(client, retention_seconds=keep, outbox=outbox)
         outcomes = self.outcomes = Outcomes(client, retention_seconds=keep, outbox=outbox)
         indexes = self.indexes = Indexes(client)
+        edits = self.edit_records = Edits(client, retention_seconds=keep, outbox=outbox)
         # Runs: records, progress and notes, pauses, snapshots, transitions.
         self.create_run = runs.create_run
         self.add_progress = runs.add_progress
@@ -566,6 +568,10 @@ class RunStore:
         self.decide = calls.decide
         self.sticky_decisions = calls.sticky_decisions
         self.drop_sticky = calls.drop_sticky
+        # Edited calls and the one-shot approval each gives the re-proposed call.
+        self.edit = edits.edit
+        self.use_edit = edits.use_edit
+        self.edits = edits.edits
         # Reviews.
         self.review_vote = reviews.review_vote
         self.review_voters = reviews.review_voters

@@ -25,7 +25,14 @@ from bot.engine.registry import AgentRegistry
 from bot.runtime import BotRuntime
 from bot.service.policy_source import PolicySource
 from bot.slack import question_blocks
-from bot.slack.blocks import ALWAYS_REJECT, REASON_BLOCK, REASON_INPUT, REJECT
+from bot.slack.blocks import (
+    ALWAYS_REJECT,
+    EDIT,
+    EDIT_INPUT,
+    REASON_BLOCK,
+    REASON_INPUT,
+    REJECT,
+)
 from bot.testing.requests import Sent, SlackRequests
 from bot.testing.slack_api import FakeSlackAPI, Message
 
@@ -73,6 +80,32 @@ async def wait_until(
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+def edit_values(
+    view: dict[str, Any], changed: dict[str, str] | None = None, *, json_text: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """The state Slack submits for the Edit modal `view` (as passed to views.open) when a
+    person changes the inputs of `changed` (block id -> text, or a choice's value) or the JSON
+    text, and leaves every other input as it was pre-filled."""
+    values: dict[str, dict[str, Any]] = {}
+    for block in view.get("blocks", []):
+        if block.get("type") != "input":
+            continue
+        block_id, element = str(block["block_id"]), block["element"]
+        wanted = (changed or {}).get(block_id)
+        if json_text is not None and element.get("type") == "plain_text_input" and not changed:
+            wanted = json_text
+        if element.get("type") == "static_select":
+            initial = (element.get("initial_option") or {}).get("value")
+            value = wanted if wanted is not None else initial
+            text = {"type": "plain_text", "text": value}
+            option = None if value is None else {"value": value, "text": text}
+            values[block_id] = {EDIT_INPUT: {"type": "static_select", "selected_option": option}}
+        else:
+            value = wanted if wanted is not None else element.get("initial_value")
+            values[block_id] = {EDIT_INPUT: {"type": "plain_text_input", "value": value}}
+    return values
 
 
 def status_line(message: Message) -> str:
@@ -246,6 +279,15 @@ class BotHarness:
         field = {"type": "plain_text_input", "value": text}
         values = {question_blocks.ANSWER_BLOCK: {question_blocks.ANSWER_INPUT: field}}
         return await self.slack.submit(view, values, user=user)
+
+    async def open_edit(self, message: Message, *, user: str) -> dict[str, Any]:
+        """`user` clicks Edit on a card; returns the modal the bot opened (as views.open got it)."""
+        opened = len(self.slack_api.views)
+        sent = await self.click(message, EDIT, user=user)
+        assert sent.status == 200, sent
+        await wait_until(lambda: len(self.slack_api.views) > opened, what="the edit modal")
+        view: dict[str, Any] = self.slack_api.views[-1]["view"]
+        return view
 
     async def audit(self) -> list[dict[str, str]]:
         """The audit trail so far, oldest first."""

@@ -22,6 +22,7 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 
 from bot.engine.questions import is_question_tool
 from bot.engine.registry import walk
+from bot.service.edits import edited_call_in
 
 
 def reachable_agents(agents: Agent[Any] | Iterable[Agent[Any]]) -> Iterator[Agent[Any]]:
@@ -92,6 +93,19 @@ def _task_text(items: list[Any]) -> str:
     return ""
 
 
+def _edited_call(items: list[Any]) -> tuple[str, dict[str, Any]] | None:
+    """The call a reviewer's edit asks for (`bot.service.edits.edit_message`), when the latest
+    tool outputs hold one and it was not proposed since."""
+    asked = None
+    for item in items:
+        data = item if isinstance(item, dict) else getattr(item, "model_dump", dict)()
+        if data.get("type") == "function_call_output":
+            asked = edited_call_in(str(data.get("output", ""))) or asked
+        elif data.get("type") == "function_call" and asked is not None:
+            asked = None  # proposed again already
+    return asked
+
+
 def _outputs(items: list[Any]) -> list[str]:
     found = []
     for item in items:
@@ -115,7 +129,8 @@ class DemoModel(Model):
     calls up to `calls` of its tools (those needing approval first) with arguments made from
     their JSON schema (text parameters get the task's words, numbers get 10), saying why in the
     same response (as a model would: the card shows it), then answers with what the tools
-    returned. No network, no key."""
+    returned; told that a reviewer edited a call, it calls it again exactly as edited. No
+    network, no key."""
 
     def __init__(self, calls: int = 2) -> None:
         self.calls = calls
@@ -124,6 +139,14 @@ class DemoModel(Model):
         items = call.input if isinstance(call.input, list) else [
             {"role": "user", "content": str(call.input)}
         ]  # fmt: skip
+        edited = _edited_call(items)
+        if edited is not None:  # as a model would: call it again, exactly as the reviewer edited it
+            name, arguments = edited
+            return [
+                function_call(
+                    name, json.dumps(arguments), call_id=f"call_demo_{secrets.token_hex(4)}"
+                )
+            ]
         outputs = _outputs(items)
         if outputs:
             return [assistant_message("Done. " + " / ".join(outputs))]

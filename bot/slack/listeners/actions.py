@@ -1,9 +1,9 @@
 """Button clicks: acknowledged at once, worked on in tracked background tasks.
 
 Approve (once or always) is decided after a lull in Slack's requests; Reject opens the reject
-form with the click's trigger id (three seconds); the other buttons (cancel a run, settle a
-review, answer a question about a reply) carry an opaque server-side id and their answer goes
-privately to the clicker."""
+form, and Edit the edit form, with the click's trigger id (three seconds); the other buttons
+(cancel a run, settle a review, answer a question about a reply) carry an opaque server-side
+id and their answer goes privately to the clicker."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_sdk.errors import SlackApiError
 from slack_sdk.models.views import View
 
+from bot.service.edits import EditForm
 from bot.service.ports import Actor
 from bot.service.replies import RejectForm, Reply, TypeToConfirm
 from bot.slack import blocks, details, explained
@@ -51,6 +52,7 @@ def register(app: AsyncApp, deps: ListenerDeps) -> None:
     decision = on_decision(deps)
     for action_id in blocks.DECISION_ACTIONS:
         app.action(action_id)(decision)
+    app.action(blocks.EDIT)(on_edit(deps))
     app.action(blocks.CANCEL_RUN)(on_private_button(deps, "cancel", cancel))
     review_listener = on_private_button(deps, "review", review)
     for action_id in (blocks.REVIEW_DONE, blocks.REVIEW_RERUN):
@@ -214,6 +216,68 @@ async def open_details(
         )
         log.warning("views.open failed: %s", error)
         tell(f"The window could not be opened (Slack answered `{error}`). Click again.")
+
+
+def on_edit(deps: ListenerDeps) -> Listener:
+    """Edit on an approval card: check the call, then open the Edit modal within the click's
+    three seconds."""
+
+    async def on_edit(ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext) -> None:
+        await ack()
+        action = (body.get("actions") or [{}])[0]
+        actor = actor_of(context, body)
+        tell = deps.teller(channel_of(body, context), actor.user_id)
+        received = float(context.get(RECEIVED) or asyncio.get_running_loop().time())
+        form = open_edit_form(
+            deps, actor, str(action.get("value", "")), str(body.get("trigger_id", "")),
+            received, tell,
+        )  # fmt: skip
+        deps.in_background(blocks.EDIT, context, form, tell, still_working=None)
+
+    return on_edit
+
+
+async def open_edit_form(
+    deps: ListenerDeps, actor: Actor, approval_id: str, trigger_id: str, received: float,
+    tell: Callable[[str], None],
+) -> None:  # fmt: skip
+    """Check the call, then open the Edit modal with the click's trigger id (three seconds)."""
+    deadline = received + TRIGGER_SECONDS
+
+    async def refused(form: EditForm | Reply) -> None:
+        if isinstance(form, Reply) and not form.ok:
+            tell(shown(form))
+
+    form = await deps.by_deadline(
+        "edit form", deadline, deps.service.edit_form(actor, approval_id), refused
+    )
+    if form is None:
+        tell(FORM_LATE.replace("reject form", "edit form"))
+        return
+    if isinstance(form, Reply):
+        await refused(form)
+        return
+    await _open_modal(deps, trigger_id, blocks.edit_modal(form).to_dict(), deadline, tell)
+
+
+async def _open_modal(
+    deps: ListenerDeps, trigger_id: str, view: dict[str, Any], deadline: float,
+    tell: Callable[[str], None],
+) -> None:  # fmt: skip
+    """views.open before `deadline`; late or refused, the clicker is told so."""
+    try:
+        opening = deps.client.views_open(trigger_id=trigger_id, view=view)
+        await asyncio.wait_for(opening, left(deadline))
+    except TimeoutError:
+        log.warning("views.open did not answer within the click's three seconds")
+        tell(FORM_LATE.replace("reject form", "form"))
+    except Exception as exc:
+        if isinstance(exc, SlackApiError):
+            error = str(exc.response.get("error", "an error"))
+        else:  # the connection failed: Slack's answer is unknown
+            error = type(exc).__name__
+        log.warning("views.open failed: %s", error)
+        tell(FORM_FAILED.format(error=error).replace("reject form", "form"))
 
 
 def on_private_button(deps: ListenerDeps, what: str, answer: Answer) -> Listener:

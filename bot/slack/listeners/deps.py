@@ -15,6 +15,7 @@ from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.service.details import Conversation, WholeCall
+from bot.service.edits import EditErrors, EditForm, Entered
 from bot.service.foreground import Foreground
 from bot.service.people import Overview, RunView
 from bot.service.ports import Actor, Notifier
@@ -62,6 +63,12 @@ class Service(Protocol):
     async def whole_call(self, actor: Actor, approval_id: str) -> WholeCall | Reply: ...
 
     async def conversation(self, actor: Actor, approval_id: str) -> Conversation | Reply: ...
+
+    async def edit_form(self, actor: Actor, approval_id: str) -> EditForm | Reply: ...
+
+    async def submit_edit(
+        self, actor: Actor, approval_id: str, entered: Entered
+    ) -> Reply | EditErrors: ...
 
     async def resolve_review(self, actor: Actor, review_id: str, *, action: str) -> Reply: ...
 

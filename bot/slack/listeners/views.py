@@ -10,6 +10,7 @@ from typing import Any
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
 from bot.outage import log_failure
+from bot.service.edits import EditErrors, Entered
 from bot.service.replies import Reply
 from bot.slack import blocks
 from bot.slack.listeners.deps import ListenerDeps
@@ -26,6 +27,7 @@ def register(app: AsyncApp, deps: ListenerDeps) -> None:
     """Listen to the reject form's submissions."""
     app.view(blocks.REJECT_MODAL)(on_reject_submit(deps))
     app.view(blocks.CONFIRM_MODAL)(on_confirm_submit(deps))
+    app.view(blocks.EDIT_MODAL)(on_edit_submit(deps))
 
 
 def on_confirm_submit(deps: ListenerDeps) -> Listener:
@@ -126,3 +128,80 @@ def on_reject_submit(deps: ListenerDeps) -> Listener:
             await ack(response_action="errors", errors={blocks.REASON_BLOCK: shown(reply)})
 
     return on_reject_submit
+
+
+STILL_WORKING_EDIT = "Still working on your edit; the card will show the result."
+
+
+def entered_of(values: dict[str, Any]) -> Entered:
+    """What the Edit form holds: the JSON text, or each argument's text by name (None: empty).
+    The names are only looked up in the tool's own schema by the service."""
+    json_block = values.get(blocks.EDIT_JSON_BLOCK)
+    if isinstance(json_block, dict):
+        return str((json_block.get(blocks.EDIT_INPUT) or {}).get("value") or "")
+    entered: dict[str, str | None] = {}
+    for block_id, inputs in values.items():
+        if not str(block_id).startswith(blocks.EDIT_FIELD) or not isinstance(inputs, dict):
+            continue
+        element = inputs.get(blocks.EDIT_INPUT) or {}
+        selected = element.get("selected_option")
+        value = selected.get("value") if isinstance(selected, dict) else element.get("value")
+        entered[str(block_id)[len(blocks.EDIT_FIELD) :]] = None if value is None else str(value)
+    return entered
+
+
+def on_edit_submit(deps: ListenerDeps) -> Listener:
+    """The Edit form submitted: errors go back to the form field by field (nothing decided);
+    otherwise the edit is applied as the submitter's approval."""
+
+    async def on_edit_submit(
+        ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        actor = actor_of(context, body)
+        try:
+            meta = json.loads(view.get("private_metadata") or "{}")
+            approval_id = str(meta.get("approval_id", ""))
+            values = view.get("state", {}).get("values", {})
+            entered = entered_of(values)
+            names = [str(b)[len(blocks.EDIT_FIELD) :] for b in values if
+                     str(b).startswith(blocks.EDIT_FIELD)]  # fmt: skip
+        except Exception:
+            log_failure(log, "could not read an edit form")
+            await ack(response_action="errors", errors={blocks.EDIT_JSON_BLOCK: TRY_AGAIN})
+            return
+
+        async def edit() -> Reply | EditErrors:
+            try:
+                return await deps.service.submit_edit(actor, approval_id, entered)
+            except Exception:
+                log_failure(log, "could not apply an edit")
+                return Reply(False, TRY_AGAIN)
+
+        async def late(reply: Reply | EditErrors) -> None:
+            if isinstance(reply, Reply) and reply.ok:
+                return
+            call = await deps.records.get_call(approval_id)
+            if call is not None and call.channel_id:
+                said = shown(reply) if isinstance(reply, Reply) else " ".join(reply.errors.values())
+                deps.teller(call.channel_id, actor.user_id)(said)
+
+        reply = await deps.by_deadline("edit form", deps.deadline_of(context), edit(), late)
+        if reply is None:
+            await ack()  # the modal closes; the outcome shows on the card, or is told
+            call = await deps.records.get_call(approval_id)
+            if call is not None and call.channel_id:
+                deps.teller(call.channel_id, actor.user_id)(STILL_WORKING_EDIT)
+        elif isinstance(reply, EditErrors):
+            errors: dict[str, str] = {}
+            for where, what in reply.errors.items():
+                block = blocks.edit_error_block(names, where)
+                errors[block] = f"{errors[block]} {what}" if block in errors else what
+            await ack(response_action="errors", errors=errors)
+        elif reply.ok:
+            await ack()
+        else:
+            await ack(
+                response_action="errors", errors={blocks.edit_error_block(names, ""): shown(reply)}
+            )
+
+    return on_edit_submit
