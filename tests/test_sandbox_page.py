@@ -205,8 +205,8 @@ async def test_edit_then_approve_in_the_browser(sandbox_url: str, tmp_path: Path
             await page.wait_for_function(
                 f"document.querySelectorAll('{edit}').length === 2", timeout=20_000
             )
-            restart = page.locator(".msg", has_text="restart_service").first
-            scale = page.locator(".msg", has_text="scale_service").first
+            restart = page.locator(".msg", has_text="wants to run tool restart_service").first
+            scale = page.locator(".msg", has_text="wants to run tool scale_service").first
 
             await act_as(page, "U0BOB")
             await restart.locator(edit).click()
