@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -343,10 +343,19 @@ class Runs:
     # Ending -------------------------------------------------------------------------------
 
     async def finish(
-        self, run_id: str, owner: str, *, status: str, text: str, drop_snapshot: bool
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        status: str,
+        text: str,
+        drop_snapshot: bool,
+        after: Callable[[Any], None] | None = None,
     ) -> FinishResult:
         """End a run: `Ended` (now, or this same request before), `AlreadyEnded`, `RunMissing`;
-        raises `NotOwner` when `owner` does not own it (a paused run: owner `paused`)."""
+        raises `NotOwner` when `owner` does not own it (a paused run: owner `paused`).
+        `after(pipe)`: writes to send, when it ended the run, with the index writes that follow
+        (the audit entry: one round trip, not two)."""
         reply = await self._finish(
             keys=RunKeys(run_id).finish(),
             args=[owner, status, text, now(), self.retention, "1" if drop_snapshot else "0"],
@@ -357,6 +366,8 @@ class Runs:
                 self.outbox.schedule_in(pipe, run_id)  # (a pipeline runs in order)
                 pipe.srem(keys.EXECUTING_RUNS, run_id)
                 pipe.zrem(keys.DUE_RUNS, run_id)
+                if after is not None:
+                    after(pipe)
                 await pipe.execute()
             self.outbox.woken.set()
         return result
