@@ -30,7 +30,9 @@ Figures:
 
 Environment: BENCH_LOG (the bot's log level), BENCH_PROFILE (a folder: py-spy profiles of the
 bot per phase), BENCH_BOT (what follows `python` to start the bot, default `-m bot`),
-BENCH_NOTICE (the requester's message: dm, the default, ephemeral or off), BENCH_ROUNDTRIPS
+BENCH_NOTICE (the requester's message: dm, the default, ephemeral or off), BENCH_WORKERS (n:
+the bot serves with no worker of its own and n `worker` processes run beside it; CPU is summed
+over them), BENCH_SLOW (a factor for the waits, on a machine busy with more), BENCH_ROUNDTRIPS
 (set: the bot's Redis round trips per decision one at a time, beyond its idle polling, and per
 second idle, by command; `benchmarks/roundtrips.py`).
 """
@@ -71,6 +73,7 @@ from bot.testing.requests import signature_headers
 
 ROOT = Path(__file__).resolve().parents[1]
 SLACK_DEADLINE = 3.0  # Slack shows an error for a click not acknowledged within 3 s
+SLOW = float(os.environ.get("BENCH_SLOW") or 1)  # longer waits on a machine busy with more
 CHANNEL = "C1"
 PROSE = (
     "please check the nightly backup of the billing database on db-7 and if the restore "
@@ -472,7 +475,7 @@ class Bot:
             cards = {a: r for a, r in seen.items() if a not in known}
             return len(cards) >= count and await self.settled()
 
-        await until(all_shown, 30 + count / 5, f"{count} paused runs")
+        await until(all_shown, (30 + count / 5) * SLOW, f"{count} paused runs")
         return list(cards.items())
 
     async def burst(self, runs: list[tuple[str, str]], in_flight: int) -> Load:
@@ -489,7 +492,7 @@ class Bot:
             return await self.finished(run_ids) == len(load.latencies) and await self.settled()
 
         with contextlib.suppress(TimeoutError):
-            await until(done, 60 + len(runs) / 5, "the resumed runs")
+            await until(done, (60 + len(runs) / 5) * SLOW, "the resumed runs")
         load.settle = time.perf_counter() - started
         load.cpu = self.cpu() - before
         finished = await self.finished(run_ids)
@@ -521,7 +524,7 @@ class Bot:
                     assert response.status == 200
                 shown = await self.standin("bench.result", run_id=run_id)
                 taken.append((float(shown["at"]) - started) * 1000)
-                await until(self.settled, 30, "the run's messages")
+                await until(self.settled, 30 * SLOW, "the run's messages")
                 calls.append((await self.standin("bench.state"))["calls"][run_id] - before)
         return taken, calls, (await self.standin("bench.state"))["peers"] - peers
 
