@@ -30,9 +30,12 @@ Figures:
 
 Environment: BENCH_LOG (the bot's log level), BENCH_PROFILE (a folder: py-spy profiles of the
 bot per phase), BENCH_BOT (what follows `python` to start the bot, default `-m bot`),
-BENCH_NOTICE (the requester's message: dm, the default, ephemeral or off), BENCH_ROUNDTRIPS
-(set: the bot's Redis round trips per decision one at a time, beyond its idle polling, and per
-second idle, by command; `benchmarks/roundtrips.py`).
+BENCH_NOTICE (the requester's message: dm, the default, ephemeral or off), BENCH_WORKERS (n:
+the bot serves with no worker of its own and n `worker` processes run beside it; CPU is summed
+over them), BENCH_SLOW (a factor for the waits, on a machine busy with more), BENCH_LOOP
+(uvloop: the bot's APPROVAL_BOT_EVENT_LOOP), BENCH_ROUNDTRIPS (set: the bot's Redis round
+trips per decision one at a time, beyond its idle polling, and per second idle, by command;
+`benchmarks/roundtrips.py`; BENCH_ROUNDTRIPS_CALLERS: by the bot's functions that sent them).
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ from bot.testing.requests import signature_headers
 
 ROOT = Path(__file__).resolve().parents[1]
 SLACK_DEADLINE = 3.0  # Slack shows an error for a click not acknowledged within 3 s
+SLOW = float(os.environ.get("BENCH_SLOW") or 1)  # longer waits on a machine busy with more
 CHANNEL = "C1"
 PROSE = (
     "please check the nightly backup of the billing database on db-7 and if the restore "
@@ -142,6 +146,8 @@ class Load:
     notes: int = 0  # clicks told "still working" (not decided within the ack budget)
     methods: dict[str, int] = field(default_factory=dict)  # Web API calls of the bot's, by method
     notices: int = 0  # the requester's notices (one person started every run)
+    # s from sending each click to the stand-in receiving its run's final output post
+    outputs: list[float] = field(default_factory=list)
 
     def per_decision(self, method: str | None) -> float:
         """Web API calls per decision for the runs' messages by `method` (the requester's
@@ -162,23 +168,35 @@ class Load:
     def p(self, q: float) -> float:
         return percentile(self.latencies, q) if self.latencies else float("nan")
 
+    def output_p(self, q: float) -> float:
+        return percentile(self.outputs, q) if self.outputs else float("nan")
+
     @property
     def rate(self) -> float:
         return len(self.latencies) / self.elapsed if self.elapsed else 0.0
 
 
-async def burst(url: str, bodies: list[tuple[bytes, dict[str, str]]], in_flight: int) -> Load:
+async def burst(
+    url: str,
+    bodies: list[tuple[bytes, dict[str, str]]],
+    in_flight: int,
+    sent: list[float] | None = None,
+) -> Load:
     """Send every click, `in_flight` at a time, each on its own connection slot (as many
-    connections as clicks in flight, kept alive)."""
+    connections as clicks in flight, kept alive); `sent` gets when each was sent (monotonic)."""
     load = Load(in_flight)
-    todo = iter(bodies)
+    todo = iter(enumerate(bodies))
+    if sent is not None:
+        sent[:] = [0.0] * len(bodies)
     connector = aiohttp.TCPConnector(limit=in_flight)
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
 
         async def sender() -> None:
-            for body, headers in todo:
+            for i, (body, headers) in todo:
                 started = time.perf_counter()
+                if sent is not None:
+                    sent[i] = time.monotonic()
                 try:
                     async with session.post(url, data=body, headers=headers) as response:
                         await response.read()
@@ -224,30 +242,33 @@ class Process:
 
 
 class Profile:
-    """`py-spy record` of a process over one phase, when BENCH_PROFILE names a folder (py-spy
-    must be on PATH or beside this Python); collapsed stacks in BENCH_PROFILE/<phase>.txt."""
+    """`py-spy record` of the bot's processes over one phase, when BENCH_PROFILE names a folder
+    (py-spy must be on PATH or beside this Python); collapsed stacks in
+    BENCH_PROFILE/<phase>.txt (the serving process) and <phase>.worker<i>.txt."""
 
-    def __init__(self, pid: int, phase: str) -> None:
-        self.pid, self.phase = pid, phase
-        self.proc: subprocess.Popen[bytes] | None = None
+    def __init__(self, pids: list[int], phase: str) -> None:
+        self.pids, self.phase = pids, phase
+        self.procs: list[subprocess.Popen[bytes]] = []
 
     async def __aenter__(self) -> Profile:
         folder = os.environ.get("BENCH_PROFILE")
         if folder:
             spy = Path(sys.executable).with_name("py-spy")
-            out = Path(folder) / f"{self.phase}.txt"
-            self.proc = subprocess.Popen(  # noqa: ASYNC220
-                [str(spy) if spy.exists() else "py-spy", "record", "-p", str(self.pid), "-r",
-                 "250", "-f", "raw", "-o", str(out)], stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+            for i, pid in enumerate(self.pids):
+                name = f"{self.phase}.worker{i}.txt" if i else f"{self.phase}.txt"
+                out = Path(folder) / name
+                self.procs.append(subprocess.Popen(  # noqa: ASYNC220
+                    [str(spy) if spy.exists() else "py-spy", "record", "-p", str(pid), "-r",
+                     "250", "-f", "raw", "-o", str(out)], stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                ))  # fmt: skip
             await asyncio.sleep(1.0)  # attached
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGINT)
-            await asyncio.to_thread(self.proc.wait, 30)
+        for proc in self.procs:
+            proc.send_signal(signal.SIGINT)
+            await asyncio.to_thread(proc.wait, 30)
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
@@ -340,27 +361,38 @@ class Bot:
             "APPROVAL_BOT_SLACK_UPDATES_PER_MINUTE": "6000000",
             # the requester's message (its own Web API calls and a projector pass per run)
             "APPROVAL_BOT_REQUESTER_NOTICE": os.environ.get("BENCH_NOTICE") or "dm",
+            "APPROVAL_BOT_EVENT_LOOP": os.environ.get("BENCH_LOOP", ""),  # uvloop: installed
         }
         self.env = {k: v for k, v in self.env.items() if v or k == "APPROVAL_BOT_ENV_FILE"}
         self.process: Process | None = None
+        self.workers: list[Process] = []
         self.roundtrips_file = tmp / "roundtrips.json"
         self.redis = aioredis.Redis.from_url(redis_url)
         self.session = aiohttp.ClientSession()
 
     async def start(self) -> None:
+        """The serving process (`serve --http`), with its in-process worker, or with
+        BENCH_WORKERS=n without one, and n `worker` processes beside it (the second core)."""
         level = os.environ.get("BENCH_LOG", "WARNING")
         bot = os.environ.get("BENCH_BOT", "-m bot").split()  # e.g. a script that wraps it
         if os.environ.get("BENCH_ROUNDTRIPS"):
             bot = ["-m", "benchmarks.roundtrips"]
-            self.env["BENCH_ROUNDTRIPS_FILE"] = str(self.roundtrips_file)
+        workers = int(os.environ.get("BENCH_WORKERS") or 0)
         args = [*bot, "--log-level", level, "serve", "--http", "--port", str(self.port)]
-        self.process = Process(args, self.env)
+        self.process = Process([*args, "--no-worker"] if workers else args, self.counted(0))
+        for i in range(workers):
+            worker = [*bot, "--log-level", level, "worker", "--metrics-port", "0"]
+            self.workers.append(Process(worker, self.counted(i + 1)))
         health = f"http://127.0.0.1:{self.port}/healthz"
         await until(lambda: healthy(self.session, health), 60, "the bot to serve")
 
+    def counted(self, i: int) -> dict[str, str]:
+        """The environment of bot process `i`, with where it writes its round trips."""
+        return {**self.env, "BENCH_ROUNDTRIPS_FILE": str(self.roundtrips_file.with_suffix(f".{i}"))}
+
     async def stop(self) -> None:
-        if self.process is not None:
-            await self.process.stop()
+        for process in [*self.workers, *([self.process] if self.process else [])]:
+            await process.stop()
         await self.session.close()
         await self.redis.aclose()
 
@@ -369,14 +401,28 @@ class Bot:
         assert self.process is not None
         return self.process.pid
 
+    @property
+    def pids(self) -> list[int]:
+        """The serving process, then the worker processes."""
+        return [self.pid, *(w.pid for w in self.workers)]
+
+    def cpu(self) -> float:
+        """CPU seconds so far of every bot process."""
+        return sum(cpu_seconds(pid) for pid in self.pids)
+
     async def roundtrips(self) -> dict[str, int]:
-        """The bot's Redis round trips so far, by command (BENCH_ROUNDTRIPS only)."""
-        self.roundtrips_file.unlink(missing_ok=True)
-        os.kill(self.pid, signal.SIGUSR1)
-        await until(lambda: asyncio.sleep(0, self.roundtrips_file.exists()), 10, "the counts")
-        await asyncio.sleep(0.05)  # written
-        counts: dict[str, int] = json.loads(self.roundtrips_file.read_text())
-        return counts
+        """The bot's Redis round trips so far, by command, over its processes (BENCH_ROUNDTRIPS
+        only)."""
+        total: dict[str, int] = {}
+        for i, pid in enumerate(self.pids):
+            path = self.roundtrips_file.with_suffix(f".{i}")
+            path.unlink(missing_ok=True)
+            os.kill(pid, signal.SIGUSR1)
+            await until(lambda p=path: asyncio.sleep(0, p.exists()), 10, "the counts")  # type: ignore[misc]
+            await asyncio.sleep(0.05)  # written
+            for name, n in json.loads(path.read_text()).items():
+                total[name] = total.get(name, 0) + n
+        return total
 
     async def standin(self, method: str, **params: str) -> dict[str, Any]:
         async with self.session.get(self.api_url + method, params=params) as response:
@@ -431,26 +477,29 @@ class Bot:
             cards = {a: r for a, r in seen.items() if a not in known}
             return len(cards) >= count and await self.settled()
 
-        await until(all_shown, 30 + count / 5, f"{count} paused runs")
+        await until(all_shown, (30 + count / 5) * SLOW, f"{count} paused runs")
         return list(cards.items())
 
     async def burst(self, runs: list[tuple[str, str]], in_flight: int) -> Load:
         bodies = [click_body(approval_id) for approval_id, _ in runs]
         state = await self.standin("bench.state")
         notes, methods, notices = state["notes"], state["methods"], state["notices"]
-        before = cpu_seconds(self.pid)
+        before = self.cpu()
         started = time.perf_counter()
-        load = await burst(self.url, bodies, in_flight)
+        sent: list[float] = []
+        load = await burst(self.url, bodies, in_flight, sent)
         run_ids = [run_id for _, run_id in runs]
 
         async def done() -> bool:  # (decisions may wait for a lull: the queue alone says little)
             return await self.finished(run_ids) == len(load.latencies) and await self.settled()
 
         with contextlib.suppress(TimeoutError):
-            await until(done, 60 + len(runs) / 5, "the resumed runs")
+            await until(done, (60 + len(runs) / 5) * SLOW, "the resumed runs")
         load.settle = time.perf_counter() - started
-        load.cpu = cpu_seconds(self.pid) - before
+        load.cpu = self.cpu() - before
         finished = await self.finished(run_ids)
+        results = (await self.standin("bench.results"))["results"]
+        load.outputs = [results[r] - t for r, t in zip(run_ids, sent, strict=True) if r in results]
         state = await self.standin("bench.state")
         load.notes = state["notes"] - notes
         load.notices = state["notices"] - notices
@@ -477,7 +526,7 @@ class Bot:
                     assert response.status == 200
                 shown = await self.standin("bench.result", run_id=run_id)
                 taken.append((float(shown["at"]) - started) * 1000)
-                await until(self.settled, 30, "the run's messages")
+                await until(self.settled, 30 * SLOW, "the run's messages")
                 calls.append((await self.standin("bench.state"))["calls"][run_id] - before)
         return taken, calls, (await self.standin("bench.state"))["peers"] - peers
 
@@ -533,6 +582,7 @@ def report(
     calls: list[int],
     storage: dict[str, int],
     connections: int,
+    at_once: Load,
 ) -> None:
     rows: list[tuple[str, str, str, str, str]] = []
     for in_flight in sorted(bot):
@@ -566,6 +616,17 @@ def report(
             f"{o.notices}; {o.per_decision(None) * o.clicks:.0f}", "", "",
         ))  # fmt: skip
     sdk, sdk_cpu = sdks
+    n = at_once.clicks
+    rows.append((
+        f"decision -> final output p50, {n} clicks at once (s)", "", f"{at_once.output_p(0.5):.2f}",
+        "", "",
+    ))  # fmt: skip
+    rows.append((
+        f"decision -> final output p99, {n} clicks at once (s; {len(at_once.outputs)} shown)",
+        "", f"{at_once.output_p(0.99):.2f}", "", "<= 1",
+    ))  # fmt: skip
+    rows.append((f"  CPU per decision of those {n} (ms)", "",
+                 f"{at_once.cpu / max(n, 1) * 1000:.1f}", "", ""))  # fmt: skip
     bot_med, sdk_med = statistics.median(serial), statistics.median(sdk)
     rows.append((
         f"decision -> final output p50, one at a time (ms; {len(serial)})",
@@ -602,6 +663,8 @@ async def main() -> None:
     parser.add_argument("--clicks-50", type=int, default=400, help="clicks at 50 in flight")
     parser.add_argument("--clicks-200", type=int, default=800, help="clicks at 200 in flight")
     parser.add_argument("--serial", type=int, default=30, help="decisions one at a time")
+    parser.add_argument("--at-once", type=int, default=200,
+                        help="clicks sent all at once: decision -> final output")  # fmt: skip
     args = parser.parse_args()
     set_tracing_disabled(True)
     clicks = {50: args.clicks_50, 200: args.clicks_200}
@@ -621,7 +684,7 @@ async def main() -> None:
                 counting = bool(os.environ.get("BENCH_ROUNDTRIPS"))
                 before = await bot.roundtrips() if counting else {}
                 phase = time.monotonic()
-                async with Profile(bot.pid, "serial"):
+                async with Profile(bot.pids, "serial"):
                     serial, calls, connections = await bot.one_at_a_time(serial_runs)
                 if counting:
                     phase = time.monotonic() - phase
@@ -633,15 +696,18 @@ async def main() -> None:
                 loads = {}
                 for in_flight, n in clicks.items():
                     runs = await bot.paused_runs(n, lambda i, f=in_flight: f"deploy c{f}-{i}")  # type: ignore[misc]
-                    async with Profile(bot.pid, f"burst{in_flight}"):
+                    async with Profile(bot.pids, f"burst{in_flight}"):
                         loads[in_flight] = await bot.burst(runs, in_flight)
+                runs = await bot.paused_runs(args.at_once, lambda i: f"deploy once-{i}")
+                async with Profile(bot.pids, "at_once"):
+                    at_once = await bot.burst(runs, args.at_once)
             finally:
                 await bot.stop()
             storage = await storage_figures(server.url)
         finally:
             await standin.stop()
             server.stop()
-    report(bare, loads, serial, (sdk, sdk_cpu), calls, storage, connections)
+    report(bare, loads, serial, (sdk, sdk_cpu), calls, storage, connections, at_once)
     notice = os.environ.get("BENCH_NOTICE") or "dm"
     print(f"(requester notice: {notice}, BENCH_NOTICE=dm|ephemeral|off; 2 cores shared by "
           f"Redis, the bot, the stand-in and the load generator; "

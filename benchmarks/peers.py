@@ -6,10 +6,10 @@ CPU is its own and the load generator's loop is not the one serving them.
 
 The stand-in answers one extra method, `bench.result` (`run_id`): it returns, once the run's
 final output has been posted, when that post arrived (`time.monotonic()`, which every process
-of the machine shares); `bench.state` returns the cards posted (approval id -> run id) and
-the number of `chat.postMessage` and `chat.update` calls per run, the number of calls by
-method (`methods`; the requester's notices: `notices`), and how many connections the bot
-opened so far.
+of the machine shares); `bench.results`, that of every run so far; `bench.state` returns the
+cards posted (approval id -> run id) and the number of `chat.postMessage` and `chat.update`
+calls per run, the number of calls by method (`methods`; the requester's notices: `notices`),
+and how many connections the bot opened so far.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ class BenchSlackAPI(FakeSlackAPI):
         method = request.match_info["method"]
         if method == "bench.result":
             return await self._result(request.query["run_id"])
+        if method == "bench.results":
+            return web.json_response({"ok": True, "results": self.results})
         if method == "bench.state":
             return web.json_response(
                 {

@@ -2,7 +2,9 @@
 
 A round trip is one write to a Redis connection (a pipeline is one, whatever it holds); each is
 counted under the names of the commands it sends. SIGUSR1 writes the counts so far as JSON to
-the file named by BENCH_ROUNDTRIPS_FILE. Then the bot runs as `python -m bot` would.
+the file named by BENCH_ROUNDTRIPS_FILE. With BENCH_ROUNDTRIPS_CALLERS set, each name also
+says which of the bot's functions sent it (the innermost three), to find what a round trip is
+for. Then the bot runs as `python -m bot` would.
 """
 
 from __future__ import annotations
@@ -59,8 +61,23 @@ def _name(packed: Any) -> str:
     return "+".join(names)
 
 
+BOT = str(Path(__file__).resolve().parents[1] / "bot") + os.sep
+CALLERS = bool(os.environ.get("BENCH_ROUNDTRIPS_CALLERS"))
+
+
+def _callers() -> str:
+    """The innermost three functions of the bot on the stack (a coroutine's awaiting chain)."""
+    found: list[str] = []
+    frame = sys._getframe(2)
+    while frame is not None and len(found) < 3:
+        if frame.f_code.co_filename.startswith(BOT):
+            found.append(frame.f_code.co_qualname)
+        frame = frame.f_back  # type: ignore[assignment]
+    return " <- ".join(found)
+
+
 async def _counted(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
-    COUNTS[_name(command)] += 1
+    COUNTS[_name(command) + (f" [{_callers()}]" if CALLERS else "")] += 1
     await _send(self, command, check_health)
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import importlib
 import json
 import logging
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -46,6 +48,16 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_loop(main: Coroutine[Any, Any, None], loop: str) -> None:
+    """`asyncio.run(main)`, on uvloop's event loop when `loop` is "uvloop" (checked installed
+    by the configuration check): less CPU per Redis round trip and Web API call."""
+    if loop == "uvloop":
+        uvloop = importlib.import_module("uvloop")
+        uvloop.run(main)
+    else:
+        asyncio.run(main)
+
+
 def _launch(
     what: str,
     *,
@@ -69,7 +81,7 @@ def _launch(
         await body(settings, stop)
 
     try:
-        asyncio.run(main())
+        run_loop(main(), settings.event_loop)
     except RedisUnavailable as exc:
         print(f"The {what} cannot start: {exc}", file=sys.stderr)
         return 1

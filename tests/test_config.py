@@ -215,6 +215,21 @@ def test_the_lull_maximum_stays_below_the_ack_budget() -> None:
     )
 
 
+def test_uvloop_is_chosen_by_a_setting_and_checked_installed() -> None:
+    """APPROVAL_BOT_EVENT_LOOP: asyncio's loop unless set; uvloop only when installed (else a
+    listed configuration problem, not a traceback at start)."""
+    import importlib.util
+
+    assert Settings(_env_file=None).event_loop == "asyncio"  # type: ignore[call-arg]
+    chosen = Settings(_env_file=None, event_loop="uvloop")  # type: ignore[call-arg]
+    problems = [p for p in chosen.problems(socket_mode=True) if "EVENT_LOOP" in p]
+    if importlib.util.find_spec("uvloop") is None:
+        [problem] = problems
+        assert "uvloop is not installed" in problem and "[uvloop]" in problem
+    else:
+        assert problems == []
+
+
 def test_windows_and_polls_are_settings_with_production_defaults() -> None:
     """Each window the tests shorten is an APPROVAL_BOT_* setting; unset, it is production's."""
     from bot.testing.harness import FAST_WINDOWS, PRODUCTION_WINDOWS, fast_environment

@@ -139,14 +139,15 @@ class ServiceCore:
         pipe: Any,
         kind: AuditKind,
         *,
-        call: CallRecord,
-        actor: Actor,
-        decision: str,
-        detail: str,
+        run: RunRecord | None = None,
+        call: CallRecord | None = None,
+        actor: Actor | None = None,
+        decision: str = "",
+        detail: str = "",
     ) -> None:
         """`audit`, as one command of a pipeline that carries other writes (one round trip)."""
         kind.tally(decision, call)
-        fields = audit_fields(call=call, actor=actor, decision=decision, detail=detail)
+        fields = audit_fields(run=run, call=call, actor=actor, decision=decision, detail=detail)
         self.audit_log.append_in(pipe, kind, **fields)
 
     async def enqueue(self, kind: str, run_id: str, execution: str) -> None:

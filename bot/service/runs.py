@@ -198,20 +198,18 @@ class Runs:
             log.info("run %s was cancelled; its execution stopped before a model call", run.run_id)
             return
         if isinstance(outcome, Finished):
-            try:
-                ended = await self.store.finish(
+            try:  # its audit entry rides with the index writes that follow the end
+                await self.store.finish(
                     run.run_id,
                     owner,
                     status=RunStatus.FINISHED,
                     text=outcome.output,
                     drop_snapshot=True,
                     channel=run.channel_id,
+                    after=self._audited(AuditKind.RUN_FINISHED, run, outcome.output[:2000]),
                 )
             except NotOwner:
                 log.info("run %s not finished here: this execution no longer owns it", run.run_id)
-                return
-            if isinstance(ended, Ended):
-                await self.core.audit(AuditKind.RUN_FINISHED, run=run, detail=outcome.output[:2000])
             return
         if isinstance(outcome, Failed):
             await self._fail(run, owner, outcome.error)
@@ -741,19 +739,26 @@ class Runs:
     async def _fail(self, run: RunRecord, owner: str, error: str) -> None:
         """End the run as failed. `error` is plain text (escaped once, where it is shown)."""
         try:
-            ended = await self.store.finish(
+            await self.store.finish(
                 run.run_id,
                 owner,
                 status=RunStatus.FAILED,
                 text=error,
                 drop_snapshot=False,
                 channel=run.channel_id,
+                after=self._audited(AuditKind.RUN_FAILED, run, error),
             )
         except NotOwner:
             log.info("run %s not failed here: this execution no longer owns it", run.run_id)
-            return
-        if isinstance(ended, Ended):
-            await self.core.audit(AuditKind.RUN_FAILED, run=run, detail=error)
+
+    def _audited(self, kind: AuditKind, run: RunRecord, detail: str) -> Callable[[Any], None]:
+        """The audit entry of a run's end, written with `finish`'s index writes (only when it
+        ended the run)."""
+
+        def audit(pipe: Any) -> None:
+            self.core.audit_in(pipe, kind, run=run, detail=detail)
+
+        return audit
 
     async def _approved_in_pause(self, run: RunRecord) -> set[str]:
         calls = await self.store.pause_calls(run.run_id) if run.pause else []

@@ -243,13 +243,14 @@ class Projector:
         # updates of messages already in Slack depend on nothing and go alongside.
         updates = [t for t in ordered if shown.get(t, Shown()).ts]
         waits: dict[str, float | None] = {}
+        read: dict[str, CallRecord] = {}  # the cards' calls as this pass read them
 
         async def in_order(targets: list[str]) -> None:
             for target in targets:
-                waits[target] = await self._attempt(run, target, marks[target], shown)
+                waits[target] = await self._attempt(run, target, marks[target], shown, read)
 
         async def alone(target: str) -> None:
-            waits[target] = await self._attempt(run, target, marks[target], shown)
+            waits[target] = await self._attempt(run, target, marks[target], shown, read)
 
         posts = [t for t in ordered if t not in updates]
         failed = [
@@ -270,7 +271,7 @@ class Projector:
         # What Slack shows came first; then what follows from it, which no one is waiting on
         # (and not while everything it would follow from is still gathering changes).
         if settled:
-            notice = await self._note_outcomes(run, marks)
+            notice = await self._note_outcomes(run, marks, read)
             if notice is not None:
                 # Only the notice's mark is taken from this later write: a mark newer than the
                 # run read above (a result, say) must wait for a pass that reads the run anew.
@@ -287,7 +288,12 @@ class Projector:
         return again
 
     async def _attempt(
-        self, run: RunRecord, target: str, mark: Mark, shown: dict[str, Shown]
+        self,
+        run: RunRecord,
+        target: str,
+        mark: Mark,
+        shown: dict[str, Shown],
+        read: dict[str, CallRecord] | None = None,
     ) -> float | None:
         """Deliver one marked message; seconds until it must be tried again, or None."""
         run_id = run.run_id
@@ -296,7 +302,7 @@ class Projector:
         if held > 0:
             return held
         try:
-            wait = await self._deliver(run, target, mark, shown)
+            wait = await self._deliver(run, target, mark, shown, read)
             self._failures.pop(key, None)
             self._not_before.pop(key, None)
         except Refused as refused:
@@ -318,18 +324,23 @@ class Projector:
                         target, run_id, later, failures, wait)  # fmt: skip
         return wait
 
-    async def _note_outcomes(self, run: RunRecord, marks: dict[str, Mark]) -> Mark | None:
+    async def _note_outcomes(
+        self, run: RunRecord, marks: dict[str, Mark], read: dict[str, CallRecord]
+    ) -> Mark | None:
         """Record, from the records, the outcomes the run's starter must be told: calls decided
         by someone else (or that expired: any status but pending) and the run's end. Not what
         they did themselves, not a policy rule's automatic decision, and not the end of a run
-        that finished without a call waiting for someone else. The notice's mark when one is new."""
+        that finished without a call waiting for someone else. The notice's mark when one is new.
+        `read`: the calls this pass read to show them (not read again; a decision since marked
+        its card again, and the next pass notes it)."""
         if self.notice == "off":
             return None
         outcomes: dict[str, str] = {}
         for target in marks:
             if keys.target_kind(target) != "card":
                 continue
-            call = await self.store.get_call(keys.Target.parse(target).id)
+            approval_id = keys.Target.parse(target).id
+            call = read.get(approval_id) or await self.store.get_call(approval_id)
             if call is None or not call.decided or call.decided_by in (run.user_id, "policy"):
                 continue
             outcomes[call.approval_id] = call.status
@@ -449,7 +460,12 @@ class Projector:
     # One message ----------------------------------------------------------------------------
 
     async def _deliver(
-        self, run: RunRecord, target: str, mark: Mark, shown: dict[str, Shown]
+        self,
+        run: RunRecord,
+        target: str,
+        mark: Mark,
+        shown: dict[str, Shown],
+        read: dict[str, CallRecord] | None = None,
     ) -> float | None:
         kind = keys.target_kind(target)
         if kind == "notice":
@@ -469,6 +485,8 @@ class Projector:
             if call is None:
                 await self.outbox.done(run.run_id, target, mark)
                 return None
+            if read is not None:
+                read[call.approval_id] = call
             if (call.by_earlier_always or call.by_edit) and not current.ts:
                 await self.outbox.done(run.run_id, target, mark)  # no card: a note says why
                 return None

@@ -85,12 +85,15 @@ class Outcomes:
         reply = await self._outcomes(keys=RunKeys(run_id).record_outcomes(), args=args)
         notice = decode_outcomes(reply)
         if notice is not None:
-            if person:  # its own key (another slot): after the run's script, never inside it
-                async with self.redis.pipeline(transaction=False) as pipe:
+            # Its own key (another slot): after the run's script, never inside it; then the
+            # run is due (in the same round trip, in that order).
+            async with self.redis.pipeline(transaction=False) as pipe:
+                if person:
                     pipe.zadd(keys.notice_runs_key(person), {run_id: time.time()})
                     pipe.expire(keys.notice_runs_key(person), self.retention)
-                    await pipe.execute()
-            await self.outbox.schedule(run_id)
+                self.outbox.schedule_in(pipe, run_id)
+                await pipe.execute()
+            self.outbox.woken.set()
         return notice
 
     async def told_many(self, told: dict[str, dict[str, str]]) -> None:

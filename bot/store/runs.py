@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -392,10 +392,13 @@ class Runs:
         text: str,
         drop_snapshot: bool,
         channel: str = "",
+        after: Callable[[Any], None] | None = None,
     ) -> FinishResult:
         """End a run: `Ended` (now, or this same request before), `AlreadyEnded`, `RunMissing`;
         raises `NotOwner` when `owner` does not own it (a paused run: owner `paused`).
-        `channel`: the run's, to take it off that channel's index (else readers drop it)."""
+        `channel`: the run's, to take it off that channel's index (else readers drop it).
+        `after(pipe)`: writes to send, when it ended the run, with the index writes that follow
+        (the audit entry: one round trip, not two)."""
         reply = await self._finish(
             keys=RunKeys(run_id).finish(),
             args=[owner, status, text, now(), self.retention, "1" if drop_snapshot else "0"],
@@ -408,6 +411,8 @@ class Runs:
                     pipe.zrem(keys.channel_runs_key(channel), run_id)
                 pipe.srem(keys.EXECUTING_RUNS, run_id)
                 pipe.zrem(keys.DUE_RUNS, run_id)
+                if after is not None:
+                    after(pipe)
                 await pipe.execute()
             self.outbox.woken.set()
         return result
