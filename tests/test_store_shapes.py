@@ -20,7 +20,10 @@ def test_each_script_gets_the_keys_its_header_lists() -> None:
     run, state, snapshot = keys.run_key(RUN), keys.state_key(RUN), keys.snapshot_key(RUN)
     task, outbox, pause = keys.task_key(RUN), keys.outbox_key(RUN), keys.pause_key(RUN)
     assert k.finish() == [run, state, snapshot, task, outbox, pause]
-    assert k.save_pause([CALL]) == [run, state, snapshot, task, outbox, pause, keys.call_key(CALL)]
+    assert k.save_pause([CALL, OTHER]) == [
+        run, state, snapshot, task, outbox, pause, keys.call_key(CALL), keys.call_key(OTHER),
+        keys.arguments_key(CALL), keys.arguments_key(OTHER),
+    ]  # fmt: skip
     assert k.decide(CALL, [OTHER]) == [
         run, keys.call_key(CALL), keys.votes_key(CALL), state, snapshot, keys.sticky_key(RUN),
         outbox, keys.call_key(OTHER),
@@ -29,8 +32,8 @@ def test_each_script_gets_the_keys_its_header_lists() -> None:
         run, keys.call_key(CALL), outbox, state, snapshot, pause, keys.sticky_key(RUN),
         keys.votes_key(CALL),
     ]  # fmt: skip
-    assert k.cancel([CALL]) == [run, pause, outbox, keys.call_key(CALL)]
-    assert k.take_job() == [run, state]
+    assert k.cancel([CALL]) == [run, pause, outbox, task, keys.call_key(CALL)]
+    assert k.take_job() == [run, state, task]
     assert k.resolve_review() == [run, keys.journal_key(RUN), outbox]
     assert k.record_outcomes() == [keys.outcomes_key(RUN), outbox]
 
