@@ -40,7 +40,7 @@ from bot.store.snapshots import SNAPSHOT_TAG as SNAPSHOT_TAG
 from bot.store.snapshots import decode_snapshot as decode_snapshot
 from bot.store.snapshots import encode_snapshot as encode_snapshot
 from bot.store.snapshots import stored_snapshot
-from bot.store.texts import run_from, split_call, split_run
+from bot.store.texts import run_from, split_call, split_run, unpack_text
 from bot.store.timers import Timers
 
 TIMER_MARGIN = 86400  # a paused run's records outlive its calls' expiry by at least this
@@ -235,7 +235,7 @@ class Runs:
         if len(run.task) >= run.task_chars:
             return run.task
         value = await self.redis.get(keys.task_key(run.run_id))
-        return text(value) if value is not None else run.task
+        return unpack_text(value) if value is not None else run.task
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         [run] = await self.runs([run_id])
