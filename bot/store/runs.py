@@ -235,7 +235,7 @@ class Runs:
         if len(run.task) >= run.task_chars:
             return run.task
         value = await self.redis.get(keys.task_key(run.run_id))
-        return unpack_text(value) if value is not None else run.task
+        return unpack_text(value) if isinstance(value, bytes) else run.task
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         [run] = await self.runs([run_id])
