@@ -7,11 +7,15 @@ keys and the message map entry of its card) and how many keys that is.
 
 Then the budget of issue #17 (a paused run costs at most its task's length + 2 KB): `RUNS`
 runs pause with a short task and `RUNS` with a 3,900-character one, each on a Redis with
-default settings (`DefaultRedis`) and on one with the embedded server's listpack settings;
-bytes per paused run = MEMORY USAGE of every key in the database (shared indexes, the audit
-stream, ... included) / runs.
+default settings (`DefaultRedis`) and on one with the embedded server's listpack settings.
+Two figures per paused run:
+- the run's keys: MEMORY USAGE of its `{run id}` keys and its card's message map entry (the
+  issue's accounting; the budget applies to it) / runs;
+- every key: MEMORY USAGE of every key in the database (the audit stream, the shared indexes,
+  the delivery ids kept an hour, the job stream, ... included) / runs; and what each kind of
+  key costs of it.
 
-`paused_run_bytes(redis_url)` and `bytes_per_paused_run(redis_url, task)` return the figures for
+`paused_run_bytes(redis_url)` and `paused_runs_figures(redis_url, task)` return the figures for
 another benchmark (or a test) to print; they flush nothing, so give them a Redis of their own.
 Without an argument, embedded redis-servers are started (`bot.store.connection.EmbeddedRedis`).
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import string
 import sys
 import tempfile
@@ -100,48 +105,78 @@ def paused_runs_bot(redis_url: str, runs: int) -> BotHarness:
     return BotHarness(redis_url, agents, POLICY, settings=UNLIMITED)
 
 
-async def bytes_per_paused_run(redis_url: str, task: str, runs: int = RUNS) -> float:
+def key_kind(name: str) -> str:
+    """A key's name with its run id, approval token, message ts and delivery id generalized."""
+    name = re.sub(r"\{[0-9a-f]{16}\}", "{run}", name)
+    name = re.sub(r":call:[A-Za-z0-9_-]{16}", ":call:<token>", name)
+    name = re.sub(r"^ab:msg:([^:]+):[0-9.]+$", r"ab:msg:\1:<ts>", name)
+    return re.sub(r"^ab:seen:(\w+):.*$", r"ab:seen:\1:<id>", name)
+
+
+async def paused_runs_figures(redis_url: str, task: str, runs: int = RUNS) -> dict[str, Any]:
     """`runs` runs of `task` (each a call with 100 characters of arguments) paused through the
-    bot, in an empty Redis: MEMORY USAGE of every key of the database / runs."""
+    bot, in an empty Redis, per run: {"run_keys": bytes of the run's keys (its `{run id}` keys
+    and its card's message map entry), "all_keys": bytes of every key of the database,
+    "by_kind": {key kind: bytes}}."""
     async with paused_runs_bot(redis_url, runs) as bot:
         for i in range(runs):
             await bot.slack.command(f"run a{i} {task}", user="U1", channel="C1")
         await bot.wait_for_approvals(runs, timeout=60)
         await bot.idle()
         client = aioredis.Redis.from_url(redis_url)
+        by_kind: dict[str, int] = {}
+        own = 0
         try:
-            total = 0
             async for key in client.scan_iter(count=1000):
-                total += int(await client.memory_usage(key, samples=0) or 0)
+                size = int(await client.memory_usage(key, samples=0) or 0)
+                kind = key_kind(key.decode())
+                by_kind[kind] = by_kind.get(kind, 0) + size
+                if kind.startswith(("ab:{run}:", "ab:msg:")):
+                    own += size
         finally:
             await client.aclose()
-    return total / runs
+    return {
+        "run_keys": own / runs,
+        "all_keys": sum(by_kind.values()) / runs,
+        "by_kind": {kind: size / runs for kind, size in by_kind.items()},
+    }
 
 
-async def budget_figures() -> dict[str, dict[str, float]]:
-    """{settings: {case: bytes per paused run}} for default and listpack Redis settings."""
-    out: dict[str, dict[str, float]] = {}
+CASES_3900 = (("short task", "clean"), ("3,900-char task", TASK_3900))
+
+
+async def budget_figures() -> dict[str, dict[str, dict[str, Any]]]:
+    """{settings: {case: paused_runs_figures}} for default and listpack Redis settings."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
     for name, server_class in (("default", DefaultRedis), ("listpack", EmbeddedRedis)):
         out[name] = {}
-        for case, task in (("short task", "clean"), ("3,900-char task", TASK_3900)):
+        for case, task in CASES_3900:
             with tempfile.TemporaryDirectory() as tmp:
                 server = server_class(Path(tmp))
                 await server.start()
                 try:
-                    out[name][case] = await bytes_per_paused_run(server.url, task)
+                    out[name][case] = await paused_runs_figures(server.url, task)
                 finally:
                     server.stop()
     return out
 
 
-def budget_report(figures: dict[str, dict[str, float]]) -> str:
-    lines = [f"Bytes per paused run ({RUNS} runs, every key of the database; "
-             f"budget: task length + {BUDGET} B):"]  # fmt: skip
+def budget_report(figures: dict[str, dict[str, dict[str, Any]]]) -> str:
+    lines = [f"Bytes per paused run ({RUNS} runs; budget: task length + {BUDGET} B, "
+             "for the run's keys):"]  # fmt: skip
     for settings, cases in figures.items():
-        for case, size in cases.items():
+        for case, data in cases.items():
             task = len(TASK_3900) if case.startswith("3,900") else len("clean")
-            lines.append(f"  {settings} Redis settings, {case}: {size:,.0f} B "
-                         f"(budget {task + BUDGET:,} B)")  # fmt: skip
+            lines.append(
+                f"  {settings} Redis settings, {case}: run's keys {data['run_keys']:,.0f} B "
+                f"(budget {task + BUDGET:,} B), every key {data['all_keys']:,.0f} B"
+            )
+    for case, data in figures["default"].items():
+        parts = ", ".join(
+            f"{kind} {size:,.0f}"
+            for kind, size in sorted(data["by_kind"].items(), key=lambda item: -item[1])
+        )
+        lines.append(f"  every key, default settings, {case}: {parts}")
     return "\n".join(lines)
 
 

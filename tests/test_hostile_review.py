@@ -22,10 +22,13 @@ from urllib.parse import quote
 import pytest
 import redis.asyncio as aioredis
 
+from bot.engine.runner import TASK_REF, unpack_state
 from bot.service.authorize import UNKNOWN_INSTALLATION
 from bot.slack.blocks import APPROVE, REJECT, REPLY_KEEP, REPLY_REJECT
 from bot.store import keys
-from bot.store.records import SHOWN_ARGUMENTS, SHOWN_TASK
+from bot.store.records import SHOWN_ARGUMENTS
+from bot.store.snapshots import decode_snapshot
+from bot.store.texts import unpack_text
 from bot.testing.harness import SIGNING_SECRET, BotHarness, wait_until
 from bot.testing.requests import signature_headers
 from bot.testing.slack_api import FakeSlackAPI
@@ -497,9 +500,13 @@ async def test_a_long_task_and_long_arguments_are_stored_once_and_bound_by_their
         try:
             run = await client.hgetall(keys.run_key(run_id))
             call = await client.hgetall(keys.call_key(approval_id))
-            assert len(run[b"task"]) == SHOWN_TASK and int(run[b"task_chars"]) == len(task)
-            assert not await client.exists(keys.task_key(run_id))  # the snapshot has it now
-            assert len(call[b"arguments"]) == SHOWN_ARGUMENTS and call[b"arguments_sha"]
+            # Layout 3: each long text once, in a key of its own; the snapshot refers to the task.
+            assert b"task" not in run and b"arguments" not in call
+            assert unpack_text(await client.get(keys.task_key(run_id))) == task
+            shown = unpack_text(await client.get(keys.arguments_key(approval_id)))
+            assert len(shown) == SHOWN_ARGUMENTS and call[b"arguments_sha"]
+            snapshot = decode_snapshot(await client.get(keys.state_key(run_id)))
+            assert json.loads(unpack_state(snapshot.state))["original_input"] == TASK_REF
             total = 0
             async for key in client.scan_iter(match=f"ab:{{{run_id}}}*"):
                 total += await client.memory_usage(key, samples=0) or 0

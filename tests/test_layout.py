@@ -1,28 +1,99 @@
-"""The compact Redis layout (issue #9): what a paused run costs, and runs paused under the layout
-before it (tests/fixtures/layout_v1.json, written by tests/fixtures/make_layout_v1.py with the
-code of that layout) resume after the upgrade, through signed clicks on their old cards."""
+"""The compact Redis layouts (issues #9, #17): what a paused run costs, on the embedded server's
+settings and on Redis's defaults, and runs paused under the layouts before
+(tests/fixtures/layout_v1.json and layout_v2.json, written by tests/fixtures/make_layout_v1.py
+and make_layout_v2.py with the code of those layouts) resume after the upgrade, through signed
+clicks on their old cards."""
 
 from __future__ import annotations
 
 import base64
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 
-from benchmarks.storage import paused_run_bytes
+from benchmarks.storage import BUDGET, TASK_3900, paused_run_bytes, paused_runs_figures
 from bot.engine.runner import pack_state, unpack_state
 from bot.slack.blocks import APPROVE
 from bot.store import keys
 from bot.store.records import CallRecord, RunRecord
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import FakeSlackAPI
-from tests.agents_for_tests import POLICY, Ledger
+from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+from tests.fixtures import make_layout_v2
 from tests.fixtures.make_layout_v1 import PATH_100, fixture_agents, load_keys, load_messages
 
 FIXTURE = Path(__file__).parent / "fixtures" / "layout_v1.json"
+FIXTURE_V2 = Path(__file__).parent / "fixtures" / "layout_v2.json"
+# Redis's own defaults (the embedded server raises the first, see LISTPACK_SETTINGS).
+REDIS_DEFAULTS = {"hash-max-listpack-value": "64", "hash-max-listpack-entries": "128"}
+
+
+@pytest.fixture
+async def default_redis_url(redis_url: str) -> AsyncIterator[str]:
+    """The suite's redis-server with Redis's default hash encoding limits, as a managed Redis
+    runs (its own settings are put back afterwards)."""
+    client = aioredis.Redis.from_url(redis_url)
+    saved = {name: (await client.config_get(name))[name] for name in REDIS_DEFAULTS}
+    try:
+        for name, value in REDIS_DEFAULTS.items():
+            await client.config_set(name, value)
+        yield redis_url
+    finally:
+        for name, value in saved.items():
+            await client.config_set(name, value)
+        await client.aclose()
+
+
+async def test_a_paused_run_costs_at_most_its_task_and_2_kb_with_default_redis_settings(
+    default_redis_url: str,
+) -> None:
+    """Issue #17: a run's keys (its `{run id}` keys and its card's message map entry) cost at
+    most its task's length + 2 KB: the task and the arguments are stored once (the snapshot
+    refers to the task), and every hash keeps its compact encoding under Redis's defaults."""
+    client = aioredis.Redis.from_url(default_redis_url)
+    try:
+        for task in ("clean", TASK_3900):
+            await client.flushall()
+            figures = await paused_runs_figures(default_redis_url, task, runs=10)
+            # Layout 2: 3,256 B (short task) and 10,540 B (3,900 characters).
+            assert figures["run_keys"] <= len(task) + BUDGET, (len(task), figures)
+            async for key in client.scan_iter(match="ab:{*}:*"):
+                if await client.type(key) == b"hash":
+                    assert await client.object("encoding", key) == b"listpack", key
+    finally:
+        await client.aclose()
+
+
+async def test_a_run_resumes_on_the_task_its_snapshot_refers_to(redis_url: str) -> None:
+    """The snapshot holds a reference to the run's task (stored once, beside the run); the
+    resumed agent gets the whole task back as its input."""
+    ledger = Ledger()
+    agent, model = ops_agent(
+        [
+            [function_call("delete_logs", {"path": PATH_100}, call_id="c1")],
+            [assistant_message("ok")],
+        ],
+        ledger,
+    )
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        approval = await bot.start_and_wait(TASK_3900, user="U1")
+        run_id = keys.run_of(approval.button_value(APPROVE))
+        assert run_id is not None
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            state = await client.get(keys.state_key(run_id))
+        finally:
+            await client.aclose()
+        assert TASK_3900[:40].encode() not in unpack_state(state.split(b"\x00", 3)[3])
+        await bot.click(approval, APPROVE, user="U2")
+        await bot.wait_for_status("finished")
+    assert ledger.executed == [("delete_logs", {"path": PATH_100})]
+    assert TASK_3900 in json.dumps(model.calls[1].input)  # the resumed run's input
 
 
 async def test_a_paused_run_costs_at_most_2_kb_and_3_kb_with_realistic_text(
@@ -176,3 +247,72 @@ async def test_calls_paused_before_timers_existed_get_an_expiry_from_the_upgrade
             assert again is not None and again.expires_at == call.expires_at
     finally:
         await client.aclose()
+
+
+async def test_runs_paused_under_layout_2_resume_after_the_upgrade(
+    redis_url: str, slack_api: FakeSlackAPI
+) -> None:
+    """Layout 2 kept a cut copy of a long task in the run hash (and the whole in the
+    snapshot), the arguments in the call hash, and what Slack shows as JSON."""
+    data: dict[str, Any] = json.loads(FIXTURE_V2.read_text())
+    assert data["layout"] == 2
+    client = aioredis.Redis.from_url(redis_url)
+    await load_keys(client, data["keys"])
+    load_messages(slack_api, data["messages"])
+    runs = data["runs"]
+    long = runs["long"]
+    assert len(await client.hget(keys.run_key(long["run_id"]), "task") or b"") == 3000
+    ledger = Ledger()
+    try:
+        async with BotHarness(
+            redis_url, make_layout_v2.fixture_agents(ledger, resumed=True), POLICY, slack=slack_api
+        ) as bot:
+            for name in ("mini", "real", "long", "multi"):
+                for card in runs[name]["approvals"]:
+                    sent = await bot.slack.click(
+                        APPROVE,
+                        card["approval_id"],
+                        user="U2",
+                        channel=card["channel"],
+                        message_ts=card["message_ts"],
+                    )
+                    assert sent.status == 200
+            for name in ("mini", "real", "long", "multi"):
+                await wait_until(
+                    lambda name=name: _thread_has(slack_api, f"{name} done"),  # type: ignore[misc]
+                    what=f"{name}'s output",
+                )
+            await bot.idle()
+            for run in runs.values():
+                for card in run["approvals"]:
+                    shown = slack_api.messages[(card["channel"], card["message_ts"])]
+                    assert shown.action_ids() == [], shown.all_text()  # decided, updated
+                    assert "by <@U2>" in shown.all_text()
+                assert await client.hget(keys.run_key(run["run_id"]), "status") == b"finished"
+                # What Slack holds is recorded in the compact form now.
+                stored = await client.hgetall(keys.shown_key(run["run_id"]))
+                updated = [b"run", *(f"card:{c['approval_id']}".encode() for c in run["approvals"])]
+                assert not [t for t in updated if stored[t].startswith(b"{")], stored
+            # The long task's run message still says how long the task is.
+            [message] = [
+                m
+                for m in slack_api.messages.values()
+                if (m.metadata or {}).get("event_payload")
+                == {"run_id": long["run_id"], "target": "run"}
+            ]
+            assert make_layout_v2.TASK_LONG[200:260] in message.all_text()
+            assert f"the task has {len(make_layout_v2.TASK_LONG) - 1:,} characters" in (
+                message.all_text()
+            )
+    finally:
+        await client.aclose()
+    assert sorted(ledger.executed, key=str) == sorted(
+        [
+            ("delete_logs", {"path": "/tmp"}),
+            ("delete_logs", {"path": PATH_100}),
+            ("delete_logs", {"path": PATH_100}),
+            ("restart_service", {"service": "web"}),
+            ("restart_service", {"service": "db"}),
+        ],
+        key=str,
+    )

@@ -9,8 +9,10 @@ import pytest
 
 from bot.store import keys
 from bot.store.keys import RunKeys, Target
+from bot.store.outbox import Shown
 from bot.store.records import CallRecord, CallStatus, RunRecord, RunStatus
 from bot.store.runs import AlreadyEnded, Ended, NotOwner, RunMissing, decode_finish
+from bot.store.texts import HASH_VALUE_LIMIT, pack_text, split_run, unpack_text
 
 RUN = "0123456789abcdef"
 CALL = f"{RUN}.AAAAAAAAAAAAAAAA"
@@ -22,7 +24,10 @@ def test_each_script_gets_the_keys_its_header_lists() -> None:
     run, state, snapshot = keys.run_key(RUN), keys.state_key(RUN), keys.snapshot_key(RUN)
     task, outbox, pause = keys.task_key(RUN), keys.outbox_key(RUN), keys.pause_key(RUN)
     assert k.finish() == [run, state, snapshot, task, outbox, pause]
-    assert k.save_pause([CALL]) == [run, state, snapshot, task, outbox, pause, keys.call_key(CALL)]
+    assert k.save_pause([CALL, OTHER]) == [
+        run, state, snapshot, task, outbox, pause, keys.call_key(CALL), keys.call_key(OTHER),
+        keys.arguments_key(CALL), keys.arguments_key(OTHER),
+    ]  # fmt: skip
     assert k.decide(CALL, [OTHER]) == [
         run, keys.call_key(CALL), keys.votes_key(CALL), state, snapshot, keys.sticky_key(RUN),
         outbox, keys.call_key(OTHER),
@@ -31,8 +36,8 @@ def test_each_script_gets_the_keys_its_header_lists() -> None:
         run, keys.call_key(CALL), outbox, state, snapshot, pause, keys.sticky_key(RUN),
         keys.votes_key(CALL),
     ]  # fmt: skip
-    assert k.cancel([CALL]) == [run, pause, outbox, keys.call_key(CALL)]
-    assert k.take_job() == [run, state]
+    assert k.cancel([CALL]) == [run, pause, outbox, task, keys.call_key(CALL)]
+    assert k.take_job() == [run, state, task]
     assert k.resolve_review() == [run, keys.journal_key(RUN), outbox]
     assert k.record_outcomes() == [keys.outcomes_key(RUN), outbox]
 
@@ -100,3 +105,23 @@ def test_every_scripts_keys_lie_in_one_cluster_slot() -> None:
         assert slots == {key_slot(keys.run_key(RUN).encode())}, (name, found)
         checked += 1
     assert checked >= 8  # save_pause, finish, decide, fire_timers, cancel, take_job, ...
+
+
+def test_long_texts_leave_their_hash_and_what_slack_shows_fits_a_compact_hash() -> None:
+    """Layout 3 (#17): a text over 64 bytes (counted in UTF-8) goes to a key of its own,
+    compressed when that is smaller; what Slack shows is stored within 64 bytes; layout 2's
+    forms still read."""
+    run = RunRecord(run_id=RUN, team_id="T", user_id="U", channel_id="C", agent_name="a",
+                    task="🙂" * 20)  # fmt: skip
+    stored, task = split_run(run)
+    assert "task" not in stored and task is not None and unpack_text(task) == run.task
+    short = RunRecord(**{**run.__dict__, "task": "x" * 64})
+    assert split_run(short) == (short.to_hash(), None)
+    prose = " ".join(f"word{i % 50}" for i in range(800))
+    assert len(pack_text(prose)) < len(prose) / 2 and unpack_text(pack_text(prose)) == prose
+    assert unpack_text(b"plain, as layout 2 stored a task") == "plain, as layout 2 stored a task"
+    shown = Shown("1796184252.035090", "48e980959cb077c4a9bc8159", 1796184252.5)
+    assert len(shown.encode()) <= HASH_VALUE_LIMIT and Shown.decode(shown.encode()) == shown
+    assert Shown.decode(Shown(ts="1.2", hash="h").encode()) == Shown("1.2", "h", 0.0)
+    old = '{"ts": "1796184252.035090", "hash": "48e9", "posting": 0.0}'
+    assert Shown.decode(old) == Shown("1796184252.035090", "48e9", 0.0)

@@ -3,6 +3,10 @@
 A run either finishes, fails (with a sentence a person can read), or pauses on approvals; a pause
 comes back as a checkpoint (the compressed RunState JSON plus the SDK version and the agent
 fingerprint it was written with) and the calls to decide.
+
+The caller keeps the run's task anyway (to show it), so a checkpoint does not hold it a second
+time: the state's original input, when it is the task, is replaced by `TASK_REF`, and the
+caller gives the task back to `resume`.
 """
 
 from __future__ import annotations
@@ -97,6 +101,29 @@ DICT_TAG = b"Z"
 _SCHEMA = re.compile(rb'"\$schemaVersion"\s*:\s*"([0-9A-Za-z._-]{1,16})"')
 # Past this size, xz is tried as well (zlib's 32 KB window misses repeats of long arguments).
 _TRY_XZ_ABOVE = 4096
+# What a checkpoint's RunState JSON holds instead of its original input when that is the run's
+# task (which the caller keeps and passes to `Engine.resume`); an SDK input is never an object.
+INPUT = "original_input"
+TASK_REF: dict[str, str] = {"$ref": "task"}
+_REF_CHARS = len(json.dumps(TASK_REF))
+
+
+def without_task(state_json: dict[str, Any], task: str | None) -> dict[str, Any]:
+    """The serialized state with its original input replaced by `TASK_REF` when it is `task`
+    (and longer than the reference)."""
+    if task is None or len(task) <= _REF_CHARS or state_json.get(INPUT) != task:
+        return state_json
+    return {**state_json, INPUT: TASK_REF}
+
+
+def with_task(data: dict[str, Any], task: str | None) -> dict[str, Any]:
+    """The serialized state as the SDK wrote it: `TASK_REF` replaced by the run's `task`.
+    Raises `ValueError` when the state refers to a task and none is given."""
+    if data.get(INPUT) != TASK_REF:
+        return data
+    if not task:
+        raise ValueError("the state refers to the run's task, which is no longer stored")
+    return {**data, INPUT: task}
 
 
 @functools.cache
@@ -329,6 +356,7 @@ class Engine:
             run_id=context.run_id,
             context=context,
             stop=stop,
+            task=task,
         )
 
     async def _run(
@@ -342,8 +370,10 @@ class Engine:
         run_id: str,
         context: RunContext | None = None,
         stop: StopCheck | None = None,
+        task: str | None = None,
     ) -> Outcome:
-        """One `Runner.run` under `execution` (so tool calls go through its journal)."""
+        """One `Runner.run` under `execution` (so tool calls go through its journal); `task`:
+        the run's task, which a checkpoint of this run refers to instead of holding it."""
         token = CURRENT.set(execution)
         try:
             result = await Runner.run(
@@ -362,7 +392,7 @@ class Engine:
             return self._failure(exc)
         finally:
             CURRENT.reset(token)
-        return await self._outcome(agent_name, result)
+        return await self._outcome(agent_name, result, task)
 
     @staticmethod
     def _failure(exc: Exception) -> Outcome:
@@ -381,8 +411,10 @@ class Engine:
         execution: Execution | None = None,
         run_id: str = "",
         stop: StopCheck | None = None,
+        task: str | None = None,
     ) -> Outcome:
-        """Apply `decisions` to the stored state and run on; `run_id` names the trace group."""
+        """Apply `decisions` to the stored state and run on; `run_id` names the trace group;
+        `task`: the run's task, which the checkpoint may refer to (see `TASK_REF`)."""
         agent = self.registry.get(agent_name)
         if agent is None:
             return Failed(
@@ -398,7 +430,9 @@ class Engine:
                 "longer mean the same thing. Restore them, or start a new run."
             )
         try:
-            data = without_permanent_decisions(json.loads(unpack_state(checkpoint.state)))
+            data = without_permanent_decisions(
+                with_task(json.loads(unpack_state(checkpoint.state)), task)
+            )
             state = await RunState.from_json(
                 agent, data, context_deserializer=deserialize_context, strict_context=True
             )
@@ -442,12 +476,14 @@ class Engine:
         token = ANSWERS.set(answers)
         try:
             return await self._run(
-                agent_name, agent, state, progress, execution, run_id=run_id, stop=stop
+                agent_name, agent, state, progress, execution, run_id=run_id, stop=stop, task=task
             )
         finally:
             ANSWERS.reset(token)
 
-    async def _outcome(self, agent_name: str, result: RunResult) -> Outcome:
+    async def _outcome(
+        self, agent_name: str, result: RunResult, task: str | None = None
+    ) -> Outcome:
         if not result.interruptions:
             output = result.final_output
             text = output if isinstance(output, str) else json.dumps(output, default=str, indent=2)
@@ -462,6 +498,7 @@ class Engine:
                 f"The run paused for approval but its state could not be saved "
                 f"({type(exc).__name__}: {redact(str(exc))}). Nothing further was executed."
             )
+        state_json = without_task(state_json, task)  # the caller keeps the task: not twice
         blob = pack_state(json.dumps(state_json, separators=(",", ":")).encode())
         needed = [
             (item.agent.name, str(item.name or ""))
@@ -470,7 +507,9 @@ class Engine:
         ]
         root = self.registry.get(agent_name)
         matters = what_matters(root, needed) if root is not None else {}
-        checkpoint = Checkpoint(blob, SDK_VERSION, NEEDS + json.dumps(matters, sort_keys=True))
+        checkpoint = Checkpoint(
+            blob, SDK_VERSION, NEEDS + json.dumps(matters, sort_keys=True, separators=(",", ":"))
+        )
         approvals = [describe(item, i) for i, item in enumerate(result.interruptions)]
         approvals = await explain(result, result.interruptions, approvals, state_json)
         return Paused(checkpoint, approvals)

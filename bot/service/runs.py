@@ -56,7 +56,9 @@ from bot.untrusted import plain, redact
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
-AUDITED_TASK = 1000  # characters of a task kept in the audit trail (with its length)
+# Characters of a task kept in the audit trail (with its length): its run keeps it whole for
+# the run's retention; the trail, for as long as it is kept, says which run and what it began.
+AUDITED_TASK = 200
 
 
 def audited_task(task: str) -> str:
@@ -234,6 +236,7 @@ class Runs:
         if rule is not None and approval.kind == QUESTION_KIND:
             rule = question_rule(rule, run.user_id)
         approval_id = keys.new_approval_id(run.run_id)
+        cut = len(approval.arguments) > SHOWN_ARGUMENTS  # only a cut copy needs the whole's hash
         call = CallRecord(
             approval_id=approval_id,
             run_id=run.run_id,
@@ -244,8 +247,8 @@ class Runs:
             kind=approval.kind,
             sticky=approval.sticky,
             arguments=approval.arguments[:SHOWN_ARGUMENTS],
-            arguments_chars=len(approval.arguments),
-            arguments_sha=arguments_sha(approval.arguments),
+            arguments_chars=len(approval.arguments) if cut else 0,
+            arguments_sha=arguments_sha(approval.arguments) if cut else "",
             channel_id=run.channel_id,
             policy_version=version,
             paused_at=float(now()),
@@ -733,6 +736,7 @@ class Runs:
             execution=execution,
             run_id=run.run_id,
             stop=self._stop_check(run.run_id),
+            task=run.task or None,  # a snapshot refers to its run's task (layout 3)
         )
         await self._settle(run, owner, outcome)
 

@@ -44,11 +44,11 @@ def blockquote(text: str, limit: int, whole: int = 0) -> str:
     lines = LINE_BREAKS.split(escape(clean(text)))
     body = "\n".join(">" + line for line in lines)
     cut_body, cut = truncate(body, limit - 80)
-    if whole > len(text):
-        return cut_body + f"\n_(truncated)_ (the task has {whole:,} characters)"
+    shown = cut_body.count("\n") + 1
+    if whole > len(text) or (cut and shown >= len(lines)):  # cut within its last line
+        return cut_body + f"\n_(truncated)_ (the task has {max(whole, len(text)):,} characters)"
     if not cut:
         return body
-    shown = cut_body.count("\n") + 1
     return cut_body + f"\n_(truncated: showing {shown:,} of {len(lines):,} lines)_"
 
 

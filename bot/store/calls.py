@@ -25,6 +25,7 @@ from bot.store.records import (
     Voted,
 )
 from bot.store.scripts import marking, now, text
+from bot.store.texts import call_from, run_from
 
 MAX_COMMENTS = 20
 # A call's context (`CallContext` JSON) of at most this many bytes is the call hash's field
@@ -84,8 +85,8 @@ class Calls:
     async def get_call(self, approval_id: str) -> CallRecord | None:
         if keys.run_of(approval_id) is None:
             return None
-        raw = await self.redis.hgetall(keys.call_key(approval_id))
-        return CallRecord.from_hash(raw, approval_id) if raw else None
+        found = await self.calls([approval_id])
+        return found[0] if found else None
 
     async def call_with_context(
         self, approval_id: str
@@ -102,18 +103,17 @@ class Calls:
         return call, read_context(context or inline)
 
     async def call_and_run(self, approval_id: str) -> tuple[CallRecord | None, RunRecord | None]:
-        """A call and its run, in one round trip (what a click needs to be authorized)."""
+        """A call and its run (with their long texts' keys), in one round trip (what a click
+        needs to be authorized)."""
         run_id = keys.run_of(approval_id)
         if run_id is None:
             return None, None
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.call_key(approval_id))
+            self.read_calls(pipe, [approval_id])
             pipe.hgetall(keys.run_key(run_id))
-            call, run = await pipe.execute()
-        return (
-            CallRecord.from_hash(call, approval_id) if call else None,
-            RunRecord.from_hash(run, run_id) if run else None,
-        )
+            pipe.get(keys.task_key(run_id))
+            call, arguments, run, task = await pipe.execute()
+        return call_from(call, arguments, approval_id), run_from(run, task, run_id)
 
     async def pause_ids(self, run_id: str) -> list[str]:
         """The approval ids of the run's latest pause (from the run hash; layout 1: a set)."""
@@ -168,11 +168,25 @@ class Calls:
     async def calls(self, ids: Sequence[str]) -> list[CallRecord]:
         """These calls (one round trip), in the order the SDK listed them."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            for approval_id in ids:
-                pipe.hgetall(keys.call_key(approval_id))
-            raws = await pipe.execute()
-        calls = [CallRecord.from_hash(raw, i) for i, raw in zip(ids, raws, strict=True) if raw]
-        return sorted(calls, key=lambda c: c.index)
+            self.read_calls(pipe, ids)
+            replies = await pipe.execute()
+        return self.calls_from(ids, replies)
+
+    @staticmethod
+    def read_calls(pipe: Any, ids: Sequence[str]) -> None:
+        """Queue the reads of these calls on `pipe`: each call's hash and its arguments key."""
+        for approval_id in ids:
+            pipe.hgetall(keys.call_key(approval_id))
+            pipe.get(keys.arguments_key(approval_id))
+
+    @staticmethod
+    def calls_from(ids: Sequence[str], replies: Sequence[Any]) -> list[CallRecord]:
+        """The calls that exist, from the replies of `read_calls`, in the SDK's order."""
+        found = (
+            call_from(raw, arguments, i)
+            for i, raw, arguments in zip(ids, replies[::2], replies[1::2], strict=True)
+        )
+        return sorted((c for c in found if c is not None), key=lambda c: c.index)
 
     async def set_pending_call_fields(self, approval_id: str, fields: dict[str, str]) -> bool:
         """Write fields of a call only while it is pending (False when it is not, or gone)."""

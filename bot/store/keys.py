@@ -5,6 +5,12 @@ default and are not derived from the key (`bot.store.records`); the current paus
 tokens are a field of the run hash; the snapshot is a plain string. Keys of layout 1 (the
 snapshot hash, the pause set, call hashes with every field) are still read, on the fly.
 
+Layout 3 (#17): a task or a call's arguments longer than a hash value may be under Redis's
+default settings (64 bytes) is kept once, in a string key of its own (`task_key`,
+`arguments_key`, `bot.store.texts`), read with its hash; the snapshot refers to the task
+instead of holding a copy. Runs of layout 2 (a cut copy of the task in the run hash, the
+arguments in the call hash) are read as they are.
+
 Every key of one run shares the hash tag `{<run id>}`, so a transition script that touches a run's
 keys works unchanged on Redis Cluster. An approval id is `<run id>.<random>`: a click can address
 its run's keys directly, without a lookup, and guessing one is as hard as guessing 96 random bits.
@@ -50,8 +56,14 @@ def run_key(run_id: str) -> str:
 
 
 def task_key(run_id: str) -> str:
-    """A task too long to keep whole in the run hash, until the run first pauses or ends."""
+    """A task too long for the run hash (`bot.store.texts`), for the run's whole life (layout
+    2 kept one only until the run first paused)."""
     return f"{PREFIX}:{{{run_id}}}:task"
+
+
+def arguments_key(approval_id: str) -> str:
+    """A call's display arguments too long for its hash (`bot.store.texts`)."""
+    return call_key(approval_id) + ":args"
 
 
 def state_key(run_id: str) -> str:
@@ -198,7 +210,8 @@ def outbox_key(run_id: str) -> str:
 
 
 def shown_key(run_id: str) -> str:
-    """Hash: target -> JSON {ts, hash, posting}: what Slack holds of that message."""
+    """Hash: target -> `<ts> <hash>[ <posting>]` (`bot.store.outbox.Shown`; layout 2: JSON):
+    what Slack holds of that message."""
     return f"{PREFIX}:{{{run_id}}}:shown"
 
 
@@ -341,7 +354,8 @@ class RunKeys:
     # The KEYS of each script (see the script's header for what it does with them).
 
     def save_pause(self, approval_ids: Sequence[str]) -> list[str]:
-        """save_pause.lua: the run's keys, then the new call hashes."""
+        """save_pause.lua: the run's keys, then the new call hashes, then their arguments
+        keys (in the same order)."""
         return [
             self.run,
             self.state,
@@ -350,6 +364,7 @@ class RunKeys:
             self.outbox,
             self.pause,
             *(call_key(i) for i in approval_ids),
+            *(arguments_key(i) for i in approval_ids),
         ]
 
     def finish(self) -> list[str]:
@@ -408,10 +423,10 @@ class RunKeys:
         ]
 
     def cancel(self, approval_ids: Sequence[str]) -> list[str]:
-        return [self.run, self.pause, self.outbox, *(call_key(i) for i in approval_ids)]
+        return [self.run, self.pause, self.outbox, self.task, *(call_key(i) for i in approval_ids)]
 
     def take_job(self) -> list[str]:
-        return [self.run, self.state]
+        return [self.run, self.state, self.task]
 
     def to_review(self) -> list[str]:
         return [self.run, self.outbox]

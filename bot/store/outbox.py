@@ -118,6 +118,20 @@ class Shown:
     hash: str = ""
     posting: float = 0.0
 
+    def encode(self) -> str:
+        """As the shown hash stores it: `<ts> <hash>[ <posting>]`, within a compact hash's
+        64-byte values (layout 2 stored JSON, still read)."""
+        stored = f"{self.ts} {self.hash}"
+        return f"{stored} {self.posting:.3f}" if self.posting else stored
+
+    @classmethod
+    def decode(cls, value: str) -> Shown:
+        if value.startswith("{"):
+            return cls(**json.loads(value))
+        ts, _, rest = value.partition(" ")
+        digest, _, posting = rest.partition(" ")
+        return cls(ts, digest, float(posting or 0))
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -201,12 +215,12 @@ class Outbox:
     @staticmethod
     def parse_shown(raw: dict[Any, Any]) -> dict[str, Shown]:
         """What Slack holds, from a shown hash as HGETALL returns it."""
-        return {_s(k): Shown(**json.loads(_s(v))) for k, v in raw.items()}
+        return {_s(k): Shown.decode(_s(v)) for k, v in raw.items()}
 
     async def set_shown(self, run_id: str, target: str, shown: Shown) -> None:
         key = keys.shown_key(run_id)
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, target, json.dumps(shown.__dict__))
+            pipe.hset(key, target, shown.encode())
             pipe.expire(key, self.retention)
             await pipe.execute()
 
@@ -214,7 +228,7 @@ class Outbox:
         """`set_shown` and `done` in one round trip (a delivered message)."""
         done = await self._delivered(
             keys=RunKeys(run_id).delivered(),
-            args=[target, mark.tick, json.dumps(shown.__dict__), self.retention],
+            args=[target, mark.tick, shown.encode(), self.retention],
         )
         return int(done) == 1
 

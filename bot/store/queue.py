@@ -115,22 +115,9 @@ class JobQueue:
 
     async def trim(self) -> None:
         """Drop the entries every worker is done with: older than any pending or undelivered
-        job (trimming by length could drop a job a dead worker still holds)."""
-        groups: Any = await self.redis.xinfo_groups(STREAM)
-        floor = ""
-        for group in groups:
-            info = {_text(k): v for k, v in dict(group).items()}
-            if _text(info.get("name", "")) == GROUP:
-                delivered = _text(info.get("last-delivered-id", ""))
-                if delivered and delivered != "0-0":
-                    ms, seq = _stream_order(delivered)
-                    floor = f"{ms}-{seq + 1}"  # everything up to the last delivered entry
-        pending: Any = await self.redis.xpending(STREAM, GROUP)
-        oldest = pending.get("min")
-        if oldest:
-            floor = min(floor, _text(oldest), key=_stream_order) if floor else _text(oldest)
-        if floor:
-            await self.redis.xtrim(STREAM, minid=floor)
+        job (trimming by length could drop a job a dead worker still holds). Each ack does
+        the same (renew_job.lua); the sweeper's pass catches what a stopped worker left."""
+        await self._hold(keys=[STREAM], args=[GROUP, "", "", "trim"])
 
     async def _last_delivered(self) -> str:
         """The id of the last entry the workers' group was given ("0-0": none yet)."""

@@ -43,7 +43,8 @@ class CallStatus(StrEnum):
 # A run in one of these states does nothing more: no job takes it, no call of it is decided.
 ENDED: tuple[str, ...] = (RunStatus.FINISHED, RunStatus.FAILED, RunStatus.CANCELLED)
 
-# How much text a run and a call keep for display (the snapshot holds the rest).
+# How much of a call's arguments the store keeps for display (the snapshot holds them whole).
+# (Layout 2 also cut a run's task to SHOWN_TASK in the run hash; layout 3 keeps it whole, once.)
 SHOWN_TASK = 3000
 SHOWN_ARGUMENTS = 3000
 
@@ -72,6 +73,8 @@ def _from_hash(cls: type[_R], raw: Mapping[Any, Any], derived: dict[str, str]) -
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name not in values:
+            if f.default is dataclasses.MISSING and f.type in ("str", str):
+                kwargs[f.name] = ""  # a long text kept in a key of its own (bot.store.texts)
             continue
         value: Any = values[f.name]
         if f.type in ("int", int):
@@ -140,9 +143,9 @@ class RunRecord:
     user_id: str
     channel_id: str
     agent_name: str
-    task: str  # as shown: at most SHOWN_TASK characters (the whole task is kept until it starts)
+    task: str  # the whole task (a run paused under layout 2 may hold a SHOWN_TASK cut copy)
     enterprise_id: str = ""
-    task_chars: int = 0  # the whole task's length, when `task` is a cut copy
+    task_chars: int = 0  # the whole task's length, when `task` is a cut copy (layout 2)
     status: RunStatus = RunStatus.RUNNING
     created_at: float = 0.0  # times: Unix seconds (0: not set)
     updated_at: float = 0.0
@@ -203,7 +206,8 @@ class CallRecord:
     arguments: str  # display text, at most SHOWN_ARGUMENTS characters
     pause: int = 0
     arguments_chars: int = 0  # the whole display text's length, when `arguments` is cut
-    arguments_sha: str = ""  # SHA-256 of the canonical arguments (empty: stored whole, before)
+    arguments_sha: str = ""  # SHA-256 of the canonical arguments, when `arguments` is cut
+    # (empty: `arguments` is the whole text; calls of layout 2 stored it for every call)
     status: CallStatus = CallStatus.PENDING
     always: bool = False
     decided_team: str = ""

@@ -30,7 +30,6 @@ from bot.store.keys import RunKeys
 from bot.store.outbox import Mark, Outbox, Shown
 from bot.store.outcomes import Outcomes
 from bot.store.records import (
-    SHOWN_TASK,
     CallContext,
     CallRecord,
     CancelResult,
@@ -44,6 +43,7 @@ from bot.store.snapshots import SNAPSHOT_TAG as SNAPSHOT_TAG
 from bot.store.snapshots import decode_snapshot as decode_snapshot
 from bot.store.snapshots import encode_snapshot as encode_snapshot
 from bot.store.snapshots import stored_snapshot
+from bot.store.texts import run_from, split_call, split_run, unpack_text
 from bot.store.timers import Timers
 
 TIMER_MARGIN = 86400  # a paused run's records outlive its calls' expiry by at least this
@@ -81,13 +81,13 @@ class Taken:
 
 def decode_take(reply: list[Any], run_id: str) -> Taken:
     """take_job.lua's reply: {'skip', why} | {kind, previous owner, attempts, snapshot string
-    or '', run hash fields and values...}."""
+    or '', task key's value or '', run hash fields and values...}."""
     kind = text(reply[0])
     if kind == "skip":
         return Taken("skip", 0)
     assert kind in ("fresh", "retry"), kind
-    flat = reply[4:]
-    run = RunRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)), run_id)
+    flat = reply[5:]
+    run = run_from(dict(zip(flat[::2], flat[1::2], strict=True)), reply[4] or None, run_id)
     return Taken(kind, int(reply[2]), run, reply[3] or None)  # type: ignore[arg-type]
 
 
@@ -183,15 +183,12 @@ class Runs:
     async def create_run(self, run: RunRecord) -> None:
         """Store a new run, owned by `run.owner` until it pauses or ends; its message is due."""
         key = keys.run_key(run.run_id)
-        stored = run.to_hash()
-        whole = run.task
-        if len(whole) > SHOWN_TASK:  # the hash keeps what is shown; the job reads the rest
-            stored.update(task=whole[:SHOWN_TASK], task_chars=str(len(whole)))
+        stored, task = split_run(run)  # a long task: in its own key, once (bot.store.texts)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping=stored)  # type: ignore[arg-type]
             pipe.expire(key, self.retention)
-            if len(whole) > SHOWN_TASK:
-                pipe.set(keys.task_key(run.run_id), whole, ex=self.retention)
+            if task is not None:
+                pipe.set(keys.task_key(run.run_id), task, ex=self.retention)
             mark(pipe, run.run_id, "run", self.retention)
             await pipe.execute()
         # Indexed only once it exists, so a sweeper never sees an id without its run; on its
@@ -245,26 +242,27 @@ class Runs:
         return [text(line) for line in await self.redis.lrange(keys.progress_key(run_id), 0, -1)]
 
     async def whole_task(self, run: RunRecord) -> str:
-        """The task as the person typed it (a start job needs it; the run hash may hold a cut
-        copy)."""
-        if not run.task_chars:
+        """The task as the person typed it (a start job needs it; the run hash of a run started
+        under layout 2 holds a cut copy)."""
+        if len(run.task) >= run.task_chars:
             return run.task
         value = await self.redis.get(keys.task_key(run.run_id))
-        return text(value) if value is not None else run.task
+        return unpack_text(value) if isinstance(value, bytes) else run.task
 
     async def get_run(self, run_id: str) -> RunRecord | None:
-        raw = await self.redis.hgetall(keys.run_key(run_id))
-        return RunRecord.from_hash(raw, run_id) if raw else None
+        [run] = await self.runs([run_id])
+        return run
 
     async def runs(self, run_ids: Sequence[str]) -> list[RunRecord | None]:
-        """These runs, in one round trip."""
+        """These runs (each with its task key), in one round trip."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for run_id in run_ids:
                 pipe.hgetall(keys.run_key(run_id))
-            raws = await pipe.execute()
+                pipe.get(keys.task_key(run_id))
+            replies = await pipe.execute()
         return [
-            RunRecord.from_hash(raw, run_id) if raw else None
-            for run_id, raw in zip(run_ids, raws, strict=True)
+            run_from(raw, task, run_id)
+            for run_id, raw, task in zip(run_ids, replies[::2], replies[1::2], strict=True)
         ]
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
@@ -293,13 +291,10 @@ class Runs:
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(keys.outbox_key(run_id))
             pipe.hgetall(keys.run_key(run_id))
+            pipe.get(keys.task_key(run_id))
             pipe.hgetall(keys.shown_key(run_id))
-            marks, run, shown = await pipe.execute()
-        return (
-            Outbox.parse_marks(marks),
-            RunRecord.from_hash(run, run_id) if run else None,
-            Outbox.parse_shown(shown),
-        )
+            marks, run, task, shown = await pipe.execute()
+        return Outbox.parse_marks(marks), run_from(run, task, run_id), Outbox.parse_shown(shown)
 
     async def run_status(self, run_id: str) -> str:
         value = await self.redis.hget(keys.run_key(run_id), "status")
@@ -343,6 +338,7 @@ class Runs:
                 for approval_id, encoded in apart.items():
                     pipe.set(keys.context_key(approval_id), encoded, ex=hold)
                 await pipe.execute()
+        stored = [split_call(c) for c in calls]  # long arguments: in a key of their own
         reply = await self._save_pause(
             keys=RunKeys(run_id).save_pause([c.approval_id for c in calls]),
             args=[
@@ -352,7 +348,11 @@ class Runs:
                 encode_snapshot(snapshot),
                 run_id,
                 tokens,
-                *(json.dumps(with_context(c.to_hash(), inline.get(c.approval_id))) for c in calls),
+                *(
+                    json.dumps(with_context(fields, inline.get(c.approval_id)))
+                    for c, (fields, _) in zip(calls, stored, strict=True)
+                ),
+                *(arguments or b"" for _, arguments in stored),
             ],
         )
         pause = decode_save_pause(reply, run_id)
@@ -479,11 +479,9 @@ class Runs:
         ids = taken.run.call_ids() if resume else []
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.zrem(keys.DUE_RUNS, run_id)
-            for approval_id in ids:
-                pipe.hgetall(keys.call_key(approval_id))
-            _, *raws = await pipe.execute()
-        calls = [CallRecord.from_hash(raw, i) for i, raw in zip(ids, raws, strict=True) if raw]
-        calls.sort(key=lambda c: c.index)
+            self.calls.read_calls(pipe, ids)
+            _, *replies = await pipe.execute()
+        calls = Calls.calls_from(ids, replies)
         return dataclasses.replace(taken, calls=calls if ids else None)
 
     async def pause_of(self, taken: Taken) -> tuple[list[CallRecord], Snapshot | None]:

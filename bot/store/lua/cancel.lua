@@ -9,10 +9,10 @@
 -- under a cancelled run. The call keys must be declared (one slot, Redis Cluster), so the
 -- caller passes the ids it read; when they are not the pause this script finds, nothing is
 -- changed and the reply names the pause's ids, for the caller to run the script again on them.
--- KEYS[1] run hash, KEYS[2] pause set (if the layout has one), KEYS[3] outbox,
--- KEYS[4..] the pause's call hashes
+-- KEYS[1] run hash, KEYS[2] pause set (if the layout has one), KEYS[3] outbox, KEYS[4] task
+-- (kept as long as the run), KEYS[5..] the pause's call hashes
 -- ARGV[1] team, ARGV[2] user, ARGV[3] now, ARGV[4] retention seconds,
--- ARGV[5..] the approval ids of KEYS[4..], in the same order (not read from the call hashes, so
+-- ARGV[5..] the approval ids of KEYS[5..], in the same order (not read from the call hashes, so
 -- the script does not depend on which fields a call hash keeps)
 local run = KEYS[1]
 local status = redis.call('HGET', run, 'status')
@@ -53,7 +53,7 @@ if stale then
 end
 local pause = redis.call('HGET', run, 'pause') or ''
 local cancelled = {}
-for i = 4, #KEYS do
+for i = 5, #KEYS do
   local key = KEYS[i]
   if redis.call('HGET', key, 'status') == 'pending' and redis.call('HGET', key, 'pause') == pause then
     redis.call('HSET', key, 'status', 'cancelled', 'decided_by', ARGV[2], 'decided_at', ARGV[3],
@@ -61,7 +61,7 @@ for i = 4, #KEYS do
     if ARGV[1] ~= '' then
       redis.call('HSET', key, 'decided_team', ARGV[1])
     end
-    local id = ARGV[1 + i]
+    local id = ARGV[i]
     table.insert(cancelled, id)
     mark(KEYS[3], 'card:' .. id, ARGV[3], ARGV[4])
   end
@@ -74,7 +74,7 @@ redis.call('HSET', run, 'status', 'cancelled', 'cancelled_by', ARGV[2], 'cancell
            'updated_at', ARGV[3])
 -- no owner any more: every owner-checked write of the execution in progress is refused
 redis.call('HDEL', run, 'owner', 'undecided', 'review_id')
-for i = 1, 2 do
+for _, i in ipairs({1, 2, 4}) do
   redis.call('EXPIRE', KEYS[i], ARGV[4])
 end
 mark(KEYS[3], 'run', ARGV[3], ARGV[4])

@@ -1,8 +1,9 @@
 -- End a run (finished or failed). Only the owner of its current execution may end it; the
 -- sweeper of dead processes passes the dead owner's token, so a live owner is never overruled.
 -- A paused run has no executing owner: ARGV[1] = 'paused' ends it (nothing of it is running).
--- KEYS[1] run hash, KEYS[2] snapshot string, KEYS[3] layout 1 snapshot hash, KEYS[4] whole
--- task (dropped), KEYS[5] outbox, KEYS[6] layout 1 pause set (dropped)
+-- KEYS[1] run hash, KEYS[2] snapshot string, KEYS[3] layout 1 snapshot hash, KEYS[4] task
+-- (kept as long as the run: its message shows it), KEYS[5] outbox, KEYS[6] layout 1 pause set
+-- (dropped)
 -- ARGV[1] owner token, ARGV[2] final status, ARGV[3] text (output or error), ARGV[4] now,
 -- ARGV[5] retention seconds, ARGV[6] '1' to drop the snapshot
 local run = KEYS[1]
@@ -33,8 +34,8 @@ redis.call('HDEL', run, 'owner', 'undecided')
 if ARGV[6] == '1' then
   redis.call('DEL', KEYS[2], KEYS[3])
 end
-redis.call('DEL', KEYS[4], KEYS[6])
-for i = 1, 3 do
+redis.call('DEL', KEYS[6])
+for i = 1, 4 do
   redis.call('EXPIRE', KEYS[i], ARGV[5])
 end
 mark(KEYS[5], 'run', ARGV[4], ARGV[5])

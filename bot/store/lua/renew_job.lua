@@ -1,12 +1,39 @@
 -- Renew (or acknowledge) a job only while this consumer still holds it: a worker whose lease
 -- lapsed, and whose job another worker took over, must neither steal it back nor ack it.
--- KEYS[1] job stream; ARGV[1] group, ARGV[2] consumer, ARGV[3] message id, ARGV[4] renew|ack
+-- An acknowledgement also trims the stream of the entries every worker is done with (those
+-- before the oldest pending job, or up to the last delivered one when none is pending), so
+-- a finished job costs no memory until the sweeper's next pass; 'trim' does only that.
+-- KEYS[1] job stream; ARGV[1] group, ARGV[2] consumer, ARGV[3] message id, ARGV[4] renew|ack|trim
+local function trim()
+  local floor = redis.call('XPENDING', KEYS[1], ARGV[1])[2]
+  if not floor then
+    for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+      local info = {}
+      for i = 1, #group, 2 do
+        info[group[i]] = group[i + 1]
+      end
+      if info['name'] == ARGV[1] and info['last-delivered-id'] ~= '0-0' then
+        local ms, seq = string.match(info['last-delivered-id'], '^(%d+)-(%d+)$')
+        floor = ms .. '-' .. (tonumber(seq) + 1)
+      end
+    end
+  end
+  if floor then
+    redis.call('XTRIM', KEYS[1], 'MINID', floor)
+  end
+end
+if ARGV[4] == 'trim' then
+  trim()
+  return 1
+end
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 if #pending == 0 or pending[1][2] ~= ARGV[2] then
   return 0
 end
 if ARGV[4] == 'ack' then
-  return redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+  local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+  trim()
+  return acked
 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
 return 1

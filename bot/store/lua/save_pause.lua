@@ -1,14 +1,17 @@
 -- Record that a run paused on new tool approvals: store the snapshot and one record per call.
 -- Only the process that owns the run's current execution may do this (owner-checked).
--- The whole task (kept apart while it was longer than the run shows) is dropped: the snapshot
--- holds it from now on. A call hash holds only the fields given (its record's non-default
--- ones) plus `status` and `pause`; its approval id is its key. The run hash's `calls` lists the
--- pause's approval tokens in the SDK's order. Keys of layout 1 (snapshot hash, pause set) go.
--- KEYS[1] run hash, KEYS[2] state string, KEYS[3] layout 1 snapshot hash, KEYS[4] whole task,
--- KEYS[5] outbox, KEYS[6] layout 1 pause set, KEYS[7..] the new call hashes
+-- The task key (a task too long for the run hash; the snapshot refers to it) is kept as long
+-- as the run. A call hash holds only the fields given (its record's non-default ones) plus
+-- `status` and `pause`; its approval id is its key; arguments too long for it are in its
+-- arguments key. The run hash's `calls` lists the pause's approval tokens in the SDK's order.
+-- Keys of layout 1 (snapshot hash, pause set) go.
+-- KEYS[1] run hash, KEYS[2] state string, KEYS[3] layout 1 snapshot hash, KEYS[4] task,
+-- KEYS[5] outbox, KEYS[6] layout 1 pause set, KEYS[7..6+n] the new call hashes,
+-- KEYS[7+n..6+2n] their arguments keys
 -- ARGV[1] owner token, ARGV[2] now, ARGV[3] retention seconds, ARGV[4] snapshot string,
 -- ARGV[5] the run id, ARGV[6] the pause's approval tokens (space-separated, as KEYS[7..]),
--- ARGV[7..] one JSON object of fields per call key
+-- ARGV[7..6+n] one JSON object of fields per call key, ARGV[7+n..6+2n] per call its arguments
+-- key's value ('' when the arguments are in the hash)
 local run = KEYS[1]
 local first_call = 7
 if redis.call('HGET', run, 'owner') ~= ARGV[1] then
@@ -24,7 +27,7 @@ if status ~= 'running' and status ~= 'resuming' then
   return {'bad_status', status or ''}
 end
 local pause = redis.call('HINCRBY', run, 'pause', 1)
-local ncalls = #KEYS - first_call + 1
+local ncalls = (#KEYS - first_call + 1) / 2
 redis.call('SET', KEYS[2], ARGV[4])
 redis.call('DEL', KEYS[3], KEYS[6])
 local tokens = {}
@@ -40,14 +43,19 @@ for i = 1, ncalls do
     redis.call('HSET', key, name, value)
   end
   redis.call('EXPIRE', key, ARGV[3])
+  local arguments, text = KEYS[first_call - 1 + ncalls + i], ARGV[first_call - 1 + ncalls + i]
+  if text ~= '' then
+    redis.call('SET', arguments, text, 'EX', ARGV[3])
+  else
+    redis.call('DEL', arguments)
+  end
   mark(KEYS[5], 'card:' .. ARGV[5] .. '.' .. tokens[i], ARGV[2], ARGV[3])
 end
-redis.call('DEL', KEYS[4])
 mark(KEYS[5], 'run', ARGV[2], ARGV[3])
 redis.call('HSET', run, 'status', 'paused', 'undecided', ncalls, 'updated_at', ARGV[2],
            'calls', ARGV[6])
 redis.call('HDEL', run, 'owner', 'job', 'attempts')
-for i = 1, 2 do
+for _, i in ipairs({1, 2, 4}) do
   redis.call('EXPIRE', KEYS[i], ARGV[3])
 end
 return {'ok', pause}

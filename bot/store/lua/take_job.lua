@@ -4,8 +4,9 @@
 -- A redelivery of the same job message may take over from an earlier attempt (its worker
 -- stopped renewing the job's lease); any other message for a taken execution is a duplicate.
 -- A taken execution's reply carries what it runs on, so the worker needs no other read of the
--- run: {kind, previous owner, attempts, snapshot string or '', run hash fields and values...}.
--- KEYS[1] run hash, KEYS[2] snapshot string
+-- run: {kind, previous owner, attempts, snapshot string or '', task key's value or '', run hash
+-- fields and values...}.
+-- KEYS[1] run hash, KEYS[2] snapshot string, KEYS[3] task (a task too long for the run hash)
 -- ARGV[1] execution token, ARGV[2] job message id, ARGV[3] new attempt token, ARGV[4] now,
 -- ARGV[5] retention seconds, ARGV[6] '1' to return the snapshot string (a resume).
 -- The reply's third element counts the attempts of the execution.
@@ -15,7 +16,7 @@ local function taken(kind, previous, attempts)
   if ARGV[6] == '1' then
     snapshot = redis.call('GET', KEYS[2]) or ''
   end
-  local reply = {kind, previous, attempts, snapshot}
+  local reply = {kind, previous, attempts, snapshot, redis.call('GET', KEYS[3]) or ''}
   for _, item in ipairs(redis.call('HGETALL', run)) do
     table.insert(reply, item)
   end
@@ -30,6 +31,7 @@ local execution = ARGV[1]
 if owner == execution then
   redis.call('HSET', run, 'owner', ARGV[3], 'job', ARGV[2], 'updated_at', ARGV[4], 'attempts', 1)
   redis.call('EXPIRE', run, ARGV[5])
+  redis.call('EXPIRE', KEYS[3], ARGV[5])
   return taken('fresh', '', 1)
 end
 if string.sub(owner, 1, #execution + 1) == execution .. '/'
@@ -37,6 +39,7 @@ if string.sub(owner, 1, #execution + 1) == execution .. '/'
   redis.call('HSET', run, 'owner', ARGV[3], 'updated_at', ARGV[4])
   local attempts = redis.call('HINCRBY', run, 'attempts', 1)
   redis.call('EXPIRE', run, ARGV[5])
+  redis.call('EXPIRE', KEYS[3], ARGV[5])
   return taken('retry', owner, attempts)
 end
 return {'skip', 'taken'}
