@@ -308,9 +308,14 @@ class Runs:
         for call in calls:
             if call.auto:
                 continue
+            # A call's SHA is stored only when its shown arguments are cut (layout 3).
+            sha = call.arguments_sha or arguments_sha(call.arguments)
             for edit in edits:
-                if (edit.agent, edit.tool, edit.sha) == (call.agent, call.tool, call.arguments_sha):
+                if (edit.agent, edit.tool, edit.sha) == (call.agent, call.tool, sha):
                     call.edit_grant = edit.approval_id
+                    # use_edit.lua compares the stored SHA: keep it (and bind the digest to it)
+                    call.arguments_sha = sha
+                    call.digest = digest_of(call)
                     edits.remove(edit)
                     break
 
