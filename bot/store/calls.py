@@ -95,10 +95,10 @@ class Calls:
         if keys.run_of(approval_id) is None:
             return None, None
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.call_key(approval_id))
+            self.read_calls(pipe, [approval_id])  # its hash and its long arguments' key
             pipe.get(keys.context_key(approval_id))
-            raw, context = await pipe.execute()
-        call = CallRecord.from_hash(raw, approval_id) if raw else None
+            raw, arguments, context = await pipe.execute()
+        call = call_from(raw, arguments, approval_id)
         inline = raw.get(CONTEXT_FIELD.encode()) if raw else None
         return call, read_context(context or inline)
 
