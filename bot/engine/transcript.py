@@ -13,7 +13,7 @@ from typing import Any
 from bot.checkpoint import Checkpoint
 from bot.conversation import Transcript, Turn
 from bot.engine.approvals import _patch_text, _shell_text, pretty_json
-from bot.engine.runner import unpack_state
+from bot.engine.runner import TASK_REF, unpack_state
 
 TURN_LIMIT = 1500  # characters of one turn's text
 TURNS_MAX = 60  # the newest turns kept
@@ -109,10 +109,12 @@ def _turn(item: dict[str, Any]) -> Turn | None:
     return None
 
 
-def transcript(checkpoint: Checkpoint, upto_call_id: str) -> Transcript:
-    """The conversation of the stored run up to (and with) the call `upto_call_id`."""
+def transcript(checkpoint: Checkpoint, upto_call_id: str, task: str = "") -> Transcript:
+    """The conversation of the stored run up to (and with) the call `upto_call_id`; `task` is
+    the run's, for a snapshot that refers to it instead of holding it (layout 3)."""
     state = _state(checkpoint)
-    task, turns = _input_turns(state.get("original_input"))
+    given = state.get("original_input")
+    task, turns = _input_turns(task if given == TASK_REF else given)
     for item in state.get("generated_items") or []:
         if not isinstance(item, dict):
             continue

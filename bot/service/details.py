@@ -147,7 +147,7 @@ class Details:
             return allowed
         call, run = allowed
         snapshot = await self.store.load_snapshot(run.run_id)
-        found = transcript(snapshot, call.call_id) if snapshot is not None else None
+        found = transcript(snapshot, call.call_id, run.task) if snapshot is not None else None
         calls = await self.store.run_calls(run.run_id)
         upto = [c for c in calls if (c.pause, c.index) <= (call.pause, call.index)]
         return Conversation(run, call, found, upto)
