@@ -447,7 +447,11 @@ async def test_a_call_expires_on_time_once_across_a_restart(
             timeout=30,
             what="the expired run's output",
         )
-        assert "Expired" in slack.messages[(approval.channel, approval.ts)].all_text()
+        # The card's update and the output post go out side by side in one projector pass.
+        await wait_until(
+            lambda: "Expired" in slack.messages[(approval.channel, approval.ts)].all_text(),
+            what="the card to say Expired",
+        )
     stored = await call_hash(redis_url, aid)
     assert stored["status"] == "expired"
     assert 0 <= float(stored["decided_at"]) - float(stored["expires_at"]) < 3
