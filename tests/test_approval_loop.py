@@ -15,7 +15,7 @@ from bot.store import keys
 from bot.store.records import Snapshot
 from bot.store.runs import decode_snapshot, encode_snapshot
 from bot.testing.cluster import redis_for
-from bot.testing.harness import BotHarness, status_line
+from bot.testing.harness import BotHarness, status_line, wait_until
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import (
     POLICY,
@@ -143,6 +143,10 @@ async def test_thread_reply_rejects_with_the_rest_as_reason(redis_url: str) -> N
     assert "Rejected by <@U3>" in bot.slack_api.messages[(approval.channel, approval.ts)].all_text()
 
 
+async def _count(found: Any, expected: int) -> bool:
+    return len(await found) == expected
+
+
 async def test_thread_comments_prefill_the_reject_modal(redis_url: str) -> None:
     ledger = Ledger()
     agent, model = ops_agent(
@@ -156,6 +160,10 @@ async def test_thread_comments_prefill_the_reject_modal(redis_url: str) -> None:
         await bot.slack.thread_reply(
             "Check the backups first", user="U2", channel="C1", thread_ts=approval.ts
         )
+        # Replies are handled after their ack: the click must not overtake them.
+        store = bot.runtime.service.store
+        aid = approval.button_value(REJECT)
+        await wait_until(lambda: _count(store.comments(aid), 2), what="both comments kept")
         await bot.click(approval, REJECT, user="U2")
         await bot.idle()
         [opened] = bot.slack_api.views

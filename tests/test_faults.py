@@ -213,6 +213,11 @@ async def test_two_workers_compete_and_every_tool_runs_once(
 ) -> None:
     port = free_port()
     paths = [f"/srv/{i}" for i in range(12)]
+    # What this test proves is exactly-once across two workers. A run message held while its
+    # resume queues (busy coalescing, 60 s) has been seen to hold a run's output post past the
+    # minute here too: that latency is an open finding of its own (see the stop's note), kept
+    # out of this test by a short hold.
+    env = {**env, "APPROVAL_BOT_PROJECTOR_BUSY_COALESCE_SECONDS": "1"}
     async with (
         running_bot(env, port, "--no-worker"),
         SlackRequests(f"http://127.0.0.1:{port}/slack/events", SIGNING_SECRET) as requests,
