@@ -31,3 +31,30 @@ local function settle_pause(run, settled, now, owner, retention)
   end
   return left, 1
 end
+
+-- Why a call cannot be decided now, or nil when it is pending in its run's current pause:
+-- {'missing'}; the first answer again, for the request that decided it (`owner`: a repeat after
+-- a lost reply); {'already', ...} when someone else decided it; {'stale'} for an older pause.
+local function not_decidable(run, target, owner)
+  if redis.call('EXISTS', target) == 0 then
+    return {'missing'}
+  end
+  local status = redis.call('HGET', target, 'status')
+  if status ~= 'pending' and redis.call('HGET', target, 'decided_owner') == owner then
+    local resume = 0
+    if redis.call('HGET', run, 'status') == 'resuming' and redis.call('HGET', run, 'owner') == owner then
+      resume = 1
+    end
+    return {'decided', resume, tonumber(redis.call('HGET', run, 'undecided') or '0'),
+            approval_id(target)}
+  end
+  if status ~= 'pending' then
+    return {'already', status, redis.call('HGET', target, 'decided_by') or '',
+            redis.call('HGET', target, 'decided_at') or '', redis.call('HGET', target, 'via') or ''}
+  end
+  local pause = redis.call('HGET', target, 'pause')
+  if redis.call('HGET', run, 'status') ~= 'paused' or redis.call('HGET', run, 'pause') ~= pause then
+    return {'stale'}
+  end
+  return nil
+end

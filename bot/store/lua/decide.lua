@@ -17,28 +17,11 @@
 -- ARGV[9] what settled the call when it is not the caller's own click (`via`, usually ''),
 -- ARGV[10..] approval ids an always decision may also settle
 local run, target, votes = KEYS[1], KEYS[2], KEYS[3]
-if redis.call('EXISTS', target) == 0 then
-  return {'missing'}
-end
-local status = redis.call('HGET', target, 'status')
-if status ~= 'pending' and redis.call('HGET', target, 'decided_owner') == ARGV[7] then
-  -- the same request repeated after a lost reply: answer as the first time
-  local run_status = redis.call('HGET', run, 'status')
-  local resume = 0
-  if run_status == 'resuming' and redis.call('HGET', run, 'owner') == ARGV[7] then
-    resume = 1
-  end
-  return {'decided', resume, tonumber(redis.call('HGET', run, 'undecided') or '0'),
-          approval_id(target)}
-end
-if status ~= 'pending' then
-  return {'already', status, redis.call('HGET', target, 'decided_by') or '',
-          redis.call('HGET', target, 'decided_at') or '', redis.call('HGET', target, 'via') or ''}
+local refused = not_decidable(run, target, ARGV[7])
+if refused then
+  return refused
 end
 local pause = redis.call('HGET', target, 'pause')
-if redis.call('HGET', run, 'status') ~= 'paused' or redis.call('HGET', run, 'pause') ~= pause then
-  return {'stale'}
-end
 if ARGV[1] == 'approved' then
   local required = tonumber(redis.call('HGET', target, 'required') or '1') or 1
   if required > 1 then

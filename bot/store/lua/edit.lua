@@ -10,26 +10,9 @@
 -- arguments (pretty JSON), ARGV[4] their arguments_sha, ARGV[5] team, ARGV[6] user, ARGV[7] now,
 -- ARGV[8] owner token for the resume, ARGV[9] retention seconds, ARGV[10] the edits hash entry
 local run, target, votes, outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[6]
-if redis.call('EXISTS', target) == 0 then
-  return {'missing'}
-end
-local status = redis.call('HGET', target, 'status')
-if status ~= 'pending' and redis.call('HGET', target, 'decided_owner') == ARGV[8] then
-  -- the same request repeated after a lost reply: answer as the first time
-  local resume = 0
-  if redis.call('HGET', run, 'status') == 'resuming' and redis.call('HGET', run, 'owner') == ARGV[8] then
-    resume = 1
-  end
-  return {'decided', resume, tonumber(redis.call('HGET', run, 'undecided') or '0'),
-          approval_id(target)}
-end
-if status ~= 'pending' then
-  return {'already', status, redis.call('HGET', target, 'decided_by') or '',
-          redis.call('HGET', target, 'decided_at') or '', redis.call('HGET', target, 'via') or ''}
-end
-local pause = redis.call('HGET', target, 'pause')
-if redis.call('HGET', run, 'status') ~= 'paused' or redis.call('HGET', run, 'pause') ~= pause then
-  return {'stale'}
+local refused = not_decidable(run, target, ARGV[8])
+if refused then
+  return refused
 end
 if redis.call('HGET', target, 'digest') ~= ARGV[1] then
   return {'changed'}
