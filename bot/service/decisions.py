@@ -335,13 +335,14 @@ class Decisions:
         return reply
 
     async def thread_reply(
-        self, actor: Actor, channel: str, thread_ts: str, text: str
+        self, actor: Actor, channel: str, thread_ts: str, text: str, *, ts: str = ""
     ) -> Reply | ConfirmReject | None:
         """A reply in an approval message's thread: a rejection with a reason, a question to its
         author (does it reject?), or a comment (kept only when an approver wrote it). On a
         question's card (`ask_human`), the reply is an answer (`answer`).
 
-        Returns None when the thread is not an approval message's (nothing to do).
+        Returns None when the thread is not an approval message's (nothing to do). `ts` is the
+        reply's own Slack timestamp: comments are kept in the thread's order, not arrival order.
         """
         approval_id = await self.store.approval_for_message(channel, thread_ts)
         if approval_id is None:
@@ -359,7 +360,7 @@ class Decisions:
         _, verdict = await self.gate.authorize(actor, call)
         if not verdict.allowed:
             return Reply(True)  # a comment by someone who may not decide: not kept
-        await self.store.add_comment(approval_id, actor.user_id, text)
+        await self.store.add_comment(approval_id, actor.user_id, text, ts=ts)
         if not MAYBE_REJECT.match(text):
             return Reply(True)
         reply_id = keys.new_approval_id(call.run_id)

@@ -208,11 +208,12 @@ class Calls:
 
     # Thread comments and replies ----------------------------------------------------------
 
-    async def add_comment(self, approval_id: str, user: str, text: str) -> None:
+    async def add_comment(self, approval_id: str, user: str, text: str, *, ts: str = "") -> None:
         """Keep an approver's thread comment (the last MAX_COMMENTS) for the Reject pre-fill.
-        Only approvers' comments are kept, so nobody else's replies can push them out."""
+        Only approvers' comments are kept, so nobody else's replies can push them out. `ts` is
+        the message's Slack timestamp: two replies' events can arrive in either order."""
         key = keys.comments_key(approval_id)
-        entry = {"user": user, "text": text, "approver": True}
+        entry = {"user": user, "text": text, "approver": True, "ts": ts}
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.rpush(key, json.dumps(entry))
             pipe.ltrim(key, -MAX_COMMENTS, -1)
@@ -220,9 +221,9 @@ class Calls:
             await pipe.execute()
 
     async def comments(self, approval_id: str) -> list[dict[str, Any]]:
-        """Thread comments on a call, oldest first: {"user", "text", "approver"}."""
+        """Thread comments on a call in the thread's order: {"user", "text", "approver", "ts"}."""
         items = await self.redis.lrange(keys.comments_key(approval_id), 0, -1)
-        return [json.loads(item) for item in items]
+        return sorted((json.loads(item) for item in items), key=_thread_order)
 
     async def hold_reply(self, reply_id: str, fields: dict[str, str], ttl: int) -> None:
         """Keep an ambiguous thread reply until its author confirms what it means."""
@@ -308,3 +309,11 @@ class Calls:
     async def drop_sticky(self, run_id: str, key: str) -> bool:
         """Forget an Always decision (the policy no longer allows it); True if it was there."""
         return bool(await self.redis.hdel(keys.sticky_key(run_id), key))
+
+
+def _thread_order(comment: dict[str, Any]) -> float:
+    """A comment's place in its thread: Slack's `ts` ("seconds.micros"); arrival order without."""
+    try:
+        return float(comment.get("ts") or 0.0)
+    except (TypeError, ValueError):
+        return 0.0

@@ -85,7 +85,7 @@ class Service(Protocol):
     async def revoke_grant(self, actor: Actor, channel: str, sticky: str) -> Reply: ...
 
     async def thread_reply(
-        self, actor: Actor, channel: str, thread_ts: str, text: str
+        self, actor: Actor, channel: str, thread_ts: str, text: str, *, ts: str = ""
     ) -> Reply | ConfirmReject | None: ...
 
 

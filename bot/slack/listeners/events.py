@@ -69,7 +69,11 @@ def on_message(deps: ListenerDeps) -> Listener:
 
         async def work() -> None:
             reply = await deps.service.thread_reply(
-                actor, channel, str(thread_ts), unescape(str(event.get("text", "")))
+                actor,
+                channel,
+                str(thread_ts),
+                unescape(str(event.get("text", ""))),
+                ts=str(event.get("ts", "")),
             )
             if isinstance(reply, ConfirmReject):
                 text, body = blocks.confirm_reply(reply.reply_id, reply.text)
