@@ -25,6 +25,7 @@ from bot.service.replies import (
     said,
 )
 from bot.store import keys
+from bot.store.calls import EDITED_SINCE
 from bot.store.grants import Grant, GrantStore, grant_detail
 from bot.store.records import (
     AlreadyDecided,
@@ -86,9 +87,12 @@ class Decisions:
         always: bool,
         typed: str | None = None,
         audited_as: str = "",
+        version: str = "",
     ) -> tuple[CallRecord, RunRecord] | Reply | TypeToConfirm:
         """Everything that must hold before a decision is recorded; a Reply when it does not,
-        and a TypeToConfirm when the approval needs a typed value that was not given."""
+        and a TypeToConfirm when the approval needs a typed value that was not given.
+        `version`: the version token of the card clicked ("": not checked); a card drawn
+        before an edit decides nothing, and is redrawn (decide.lua checks it again)."""
         call, stored_run = await self.store.call_and_run(approval_id)  # one round trip
         if call is None:
             return Reply(False, Gone().why)
@@ -107,6 +111,9 @@ class Decisions:
             reply = Reply(False, already_text(earlier))
         elif call.kind == QUESTION_KIND:  # an answer is text: bot/service/questions.py
             reply = Reply(False, "This is a question from the agent: answer it with Answer.")
+        elif version and version != call.version:
+            await self.store.redraw_card(call.approval_id)
+            reply = Reply(False, EDITED_SINCE)
         elif always and (not call.allow_always or (approve and call.required > 1)):
             reply = Reply(
                 False,
@@ -231,15 +238,21 @@ class Decisions:
         return RejectForm(call, "\n".join(c["text"] for c in comments if c.get("approver")))
 
     async def approve(
-        self, actor: Actor, approval_id: str, *, always: bool
+        self, actor: Actor, approval_id: str, *, always: bool, version: str = ""
     ) -> Reply | TypeToConfirm:
         """An Approve (or Always approve) click: decided like `decide`, unless the rule in
-        force asks for a typed value first (then nothing is decided: the modal asks for it)."""
-        checked = await self._check(actor, approval_id, approve=True, always=always)
+        force asks for a typed value first (then nothing is decided: the modal asks for it).
+        `version`: the version token the clicked card carries (`CallRecord.version`): a card
+        drawn before an edit of the call approves nothing."""
+        checked = await self._check(
+            actor, approval_id, approve=True, always=always, version=version
+        )
         if isinstance(checked, Reply | TypeToConfirm):
             return checked
         call, run = checked
-        return await self._record(actor, call, run, approve=True, always=always, reason="")
+        return await self._record(
+            actor, call, run, approve=True, always=always, reason="", version=version
+        )
 
     async def decide(
         self,
@@ -263,7 +276,7 @@ class Decisions:
 
     async def _record(
         self, actor: Actor, call: CallRecord, run: RunRecord, *, approve: bool, always: bool,
-        reason: str,
+        reason: str, version: str = "",
     ) -> Reply:  # fmt: skip
         """Record a checked decision exactly once (decide.lua), audit it, resume if it was the
         pause's last."""
@@ -298,6 +311,7 @@ class Decisions:
             reason=reason.strip(),
             owner=owner,
             also=also,
+            version=version,
             after=audited,
         )
         if isinstance(result, AlreadyDecided):

@@ -411,18 +411,40 @@ def confirm_modal(call: CallRecord, *, expected: str, what: str) -> View:
     )
 
 
+VERSION_SEPARATOR = ":"  # never in an approval id (keys.APPROVAL_ID_RE)
+
+
+def approving_value(call: CallRecord) -> str:
+    """The value of a button that approves: the opaque approval id and, once the call was
+    edited, the version token of its arguments (`<id>:<edits>`). The server only compares
+    the token with the call's (decide.lua): a click on a card drawn before an edit is refused.
+    A value without a token stands for version "0" (cards drawn before any edit, and before
+    tokens existed, keep working while the call is unedited)."""
+    if call.version == "0":
+        return call.approval_id
+    return f"{call.approval_id}{VERSION_SEPARATOR}{call.version}"
+
+
+def approval_and_version(value: str) -> tuple[str, str]:
+    """A clicked approving button's (approval id, version token) (see `approving_value`)."""
+    approval_id, _, version = value.partition(VERSION_SEPARATOR)
+    return approval_id, version or "0"
+
+
 def decision_buttons(call: CallRecord) -> list[ButtonElement]:
     """A pending call's buttons (on its card, and on the App Home: the same action ids, so the
-    same listeners and the same authorization apply)."""
+    same listeners and the same authorization apply). The approving ones carry the version of
+    the call's arguments (`approving_value`); rejecting needs none (it runs nothing)."""
     if call.kind == QUESTION_KIND:
         return [question_blocks.answer_button(call)]
+    approving = approving_value(call)
     buttons = [
-        ButtonElement(text="Approve", action_id=APPROVE, value=call.approval_id, style="primary"),
+        ButtonElement(text="Approve", action_id=APPROVE, value=approving, style="primary"),
         ButtonElement(text="Reject", action_id=REJECT, value=call.approval_id, style="danger"),
     ]
     if call.allow_always and call.required == 1 and not call.confirm and not call.edited_sha:
         buttons.append(
-            ButtonElement(text="Always approve", action_id=ALWAYS_APPROVE, value=call.approval_id)
+            ButtonElement(text="Always approve", action_id=ALWAYS_APPROVE, value=approving)
         )
     if call.allow_always:
         buttons.append(

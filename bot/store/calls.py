@@ -24,7 +24,7 @@ from bot.store.records import (
     StickyDecision,
     Voted,
 )
-from bot.store.scripts import marking, now, text
+from bot.store.scripts import mark, marking, now, text
 from bot.store.texts import call_from, run_from
 
 MAX_COMMENTS = 20
@@ -32,6 +32,11 @@ MAX_COMMENTS = 20
 # CONTEXT_FIELD; a longer one is a string of its own (`keys.context_key`).
 INLINE_CONTEXT = 64
 CONTEXT_FIELD = "context"
+# What a person who decided on a card drawn before an edit of its call is told (decide.lua's
+# {'edited'}): their click is not counted for arguments they were not shown.
+EDITED_SINCE = (
+    "This call was edited since this card was drawn: look at the updated card. Nothing was decided."
+)
 
 _SET_IF_PENDING = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then
@@ -44,7 +49,8 @@ return 1
 
 def decode_decide(reply: list[Any]) -> DecideResult:
     """decide.lua's reply: {'decided', resume, undecided, settled ids...} | {'vote' | 'voted',
-    votes, required} | {'already', status, by, at, via} | {'stale'} | {'missing'}."""
+    votes, required} | {'already', status, by, at, via} | {'stale'} | {'edited'} (the card's
+    version token is not the call's: it was drawn before an edit) | {'missing'}."""
     kind = text(reply[0])
     if kind == "decided":
         return Decided(
@@ -59,6 +65,8 @@ def decode_decide(reply: list[Any]) -> DecideResult:
         return AlreadyDecided(CallStatus(status), by, float(at or 0), via)
     if kind == "stale":
         return Gone("This run is no longer waiting for this decision.")
+    if kind == "edited":
+        return Gone(EDITED_SINCE)
     return Gone()
 
 
@@ -255,6 +263,7 @@ class Calls:
         owner: str,
         also: Sequence[str] = (),
         via: str = "",
+        version: str = "",
         after: Callable[[Any, DecideResult], None] | None = None,
     ) -> DecideResult:
         """Record one decision atomically; see decide.lua for the rules.
@@ -263,6 +272,9 @@ class Calls:
         may decide alone under their own rules; the script settles those of them that are still
         pending in the same pause with the same sticky key, and nothing else. `via`: what
         decided the call when it was not this person's own click (an earlier Always decision).
+        `version`: the version token of the card the person clicked (`CallRecord.version`;
+        "": not checked): when the call was edited since, nothing is decided (`EDITED_SINCE`)
+        and its card is redrawn.
         `after(pipe, result)`: writes to send with the index write that follows a recorded
         decision or vote (an audit entry), in the same round trip."""
         run_id = keys.run_of(approval_id)
@@ -284,6 +296,7 @@ class Calls:
                 owner,
                 self.retention,
                 via,
+                version,
                 *(also if always else ()),
             ],
         )
@@ -291,6 +304,8 @@ class Calls:
         recorded = isinstance(result, Decided) or (
             isinstance(result, Voted) and not result.repeated
         )
+        if text(reply[0]) == "edited":  # decide.lua marked the card: it is redrawn
+            await self.outbox.schedule(run_id)
         if recorded:
             async with self.redis.pipeline(transaction=False) as pipe:
                 self.outbox.schedule_in(pipe, run_id)
@@ -300,6 +315,17 @@ class Calls:
                     after(pipe, result)
                 await pipe.execute()
         return result
+
+    async def redraw_card(self, approval_id: str) -> None:
+        """Have a call's card drawn again from its records (someone clicked a copy drawn before
+        an edit): its outbox mark, then the run made due for the projector."""
+        run_id = keys.run_of(approval_id)
+        if run_id is None:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:  # the index: another slot
+            mark(pipe, run_id, str(keys.Target("card", approval_id)), self.retention)
+            await pipe.execute()
+        await self.outbox.schedule(run_id)
 
     async def sticky_decisions(self, run_id: str) -> dict[str, StickyDecision]:
         """The run's Always decisions, by sticky key."""

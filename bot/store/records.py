@@ -261,6 +261,13 @@ class CallRecord:
         _typed(self)
 
     @property
+    def version(self) -> str:
+        """The version token of the call's arguments: its edit count ("0": as proposed). A
+        card's decision buttons carry it; a decision whose token is not the current one was
+        made on a card drawn before an edit, and is refused (decide.lua)."""
+        return str(self.edits)
+
+    @property
     def by_edit(self) -> bool:
         """Settled, without a card of its own, by the approved edit of an earlier call."""
         return self.via.startswith(EDITED_VIA)

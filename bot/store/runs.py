@@ -569,6 +569,7 @@ class RunStore:
         self.held_reply = calls.held_reply
         self.take_reply = calls.take_reply
         self.decide = calls.decide
+        self.redraw_card = calls.redraw_card
         self.sticky_decisions = calls.sticky_decisions
         self.drop_sticky = calls.drop_sticky
         # Edited calls and the one-shot approval each gives the re-proposed call.

@@ -85,10 +85,11 @@ def on_decision(deps: ListenerDeps) -> Listener:
 
         received = float(context.get(RECEIVED) or asyncio.get_running_loop().time())
         trigger_id = str(body.get("trigger_id", ""))
+        approval_id, version = blocks.approval_and_version(approval_id)
 
         async def work() -> None:
             reply = await deps.service.approve(
-                actor, approval_id, always=action_id == blocks.ALWAYS_APPROVE
+                actor, approval_id, always=action_id == blocks.ALWAYS_APPROVE, version=version
             )
             if isinstance(reply, TypeToConfirm):  # nothing decided: ask for the typed value
                 view = blocks.confirm_modal(reply.call, expected=reply.expected, what=reply.what)

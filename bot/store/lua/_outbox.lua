@@ -34,8 +34,11 @@ end
 
 -- Why a call cannot be decided now, or nil when it is pending in its run's current pause:
 -- {'missing'}; the first answer again, for the request that decided it (`owner`: a repeat after
--- a lost reply); {'already', ...} when someone else decided it; {'stale'} for an older pause.
-local function not_decidable(run, target, owner)
+-- a lost reply); {'already', ...} when someone else decided it; {'stale'} for an older pause;
+-- {'edited'} when `version` (the card's version token of the call's arguments: its edit count,
+-- '0' before any edit; nil or '': not checked) is not the call's current one, i.e. the person
+-- decided on a card drawn before an edit.
+local function not_decidable(run, target, owner, version)
   if redis.call('EXISTS', target) == 0 then
     return {'missing'}
   end
@@ -55,6 +58,9 @@ local function not_decidable(run, target, owner)
   local pause = redis.call('HGET', target, 'pause')
   if redis.call('HGET', run, 'status') ~= 'paused' or redis.call('HGET', run, 'pause') ~= pause then
     return {'stale'}
+  end
+  if version and version ~= '' and (redis.call('HGET', target, 'edits') or '0') ~= version then
+    return {'edited'}
   end
   return nil
 end

@@ -3,7 +3,7 @@
 -- (the same person twice counts once) until the quorum settles it; one rejection settles it.
 -- An `always` decision is recorded in the run's sticky hash (sticky key -> who, what, why), so
 -- later calls of that agent's tool can be judged against it, and it also settles those of the
--- pause's other pending calls that the service found this person may decide alone (ARGV[9..]);
+-- pause's other pending calls that the service found this person may decide alone (ARGV[11..]);
 -- each is re-checked here (still pending, same pause, same sticky key). Nothing else is touched.
 -- When the pause has no undecided call left, the caller becomes the owner of the one resume.
 -- A call's approval id is `<run id>.<token>` of its key `ab:{<run id>}:call:<token>`; fields
@@ -15,10 +15,15 @@
 -- ARGV[1] decision (approved|rejected), ARGV[2] always (0|1), ARGV[3] team, ARGV[4] user,
 -- ARGV[5] now, ARGV[6] reason, ARGV[7] owner token for the resume, ARGV[8] retention seconds,
 -- ARGV[9] what settled the call when it is not the caller's own click (`via`, usually ''),
--- ARGV[10..] approval ids an always decision may also settle
+-- ARGV[10] the version token of the card clicked ('': not checked; see not_decidable): a
+-- decision on a card drawn before an edit is refused, and the card is marked to be redrawn
+-- ARGV[11..] approval ids an always decision may also settle
 local run, target, votes = KEYS[1], KEYS[2], KEYS[3]
-local refused = not_decidable(run, target, ARGV[7])
+local refused = not_decidable(run, target, ARGV[7], ARGV[10])
 if refused then
+  if refused[1] == 'edited' then
+    mark(KEYS[7], 'card:' .. approval_id(target), ARGV[5], ARGV[8])
+  end
   return refused
 end
 local pause = redis.call('HGET', target, 'pause')
@@ -62,7 +67,7 @@ if ARGV[2] == '1' then
     tool = redis.call('HGET', target, 'tool') or ''}))
   redis.call('EXPIRE', KEYS[6], ARGV[8])
   local eligible = {}
-  for i = 10, #ARGV do
+  for i = 11, #ARGV do
     eligible[ARGV[i]] = true
   end
   for i = 8, #KEYS do
