@@ -13,7 +13,7 @@ from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
-from agents import FunctionTool
+from agents import ApplyPatchTool, FunctionTool, HostedMCPTool, ShellTool
 from pydantic import ValidationError
 from redis.cluster import RedisCluster
 from redis.sentinel import Sentinel
@@ -264,21 +264,35 @@ def policy_placeholders(policy: Policy) -> list[str]:
 
 
 def edit_problems(policy: Policy, registry: AgentRegistry) -> list[str]:
-    """`allow_edit: true` on a rule that governs no function tool of the agents: Edit is only
-    offered where the bot knows the tool's parameters (a function tool's JSON schema)."""
-    names = {
-        str(tool.name)
-        for root in registry.agents.values()
-        for agent in walk(root)
-        for tool in agent.tools
-        if isinstance(tool, FunctionTool)
-    }
+    """`allow_edit: true` on a rule that governs no tool an Edit can be offered for: a function
+    tool (checked against its JSON schema), a shell or apply_patch tool (the commands, the
+    diff), a hosted MCP server's tools (`<server label>/<tool>`: JSON arguments). Local MCP
+    servers' tools are not editable: their calls run through the SDK's MCP tool wrappers, whose
+    schemas the bot does not read."""
+    names: set[str] = set()
+    labels: set[str] = set()
+    for root in registry.agents.values():
+        for agent in walk(root):
+            for tool in agent.tools:
+                if isinstance(tool, FunctionTool | ShellTool | ApplyPatchTool):
+                    names.add(str(tool.name))
+                elif isinstance(tool, HostedMCPTool):
+                    labels.add(str(tool.tool_config.get("server_label") or ""))
+
+    def editable(match: str) -> bool:
+        if any(fnmatch.fnmatchcase(n, match) for n in names):
+            return True
+        server, slash, _ = match.partition("/")
+        return any(
+            fnmatch.fnmatchcase(label, server if slash else match) for label in labels if label
+        )
+
     return [
-        f"policy: tools[{index}] ({rule.match}): allow_edit: true, but it matches no function "
-        "tool of the agents; Edit is offered only for function tools (shell, apply_patch and "
-        "MCP calls have no parameters schema to check an edit against)."
+        f"policy: tools[{index}] ({rule.match}): allow_edit: true, but it matches no function, "
+        "shell, apply_patch or hosted MCP tool of the agents; Edit is offered only for those "
+        "(local MCP servers' tools cannot be edited)."
         for index, rule in enumerate(policy.tools)
-        if rule.allow_edit and not any(fnmatch.fnmatchcase(n, rule.match) for n in names)
+        if rule.allow_edit and not editable(rule.match)
     ]
 
 

@@ -256,8 +256,8 @@ def test_windows_and_polls_are_settings_with_production_defaults() -> None:
 
 
 def test_check_validates_allow_edit(tmp_path: Path) -> None:
-    """`allow_edit` is a yes/no per tool rule, and `true` only means something for a function
-    tool (whose parameters schema an edit is checked against)."""
+    """`allow_edit` is a yes/no per tool rule, and `true` only means something for a tool an
+    Edit can be offered for (here the agents have no shell tool)."""
     policy = POLICY + (
         "tools:\n  - match: restart_service\n    allow_edit: sometimes\n"
         "  - match: shell\n    allow_edit: true\n"
@@ -269,7 +269,10 @@ def test_check_validates_allow_edit(tmp_path: Path) -> None:
     assert "tools.0.allow_edit: Input should be a valid boolean" in result.stderr
     result = check(tmp_path, policy.replace("allow_edit: sometimes", "allow_edit: false"), **env)
     assert result.returncode == 1
-    assert "tools[1] (shell): allow_edit: true, but it matches no function tool" in result.stderr
+    assert (
+        "tools[1] (shell): allow_edit: true, but it matches no function, shell, apply_patch or "
+        "hosted MCP tool of the agents" in result.stderr
+    )
     assert "1 problem(s) found" in result.stderr
     fine = policy.replace("sometimes", "true").replace("match: shell", "match: delete_*")
     assert check(tmp_path, fine, **env).returncode == 0

@@ -46,9 +46,19 @@ from bot.store.runs import now
 
 log = logging.getLogger(__name__)
 
-# The kinds of call whose parameters the bot knows (a function tool's params_json_schema): the
-# only ones an Edit is offered for, whatever a rule's `allow_edit` says.
-EDITABLE_KINDS = ("function",)
+# The kinds of call an Edit can be offered for (by default only function tools, whose
+# params_json_schema checks an edit; the others when a rule sets `allow_edit: true`): shell
+# commands, a patch's diff and hosted MCP arguments are edited as text, and checked for what can
+# be checked without a schema. Each is rejected with a message to the model naming the edit,
+# which the SDK delivers for every one of them (a shell call's and a patch's rejection output,
+# a hosted MCP approval response's `reason`). Local MCP tools are not (yet) among them.
+EDITABLE_KINDS = ("function", "shell", "apply_patch", "hosted_mcp")
+# What the one text input of a non-function call's Edit form holds.
+TEXT_LABELS = {
+    "shell": "Commands (one a line)",
+    "apply_patch": "Patch (the diff)",
+    "hosted_mcp": "Arguments (JSON)",
+}
 FieldKind = Literal["string", "number", "integer", "boolean", "enum"]
 # Slack's limits: a text input holds 3,000 characters, a select 100 options of 150 characters.
 MAX_TEXT = 3000
@@ -85,7 +95,9 @@ class EditForm:
     """Per-field inputs (a flat schema of strings, numbers, booleans and enums); empty: the
     whole arguments are edited as one JSON text (`json_text`)."""
     json_text: str
-    """The current arguments, pretty JSON."""
+    """The current arguments, pretty JSON (a shell call: its commands; a patch: its diff)."""
+    label: str = "Arguments (JSON)"
+    """What the one text input holds (`TEXT_LABELS`)."""
 
 
 @dataclass(frozen=True)
@@ -101,9 +113,39 @@ class EditErrors:
 Entered = dict[str, str | None] | str
 
 
+def patch_parts(text: str) -> tuple[str, str]:
+    """A patch call's display text (`<operation> <path>` then its diff) as (header, diff)."""
+    header, _, diff = text.partition("\n")
+    return header, diff
+
+
 def edit_message(call: CallRecord) -> str:
-    """What the model receives as the result of the original call: it was not run, and the
-    edited call is approved once if proposed exactly."""
+    """What the model receives as the result of the original call (for a hosted MCP call: as
+    the reason of its rejection): it was not run, and the edited call is approved once if
+    proposed exactly."""
+    if call.kind == "shell":
+        return (
+            f"Not run as proposed: the reviewer ({call.edited_by}) edited the commands of this "
+            f"shell call. The edited call is approved once: to run it, call {call.tool} again "
+            "with exactly these commands (one a line), nothing else:\n"
+            f"{call.edited_arguments}\nAny other call needs a new approval."
+        )
+    if call.kind == "apply_patch":
+        header, diff = patch_parts(call.edited_arguments)
+        return (
+            f"Not applied as proposed: the reviewer ({call.edited_by}) edited this patch. The "
+            f"edited patch is approved once: to apply it, call {call.tool} again with the same "
+            f"operation ({header}) and exactly this diff:\n{diff}\n"
+            "Any other call needs a new approval."
+        )
+    if call.kind == "hosted_mcp":
+        server, _, name = call.tool.partition("/")
+        return (
+            f"Not run as proposed: the reviewer ({call.edited_by}) edited the arguments of this "
+            f"call. The edited call is approved once: to run it, call the tool {name} of MCP "
+            f"server {server} again with exactly these arguments: "
+            f"{canonical_arguments(call.edited_arguments)} Any other call needs a new approval."
+        )
     return (
         f"Not run as proposed: the reviewer ({call.edited_by}) edited the arguments of this "
         f"call. The edited call is approved once: to run it, call {call.tool} again with "
@@ -234,6 +276,21 @@ def schema_errors(
     return EditErrors({k: v[:2000] for k, v in errors.items()}) if errors else None
 
 
+def _edited_text(call: CallRecord, current: str, entered: str) -> str | EditErrors:
+    """The edited display text of a shell call (its commands, trimmed) or a patch (its header
+    kept, the diff replaced, ending as the original diff did), or what is wrong with it."""
+    if call.kind == "shell":
+        commands = entered.strip()
+        return commands if commands else EditErrors({WHOLE: "Enter at least one command."})
+    header, original = patch_parts(call.edited_arguments or call.arguments)
+    diff = entered.strip("\n")
+    if not diff.strip():
+        return EditErrors({WHOLE: "Enter the diff to apply (reject the call to apply nothing)."})
+    if original.endswith("\n"):
+        diff += "\n"
+    return f"{header}\n{diff}"
+
+
 class Edits:
     """The Edit button and its modal, on a pending call."""
 
@@ -244,22 +301,41 @@ class Edits:
 
     async def _editable(
         self, actor: Actor, approval_id: str
-    ) -> tuple[CallRecord, RunRecord, dict[str, Any], dict[str, Any]] | Reply:
+    ) -> tuple[CallRecord, RunRecord, dict[str, Any] | None, dict[str, Any] | str] | Reply:
         """Everything that must hold before an edit: the checks of Approve (the same people,
-        the same refusals), then that this call may be edited and its schema is known."""
+        the same refusals), then that this call may be edited and what it edits is known: a
+        function tool's schema and JSON arguments; a hosted MCP call's JSON arguments (no
+        schema: the server's tools are not known here); a shell call's commands; a patch's
+        diff (text)."""
         checked = await self.decisions.check(actor, approval_id, approve=True, audited_as="edit")
         if isinstance(checked, Reply):
             return checked
         call, run = checked
         rule = rule_for(self.core.policies.current().policy, run, call)
         reply: Reply | None = None
-        schema = self.core.engine.tool_schema(run.agent_name, call.agent, call.tool)
+        function = call.kind == "function"
+        schema = (
+            self.core.engine.tool_schema(run.agent_name, call.agent, call.tool)
+            if function
+            else None
+        )
         current = call.edited_arguments or call.arguments
-        try:
-            arguments: Any = json.loads(current)
-        except ValueError:
-            arguments = None
-        if rule is None or not call.allow_edit or not rule.editable(call.kind):
+        arguments: Any = None
+        if call.kind in ("function", "hosted_mcp"):
+            try:
+                arguments = json.loads(current)
+            except ValueError:
+                arguments = None
+        elif call.kind == "shell":
+            arguments = current
+        elif call.kind == "apply_patch":
+            arguments = patch_parts(current)[1]
+        if (
+            rule is None
+            or not call.allow_edit
+            or call.kind not in EDITABLE_KINDS
+            or not rule.editable(call.kind)
+        ):
             reply = Reply(
                 False,
                 said(
@@ -268,11 +344,15 @@ class Edits:
                     tool=Code(call.tool),
                 ),
             )
-        elif call.arguments_chars > len(call.arguments) or not isinstance(arguments, dict):
+        elif call.arguments_chars > len(call.arguments) or not isinstance(arguments, dict | str):
             reply = Reply(
                 False, "These arguments are too long (or not a JSON object) to edit in Slack."
             )
-        elif schema is None:
+        elif isinstance(arguments, str) and len(arguments) > MAX_TEXT:
+            reply = Reply(False, f"This text is longer than Slack's {MAX_TEXT:,}-character input.")
+        elif isinstance(arguments, str) and not arguments.strip():
+            reply = Reply(False, "This call has nothing to edit (a patch that deletes a file).")
+        elif function and schema is None:
             reply = Reply(
                 False,
                 said(
@@ -298,7 +378,6 @@ class Edits:
                 AuditKind.REFUSED, call=call, actor=actor, decision="edit", detail=reply.text
             )
             return reply
-        assert schema is not None and isinstance(arguments, dict)
         return call, run, schema, arguments
 
     async def edit_form(self, actor: Actor, approval_id: str) -> EditForm | Reply:
@@ -308,7 +387,11 @@ class Edits:
         if isinstance(checked, Reply):
             return checked
         call, _, schema, arguments = checked
+        if isinstance(arguments, str):  # shell commands, a patch's diff
+            return EditForm(call, (), arguments, TEXT_LABELS[call.kind])
         pretty = json.dumps(arguments, indent=2, ensure_ascii=False)
+        if schema is None:  # hosted MCP: JSON, checked to be an object
+            return EditForm(call, (), pretty, TEXT_LABELS[call.kind])
         return EditForm(call, form_fields(schema, arguments), pretty)
 
     async def submit_edit(
@@ -321,7 +404,14 @@ class Edits:
         if isinstance(checked, Reply):
             return checked
         call, run, schema, current = checked
-        fields = form_fields(schema, current)
+        if isinstance(current, str):
+            if not isinstance(entered, str):
+                return Reply(False, "This form is out of date: click Edit on the card again.")
+            made = _edited_text(call, current, entered)
+            if isinstance(made, EditErrors):
+                return made
+            return await self._changed(actor, call, run, made)
+        fields = form_fields(schema, current) if schema is not None else ()
         if fields and isinstance(entered, dict):
             parsed = _parse_fields(fields, entered)
         elif not fields and isinstance(entered, str):
@@ -335,10 +425,18 @@ class Edits:
             return Reply(False, "This form is out of date: click Edit on the card again.")
         if isinstance(parsed, EditErrors):
             return parsed
-        invalid = schema_errors(schema, parsed, {f.name for f in fields})
-        if invalid is not None:
-            return invalid
-        pretty = json.dumps(parsed, indent=2, ensure_ascii=False)
+        if schema is not None:
+            invalid = schema_errors(schema, parsed, {f.name for f in fields})
+            if invalid is not None:
+                return invalid
+        return await self._changed(
+            actor, call, run, json.dumps(parsed, indent=2, ensure_ascii=False)
+        )
+
+    async def _changed(
+        self, actor: Actor, call: CallRecord, run: RunRecord, pretty: str
+    ) -> Reply | EditErrors:
+        """Apply an edit that changes something, within the bounds of a stored call."""
         if (
             canonical_arguments(pretty) == canonical_arguments(call.arguments)
             and not call.edited_sha

@@ -618,8 +618,9 @@ def edit_modal(form: EditForm) -> View:
     """The modal behind Edit: one input per argument for a flat schema, else the arguments as
     one JSON text. Its metadata is only the call's opaque id (checked again on submit)."""
     call = form.call
+    what = {"shell": "commands", "apply_patch": "diff"}.get(call.kind, "arguments")
     intro = (
-        f"Edit the arguments of `{inline(call.tool)}` requested by agent *{inline(call.agent)}*. "
+        f"Edit the {what} of `{inline(call.tool)}` requested by agent *{inline(call.agent)}*. "
         "Submitting counts as your approval of the edited call"
         + (f" (it then needs {call.required} approvals again)" if call.required > 1 else "")
         + ": the original call does not run, and the agent is asked to call it again with "
@@ -642,7 +643,7 @@ def edit_modal(form: EditForm) -> View:
         inputs.append(
             InputBlock(
                 block_id=EDIT_JSON_BLOCK,
-                label=PlainTextObject(text="Arguments (JSON)"),
+                label=PlainTextObject(text=form.label),
                 element=PlainTextInputElement(
                     action_id=EDIT_INPUT,
                     multiline=True,
