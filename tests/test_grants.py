@@ -9,7 +9,6 @@ from typing import Any
 
 from bot.service.policy_source import PolicySource
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE
-from bot.testing.clock import SkippingClock
 from bot.slack.grant_forms import (
     GRANT_MODAL,
     NARROW_BLOCK,
@@ -17,6 +16,7 @@ from bot.slack.grant_forms import (
     SCOPE_BLOCK,
     SCOPE_INPUT,
 )
+from bot.testing.clock import SkippingClock
 from bot.testing.harness import BotHarness, wait_until
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
 
