@@ -11,11 +11,12 @@ import json
 from typing import Any
 
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE
-from bot.slack.grant_forms import NARROW_BLOCK, SCOPE_BLOCK
+from bot.slack.grant_forms import GRANT_REVOKE, NARROW_BLOCK, SCOPE_BLOCK
 from bot.store.grants import GrantStore
-from bot.testing.harness import BotHarness
+from bot.testing.harness import BotHarness, wait_until
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
 from tests.test_grants import GRANTING, cards, open_grant_form, submit_scope
+from tests.test_home import home_click, home_of, open_home
 
 
 def runs_on(ledger: Ledger, *paths: str) -> Any:
@@ -171,3 +172,80 @@ async def test_a_narrowed_grant_covers_only_calls_with_that_value(redis_url: str
     assert ledger.names() == ["delete_logs", "delete_logs"]
     used = [e for e in entries if e["kind"] == "grant_used"]
     assert len(used) == 1 and not [e for e in entries if e["kind"] == "grant_dropped"]
+
+
+ROUTED_GRANTS = """
+defaults:
+  allow_self_approval: false
+channels:
+  C1:
+    starters: ["*"]
+    approvers: [U2, U3]
+tools:
+  - match: delete_logs
+    approvers: [U4]
+    grant_max: 8h
+"""
+
+
+def revoke_value(bot: BotHarness, user: str) -> str:
+    home = home_of(bot, user)
+    return home.button_value(GRANT_REVOKE) if GRANT_REVOKE in home.action_ids() else ""
+
+
+async def test_revoke_from_the_home_by_an_approver_and_by_the_grantor_not_by_an_outsider(
+    redis_url: str,
+) -> None:
+    """U4 (the rule's approver, not the channel's) grants; U2 (an approver of the channel)
+    may revoke it, and so may U4 (its grantor); U1 (who starts runs there) sees no grants and
+    a forged Revoke by U1 with the grant's id is refused."""
+    ledger = Ledger()
+    agent = runs_on(ledger, "/var/log/a", "/var/log/b")
+    async with BotHarness(redis_url, agent, ROUTED_GRANTS) as bot:
+        for user in ("U1", "U2", "U4"):
+            await open_home(bot, user)
+        card = await bot.start_and_wait("clean", user="U1")
+        view = await open_grant_form(bot, card, "U4")
+        assert (await submit_scope(bot, view, "U4", "28800")).status == 200
+        await bot.wait_for_status("finished")
+        await wait_until(lambda: revoke_value(bot, "U2") and revoke_value(bot, "U4"),
+                         what="the grant on U2's and U4's Homes")  # fmt: skip
+        [grant] = await GrantStore(bot.runtime.service.store.redis).in_channel("T0TEST", "C1")
+        assert revoke_value(bot, "U2") == revoke_value(bot, "U4") == grant.grant_id
+        shown = home_of(bot, "U2").all_text()
+        assert "`delete_logs` of agent *ops* in <#C1>" in shown and "grant of <@U4>" in shown
+        await wait_until(lambda: "U1" in bot.slack_api.home_views, what="U1's Home")
+        assert "Grants" not in home_of(bot, "U1").all_text()
+
+        forged = home_click(bot, GRANT_REVOKE, grant.grant_id, "U1")
+        assert (await bot.slack.send_interaction(forged)).status == 200
+        told = await wait_until(lambda: bot.slack_api.dms("U1"), what="U1 told")
+        assert "Only the person who made a grant, or an approver" in told[-1].text
+        assert await GrantStore(bot.runtime.service.store.redis).by_id(grant.grant_id)
+
+        by_approver = home_click(bot, GRANT_REVOKE, grant.grant_id, "U2")
+        assert (await bot.slack.send_interaction(by_approver)).status == 200
+        told = await wait_until(lambda: bot.slack_api.dms("U2"), what="U2 told")
+        assert "Revoked the grant for `delete_logs`" in told[-1].text
+        await wait_until(lambda: not revoke_value(bot, "U2") and not revoke_value(bot, "U4"),
+                         what="the Homes without the grant")  # fmt: skip
+        assert await GrantStore(bot.runtime.service.store.redis).by_id(grant.grant_id) is None
+
+        # The later run waits on its card; U4 grants again, then revokes it from the Home.
+        await bot.slack.command("clean b", user="U1", channel="C1")
+        [second] = await bot.wait_for_approvals(1)
+        view = await open_grant_form(bot, second, "U4")
+        assert (await submit_scope(bot, view, "U4", "3600")).status == 200
+        await bot.wait_for_status("finished")
+        await wait_until(lambda: revoke_value(bot, "U4"), what="the new grant on U4's Home")
+        again = revoke_value(bot, "U4")
+        assert again != grant.grant_id
+        own = home_click(bot, GRANT_REVOKE, again, "U4")
+        assert (await bot.slack.send_interaction(own)).status == 200
+        await wait_until(lambda: not revoke_value(bot, "U4"), what="U4's Home without it")
+        await bot.idle()
+        entries = await bot.audit()
+    revoked = [e for e in entries if e["kind"] == "grant_revoked"]
+    assert [e["user"] for e in revoked] == ["U2", "U4"]
+    assert [e["user"] for e in entries if e["kind"] == "refused"] == ["U1"]
+    assert ledger.names() == ["delete_logs", "delete_logs"]
