@@ -9,8 +9,15 @@ from typing import Any
 
 from bot.service.policy_source import PolicySource
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE
+from bot.slack.grant_forms import (
+    GRANT_MODAL,
+    NARROW_BLOCK,
+    NARROW_INPUT,
+    SCOPE_BLOCK,
+    SCOPE_INPUT,
+)
 from bot.testing.clock import SkippingClock
-from bot.testing.harness import BotHarness
+from bot.testing.harness import BotHarness, wait_until
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
 
 GRANTING = """
@@ -44,9 +51,35 @@ def cards(bot: BotHarness) -> list[Any]:
     return [m for m in bot.slack_api.approval_messages() if "delete_logs" in m.all_text()]
 
 
-async def grant_in_first_run(bot: BotHarness) -> None:
+async def open_grant_form(bot: BotHarness, card: Any, user: str) -> dict[str, Any]:
+    """`user` clicks Always approve; returns the scope form the bot opened."""
+    opened = len(bot.slack_api.views)
+    assert (await bot.click(card, ALWAYS_APPROVE, user=user)).status == 200
+    await wait_until(lambda: len(bot.slack_api.views) > opened, what="the Always approve form")
+    view: dict[str, Any] = bot.slack_api.views[-1]["view"]
+    assert view["callback_id"] == GRANT_MODAL
+    return view
+
+
+async def submit_scope(
+    bot: BotHarness, view: dict[str, Any], user: str, choice: str, narrow: tuple[str, ...] = ()
+) -> Any:
+    values: dict[str, Any] = {
+        SCOPE_BLOCK: {SCOPE_INPUT: {"type": "radio_buttons",
+                                    "selected_option": {"value": choice}}},
+        NARROW_BLOCK: {NARROW_INPUT: {"type": "checkboxes",
+                                      "selected_options": [{"value": n} for n in narrow]}},
+    }  # fmt: skip
+    return await bot.slack.submit(view, values, user=user)
+
+
+async def grant_in_first_run(
+    bot: BotHarness, choice: str = str(8 * 3600), narrow: tuple[str, ...] = ()
+) -> None:
     first = await bot.start_and_wait("clean a", user="U1")
-    assert (await bot.click(first, ALWAYS_APPROVE, user="U2")).status == 200
+    view = await open_grant_form(bot, first, "U2")
+    sent = await submit_scope(bot, view, "U2", choice, narrow)
+    assert sent.status == 200 and not sent.text, sent.text
     await bot.wait_for_status("finished")
     await bot.idle()
 

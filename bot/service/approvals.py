@@ -145,6 +145,7 @@ class ApprovalService:
         self.sweep_forever = self.sweeper.sweep_forever
         self.list_grants = self.grants.list_grants
         self.revoke_grant = self.grants.revoke_grant
+        self.revoke_grant_id = self.grants.revoke_by_id
         self.requeue_stalled = self.sweeper.requeue_stalled
 
 

@@ -13,6 +13,14 @@ from bot.service.conditions import value_to_type
 from bot.service.core import ServiceCore
 from bot.service.digest import digest_of
 from bot.service.gate import Gate, rule_for, subject_of_call
+from bot.service.grants import (
+    ChooseScope,
+    GrantScope,
+    choices_up_to,
+    grant_note,
+    narrowable,
+    scope_refusal,
+)
 from bot.service.policy import CallRule, grant_max_of
 from bot.service.ports import Actor
 from bot.service.replies import (
@@ -26,7 +34,7 @@ from bot.service.replies import (
 )
 from bot.store import keys
 from bot.store.calls import EDITED_SINCE
-from bot.store.grants import Grant, GrantStore, grant_detail
+from bot.store.grants import Grant, GrantStore, grant_detail, new_grant_id
 from bot.store.records import (
     AlreadyDecided,
     CallRecord,
@@ -36,6 +44,7 @@ from bot.store.records import (
     RunRecord,
     Voted,
 )
+from bot.store.scripts import mark
 
 log = logging.getLogger(__name__)
 
@@ -211,19 +220,39 @@ class Decisions:
                 found.append(other.approval_id)
         return found
 
-    async def _grant_of(self, actor: Actor, run: RunRecord, call: CallRecord) -> Grant | None:
-        """The channel grant an "Always approve" of `call` makes, when its rule has `grant_max`
-        (for that long, for this agent's tool, in this channel); None: Always is run-only."""
+    async def _grant_of(
+        self, actor: Actor, run: RunRecord, call: CallRecord, scope: GrantScope | None
+    ) -> Grant | Reply | None:
+        """The channel grant an "Always approve" of `call` makes with the `scope` its reviewer
+        chose, judged against the rule in force (a longer time than its `grant_max`, or an
+        argument the call does not have, is refused: a Reply); None: Always is run-only (no
+        scope chosen, "this run only", or a rule without `grant_max`)."""
         policy = self.gate.policies.current().policy
         rule, _ = await self.gate.judge(actor, run, call)
         lasts = grant_max_of(policy, rule)
-        if lasts <= 0:
+        if scope is None or (scope.seconds == 0 and not scope.narrow):
             return None
+        narrow, refusal = scope_refusal(
+            call, lasts, scope, rule.source if rule is not None else "none"
+        )
+        if refusal is not None:
+            return Reply(False, refusal)
         made = self.store.timers.clock.time()
         return Grant(
             sticky=call.sticky, team=run.team_id, user=actor.user_id, channel=run.channel_id,
-            made=made, until=made + lasts, approval_id=call.approval_id,
+            made=made, until=made + scope.seconds, approval_id=call.approval_id, narrow=narrow,
+            grant_id=new_grant_id(), tool=call.tool,
         )  # fmt: skip
+
+    async def _scope_to_choose(
+        self, actor: Actor, run: RunRecord, call: CallRecord
+    ) -> ChooseScope | None:
+        """Always approve under a rule with `grant_max` (in force now): the scope to choose."""
+        rule, _ = await self.gate.judge(actor, run, call)
+        lasts = grant_max_of(self.gate.policies.current().policy, rule)
+        if lasts <= 0:
+            return None
+        return ChooseScope(call, lasts, choices_up_to(lasts), narrowable(call))
 
     async def reject_form(
         self, actor: Actor, approval_id: str, *, always: bool
@@ -239,17 +268,22 @@ class Decisions:
 
     async def approve(
         self, actor: Actor, approval_id: str, *, always: bool, version: str = ""
-    ) -> Reply | TypeToConfirm:
+    ) -> Reply | TypeToConfirm | ChooseScope:
         """An Approve (or Always approve) click: decided like `decide`, unless the rule in
-        force asks for a typed value first (then nothing is decided: the modal asks for it).
-        `version`: the version token the clicked card carries (`CallRecord.version`): a card
-        drawn before an edit of the call approves nothing."""
+        force asks for a typed value first, or (Always approve under `grant_max`) for the
+        grant's scope: then nothing is decided, a form asks for it. `version`: the version
+        token the clicked card carries (`CallRecord.version`): a card drawn before an edit of
+        the call approves nothing."""
         checked = await self._check(
             actor, approval_id, approve=True, always=always, version=version
         )
         if isinstance(checked, Reply | TypeToConfirm):
             return checked
         call, run = checked
+        if always:
+            choose = await self._scope_to_choose(actor, run, call)
+            if choose is not None:
+                return choose
         return await self._record(
             actor, call, run, approve=True, always=always, reason="", version=version
         )
@@ -263,28 +297,46 @@ class Decisions:
         always: bool,
         reason: str = "",
         typed: str | None = None,
+        scope: GrantScope | None = None,
     ) -> Reply:
         """Authorize and record one decision; resume the run if it was the pause's last.
-        `typed`: the value typed in the confirmation modal (rules with `confirm: type`)."""
+        `typed`: the value typed in the confirmation modal (rules with `confirm: type`).
+        `scope`: what the Always approve form chose (judged against the policy in force)."""
         checked = await self._check(actor, approval_id, approve=approve, always=always, typed=typed)
         if isinstance(checked, TypeToConfirm):
             return Reply(False, TYPE_FIRST)
         if isinstance(checked, Reply):
             return checked
         call, run = checked
-        return await self._record(actor, call, run, approve=approve, always=always, reason=reason)
+        grant: Grant | None = None
+        if always and approve:
+            chosen = await self._grant_of(actor, run, call, scope)
+            if isinstance(chosen, Reply):
+                await self.core.audit(
+                    AuditKind.REFUSED, call=call, actor=actor, decision="always_approve",
+                    detail=chosen.text,
+                )  # fmt: skip
+                return chosen
+            grant = chosen
+        return await self._record(
+            actor, call, run, approve=approve, always=always, reason=reason, grant=grant
+        )
 
     async def _record(
         self, actor: Actor, call: CallRecord, run: RunRecord, *, approve: bool, always: bool,
-        reason: str, version: str = "",
+        reason: str, version: str = "", grant: Grant | None = None,
     ) -> Reply:  # fmt: skip
         """Record a checked decision exactly once (decide.lua), audit it, resume if it was the
-        pause's last."""
+        pause's last; with `grant`, the grant is recorded with it (and on the call's card)."""
         approval_id = call.approval_id
         owner = self.core.new_owner()
-        also = await self._settled_alongside(actor, run, call, approve=approve) if always else []
+        # A grant narrowed to some arguments' values must not become the run's Always for
+        # every call of the tool: the call is approved alone, the grant covers what it says.
+        run_always = always and not (grant is not None and grant.narrow)
+        also = (
+            await self._settled_alongside(actor, run, call, approve=approve) if run_always else []
+        )
         decision = ("always_" if always else "") + ("approve" if approve else "reject")
-        grant = await self._grant_of(actor, run, call) if always and approve else None
 
         def audited(pipe: Any, result: DecideResult) -> None:
             """The decision's (or vote's) audit entry, sent with the write that follows it."""
@@ -297,6 +349,9 @@ class Decisions:
             self.core.audit_in(pipe, kind, call=call, actor=actor, decision=decision, detail=detail)
             if grant is not None and isinstance(result, Decided):
                 GrantStore.put_in(pipe, grant)
+                pipe.hset(keys.call_key(approval_id), "granted", grant_note(grant, used=False))
+                card = str(keys.Target("card", approval_id))  # shown again, with the grant
+                mark(pipe, call.run_id, card, self.store.retention)
                 self.core.audit_in(
                     pipe, AuditKind.GRANT_MADE, call=call, actor=actor, decision="approve",
                     detail=grant_detail(grant),
@@ -305,7 +360,7 @@ class Decisions:
         result = await self.store.decide(
             approval_id,
             approve=approve,
-            always=always,
+            always=run_always,
             team=actor.team_id,
             user=actor.user_id,
             reason=reason.strip(),

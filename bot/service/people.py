@@ -18,6 +18,7 @@ from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.digest import digest_of
 from bot.service.gate import Gate, rule_for, subject_of_call
+from bot.service.grants import Grants, GrantView
 from bot.service.policy import CallRule, Policy, Verdict
 from bot.service.ports import Actor
 from bot.service.reach import decider_principals
@@ -64,6 +65,7 @@ class Overview:
 
     mine: list[Waiting]  # calls waiting for this person's decision, oldest first
     runs: list[RunView]  # the channel's unfinished runs (list) or the person's own (Home)
+    grants: list[GrantView] = field(default_factory=list)  # the Home's: those they can see
 
 
 def bad_run_id(text: str) -> Text:
@@ -90,6 +92,7 @@ class People:
         self.core = core
         self.store = core.store
         self.gate = gate
+        self.grants = Grants(core)
 
     async def _managed(self, actor: Actor, run_id: str) -> RunRecord | Reply:
         """The run, if `actor` may cancel it or see its status; otherwise the answer."""
@@ -332,7 +335,8 @@ class People:
                 continue
             mine = await self._mine(actor, pending, reach[actor])
             own = await self.store.recent_runs(actor.team_id, actor.user_id, recent)
-            out.append(Overview(mine, [await self._view(r) for r in own]))
+            grants = await self.grants.visible(actor)
+            out.append(Overview(mine, [await self._view(r) for r in own], grants))
         return out
 
     @staticmethod

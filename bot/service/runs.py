@@ -31,14 +31,15 @@ from bot.service.core import ServiceCore
 from bot.service.details import context_of
 from bot.service.digest import digest_of
 from bot.service.edits import EDITABLE_KINDS, edit_message
-from bot.service.gate import Gate, keep_subject, rule_for
+from bot.service.gate import Gate, keep_subject, rule_for, subject_of_call
+from bot.service.grants import grant_note, until_text
 from bot.service.limits import refusal, task_too_long
 from bot.service.policy import CallRule, Verdict, grant_max_of, human
 from bot.service.ports import Actor
 from bot.service.replies import Code, Reply, joined, said
 from bot.service.reviews import Reviews, beyond_text
 from bot.store import keys
-from bot.store.grants import GrantStore, grant_detail
+from bot.store.grants import Grant, GrantStore, canonical, grant_detail
 from bot.store.queue import Job
 from bot.store.records import (
     EARLIER_ALWAYS,
@@ -47,6 +48,7 @@ from bot.store.records import (
     CallRecord,
     CallStatus,
     Decided,
+    DecideResult,
     RunRecord,
     RunStatus,
 )
@@ -430,13 +432,25 @@ class Runs:
         return resume_owner
 
     async def _apply_grant(self, run: RunRecord, call: CallRecord) -> str:
-        """Settle `call` with the channel's grant for its agent's tool, if there is one and it
-        still holds: not expired, its rule still has a `grant_max` at least as long, and its
-        grantor may still decide the call alone. Otherwise drop it (audited, said in the
-        thread), and the call waits for a person."""
-        grant = await self.grants.get(run.team_id, run.channel_id, call.sticky)
-        if grant is None:
-            return ""
+        """Settle `call` with a channel grant for its agent's tool that covers it (its
+        narrowing, if any, matches the call's arguments) and still holds: not expired, its rule
+        still has a `grant_max` at least as long, and its grantor may still decide the call
+        alone. A grant that covers it but no longer holds is dropped (audited, said in the
+        thread); with none left, the call waits for a person."""
+        grants = await self.grants.for_tool(run.team_id, run.channel_id, call.sticky)
+        subject = subject_of_call(call)
+        covering = sorted(
+            (g for g in grants if g.covers(subject)), key=lambda g: (-len(g.narrow), -g.until)
+        )
+        for grant in covering:
+            token = await self._use_grant(run, call, grant)
+            if token is not None:
+                return token
+        return ""
+
+    async def _use_grant(self, run: RunRecord, call: CallRecord, grant: Grant) -> str | None:
+        """Settle `call` with `grant` (its resume's owner token, or '' when the pause still
+        waits), or drop the grant when it no longer holds (None)."""
         policy = self.gate.policies.current().policy
         grantor = Actor(grant.team, grant.user, run.enterprise_id)
         rule, verdict = await self.gate.judge(grantor, run, call)
@@ -461,11 +475,18 @@ class Runs:
                     f"The grant by {grant.user} for {call.tool} in this channel no longer holds "
                     f"({why}), so this call of it waits for a decision like any other.",
                 )
-            return ""
+            return None
         token = self.core.new_owner()
+        note = grant_note(grant, used=True)
+
+        def noted(pipe: Any, result: DecideResult) -> None:
+            if isinstance(result, Decided):
+                pipe.hset(keys.call_key(call.approval_id), "granted", note)
+
         result = await self.store.decide(
             call.approval_id, approve=True, always=False, team=grant.team, user=grant.user,
             reason=f"grant by {grant.user}", owner=token, via=GRANTED + grant.approval_id,
+            after=noted,
         )  # fmt: skip
         if not isinstance(result, Decided):
             return ""
@@ -473,8 +494,13 @@ class Runs:
             AuditKind.GRANT_USED, call=call, actor=grantor, decision="approve",
             detail=grant_detail(grant),
         )  # fmt: skip
+        where = "".join(
+            f" where {name} = {canonical(value)}" for name, value in sorted(grant.narrow.items())
+        )
         await self.store.add_note(
-            run.run_id, f"{call.tool} was approved by the grant of {grant.user} in this channel."
+            run.run_id,
+            f"{call.tool} was approved by the grant of {grant.user} in this channel{where} "
+            f"(until {until_text(grant.until)}).",
         )
         return token if result.resume else ""
 

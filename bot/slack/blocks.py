@@ -33,7 +33,7 @@ from bot.service.digest import short
 from bot.service.edits import EditField, EditForm
 from bot.service.policy import human
 from bot.service.replies import Text, when
-from bot.slack import question_blocks
+from bot.slack import grant_forms, question_blocks
 from bot.slack.explained import context_blocks
 from bot.slack.replies import render
 from bot.slack.text import blockquote, code_block, escape, fit, inline, quote, truncate
@@ -280,9 +280,12 @@ def _decision_line(call: CallRecord, decided_at: str) -> str:
         line = f"{verb} by " + ", ".join(f"<@{v}>" for v in voters) + f" at {decided_at}"
     else:
         line = f"{verb} by <@{call.decided_by}> at {decided_at}"
-    if call.always:
+    granted = grant_forms.granted_text(call)  # a channel grant made or used (#19)
+    if call.always and not granted:
         line += " (always, for the rest of this run)"
-    if call.via and call.status in (CallStatus.APPROVED, CallStatus.REJECTED):
+    if granted:
+        line += granted
+    elif call.via and call.status in (CallStatus.APPROVED, CallStatus.REJECTED):
         line += " through an *Always* decision on another call"
     return line
 

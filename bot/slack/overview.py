@@ -31,6 +31,7 @@ from bot.slack.blocks import (
     quorum_text,
     status_text,
 )
+from bot.slack.grant_forms import home_grants
 from bot.slack.text import blockquote, code_block, escape, inline, truncate
 from bot.store.records import CallRecord, CallStatus, RunRecord, RunStatus
 
@@ -181,6 +182,9 @@ def home_view(overview: Overview) -> dict[str, Any]:
     for item in overview.mine:
         blocks.extend(_home_call(item))
     blocks.append(DividerBlock())
+    grants = home_grants(overview.grants)
+    if grants:
+        blocks.extend([*grants, DividerBlock()])
     blocks.append(HeaderBlock(text="Your recent runs"))
     if not overview.runs:
         blocks.append(SectionBlock(text=_md("You have not started a run yet: `/agent <task>`.")))

@@ -39,6 +39,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.outage import log_failure
 from bot.service.foreground import Foreground
+from bot.service.gate import subject_of_call
 from bot.service.replies import when
 from bot.slack import blocks
 from bot.slack.overview import notice_message
@@ -663,8 +664,13 @@ class Projector:
         return ""
 
     async def _granted(self, run: RunRecord, call: CallRecord) -> bool:
-        """A channel grant covers this call's agent and tool (settled or dropped at once)."""
-        return await self.grants.get(run.team_id, run.channel_id, call.sticky) is not None
+        """A channel grant covers this call (its agent's tool, and the narrowed arguments'
+        values if any): it is settled, or the grant dropped, at once."""
+        grants = await self.grants.for_tool(run.team_id, run.channel_id, call.sticky)
+        if not grants:
+            return False
+        subject = subject_of_call(call)
+        return any(g.covers(subject) for g in grants)
 
     async def idle(self) -> bool:
         """Nothing marked is waiting on the index and nothing is being delivered."""

@@ -308,11 +308,11 @@ class Calls:
             await self.outbox.schedule(run_id)
         if recorded:
             async with self.redis.pipeline(transaction=False) as pipe:
+                if after is not None:  # first: what it marks is delivered by the schedule
+                    after(pipe, result)
                 self.outbox.schedule_in(pipe, run_id)
                 if isinstance(result, Decided) and result.resume:  # waits for a worker
                     pipe.zadd(keys.DUE_RUNS, {run_id: float(now())})
-                if after is not None:
-                    after(pipe, result)
                 await pipe.execute()
         return result
 

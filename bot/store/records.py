@@ -256,6 +256,9 @@ class CallRecord:
     edits: int = 0
     # The edited call (approval id) whose one-shot approval may settle this call (use_edit.lua).
     edit_grant: str = ""
+    # The channel grant (#19) this call made (its Always approve) or was settled by, as JSON
+    # (`bot.service.grants.GrantNote`): what the card says it did; empty: none.
+    granted: str = ""
 
     def __post_init__(self) -> None:
         _typed(self)

@@ -17,9 +17,10 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.models.views import View
 
 from bot.service.edits import EditForm
+from bot.service.grants import ChooseScope
 from bot.service.ports import Actor
 from bot.service.replies import RejectForm, Reply, TypeToConfirm
-from bot.slack import blocks, details, explained
+from bot.slack import blocks, details, explained, grant_forms
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import RECEIVED, Listener, actor_of, channel_of, left
 from bot.slack.replies import shown
@@ -40,6 +41,14 @@ CONFIRM_LATE = (
     "This call needs typed confirmation, and its form could not be opened in time (Slack "
     "allows three seconds after a click). Click Approve again."
 )
+SCOPE_FAILED = (
+    "The Always approve form could not be opened (Slack answered `{error}`). Click Always "
+    "approve again."
+)
+SCOPE_LATE = (
+    "The Always approve form could not be opened in time (Slack allows three seconds after a "
+    "click). Click Always approve again."
+)
 # A modal must be opened within three seconds of the click, with the click's trigger id.
 TRIGGER_SECONDS = 2.8
 
@@ -59,6 +68,7 @@ def register(app: AsyncApp, deps: ListenerDeps) -> None:
         app.action(action_id)(review_listener)
     for action_id in (explained.SHOW_ALL, explained.SHOW_CONVERSATION):
         app.action(action_id)(on_details(deps))
+    app.action(grant_forms.GRANT_REVOKE)(on_private_button(deps, "revoke grant", revoke_grant))
     reply_listener = on_private_button(deps, "reply answer", reply_answer)
     for action_id in (blocks.REPLY_REJECT, blocks.REPLY_KEEP):
         app.action(action_id)(reply_listener)
@@ -95,6 +105,10 @@ def on_decision(deps: ListenerDeps) -> Listener:
                 view = blocks.confirm_modal(reply.call, expected=reply.expected, what=reply.what)
                 await open_modal(deps, trigger_id, view, received + TRIGGER_SECONDS, tell,
                                  late=CONFIRM_LATE, failed=CONFIRM_FAILED)  # fmt: skip
+            elif isinstance(reply, ChooseScope):  # nothing decided: ask the grant's scope
+                await open_modal(deps, trigger_id, grant_forms.grant_modal(reply),
+                                 received + TRIGGER_SECONDS, tell, late=SCOPE_LATE,
+                                 failed=SCOPE_FAILED)  # fmt: skip
             elif not reply.ok:
                 tell(shown(reply))
 
@@ -312,6 +326,11 @@ async def reply_answer(deps: ListenerDeps, actor: Actor, reply_id: str, action_i
     """Its author's answer to "does your reply reject the call?"."""
     reject = action_id == blocks.REPLY_REJECT
     return await deps.service.confirm_reply(actor, reply_id, reject=reject)
+
+
+async def revoke_grant(deps: ListenerDeps, actor: Actor, grant_id: str, action_id: str) -> Reply:
+    """Revoke on the App Home: the button carries only the grant's opaque id."""
+    return await deps.service.revoke_grant_id(actor, grant_id)
 
 
 async def cancel(deps: ListenerDeps, actor: Actor, run_id: str, action_id: str) -> Reply:

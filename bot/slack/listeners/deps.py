@@ -17,6 +17,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.service.details import Conversation, WholeCall
 from bot.service.edits import EditErrors, EditForm, Entered
 from bot.service.foreground import Foreground
+from bot.service.grants import ChooseScope, GrantScope
 from bot.service.people import Overview, RunView
 from bot.service.ports import Actor, Notifier
 from bot.service.replies import ConfirmReject, RejectForm, Reply, TypeToConfirm
@@ -54,11 +55,12 @@ class Service(Protocol):
         always: bool,
         reason: str = "",
         typed: str | None = None,
+        scope: GrantScope | None = None,
     ) -> Reply: ...
 
     async def approve(
         self, actor: Actor, approval_id: str, *, always: bool, version: str = ""
-    ) -> Reply | TypeToConfirm: ...
+    ) -> Reply | TypeToConfirm | ChooseScope: ...
 
     async def whole_call(self, actor: Actor, approval_id: str) -> WholeCall | Reply: ...
 
@@ -83,6 +85,8 @@ class Service(Protocol):
     async def list_grants(self, actor: Actor, channel: str) -> Reply: ...
 
     async def revoke_grant(self, actor: Actor, channel: str, sticky: str) -> Reply: ...
+
+    async def revoke_grant_id(self, actor: Actor, grant_id: str) -> Reply: ...
 
     async def thread_reply(
         self, actor: Actor, channel: str, thread_ts: str, text: str, *, ts: str = ""

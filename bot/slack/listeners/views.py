@@ -12,7 +12,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from bot.outage import log_failure
 from bot.service.edits import EditErrors, Entered
 from bot.service.replies import Reply
-from bot.slack import blocks
+from bot.slack import blocks, grant_forms
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import TRY_AGAIN, Listener, actor_of
 from bot.slack.replies import shown
@@ -28,6 +28,59 @@ def register(app: AsyncApp, deps: ListenerDeps) -> None:
     app.view(blocks.REJECT_MODAL)(on_reject_submit(deps))
     app.view(blocks.CONFIRM_MODAL)(on_confirm_submit(deps))
     app.view(blocks.EDIT_MODAL)(on_edit_submit(deps))
+    app.view(grant_forms.GRANT_MODAL)(on_grant_submit(deps))
+
+
+NOT_OFFERED = "Choose one of the lengths the form offers. Nothing was approved."
+
+
+def on_grant_submit(deps: ListenerDeps) -> Listener:
+    """The Always approve form submitted: approve always, with the scope chosen. The choice
+    is judged on the server against the policy in force (a longer time than `grant_max`, or
+    an argument the call does not have, keeps the form open with the reason and decides
+    nothing). Identity from the signed request; the metadata is only the call's opaque id."""
+
+    async def on_grant_submit(
+        ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        actor = actor_of(context, body)
+        try:
+            meta = json.loads(view.get("private_metadata") or "{}")
+            approval_id = str(meta.get("approval_id", ""))
+            channel = str(meta.get("channel") or "")
+            scope = grant_forms.scope_of(view.get("state", {}).get("values", {}))
+        except Exception:
+            log_failure(log, "could not read an Always approve form")
+            await ack(response_action="errors", errors={grant_forms.SCOPE_BLOCK: TRY_AGAIN})
+            return
+        if scope is None:
+            await ack(response_action="errors", errors={grant_forms.SCOPE_BLOCK: NOT_OFFERED})
+            return
+
+        async def approve() -> Reply:
+            try:
+                return await deps.service.decide(
+                    actor, approval_id, approve=True, always=True, scope=scope
+                )
+            except Exception:
+                log_failure(log, "could not apply an Always approve")
+                return Reply(False, TRY_AGAIN)
+
+        async def late(reply: Reply) -> None:
+            if not reply.ok and channel:
+                deps.teller(channel, actor.user_id)(shown(reply))
+
+        reply = await deps.by_deadline("grant form", deps.deadline_of(context), approve(), late)
+        if reply is None:
+            await ack()  # the modal closes; the outcome shows on the card, or is told
+            if channel:
+                deps.teller(channel, actor.user_id)(STILL_WORKING_APPROVAL)
+        elif reply.ok:
+            await ack()
+        else:
+            await ack(response_action="errors", errors={grant_forms.SCOPE_BLOCK: shown(reply)})
+
+    return on_grant_submit
 
 
 def on_confirm_submit(deps: ListenerDeps) -> Listener:
