@@ -20,7 +20,7 @@ from slack_bolt.async_app import AsyncBoltContext
 from bot.service.foreground import Foreground
 from bot.service.ports import Actor
 from bot.service.replies import ConfirmReject, Mention, RejectForm, Reply, Text
-from bot.slack import blocks, explained
+from bot.slack import blocks, explained, grant_forms
 from bot.slack.listeners import actions, commands, events, middleware, views
 from bot.slack.listeners.actions import FORM_FAILED
 from bot.slack.listeners.commands import STILL_WORKING_COMMAND
@@ -128,7 +128,9 @@ class FakeService:
             "decide", actor, approval_id, approve=approve, always=always, reason=reason, **extra
         )
 
-    async def approve(self, actor: Actor, approval_id: str, *, always: bool) -> Any:
+    async def approve(
+        self, actor: Actor, approval_id: str, *, always: bool, version: str = ""
+    ) -> Any:
         return await self._call("approve", actor, approval_id, always=always)
 
     async def resolve_review(self, actor: Actor, review_id: str, *, action: str) -> Reply:
@@ -147,7 +149,7 @@ class FakeService:
         return await self._call("overview", actor, channel)
 
     async def thread_reply(
-        self, actor: Actor, channel: str, thread_ts: str, text: str
+        self, actor: Actor, channel: str, thread_ts: str, text: str, *, ts: str = ""
     ) -> Reply | ConfirmReject | None:
         return await self._call("thread_reply", actor, channel, thread_ts, text)
 
@@ -331,6 +333,8 @@ def test_register_attaches_one_listener_to_every_command_action_view_and_event(r
         ("view", blocks.CONFIRM_MODAL),
         ("action", blocks.EDIT),
         ("view", blocks.EDIT_MODAL),
+        ("action", grant_forms.GRANT_REVOKE),
+        ("view", grant_forms.GRANT_MODAL),
         ("event", "app_home_opened"),
         ("event", "message"),
     }
