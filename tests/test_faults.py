@@ -242,8 +242,10 @@ async def test_two_workers_compete_and_every_tool_runs_once(
                     for u in ("U2", "U3")
                 )
             )
+            # This proves exactly-once, not latency: on a loaded CI machine the outputs came after
+            # 60 s (the output-latency finding of issue 17, still open), so the wait is long.
             await wait_until(
-                lambda: len(outputs(slack)) == len(paths), timeout=60, what="all runs to finish"
+                lambda: len(outputs(slack)) == len(paths), timeout=150, what="all runs to finish"
             )
         finally:
             for worker in workers:
