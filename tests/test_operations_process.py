@@ -196,7 +196,10 @@ async def test_a_worker_whose_metrics_port_is_taken_says_so_and_keeps_working(
     try:
         await wait_ready(first, base)
         second = spawn(["worker", "--metrics-port", str(port)], env, logs)
-        await wait_until(lambda: "Going on without /metrics" in read(logs), what="the warning")
+        # A worker's start imports the SDK (seconds of CPU on a loaded machine).
+        await wait_until(
+            lambda: "Going on without /metrics" in read(logs), timeout=40, what="the warning"
+        )
         assert second.poll() is None
         await terminate(second, within=30)
         await terminate(first, within=30)
