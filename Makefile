@@ -36,8 +36,9 @@ typecheck: install
 	$(BIN)/mypy benchmarks
 
 # The tests mostly wait (on Redis, the Slack stand-in, bot processes): more workers than cores
-# pays (2 cores: -n 4). Each worker starts its own redis-server. The slowest are printed.
-PYTEST_WORKERS ?= 4
+# pays (2 cores: -n 3; -n 4 made timing tests time out on a loaded machine). Each worker
+# starts its own redis-server. The slowest are printed.
+PYTEST_WORKERS ?= 3
 
 unit: install
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=15
