@@ -22,6 +22,7 @@ import redis.exceptions
 
 from bot import metrics
 from bot.errors import cause_of
+from bot.stopping import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +102,7 @@ class Outage:
         """The runtime is closing its client: no more probing; an outage in progress is
         forgotten (the next runtime in this process starts with Redis taken as up)."""
         if self._probe is not None:
-            self._probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._probe
+            await cancel_and_wait(self._probe)
             self._probe = None
         self._ping = None
         self.since = None

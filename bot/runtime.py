@@ -5,7 +5,6 @@ and serves them over HTTP (`/slack/events`, `/metrics`, `/healthz`, `/readyz`) o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from bot.slack.intake import Refusal, admit, bolt_request
 from bot.slack.notifier import SlackNotifier
 from bot.slack.projector import Projector
 from bot.slack.webapi import Pacer, build_client
+from bot.stopping import cancel_and_wait
 from bot.store.admission import AdmissionStore, Quota
 from bot.store.audit import AuditLog
 from bot.store.connection import EmbeddedRedis, open_redis
@@ -341,10 +341,7 @@ class BotRuntime:
 
 
 async def _cancel(task: asyncio.Task[None] | None) -> None:
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    await cancel_and_wait(task)
 
 
 def settle_heap() -> None:

@@ -15,6 +15,7 @@ from logging import WARNING
 
 from bot.outage import log_failure
 from bot.service.approvals import ApprovalService
+from bot.stopping import cancel_and_wait
 from bot.store.queue import Job, JobQueue
 
 log = logging.getLogger(__name__)
@@ -92,9 +93,7 @@ class Worker:
                           job.kind, job.run_id)  # fmt: skip
             return
         finally:
-            renew.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renew
+            await cancel_and_wait(renew)
         try:
             if not await self.queue.ack(self.consumer, job):
                 log.warning("job %s was taken over by another worker; not acknowledged here",

@@ -14,7 +14,6 @@ Per key (a team's groups, a channel's members):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -25,6 +24,7 @@ from typing import Generic, TypeVar
 from slack_sdk.errors import SlackApiError
 
 from bot.service.ports import GroupLookupError
+from bot.stopping import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +95,8 @@ class CachedLookup(Generic[K, V]):
 
     async def close(self) -> None:
         """Stop the lookups still in flight (on shutdown)."""
-        tasks = list(self._inflight.values())
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for task in list(self._inflight.values()):
+            await cancel_and_wait(task)
 
     def _known(self, key: K, *, refresh: bool) -> V | None:
         """The answer to give without waiting (refreshed in the background when stale);

@@ -45,6 +45,7 @@ from bot.slack import blocks
 from bot.slack.overview import notice_message
 from bot.slack.text import quote
 from bot.slack.webapi import Later, Pacer, Refused, classify
+from bot.stopping import cancel_and_wait
 from bot.store import keys
 from bot.store.grants import GrantStore
 from bot.store.outbox import Claim, Mark, Shown
@@ -216,9 +217,7 @@ class Projector:
             log_failure(log, "could not project run %s; retrying", claim.run_id)
         finally:
             self._fences.pop(claim.run_id, None)
-            renewing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewing
+            await cancel_and_wait(renewing)
         with contextlib.suppress(Exception):
             await self.outbox.release(held["claim"], next_due)
         self.outbox.woken.set()  # a change that came during delivery left the run due now
