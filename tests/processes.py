@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,14 +13,34 @@ import aiohttp
 
 from bot.testing.harness import BOT_TOKEN, SIGNING_SECRET, fast_environment, wait_until
 from bot.testing.slack_api import FakeSlackAPI
+from tests.forkserver import ForkedProcess, fork_bot
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# Ports for the bots these tests start: below the kernel's ephemeral range (32768 and up), where
+# every outgoing connection takes its local port (CI saw a bot fail to bind a port the kernel had
+# handed out as "free", then given to a connection), and a block of them per pytest-xdist worker,
+# so two workers never pick the same one.
+PORTS_FROM, PORTS_PER_WORKER = 20_000, 1_500
+_next_port = 0
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port nothing listens on, that no other test worker will pick."""
+    global _next_port
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    base = PORTS_FROM + (int(worker) if worker.isdigit() else 0) % 8 * PORTS_PER_WORKER
+    for _ in range(PORTS_PER_WORKER):
+        port = base + _next_port
+        _next_port = (_next_port + 1) % PORTS_PER_WORKER
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port in {base}..{base + PORTS_PER_WORKER}")
 
 
 def bot_env(slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -49,26 +67,20 @@ def bot_env(slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, **extra: str
     return env
 
 
-def start_process(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """`python -m bot ...` in the test's own directory (never the repo, where a .env may be)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "bot", *args],
-        cwd=env.get("TEST_HOME", ROOT),
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
+def start_process(args: list[str], env: dict[str, str]) -> ForkedProcess:
+    """`python -m bot ...` in the test's own directory (never the repo, where a .env may be),
+    forked from the test fork server (see `tests.forkserver`)."""
+    return fork_bot(args, env=env, cwd=env.get("TEST_HOME", ROOT))
 
 
-def stop_process(process: subprocess.Popen[bytes]) -> None:
+def stop_process(process: ForkedProcess) -> None:
     if process.poll() is None:
         process.kill()
     process.wait(timeout=30)
 
 
 @asynccontextmanager
-async def running_bot(
-    env: dict[str, str], port: int, *extra: str
-) -> AsyncIterator[subprocess.Popen[bytes]]:
+async def running_bot(env: dict[str, str], port: int, *extra: str) -> AsyncIterator[ForkedProcess]:
     """`approval-bot serve --http` on `port`, healthy before the block runs."""
     process = start_process(
         ["serve", "--http", "--host", "127.0.0.1", "--port", str(port), *extra], env

@@ -11,8 +11,6 @@ import asyncio
 import json
 import logging
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from bot.testing.cluster import redis_for
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent, tool_outputs
+from tests.forkserver import run_bot
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -454,11 +453,7 @@ async def test_audit_export_as_jsonl_and_csv(redis_url: str, tmp_path: Path) -> 
     env.update(REDIS_URL=redis_url, PYTHONPATH=str(ROOT))
 
     def export(*args: str) -> str:
-        result = subprocess.run(
-            [sys.executable, "-m", "bot", "audit", *args],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
-        return result.stdout
+        return run_bot(["audit", *args], env=env, cwd=tmp_path, check=True).stdout
 
     lines = [json.loads(line) for line in export("--since", "1h").splitlines()]
     assert [e["kind"] for e in lines] == [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from bot.service.ports import Actor
 from bot.slack.groups import SlackGroups
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import POLICY
+from tests.forkserver import run_bot
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,10 +34,7 @@ def base_env(tmp_path: Path, policy: str | None, **env: str) -> dict[str, str]:
 
 def check(tmp_path: Path, policy: str | None, **env: str) -> subprocess.CompletedProcess[str]:
     base = base_env(tmp_path, policy, **env)
-    return subprocess.run(
-        [sys.executable, "-m", "bot", "check"],
-        cwd=tmp_path, env=base, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    return run_bot(["check"], env=base, cwd=tmp_path)
 
 
 def test_check_passes_a_good_configuration(tmp_path: Path) -> None:
@@ -189,10 +186,7 @@ def test_agents_with_their_own_models_need_no_openai_key(tmp_path: Path) -> None
 def test_serve_and_worker_answer_with_the_same_list(tmp_path: Path, command: list[str]) -> None:
     env = base_env(tmp_path, POLICY, SLACK_BOT_TOKEN="xoxb-your-bot-token",
                    REDIS_URL="redis://127.0.0.1:1/0", APPROVAL_BOT_MAX_TURNS="x")  # fmt: skip
-    result = subprocess.run(
-        [sys.executable, "-m", "bot", *command],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    result = run_bot(command, env=env, cwd=tmp_path)
     assert result.returncode == 1
     err = result.stderr
     assert "cannot start" in err and "Traceback" not in err

@@ -13,8 +13,6 @@ import json
 import logging
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -39,6 +37,7 @@ from tests.agents_for_tests import (
     ops_agent,
     tool_outputs,
 )
+from tests.forkserver import run_bot
 from tests.processes import ROOT
 from tests.test_security import audited, call_status
 
@@ -391,14 +390,9 @@ async def test_audit_csv_neutralises_formulas_and_times_are_iso_utc(
     env.update(REDIS_URL=redis_url, PYTHONPATH=str(ROOT))
 
     def export(fmt: str) -> str:
-        return subprocess.run(
-            [sys.executable, "-m", "bot", "audit", "--since", "1h", "--format", fmt],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            timeout=60,
-            check=True,
-        ).stdout.decode()  # fmt: skip (bytes: a CR inside a cell must stay a CR)
+        # (The output as written: a CR inside a cell must stay a CR.)
+        return run_bot(["audit", "--since", "1h", "--format", fmt], env=env, cwd=tmp_path,
+                       check=True).stdout  # fmt: skip
 
     rows = list(csv.DictReader(io.StringIO(export("csv"), newline="")))
     cells = [value for row in rows for value in row.values() if value]

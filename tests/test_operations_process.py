@@ -7,7 +7,6 @@ import asyncio
 import json
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -21,6 +20,7 @@ from bot.store.connection import EmbeddedRedis
 from bot.testing.harness import BOT_TOKEN, SIGNING_SECRET, wait_until
 from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI
+from tests.forkserver import ForkedProcess, fork_bot
 from tests.processes import ROOT, bot_env, free_port, ledger, running_bot, stop_process
 from tests.test_operations import METRICS
 
@@ -31,12 +31,9 @@ def logs(tmp_path: Path) -> Iterator[Path]:
     yield path
 
 
-def spawn(args: list[str], env: dict[str, str], stderr: Path) -> subprocess.Popen[bytes]:
+def spawn(args: list[str], env: dict[str, str], stderr: Path) -> ForkedProcess:
     with stderr.open("ab") as sink:
-        return subprocess.Popen(
-            [sys.executable, "-m", "bot", *args],
-            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stderr=sink,
-        )  # fmt: skip
+        return fork_bot(args, env=env, cwd=ROOT, stderr=sink.fileno())
 
 
 def read(path: Path) -> str:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from bot.config import ENV_FILE_VARIABLE
 from bot.slack.blocks import permalink, use_slack_api
-from bot.testing.harness import BotHarness
+from bot.testing.harness import BotHarness, wait_until
 from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+from tests.forkserver import run_bot
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,9 +44,12 @@ async def test_approval_cards_link_to_the_run_on_the_slack_in_use(redis_url: str
             run = bot.run_message()
             link = f"{host}/archives/C1/p{run.ts.replace('.', '')}"
             assert f"<{link}|run thread>" in approval.all_text()
-            # The run message links the cards it waits for.
-            waiting = bot.run_message().all_text()
-            assert f"{host}/archives/C1/p{approval.ts.replace('.', '')}" in waiting
+            # The run message links the cards it waits for (updated once the card's ts is known).
+            card_link = f"{host}/archives/C1/p{approval.ts.replace('.', '')}"
+            waiting = await wait_until(
+                lambda: (text := bot.run_message().all_text()) and card_link in text and text,
+                what="the run message to link the card",
+            )
             assert "https://slack.com" not in approval.all_text() + waiting
     finally:
         use_slack_api("https://slack.com/api/")
@@ -57,10 +61,7 @@ def run_cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[st
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "REDIS"))}
     base = {k: v for k, v in base.items() if k == ENV_FILE_VARIABLE or "APPROVAL_BOT_" not in k}
     base.update(PYTHONPATH=str(ROOT), **env)
-    return subprocess.run(
-        [sys.executable, "-m", "bot", *args],
-        cwd=cwd, env=base, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    return run_bot(list(args), env=base, cwd=cwd)
 
 
 def test_tests_never_read_a_dotenv_file(tmp_path: Path) -> None:

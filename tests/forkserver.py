@@ -1,0 +1,294 @@
+"""Bot processes for tests, forked from a process that has already imported the bot.
+
+A fresh `python -m bot ...` spends 4-5 CPU-seconds importing the Agents SDK, openai, Bolt and
+the rest before it does anything; the suite starts some eighty of them, which on a two-core
+CI machine was about half of all the CPU the tests used. So each pytest worker starts one fork
+server (once, lazily): a single-threaded process that imports the bot's modules and then, for
+each request, forks a child that becomes `python -m bot <args>` in the given directory with the
+given environment and standard streams. The child is a real, separate process of the real CLI
+(its own pid, signals, exit code, files); only the imports are shared, copy-on-write.
+
+What a fresh interpreter would do differently is made the same in the child: the environment is
+replaced, `sys.path` starts with the working directory and the environment's PYTHONPATH (as
+`python -m` sets it), import caches are dropped (tests write modules), `random` is reseeded.
+Nothing read from the environment at import time is preloaded (`bot.examples` is not).
+
+The server is the child's parent, so it reaps it and sends its exit status back over the
+request's connection; `ForkedProcess` is the `subprocess.Popen` subset the tests use. Tests of
+how the bot starts from a shell (`python -m bot`, the console script) still run it for real.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import io
+import json
+import os
+import random
+import select
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PRELOAD = ("bot.cli", "bot.runtime", "bot.checks", "bot.sandbox.server", "bot.store.connection")
+_HEADER = struct.Struct("!I")
+
+
+# The server ------------------------------------------------------------------------------------
+
+
+def _recv_exact(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+
+
+def _child(request: dict[str, Any], fds: list[int], base_path: list[str]) -> None:
+    """In the forked child: become `python -m bot <args>`; never returns."""
+    code = 1
+    try:
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[:] = [request["cwd"], *extra, *base_path]
+        importlib.invalidate_caches()
+        random.seed()
+        if request["env"].get("PYTHONUNBUFFERED"):
+            for stream in (sys.stdout, sys.stderr):
+                if isinstance(stream, io.TextIOWrapper):
+                    stream.reconfigure(line_buffering=True)
+        sys.argv = [str(ROOT / "bot" / "__main__.py"), *request["args"]]
+        from bot.cli import main
+
+        try:
+            code = main(list(request["args"]))
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+            if not isinstance(exit_.code, int | None):
+                print(exit_.code, file=sys.stderr)
+    except BaseException:  # whatever it is, the test reads it on stderr
+        traceback.print_exc()
+        code = 1
+    finally:
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()  # what the interpreter's exit would run (logging's flush)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code if isinstance(code, int) else 1)
+
+
+def serve(address: str) -> None:
+    """Import the bot, then fork a child per request until the parent goes away."""
+    for name in PRELOAD:
+        importlib.import_module(name)
+    base_path = [p for p in sys.path[1:] if p != str(ROOT)]
+    parent = os.getppid()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(64)
+    print("ready", flush=True)
+    children: dict[int, socket.socket] = {}
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    while os.getppid() == parent:
+        for _key, _ in selector.select(timeout=0.02):
+            conn, _ = listener.accept()
+            try:
+                head, fds, _flags, _addr = socket.recv_fds(conn, _HEADER.size, 3)
+                head += _recv_exact(conn, _HEADER.size - len(head))
+                request = json.loads(_recv_exact(conn, _HEADER.unpack(head)[0]))
+            except Exception:  # a client that went away
+                conn.close()
+                continue
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                selector.close()
+                listener.close()
+                for other in children.values():
+                    other.close()
+                conn.close()
+                _child(request, fds, base_path)
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(f"pid {pid}\n".encode())
+            children[pid] = conn
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            conn = children.pop(pid, None)
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
+                conn.close()
+
+
+# The client ------------------------------------------------------------------------------------
+
+
+class _Server:
+    """This pytest worker's fork server, started on first use."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.address = ""
+
+    def ensure(self) -> str:
+        with self.lock:
+            if self.process is not None and self.process.poll() is None:
+                return self.address
+            directory = tempfile.mkdtemp(prefix="bot-forkserver-")
+            self.address = os.path.join(directory, "socket")
+            env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+            env["PYTHONPATH"] = str(ROOT)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tests.forkserver", self.address],
+                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            )  # fmt: skip
+            assert self.process.stdout is not None
+            if self.process.stdout.readline().strip() != b"ready":
+                raise RuntimeError("the test fork server did not start (see stderr)")
+            atexit.register(self.stop)
+            return self.address
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+_SERVER = _Server()
+
+
+class ForkedProcess:
+    """The part of `subprocess.Popen`'s interface the tests use, for a forked bot."""
+
+    def __init__(self, args: list[str], conn: socket.socket, pid: int) -> None:
+        self.args = args
+        self.pid = pid
+        self.returncode: int | None = None
+        self._conn = conn
+        self._buffer = b""
+
+    def _read_exit(self, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._conn], [], [], left)
+            if not ready:
+                return
+            chunk = self._conn.recv(256)
+            if not chunk:  # the server went away without a status
+                self.returncode = -signal.SIGKILL
+                break
+            self._buffer += chunk
+            if b"\n" in self._buffer:
+                line = self._buffer.split(b"\n", 1)[0].decode()
+                self.returncode = int(line.split()[1])
+        self._conn.close()
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._read_exit(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._read_exit(timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def fork_bot(
+    args: list[str], *, env: dict[str, str], cwd: Path | str, stdout: int | None = None,
+    stderr: int | None = None,
+) -> ForkedProcess:  # fmt: skip
+    """`python -m bot <args>` in `cwd` with exactly `env`; stdin is /dev/null, stdout and
+    stderr are the given file descriptors (this process's own by default)."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(_SERVER.ensure())
+    payload = json.dumps({"args": list(args), "env": dict(env), "cwd": str(cwd)}).encode()
+    with open(os.devnull, "rb") as devnull:
+        fds = [devnull.fileno(), sys.stdout.fileno() if stdout is None else stdout,
+               sys.stderr.fileno() if stderr is None else stderr]  # fmt: skip
+        socket.send_fds(conn, [_HEADER.pack(len(payload))], fds)
+    conn.sendall(payload)
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = conn.recv(1)
+        if not chunk:
+            raise RuntimeError("the test fork server closed the connection")
+        line += chunk
+    return ForkedProcess(list(args), conn, int(line.split()[1]))
+
+
+def run_bot(
+    args: list[str],
+    *,
+    env: dict[str, str],
+    cwd: Path | str,
+    timeout: float = 60,
+    check: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """Like `subprocess.run([python, -m, bot, *args], capture_output=True, text=True)`, but the
+    output as written (no newline translation: a CR stays a CR)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = fork_bot(args, env=env, cwd=cwd, stdout=out.fileno(), stderr=err.fileno())
+        try:
+            code = process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+            raise
+        out.seek(0)
+        err.seek(0)
+        result = subprocess.CompletedProcess(
+            [sys.executable, "-m", "bot", *args], code,
+            out.read().decode(errors="replace"), err.read().decode(errors="replace"),
+        )  # fmt: skip
+        if check:
+            result.check_returncode()
+        return result
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
