@@ -9,6 +9,7 @@ import time
 import redis.asyncio as aioredis
 
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE, REJECT
+from bot.slack.listeners.shared import STILL_WORKING
 from bot.store import keys
 from bot.testing.harness import BotHarness, status_line, wait_until
 from tests.agents_for_tests import (
@@ -229,7 +230,11 @@ async def test_a_hundred_concurrent_clicks_run_the_tool_once(redis_url: str) -> 
         ]
         assert len(updates) == 1
         told = bot.slack_api.ephemeral_to("U2") + bot.slack_api.ephemeral_to("U3")
-        assert len(told) == 99 and all("already approved" in t for t in told)
+        # One refusal per click that lost; a click whose answer took past the ack deadline (a
+        # loaded machine, a hundred at once) is first told it is still being worked on.
+        refused = [t for t in told if "already approved" in t]
+        assert len(refused) == 99, told
+        assert all(t == STILL_WORKING for t in told if t not in refused), told
         audit = await audited(bot)
         assert len(audit["decided"]) == 1 and len(audit["refused"]) == 99
     assert ledger.names() == ["delete_logs"]
