@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 ROOTS = ("args", "command", "path", "operation")
+# Not a root a `when:` path may name: when the call was requested (Unix seconds), which the
+# rules' `during:` read (the same instant each time the call is judged again).
+REQUESTED_AT = "requested_at"
 """The subject's roots; only `args` has parts below it."""
 
 SUBJECT_LIMIT = 32_000

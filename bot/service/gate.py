@@ -10,7 +10,7 @@ from typing import Any
 from bot.engine.questions import QUESTION_KIND
 from bot.service.answerers import question_rule
 from bot.service.authorize import Authorizer
-from bot.service.conditions import decode_subject, encode_subject, subject_of
+from bot.service.conditions import REQUESTED_AT, decode_subject, encode_subject, subject_of
 from bot.service.policy import CallRule, Policy, Verdict
 from bot.service.policy_source import PolicySource
 from bot.service.ports import Actor
@@ -80,11 +80,14 @@ def rule_for(policy: Policy, run: RunRecord, call: CallRecord) -> CallRule | Non
 
 
 def subject_of_call(call: CallRecord) -> dict[str, Any]:
-    """What the policy's conditions read of a stored call: its kept subject, or (when none was
-    kept, as it was the same) what its stored arguments give."""
-    if call.subject:
-        return decode_subject(call.subject)
-    return subject_of(call.kind, call.arguments)
+    """What the policy's rules read of a stored call: its kept subject, or (when none was kept,
+    as it was the same) what its stored arguments give; and when it was requested (`during:`
+    rules: the same instant however often the call is judged)."""
+    kept = call.subject
+    subject = decode_subject(kept) if kept else subject_of(call.kind, call.arguments)
+    if call.paused_at:
+        subject[REQUESTED_AT] = call.paused_at
+    return subject
 
 
 def keep_subject(call: CallRecord, subject: dict[str, Any]) -> None:

@@ -33,7 +33,8 @@ from pydantic import (
 
 from bot.engine.questions import TOOL_NAME as QUESTION_TOOL
 from bot.errors import ApprovalBotError
-from bot.service.conditions import Condition, check_path, parse_condition
+from bot.service.conditions import REQUESTED_AT, Condition, check_path, parse_condition
+from bot.service.during import During
 from bot.service.policy_lines import line_of, nodes_of
 from bot.service.replies import Text
 
@@ -147,6 +148,8 @@ class ToolRule(Timers):
     agent: str | None = None  # glob on the agent name
     channel: ChannelId | None = None
     when: dict[ArgumentPath, ConditionSpec] | None = Field(default=None, min_length=1)
+    # When the call was requested (the rule's clock and days): e.g. nights to the on-call.
+    during: During | None = None
     approvers: list[Principal] | None = Field(default=None, min_length=1)
     required_approvals: int = Field(default=1, ge=1, le=20)
     allow_self_approval: bool | None = None
@@ -183,6 +186,8 @@ class ToolRule(Timers):
         if self.agent is not None and not fnmatch.fnmatchcase(agent, self.agent):
             return False
         if self.channel is not None and self.channel != channel:
+            return False
+        if self.during is not None and not self.during.holds(subject.get(REQUESTED_AT)):
             return False
         return all(condition.holds(subject) for condition in self._conditions)
 

@@ -26,7 +26,7 @@ from bot.engine.runner import (
 from bot.outage import log_failure
 from bot.service.answerers import question_rule
 from bot.service.audit import AuditKind
-from bot.service.conditions import subject_of
+from bot.service.conditions import REQUESTED_AT, subject_of
 from bot.service.core import ServiceCore
 from bot.service.details import context_of
 from bot.service.digest import digest_of
@@ -232,9 +232,11 @@ class Runs:
         """A pending call, with what the policy says about it and the digest that binds it."""
         policy = self.core.policies.current().policy
         subject = subject_of(approval.kind, approval.arguments, approval.facts)
+        paused_at = float(now())
         rule = policy.rule_for(
-            channel=run.channel_id, agent=approval.agent, tool=approval.tool, subject=subject
-        )
+            channel=run.channel_id, agent=approval.agent, tool=approval.tool,
+            subject={**subject, REQUESTED_AT: paused_at},
+        )  # fmt: skip
         if rule is not None and approval.kind == QUESTION_KIND:
             rule = question_rule(rule, run.user_id)
         approval_id = keys.new_approval_id(run.run_id)
@@ -253,7 +255,7 @@ class Runs:
             arguments_sha=arguments_sha(approval.arguments) if cut else "",
             channel_id=run.channel_id,
             policy_version=version,
-            paused_at=float(now()),
+            paused_at=paused_at,
         )
         keep_subject(call, subject)
         if rule is None:  # the channel left the policy while the run was going: fail closed
