@@ -338,10 +338,6 @@ tools:
   - match: other
     reason: no auto here
 """
-    result = check(tmp_path, policy, SLACK_BOT_TOKEN="xoxb-real-value", SLACK_SIGNING_SECRET="s",
-                   OPENAI_API_KEY="sk-test")  # fmt: skip
-    assert result.returncode == 1
-    where = str(tmp_path / "policy.yml")
     expected = {
         7: "tools.0.when.args.env: 're:prod-(' is not a valid regular expression",
         8: "tools.0.when.args.replicas: '> ten' compares with 'ten', which is not a number",
@@ -351,9 +347,19 @@ tools:
         15: "tools.2.confirm_value: 'args..database' is not an argument path",
         16: "tools.3: reason: only with auto",
     }
+    stderr = check_names(tmp_path, policy, expected)
+    assert f"{len(expected)} problem(s) found" in stderr
+
+
+def check_names(tmp_path: Path, policy: str, expected: dict[int, str]) -> str:
+    """`approval-bot check` of `policy` fails naming each line's problem; its stderr."""
+    result = check(tmp_path, policy, SLACK_BOT_TOKEN="xoxb-real-value", SLACK_SIGNING_SECRET="s",
+                   OPENAI_API_KEY="sk-test")  # fmt: skip
+    assert result.returncode == 1
+    where = str(tmp_path / "policy.yml")
     for line, message in expected.items():
         assert f"{where}:{line}: {message}" in result.stderr, (line, result.stderr)
-    assert f"{len(expected)} problem(s) found" in result.stderr
+    return result.stderr
 
 
 async def test_shell_and_patch_calls_expose_command_path_and_operation(redis_url: str) -> None:
