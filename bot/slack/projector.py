@@ -253,10 +253,22 @@ class Projector:
             waits[target] = await self._attempt(run, target, marks[target], shown, read)
 
         posts = [t for t in ordered if t not in updates]
+        # The run message links its pending cards: an update of it waits for this pass's new
+        # cards (their ts), or it would go out without their links.
+        if any(keys.target_kind(t) == "card" for t in posts):
+            later = [t for t in updates if keys.target_kind(t) == "run"]
+            updates = [t for t in updates if t not in later]
+        else:
+            later = []
+
+        async def posts_then_run() -> None:
+            await in_order(posts)
+            await in_order(later)
+
         failed = [
             r
             for r in await asyncio.gather(
-                in_order(posts), *(alone(t) for t in updates), return_exceptions=True
+                posts_then_run(), *(alone(t) for t in updates), return_exceptions=True
             )
             if isinstance(r, BaseException)
         ]

@@ -205,19 +205,10 @@ class Calls:
         return bool(reply)
 
     async def set_call_message(self, approval_id: str, channel: str, ts: str) -> None:
-        """A card is in Slack at `ts`: indexed for its thread's replies, and its run message
-        marked, as that message links its pending cards (an update of it that went out in
-        the same pass as the card's post had no ts to link yet; a render that does not change
-        costs no Web API call)."""
-        run_id = keys.run_of(approval_id)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(keys.call_key(approval_id), mapping={"channel_id": channel, "message_ts": ts})
             pipe.set(keys.message_key(channel, ts), approval_id, ex=self.retention)
-            if run_id is not None:
-                mark(pipe, run_id, "run", self.retention)
             await pipe.execute()
-        if run_id is not None:
-            await self.outbox.schedule(run_id)
 
     async def approval_for_message(self, channel: str, ts: str) -> str | None:
         value = await self.redis.get(keys.message_key(channel, ts))
