@@ -48,16 +48,23 @@ unit: install
 test: install
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck unit
 
-## The cost of a decision against a bare Bolt app and the SDK's own resume, then queue throughput.
+## The cost of a decision against a bare Bolt app and the SDK's own resume, queue throughput,
+## then 3 replicas + 2 workers on a Redis Cluster within Slack's limits (200 clicks at once),
+## then follow-ups in a run's thread (reply -> first streamed words, Slack calls per turn).
 bench: install
 	$(BIN)/python -m benchmarks.decisions
 	$(BIN)/python -m benchmarks.queue_throughput
+	$(BIN)/python -m benchmarks.scale_out
+	$(BIN)/python -m benchmarks.follow_ups
 
-## Longer figures: pacing of 50 posts in one channel, Redis for a 40,000-character task, and how
-## a three-node Redis Cluster carries the data and the commands.
+## Longer figures: pacing of 50 posts in one channel, Redis for a 40,000-character task, how
+## a three-node Redis Cluster carries the data and the commands, and what waiting for a
+## replica (APPROVAL_BOT_REDIS_WAIT_REPLICAS) costs, and what serving many workspaces costs.
 bench-more: install
 	$(BIN)/python -m benchmarks.approval_loop
 	$(BIN)/python -m benchmarks.cluster
+	$(BIN)/python -m benchmarks.failover
+	$(BIN)/python -m benchmarks.workspaces
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import zlib
 from typing import Any
 
@@ -50,7 +51,12 @@ class OneCallModel(Model):
 
 @function_tool(needs_approval=True)
 def deploy(target: str) -> str:
-    """Deploy a target."""
+    """Deploy a target (with $BENCH_LEDGER set, a line per execution is appended to that file:
+    the scale-out benchmark counts lost and doubled executions from it)."""
+    ledger = os.environ.get("BENCH_LEDGER")
+    if ledger:
+        with open(ledger, "a", encoding="utf-8") as out:  # one short append: atomic
+            out.write(target + "\n")
     return f"deployed {target}"
 
 

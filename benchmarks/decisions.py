@@ -81,6 +81,15 @@ PROSE = (
     "test from yesterday failed again rotate the credentials then open an incident with "
     "the storage team and summarise what you changed for the on call engineer"
 )
+# One person starts every run of a benchmark: no start limits.
+NO_START_LIMITS = {
+    name: "0"
+    for name in (
+        "APPROVAL_BOT_USER_STARTS_PER_MINUTE", "APPROVAL_BOT_USER_START_BURST",
+        "APPROVAL_BOT_CHANNEL_STARTS_PER_MINUTE", "APPROVAL_BOT_CHANNEL_START_BURST",
+        "APPROVAL_BOT_USER_OPEN_RUNS", "APPROVAL_BOT_CHANNEL_OPEN_RUNS",
+    )
+}  # fmt: skip
 REALISTIC_TASK = PROSE[:150]  # its call's arguments: the first 100 characters (see the model)
 
 
@@ -101,7 +110,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def click_body(approval_id: str, user: str = "U2") -> tuple[bytes, dict[str, str]]:
+def click_body(
+    approval_id: str, user: str = "U2", channel: str = CHANNEL
+) -> tuple[bytes, dict[str, str]]:
     payload = {
         "type": "block_actions",
         "team": {"id": "T0TEST", "domain": "example"},
@@ -109,8 +120,8 @@ def click_body(approval_id: str, user: str = "U2") -> tuple[bytes, dict[str, str
         "api_app_id": "A0TEST",
         "token": "unused",
         "trigger_id": secrets.token_hex(8),
-        "container": {"type": "message", "message_ts": "", "channel_id": CHANNEL},
-        "channel": {"id": CHANNEL, "name": "ops"},
+        "container": {"type": "message", "message_ts": "", "channel_id": channel},
+        "channel": {"id": channel, "name": "ops"},
         "message": {"ts": "", "text": ""},
         "response_url": "https://hooks.slack.invalid/actions/1",
         "actions": [
@@ -124,6 +135,23 @@ def click_body(approval_id: str, user: str = "U2") -> tuple[bytes, dict[str, str
         ],
     }
     body = urlencode({"payload": json.dumps(payload)}).encode()
+    headers = {
+        "Content-Type": "application/x-www-form-urlencoded",
+        **signature_headers(body, SIGNING_SECRET),
+    }
+    return body, headers
+
+
+def command_body(text: str, channel: str = CHANNEL) -> tuple[bytes, dict[str, str]]:
+    """A signed `/agent <text>` slash command from U1 in `channel`."""
+    fields = {
+        "token": "unused", "team_id": "T0TEST", "team_domain": "example",
+        "channel_id": channel, "channel_name": channel.lower(), "user_id": "U1",
+        "user_name": "u1", "command": "/agent", "text": text,
+        "api_app_id": "A0TEST", "trigger_id": secrets.token_hex(8),
+        "response_url": "https://hooks.slack.invalid/commands/1",
+    }  # fmt: skip
+    body = urlencode(fields).encode()
     headers = {
         "Content-Type": "application/x-www-form-urlencoded",
         **signature_headers(body, SIGNING_SECRET),
@@ -350,13 +378,7 @@ class Bot:
             "APPROVAL_BOT_POLICY": str(policy),
             "APPROVAL_BOT_METRICS_PORT": "0",
             "OPENAI_API_KEY": "unused",
-            # one person starts every run: no start limits; Slack's pacing off
-            "APPROVAL_BOT_USER_STARTS_PER_MINUTE": "0",
-            "APPROVAL_BOT_USER_START_BURST": "0",
-            "APPROVAL_BOT_CHANNEL_STARTS_PER_MINUTE": "0",
-            "APPROVAL_BOT_CHANNEL_START_BURST": "0",
-            "APPROVAL_BOT_USER_OPEN_RUNS": "0",
-            "APPROVAL_BOT_CHANNEL_OPEN_RUNS": "0",
+            **NO_START_LIMITS,  # one person starts every run; Slack's pacing off
             "APPROVAL_BOT_SLACK_POSTS_PER_SECOND": "100000",
             "APPROVAL_BOT_SLACK_UPDATES_PER_MINUTE": "6000000",
             # the requester's message (its own Web API calls and a projector pass per run)
@@ -453,18 +475,7 @@ class Bot:
             sent = asyncio.Semaphore(16)
 
             async def command(i: int) -> None:
-                fields = {
-                    "token": "unused", "team_id": "T0TEST", "team_domain": "example",
-                    "channel_id": CHANNEL, "channel_name": "ops", "user_id": "U1",
-                    "user_name": "u1", "command": "/agent", "text": task(i),
-                    "api_app_id": "A0TEST", "trigger_id": secrets.token_hex(8),
-                    "response_url": "https://hooks.slack.invalid/commands/1",
-                }  # fmt: skip
-                body = urlencode(fields).encode()
-                headers = {
-                    "Content-Type": "application/x-www-form-urlencoded",
-                    **signature_headers(body, SIGNING_SECRET),
-                }
+                body, headers = command_body(task(i))
                 async with sent, session.post(self.url, data=body, headers=headers) as response:
                     assert response.status == 200, await response.text()
 

@@ -2,6 +2,7 @@
 CPU is its own and the load generator's loop is not the one serving them.
 
     python -m benchmarks.peers standin            # the Slack Web API stand-in; prints its URL
+    python -m benchmarks.peers standin SCALE      # ... enforcing Slack's limits, SCALE times
     python -m benchmarks.peers bare PORT API_URL  # a bare Bolt app that only acks clicks
 
 The stand-in answers one extra method, `bench.result` (`run_id`): it returns, once the run's
@@ -9,7 +10,9 @@ final output has been posted, when that post arrived (`time.monotonic()`, which 
 of the machine shares); `bench.results`, that of every run so far; `bench.state` returns the
 cards posted (approval id -> run id) and the number of `chat.postMessage` and `chat.update`
 calls per run, the number of calls by method (`methods`; the requester's notices: `notices`),
-and how many connections the bot opened so far.
+and how many connections the bot opened so far; with Slack's limits enforced, the 429s it
+answered (`limited`, and when: `limited_at`) and when each card was last updated
+(`cards_updated`: approval id -> monotonic time).
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ class BenchSlackAPI(FakeSlackAPI):
         self.run_of: dict[str, str] = {}  # message ts -> run id
         self.peers: set[Any] = set()  # the connections the bot opened (address, port)
         self.arrived = asyncio.Event()
+        self.card_of: dict[str, str] = {}  # a card's message ts -> its approval id
+        self.cards_updated: dict[str, float] = {}  # approval id -> its last chat.update
+        self.limited_at: list[float] = []  # when it answered 429 (monotonic)
 
     async def _handle(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
@@ -60,13 +66,18 @@ class BenchSlackAPI(FakeSlackAPI):
                     "peers": len(self.peers), "methods": self.methods, "notices": self.notices,
                     # clicks told "still working": not decided by the ack budget
                     "notes": sum("Still working" in str(e.get("text")) for e in self.ephemeral),
+                    "limited": len(self.limited_at), "limited_at": self.limited_at,
+                    "cards_updated": self.cards_updated,
                 }
             )  # fmt: skip
         if request.transport is not None:
             self.peers.add(request.transport.get_extra_info("peername"))
         self.methods[method] = self.methods.get(method, 0) + 1
         response = await super()._handle(request)
+        if response.status == 429:
+            self.limited_at.append(time.monotonic())
         self.calls.clear()
+        self.limited.clear()
         return response
 
     def _chat_postMessage(self, p: dict[str, Any]) -> dict[str, Any]:
@@ -81,6 +92,7 @@ class BenchSlackAPI(FakeSlackAPI):
             self.arrived = asyncio.Event()
         elif target.startswith("card:"):
             self.cards[target.partition(":")[2]] = run_id
+            self.card_of[str(result["ts"])] = target.partition(":")[2]
         self.run_of[str(result["ts"])] = run_id
         return result
 
@@ -90,6 +102,9 @@ class BenchSlackAPI(FakeSlackAPI):
 
     def _chat_update(self, p: dict[str, Any]) -> dict[str, Any]:
         self._count(self.run_of.get(str(p.get("ts", "")), ""))
+        card = self.card_of.get(str(p.get("ts", "")))
+        if card is not None:
+            self.cards_updated[card] = time.monotonic()
         return super()._chat_update(p)
 
     def _count(self, run_id: str) -> None:
@@ -101,8 +116,16 @@ class BenchSlackAPI(FakeSlackAPI):
         return web.json_response({"ok": True, "at": self.results[run_id]})
 
 
-async def standin() -> None:
+async def standin(scale: float = 0.0) -> None:
+    """The stand-in; with `scale`, enforcing Slack's limits at `scale` times their rates
+    (chat.postMessage 1/s per channel, bursts of 6; chat.update 50/min per workspace, bursts
+    of 12)."""
     async with BenchSlackAPI() as slack:
+        if scale:
+            slack.enforce_limits(
+                posts_per_second=1.0 * scale, post_burst=6,
+                updates_per_minute=50.0 * scale, update_burst=12,
+            )  # fmt: skip
         print(slack.url, flush=True)
         await _until_terminated()
 
@@ -149,6 +172,6 @@ async def _until_terminated() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "standin":
-        asyncio.run(standin())
+        asyncio.run(standin(float(sys.argv[2]) if len(sys.argv) > 2 else 0.0))
     else:
         asyncio.run(bare(int(sys.argv[2]), sys.argv[3]))

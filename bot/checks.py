@@ -69,6 +69,7 @@ def setting_problems(settings: Settings) -> list[str]:
     found: list[str] = []
     values = {
         "SLACK_BOT_TOKEN": _secret(settings.slack_bot_token),
+        "SLACK_CLIENT_SECRET": _secret(settings.slack_client_secret),
         "SLACK_SIGNING_SECRET": _secret(settings.slack_signing_secret),
         "SLACK_APP_TOKEN": _secret(settings.slack_app_token),
         "OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY"),
@@ -287,11 +288,13 @@ def edit_problems(policy: Policy, registry: AgentRegistry) -> list[str]:
             fnmatch.fnmatchcase(label, server if slash else match) for label in labels if label
         )
 
+    sections = [("", policy)] + [(f"workspaces.{t}.", p) for t, p in policy.workspaces.items()]
     return [
-        f"policy: tools[{index}] ({rule.match}): allow_edit: true, but it matches no function, "
-        "shell, apply_patch or hosted MCP tool of the agents; Edit is offered only for those "
-        "(local MCP servers' tools cannot be edited)."
-        for index, rule in enumerate(policy.tools)
+        f"policy: {where}tools[{index}] ({rule.match}): allow_edit: true, but it matches no "
+        "function, shell, apply_patch or hosted MCP tool of the agents; Edit is offered only "
+        "for those (local MCP servers' tools cannot be edited)."
+        for where, section in sections
+        for index, rule in enumerate(section.tools)
         if rule.allow_edit and not editable(rule.match)
     ]
 

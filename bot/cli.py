@@ -275,6 +275,15 @@ def _ops_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _token_key(args: argparse.Namespace) -> int:
+    """A new Fernet key: put it first in APPROVAL_BOT_TOKEN_KEYS (keep the old one after it
+    until every workspace's token was written again, or reinstalled)."""
+    from bot.store.installations import TokenCipher
+
+    print(TokenCipher.new_key())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="approval-bot", description=__doc__)
     parser.add_argument("--log-level", dest="top_log_level", type=_log_level, default=None)
@@ -308,6 +317,10 @@ def main(argv: list[str] | None = None) -> int:
         "--offline", action="store_true", help="use the demo model even with OPENAI_API_KEY set"
     )
     sandbox.set_defaults(func=_sandbox)
+    key = sub.add_parser(
+        "token-key", help="print a new key for APPROVAL_BOT_TOKEN_KEYS (OAuth distribution)"
+    )
+    key.set_defaults(func=_token_key)
     audit = sub.add_parser("audit", help="export the audit trail")
     audit.add_argument("--since", default="30d", help="date, time or age (default 30d)")
     audit.add_argument("--until", default=None)

@@ -31,6 +31,22 @@ class Settings(BaseSettings):
     slack_signing_secret: SecretStr | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
     slack_app_token: SecretStr | None = Field(default=None, alias="SLACK_APP_TOKEN")
     slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
+    # OAuth distribution (many workspaces): set the app's client id and secret instead of
+    # SLACK_BOT_TOKEN; each workspace installs the app at /slack/install and its token is kept
+    # in Redis, encrypted with the first of APPROVAL_BOT_TOKEN_KEYS (comma-separated Fernet
+    # keys; the others still decrypt, for rotating the key).
+    slack_client_id: str | None = Field(default=None, alias="SLACK_CLIENT_ID")
+    slack_client_secret: SecretStr | None = Field(default=None, alias="SLACK_CLIENT_SECRET")
+    token_keys: SecretStr | None = Field(default=None, alias="APPROVAL_BOT_TOKEN_KEYS")
+    # Where /slack/install sends the installer (default: Slack's page on the host of
+    # SLACK_API_URL, e.g. https://slack.com/oauth/v2/authorize), and the redirect URL to name
+    # there (default: the one the app's settings list).
+    slack_authorize_url: str | None = Field(default=None, alias="APPROVAL_BOT_SLACK_AUTHORIZE_URL")
+    slack_redirect_uri: str | None = Field(default=None, alias="SLACK_REDIRECT_URI")
+    # With Slack's token rotation on: a workspace's token is refreshed this long before expiry.
+    token_rotate_minutes: int = Field(
+        default=120, alias="APPROVAL_BOT_TOKEN_ROTATE_MINUTES", ge=1, le=600
+    )
 
     agents: str = Field(default="bot.examples.agents:agents", alias="APPROVAL_BOT_AGENTS")
     policy_file: Path = Field(default=Path("policy.yml"), alias="APPROVAL_BOT_POLICY")
@@ -55,6 +71,17 @@ class Settings(BaseSettings):
     job_lease_seconds: float = Field(default=30.0, alias="APPROVAL_BOT_JOB_LEASE_SECONDS", gt=0)
     worker_concurrency: int = Field(default=8, alias="APPROVAL_BOT_WORKER_CONCURRENCY", ge=1)
     max_turns: int = Field(default=20, alias="APPROVAL_BOT_MAX_TURNS", ge=1)
+    # Answers shown while the model writes them (runs streamed). Off: each answer is posted
+    # once, whole (fewer Slack calls; and the SDK's ScriptedModel cannot stream every item
+    # kind, e.g. MCP approval requests and shell calls, so the test harness runs unstreamed).
+    stream_answers: bool = Field(default=True, alias="APPROVAL_BOT_STREAM_ANSWERS")
+    # Slack's agent surface: `auto` streams answers with Slack's chat streaming
+    # (chat.startStream/appendStream/stopStream) and sets the run thread's status line
+    # (assistant.threads.setStatus) where the workspace offers them, else posts the answer so
+    # far and updates it; `off`: neither.
+    slack_streaming: Literal["auto", "off"] = Field(
+        default="auto", alias="APPROVAL_BOT_SLACK_STREAMING"
+    )
     slack_timeout_seconds: int = Field(default=10, alias="APPROVAL_BOT_SLACK_TIMEOUT_SECONDS", ge=1)
     # The longest Slack's HTTP request waits for its answer, whatever Redis or Slack do (Slack
     # gives up at three seconds): work not done by then goes on and its result is told privately.
@@ -202,11 +229,31 @@ class Settings(BaseSettings):
             self.lull_max_seconds = min(self.lull_max_seconds, self.ack_budget_seconds / 3)
         return self
 
+    @property
+    def distributed(self) -> bool:
+        """OAuth distribution: installed by many workspaces, a token for each."""
+        return self.slack_client_id is not None or self.slack_client_secret is not None
+
+    def authorize_url(self) -> str:
+        """Slack's install page, on the host the Web API is on (GovSlack: slack-gov.com)."""
+        if self.slack_authorize_url:
+            return self.slack_authorize_url
+        return self.slack_api_url.removesuffix("/").removesuffix("/api") + "/oauth/v2/authorize"
+
+    def token_key_list(self) -> list[str]:
+        text = self.token_keys.get_secret_value() if self.token_keys else ""
+        return [k.strip() for k in text.split(",") if k.strip()]
+
     def problems(self, *, socket_mode: bool) -> list[str]:
         """Everything missing for the chosen transport, in words a person can act on."""
         found: list[str] = []
-        if self.slack_bot_token is None:
-            found.append("SLACK_BOT_TOKEN is not set (the app's Bot User OAuth Token, xoxb-...).")
+        if self.distributed:
+            found += self.distribution_problems(socket_mode=socket_mode)
+        elif self.slack_bot_token is None:
+            found.append(
+                "SLACK_BOT_TOKEN is not set (the app's Bot User OAuth Token, xoxb-...); or, to "
+                "serve many workspaces, set SLACK_CLIENT_ID and SLACK_CLIENT_SECRET."
+            )
         if socket_mode:
             if self.slack_app_token is None:
                 found.append(
@@ -257,6 +304,32 @@ class Settings(BaseSettings):
                 f"APPROVAL_BOT_AUDIT_RETENTION_DAYS ({days}): undelivered entries would be trimmed "
                 "from the audit trail before the webhook gives up on them."
             )
+        return found
+
+    def distribution_problems(self, *, socket_mode: bool) -> list[str]:
+        """OAuth distribution: both credentials, a token key, HTTP mode, no fixed token."""
+        from bot.store.installations import TokenCipher, TokenKeyError
+
+        found: list[str] = []
+        if self.slack_client_id is None or self.slack_client_secret is None:
+            found.append(
+                "OAuth distribution needs both SLACK_CLIENT_ID and SLACK_CLIENT_SECRET (Basic "
+                "Information > App Credentials); one of them is not set."
+            )
+        if self.slack_bot_token is not None:
+            found.append(
+                "SLACK_BOT_TOKEN and SLACK_CLIENT_ID are both set: one workspace's fixed token, "
+                "or each installed workspace's own (OAuth). Unset the one you do not mean."
+            )
+        if socket_mode:
+            found.append(
+                "OAuth distribution needs HTTP mode (Slack redirects installers to "
+                "/slack/oauth_redirect); Socket Mode serves one workspace with SLACK_BOT_TOKEN."
+            )
+        try:
+            TokenCipher(self.token_key_list())
+        except TokenKeyError as exc:
+            found.append(str(exc))
         return found
 
     def tracing_problems(self) -> list[str]:

@@ -110,6 +110,12 @@ SCRAPE_ERRORS = Counter(
     registry=REGISTRY,
 )
 
+WORKSPACES_INSTALLED = Gauge(
+    "approval_bot_workspaces_installed",
+    "Workspaces (or Grid orgs) that installed the app (OAuth distribution; 0 otherwise; "
+    "read from Redis at scrape time).",
+    registry=REGISTRY,
+)
 WEBHOOK_BACKLOG_AGE = Gauge(
     "approval_bot_webhook_backlog_age_seconds",
     "Age of the oldest audit entry not yet accepted by the webhook receiver, 0 when none waits "

@@ -44,6 +44,7 @@ class Outage:
         self._ping: Ping | None = None
         self._interval = 1.0
         self._probe: asyncio.Task[None] | None = None
+        self.recoveries = 0  # outages ended so far: what a write lost in one may need redone
         metrics.REDIS_UP.set(1)
 
     def attach(self, ping: Ping, interval: float = 1.0) -> None:
@@ -94,6 +95,7 @@ class Outage:
             return
         down = time.monotonic() - self.since
         self.since = None
+        self.recoveries += 1
         metrics.REDIS_UP.set(1)
         metrics.REDIS_DOWN_SECONDS.inc(down)
         log.info("Redis is reachable again, after %.1f s", down)

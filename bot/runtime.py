@@ -14,6 +14,7 @@ import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
 
 from bot import metrics, ops
 from bot.clock import SYSTEM_CLOCK, Clock
@@ -36,13 +37,18 @@ from bot.slack.home import HomePublisher
 from bot.slack.installation import learn_installation, learn_once
 from bot.slack.intake import Refusal, admit, bolt_request
 from bot.slack.notifier import SlackNotifier
+from bot.slack.oauth import Distribution
 from bot.slack.projector import Projector
-from bot.slack.webapi import Pacer, build_client
+from bot.slack.tokens import WorkspaceTokens
+from bot.slack.webapi import build_client
 from bot.stopping import cancel_and_wait
 from bot.store.admission import AdmissionStore, Quota
 from bot.store.audit import AuditLog
 from bot.store.connection import EmbeddedRedis, open_redis
+from bot.store.installations import RedisInstallationStore, TokenCipher
 from bot.store.journal import RedisJournal
+from bot.store.oauth_states import RedisStateStore
+from bot.store.pacing import SharedPacer
 from bot.store.queue import JobQueue
 from bot.store.runs import RunStore
 from bot.store.webhooks import WebhookOutbox
@@ -91,6 +97,33 @@ class BotRuntime:
         self._webhooks_task: asyncio.Task[None] | None = None
         self.service: ApprovalService
         self.app: AsyncApp
+        self.distribution: Distribution | None = None  # OAuth distribution's parts, if set
+
+    def _distribution(self) -> Distribution:
+        """OAuth distribution's parts (bot/slack/oauth.py): installations and states in
+        Redis, each workspace's token found (and refreshed) for the bot's own calls."""
+        s = self.settings
+        assert s.slack_client_id is not None and s.slack_client_secret is not None
+        secret = s.slack_client_secret.get_secret_value()
+        assert self.http is not None
+        installations = RedisInstallationStore(self.redis, TokenCipher(s.token_key_list()))
+        plain = build_client(None, s.slack_api_url, self.http, timeout=s.slack_timeout_seconds)
+        return Distribution(
+            client_id=s.slack_client_id,
+            client_secret=secret,
+            installations=installations,
+            states=RedisStateStore(self.redis),
+            tokens=WorkspaceTokens(
+                installations,
+                client_id=s.slack_client_id,
+                client_secret=secret,
+                client=plain,
+                rotate_before=s.token_rotate_minutes * 60,
+            ),
+            authorize_url=s.authorize_url(),
+            redirect_uri=s.slack_redirect_uri,
+            rotate_minutes=s.token_rotate_minutes,
+        )
 
     async def start(self) -> None:
         s = self.settings
@@ -117,9 +150,18 @@ class BotRuntime:
         token = s.slack_bot_token.get_secret_value() if s.slack_bot_token else None
         # One HTTP session (pooled connections) for every Web API call of this process.
         self.http = aiohttp.ClientSession()
+        self.distribution = self._distribution() if s.distributed else None
+        tokens = self.distribution.tokens if self.distribution is not None else None
         self.client = build_client(
-            token, s.slack_api_url, self.http, timeout=s.slack_timeout_seconds
+            token, s.slack_api_url, self.http, timeout=s.slack_timeout_seconds, tokens=tokens
         )
+        # The projector's and the App Home's: a 429 is not waited out inside the call (that
+        # process alone would wait) but held in the bucket every replica shares, and the
+        # message is tried again through the outbox (bot/store/pacing.py).
+        self.delivery_client = build_client(
+            token, s.slack_api_url, self.http, timeout=s.slack_timeout_seconds, rate_limited=0,
+            tokens=tokens,
+        )  # fmt: skip
         use_slack_api(s.slack_api_url)
         tracing = Tracing(
             enabled=s.tracing == "on",
@@ -128,11 +170,14 @@ class BotRuntime:
         )
         tracing.apply()
         engine = Engine(
-            self.registry, rejection_text=s.rejection_text, max_turns=s.max_turns, tracing=tracing
-        )
+            self.registry, rejection_text=s.rejection_text, max_turns=s.max_turns, tracing=tracing,
+            stream_answers=s.stream_answers,
+        )  # fmt: skip
         self.groups = SlackGroups(self.client)
         self.channels = SlackChannels(self.client)
-        authorizer = Authorizer(self.groups, channels=self.channels)
+        authorizer = Authorizer(
+            self.groups, channels=self.channels, installed=self.distribution is not None
+        )
         self.service = ApprovalService(
             store=store,
             engine=engine,
@@ -158,7 +203,10 @@ class BotRuntime:
             foreground=Foreground(max_wait=s.lull_max_seconds),
         )
         self.home = HomePublisher(
-            self.service, self.client, interval=s.home_refresh_seconds, poll=s.home_poll_seconds
+            self.service,
+            self.delivery_client,
+            interval=s.home_refresh_seconds,
+            poll=s.home_poll_seconds,
         )
         secret = s.slack_signing_secret.get_secret_value() if s.slack_signing_secret else None
         if secret is not None or self.socket_mode:  # a worker-only process receives nothing
@@ -169,12 +217,15 @@ class BotRuntime:
                 socket_mode=self.socket_mode,
                 ack_budget=s.ack_budget_seconds,
                 home=self.home,
+                distribution=self.distribution,
             )
         # Learned before serving when Slack answers; retried in the background if not (until
         # then every request is refused, closed). The Bolt app keeps the answer too.
         app = getattr(self, "app", None)
         answered = partial(remember_auth_test, app) if app is not None else None
-        if not await learn_once(self.client, authorizer, answered):
+        if self.distribution is not None:
+            pass  # each request's workspace is found by Bolt's authorization
+        elif not await learn_once(self.client, authorizer, answered):
             self._installation = asyncio.create_task(
                 learn_installation(self.client, authorizer, answered=answered), name="auth.test"
             )
@@ -190,19 +241,22 @@ class BotRuntime:
         await store.index_channels()
         self.projector = Projector(
             store,
-            self.client,
+            self.delivery_client,
             self.service.undeliverable,
             lease=s.job_lease_seconds,
             coalesce=s.projector_coalesce_seconds,
             busy_coalesce=s.projector_busy_coalesce_seconds,
             gather=s.projector_gather_seconds,
             poll=s.projector_poll_seconds,
-            posts=Pacer(rate=s.slack_posts_per_second, burst=5),
-            updates=Pacer(rate=s.slack_updates_per_minute / 60, burst=10),
+            posts=SharedPacer(self.redis, "post", rate=s.slack_posts_per_second, burst=5),
+            updates=SharedPacer(
+                self.redis, "update", rate=s.slack_updates_per_minute / 60, burst=10
+            ),
             notice=s.requester_notice,
             notice_window=s.requester_notice_seconds,
             run_changed=self.home.run_changed,
             foreground=self.service.foreground,
+            streams=s.slack_streaming == "auto",
         )
         self._projector_task = asyncio.create_task(self.projector.run(), name="projector")
         self._home_task = asyncio.create_task(self.home.run(), name="app-home")
@@ -305,6 +359,9 @@ class BotRuntime:
         metrics.QUEUE_OLDEST_AGE.set(age)
         if self.webhooks is not None:
             metrics.WEBHOOK_BACKLOG_AGE.set(await self.webhooks.outbox.oldest_age())
+        if self.distribution is not None:
+            installed = await self.distribution.installations.installed()
+            metrics.WORKSPACES_INSTALLED.set(len(installed))
 
     def ops_server(self, host: str | None = None, port: int | None = None) -> ops.OpsServer | None:
         """The operations endpoints on a port of their own (None when the port is 0)."""
@@ -333,10 +390,26 @@ class BotRuntime:
             )
             return await to_aiohttp_response(bolt_response)
 
+        async def oauth(request: web.Request) -> web.Response:
+            """The browser's side of an installation (OAuth distribution): the install page,
+            and Slack's redirect back with the code (Bolt's OAuth flow, bot/slack/oauth.py)."""
+            flow = self.app.oauth_flow
+            assert flow is not None
+            bolt_req = AsyncBoltRequest(
+                body="", query=request.query_string, headers=dict(request.headers)
+            )
+            if request.path == flow.install_path:
+                return await to_aiohttp_response(await flow.handle_installation(bolt_req))
+            return await to_aiohttp_response(await flow.handle_callback(bolt_req))
+
         web_app = web.Application(client_max_size=1024 * 1024)
         web_app.add_routes(
             [web.post("/slack/events", events), *ops.routes(self.ready, self.refresh_gauges)]
         )
+        if self.distribution is not None and getattr(self, "app", None) is not None:
+            web_app.add_routes(
+                [web.get("/slack/install", oauth), web.get("/slack/oauth_redirect", oauth)]
+            )
         return web_app
 
 

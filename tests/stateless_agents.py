@@ -1,7 +1,8 @@
 """Agents for tests that run the bot as real processes: the scripted model decides from its
 input alone, so any process can continue a run. The tool appends `start` and `end` events to
 the file in $TEST_LEDGER; $TEST_BLOCK makes a process hang at a stage (before_tool,
-during_tool, after_tool) after writing a `blocked` event, so a test can SIGKILL it there."""
+during_tool, after_tool, during_answer: half of the answer written) after writing a `blocked`
+event, so a test can SIGKILL it there."""
 
 from __future__ import annotations
 
@@ -53,8 +54,24 @@ class StatelessModel(Model):
             await block_at("after_tool")
         return await step.get_response(*args, **kwargs)
 
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        return ScriptedModel([ModelStep.respond(_respond)]).stream_response(*args, **kwargs)
+    async def stream_response(self, *args: Any, **kwargs: Any) -> Any:  # the bot streams runs
+        inputs = kwargs.get("input", args[1] if len(args) > 1 else "")
+        if isinstance(inputs, list) and any(
+            (i if isinstance(i, dict) else i.model_dump()).get("type") == "function_call_output"
+            for i in inputs
+        ):
+            await block_at("after_tool")
+        async for event in ScriptedModel([ModelStep.respond(_respond)]).stream_response(
+            *args, **kwargs
+        ):
+            if getattr(event, "type", "") != "response.output_text.delta":
+                yield event
+                continue
+            half = len(event.delta) // 2  # an answer written in two pieces
+            yield event.model_copy(update={"delta": event.delta[:half]})
+            await asyncio.sleep(0.1)
+            await block_at("during_answer")
+            yield event.model_copy(update={"delta": event.delta[half:]})
 
 
 class BlockingHooks(AgentHooks[Any]):

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+from agents import AgentHooks
 
-from bot.slack.blocks import APPROVE, REVIEW_DONE
+from bot.slack.blocks import APPROVE, REVIEW_DONE, REVIEW_RERUN
+from bot.store.keys import DUE_RUNS
+from bot.store.queue import STREAM
 from bot.testing.cluster import LocalCluster, LocalSentinel
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import Message
@@ -109,7 +113,9 @@ async def test_a_sentinel_failover_in_a_burst_runs_no_tool_twice(tmp_path: Path)
         f"a{i}": ops_agent(
             [
                 [function_call("restart_service", {"service": f"s{i}"}, call_id="c1")],
-                [assistant_message("ok")],
+                # A resume retried after its end went unconfirmed asks the model again (the
+                # tool, journaled as done, is not run again).
+                *[[assistant_message("ok")]] * 5,
             ],
             ledgers[i],
             name=f"a{i}",
@@ -146,18 +152,203 @@ async def test_a_sentinel_failover_in_a_burst_runs_no_tool_twice(tmp_path: Path)
             def reviews() -> int:
                 return sum(REVIEW_DONE in m.action_ids() for m in bot.slack_api.messages.values())
 
+            async def statuses() -> list[str]:
+                client = bot.runtime.redis
+                return [
+                    (await client.hget(key, "status") or b"").decode()
+                    async for key in client.scan_iter(match="ab:{*}:run")
+                ]
+
             async def settled() -> bool:
+                """Every card decided, every run ended or handed to a person (a tool whose
+                journal end went unconfirmed may have run: a person says, Mark done / Run
+                again), and every review request in Slack."""
                 waiting = [
                     m for m in bot.slack_api.approval_messages() if APPROVE in m.action_ids()
                 ]
                 for card in waiting:  # told to try again: clicked again, as a person would
                     await click(card)
-                ran = sum(len(ledger.executed) for ledger in ledgers)
-                return not waiting and ran + reviews() == runs
+                found = await statuses()
+                ended = len(found) == runs and all(s in ("finished", "needs_review") for s in found)
+                return not waiting and ended and reviews() == found.count("needs_review")
 
-            await wait_until(settled, timeout=180, what="every call settled")
+            try:
+                await wait_until(settled, timeout=180, what="every call settled")
+            except TimeoutError:
+                waiting = [
+                    m for m in bot.slack_api.approval_messages() if APPROVE in m.action_ids()
+                ]
+                ran = sum(len(ledger.executed) for ledger in ledgers)
+                raise AssertionError(
+                    f"cards waiting {len(waiting)}, tools run {ran}, reviews {reviews()}; "
+                    + await sentinel.runs_left()
+                ) from None
             assert await bot.runtime.ready()  # /readyz follows the new primary
     finally:
         sentinel.stop()
     for i, ledger in enumerate(ledgers):
         assert ledger.executed in ([], [("restart_service", {"service": f"s{i}"})]), i
+
+
+async def test_a_resume_lost_in_a_failover_is_enqueued_at_the_next_sweep(tmp_path: Path) -> None:
+    """A decision is confirmed by the replica, but its resume job and due-index entry (separate
+    writes: other slots) were acknowledged by the old primary and never reached the promoted
+    one. The sweep after the failover looks at every active run and enqueues the resume, in
+    about a sweep period, not a reconcile period (20 of them) later: what the burst test above
+    met in CI, three runs left `resuming` with no job."""
+    sentinel = LocalSentinel(tmp_path / "sentinel")
+    sentinel.start()
+    agent, _ = ops_agent(
+        [[function_call("restart_service", {"service": "db"}, call_id="c0")]], Ledger()
+    )
+    settings = {"redis_wait_replicas": 1, "job_lease_seconds": 1}  # a sweep every second
+    try:
+        async with BotHarness(sentinel.url, agent, POLICY, settings=settings) as bot:
+            runtime = bot.runtime
+            assert runtime.worker is not None
+            sent = await bot.slack.command("restart db", user="U1", channel="C1")
+            assert sent.status == 200
+            [card] = await bot.wait_for_approvals(1)
+            await runtime.worker.stop(runtime._worker_task, 5)  # the job stays in the stream
+            sent = await bot.slack.click(
+                APPROVE, card.button_value(APPROVE), user="U2", channel="C1"
+            )
+            assert sent.status == 200
+            client = runtime.redis
+            run_id = card.button_value(APPROVE).partition(".")[0]
+
+            async def jobs() -> list[str]:
+                entries = await client.xrange(STREAM)
+                return [
+                    entry_id for entry_id, fields in entries if fields[b"run_id"] == run_id.encode()
+                ]
+
+            await wait_until(lambda: _has(jobs), what="the resume job")
+            await asyncio.sleep(2)  # past the first sweep, which looks at every run anyway
+            # What the old primary lost: the job and the entry that makes the run due.
+            for entry_id in await jobs():
+                await client.xdel(STREAM, entry_id)
+            await client.zrem(DUE_RUNS, run_id)
+            await asyncio.to_thread(sentinel.failover)
+            await wait_until(lambda: _has(jobs), timeout=8, what="the resume enqueued again")
+            run = await runtime.service.store.get_run(run_id)
+            assert run is not None and run.status == "resuming"
+    finally:
+        sentinel.stop()
+
+
+async def _has(listed: Any) -> bool:
+    return bool(await listed())
+
+
+class FreezeTheReplicaOnce(AgentHooks[Any]):
+    """Once armed, freezes the replica as a tool is about to run: the journal's write saying
+    the call is executing is one no replica confirms."""
+
+    def __init__(self, sentinel: LocalSentinel, seconds: float = 1.4) -> None:
+        self.sentinel = sentinel
+        self.armed = False
+        self.seconds = seconds  # 1.4: past the journal's 1 s WAIT, within the next write's
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        if self.armed:
+            self.armed = False
+            self.sentinel.stall_replica(self.seconds)
+
+
+async def test_a_long_replica_stall_does_not_use_up_a_runs_attempts(tmp_path: Path) -> None:
+    """The replica is frozen for 8 s as an approved call is about to run, with a 1 s lease:
+    the job is taken again and again meanwhile, and every take or write goes unconfirmed.
+    Those attempts are Redis being away, not a worker that stopped: the run is not given up
+    ("tried 5 times", as it was in CI); once the replica is back, the call left executing goes
+    to a person."""
+    sentinel = LocalSentinel(tmp_path / "sentinel")
+    sentinel.start()
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [[function_call("restart_service", {"service": "api"}, call_id="c1")]]
+        + [[assistant_message("restarted api")]] * 3,
+        ledger,
+    )
+    hooks = FreezeTheReplicaOnce(sentinel, seconds=8)
+    agent.hooks = hooks
+    settings = {"redis_wait_replicas": 1, "job_lease_seconds": 1}
+    try:
+        async with BotHarness(sentinel.url, agent, POLICY, settings=settings) as bot:
+            card = await bot.start_and_wait("restart api", user="U1")
+            hooks.armed = True
+            assert (await bot.click(card, APPROVE, user="U2")).status == 200
+            [review] = await wait_until(
+                lambda: [
+                    m for m in bot.slack_api.messages.values() if REVIEW_RERUN in m.action_ids()
+                ],
+                timeout=40,
+                what="a review request",
+            )
+            assert "`restart_service` (call `c1`) was executing" in review.all_text()
+        said = [m.all_text() for m in bot.slack_api.messages.values()]
+        assert not [text for text in said if "gave up" in text], said
+        assert ledger.executed == []
+    finally:
+        sentinel.stop()
+
+
+async def test_a_journal_write_no_replica_confirmed_is_retried_not_failed(tmp_path: Path) -> None:
+    """An approved call's journal entry is written while the replica is frozen, so `WAIT`
+    confirms nothing and the tool does not run. The bot gives that run no verdict (it was
+    recorded as failed once the replica caught up: a flake of the failover test above): the
+    job is retried when its lease lapses, finds the call left executing, and asks a person;
+    "Run again" runs it, once."""
+    sentinel = LocalSentinel(tmp_path / "sentinel")
+    sentinel.start()
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [
+            [function_call("restart_service", {"service": "db"}, call_id="c0")],
+            [assistant_message("restarted db")],
+            [function_call("restart_service", {"service": "api"}, call_id="c1")],
+            [assistant_message("restarted api")],
+        ],
+        ledger,
+    )
+    hooks = FreezeTheReplicaOnce(sentinel)
+    agent.hooks = hooks
+    settings = {"redis_wait_replicas": 1, "job_lease_seconds": 1.5}
+    try:
+        async with BotHarness(sentinel.url, agent, POLICY, settings=settings) as bot:
+            # A first run, undisturbed: every script the second one uses is loaded by then
+            # (a first EVALSHA meets NOSCRIPT, and its WAIT would shift the timing below).
+            card = await bot.start_and_wait("restart db", user="U1")
+            assert (await bot.click(card, APPROVE, user="U2")).status == 200
+            await bot.wait_for_status("finished", timeout=30)
+            await bot.idle()
+            assert ledger.executed == [("restart_service", {"service": "db"})]
+            await bot.slack.command("restart api", user="U1", channel="C1")
+            [card] = await wait_until(
+                lambda: [m for m in bot.slack_api.approval_messages() if APPROVE in m.action_ids()],
+                what="the second run's card",
+            )
+            hooks.armed = True
+            assert (await bot.click(card, APPROVE, user="U2")).status == 200
+            [review] = await wait_until(
+                lambda: [
+                    m for m in bot.slack_api.messages.values() if REVIEW_RERUN in m.action_ids()
+                ],
+                timeout=30,
+                what="a review request",
+            )
+            assert "`restart_service` (call `c1`) was executing" in review.all_text()
+            assert ledger.executed == [("restart_service", {"service": "db"})]
+            await bot.slack.click(
+                REVIEW_RERUN, review.button_value(REVIEW_RERUN), user="U2", channel="C1"
+            )
+            await wait_until(
+                lambda: len(ledger.executed) == 2, timeout=30, what="the call run again"
+            )
+            await bot.wait_for_status("finished", timeout=30)
+            await bot.idle()
+        said = [m.all_text() for m in bot.slack_api.messages.values()]
+        assert not [text for text in said if "failed" in text], said
+        assert ledger.executed[1] == ("restart_service", {"service": "api"})
+    finally:
+        sentinel.stop()

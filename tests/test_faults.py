@@ -339,3 +339,56 @@ async def test_a_process_killed_while_posting_a_card_leaves_no_long_claim(
         await wait_until(lambda: outputs(slack), timeout=30, what="the run to finish")
     assert len(slack.approval_messages()) == 1
     assert executions(tmp_path) == [("start", "/var/log/k"), ("end", "/var/log/k")]
+
+
+@pytest.mark.parametrize("streams", [False, True], ids=["posted", "slack-streaming"])
+async def test_a_worker_killed_mid_answer_leaves_no_answer_that_looks_complete(
+    slack: FakeSlackAPI, env: dict[str, str], tmp_path: Path, streams: bool
+) -> None:
+    """The worker dies with half of the answer written (and shown): the message says it is
+    still being written (posted: in its words; with Slack's streaming: its stream is open,
+    which Slack shows as being written) until another worker's retry finishes it, in the
+    same message."""
+    slack.streams = streams
+    port = free_port()
+    whole = "tool said: deleted /var/log/c"
+
+    def half_shown() -> list[Message]:
+        return [
+            m for m in slack.messages.values()
+            if ("still writing" in m.text or m.streaming) and m.text.startswith("tool said")
+        ]  # fmt: skip
+
+    async with (
+        running_bot(env, port, "--no-worker"),
+        SlackRequests(f"http://127.0.0.1:{port}/slack/events", SIGNING_SECRET) as requests,
+    ):
+        doomed = start_process(["worker"], {**env, "TEST_BLOCK": "during_answer"})
+        try:
+            await approve_one(requests, slack, "/var/log/c")
+            [half] = await wait_until(half_shown, timeout=20, what="half of the answer shown")
+            assert whole not in half.text and half.text.startswith("tool said")
+            assert half.streaming == streams
+            doomed.send_signal(signal.SIGKILL)
+        finally:
+            stop_process(doomed)
+        rescuer = start_process(["worker"], env)
+        try:
+            await wait_until(
+                lambda: (
+                    slack.messages[(half.channel, half.ts)].text == whole
+                    and not slack.messages[(half.channel, half.ts)].streaming
+                ),
+                timeout=30,
+                what="the same message finished",
+            )
+        except TimeoutError:
+            raise AssertionError(
+                [(m.ts, m.text, m.streaming) for m in slack.messages.values() if m.thread_ts]
+                + [(c.method, c.params) for c in slack.calls if c.method.startswith("chat.")]
+            ) from None
+        finally:
+            stop_process(rescuer)
+    assert not half_shown()
+    assert outputs(slack) == [whole]
+    assert executions(tmp_path) == [("start", "/var/log/c"), ("end", "/var/log/c")]

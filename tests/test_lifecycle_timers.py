@@ -16,7 +16,7 @@ from bot.service.policy import PolicyError, parse_policy
 from bot.service.policy_source import PolicySource, policy_version
 from bot.slack.blocks import APPROVE
 from bot.store import keys
-from bot.store.records import Decided
+from bot.store.records import CallRecord, Decided
 from bot.testing.clock import SkippingClock
 from bot.testing.cluster import redis_for
 from bot.testing.harness import BotHarness, wait_until
@@ -67,8 +67,15 @@ async def call_hash(redis_url: str, approval_id: str) -> dict[str, str]:
 
 
 async def due_now(bot: BotHarness, approval_id: str) -> None:
-    """Move a call's expiry to now (rather than wait for it)."""
-    await bot.runtime.redis.hset(keys.call_key(approval_id), "expires_at", f"{time.time():.3f}")
+    """Move a call's expiry (its pause + expire_after) to now, rather than wait for it."""
+    key = keys.call_key(approval_id)
+    after = int(await bot.runtime.redis.hget(key, "expire_after"))  # type: ignore[misc]
+    await bot.runtime.redis.hset(key, "paused_at", f"{time.time() - after:.3f}")  # type: ignore[misc]
+
+
+def expiry(stored: dict[str, str]) -> float:
+    """A stored call's expiry, as the bot reads it."""
+    return CallRecord.from_hash(stored).expires_at
 
 
 async def late_click(bot: BotHarness, approval: Message, approval_id: str, user: str) -> None:
@@ -92,7 +99,7 @@ async def test_an_undecided_call_expires_and_the_run_goes_on(redis_url: str) -> 
         assert "Expires <!date^" in shown and "UTC>" in shown  # Slack date, with a fallback
         assert "Reminds" not in shown  # remind_max: 0
         stored = await call_hash(redis_url, aid)
-        waits = float(stored["expires_at"]) - float(stored["paused_at"])
+        waits = expiry(stored) - float(stored["paused_at"])
         assert waits == pytest.approx(2, abs=0.01)
 
         clock.advance(2)
@@ -108,7 +115,7 @@ async def test_an_undecided_call_expires_and_the_run_goes_on(redis_url: str) -> 
         assert ledger.executed == []
         stored = await call_hash(redis_url, aid)
         assert stored["status"] == "expired"
-        late = float(stored["decided_at"]) - float(stored["expires_at"])
+        late = float(stored["decided_at"]) - expiry(stored)
         assert 0 <= late < 2, late  # on time, to a few seconds
         audit = await bot.audit()
         assert [e["kind"] for e in audit].count("expired") == 1
@@ -139,7 +146,7 @@ async def test_a_click_racing_the_expiry_decides_exactly_once(redis_url: str) ->
             approval = await bot.start_and_wait("clean the logs", user="U1")
             aid = approval.button_value(APPROVE)
             stored = await call_hash(redis_url, aid)
-            clock.advance(max(0.0, float(stored["expires_at"]) + offset - clock.time()))
+            clock.advance(max(0.0, expiry(stored) + offset - clock.time()))
             service = bot.runtime.service
             await asyncio.gather(
                 late_click(bot, approval, aid, "U2"), service.fire_due(), service.fire_due()
@@ -226,9 +233,7 @@ async def test_reminders_mention_the_approvers_up_to_remind_max(redis_url: str) 
             assert "<@U2>" in reply.text and "<@U3>" in reply.text
             assert "expires <!date^" in reply.text
         # No third: the call's next timer is its expiry (in 30 s), and what fired is shown.
-        expires_at = float(
-            (await call_hash(redis_url, approval.button_value(APPROVE)))["expires_at"]
-        )
+        expires_at = expiry(await call_hash(redis_url, approval.button_value(APPROVE)))
 
         async def next_is_the_expiry() -> bool:
             due = await bot.runtime.redis.zscore(keys.TIMERS, approval.button_value(APPROVE))
@@ -437,7 +442,7 @@ async def test_a_call_expires_on_time_once_across_a_restart(
         first.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(first.wait, 30) == 0
     stored = await call_hash(redis_url, aid)
-    assert stored["status"] == "pending" and time.time() < float(stored["expires_at"])
+    assert stored["status"] == "pending" and time.time() < expiry(stored)
     async with running_bot(env, port):
         ready_at = time.time()
         await wait_until(
@@ -457,7 +462,7 @@ async def test_a_call_expires_on_time_once_across_a_restart(
     assert stored["status"] == "expired"
     # On time: at its expiry, or (a loaded machine took longer to start the bot than the call
     # had left) as soon as the new bot is up; never before.
-    decided_at, expires_at = float(stored["decided_at"]), float(stored["expires_at"])
+    decided_at, expires_at = float(stored["decided_at"]), expiry(stored)
     assert expires_at <= decided_at < max(expires_at, ready_at) + 3
     client = await redis_for(redis_url, decode_responses=True)
     try:

@@ -177,7 +177,9 @@ class FakeNotifier:
         self.timeline = timeline
         self.told: list[tuple[str, str, str, str]] = []
 
-    async def tell(self, channel: str, user: str, text: str, thread_ts: str = "") -> None:
+    async def tell(
+        self, channel: str, user: str, text: str, thread_ts: str = "", *, team: str = ""
+    ) -> None:
         self.told.append((channel, user, text, thread_ts))
         self.timeline.add("tell", text)
 
@@ -337,6 +339,7 @@ def test_register_attaches_one_listener_to_every_command_action_view_and_event(r
         ("view", grant_forms.GRANT_MODAL),
         ("event", "app_home_opened"),
         ("event", "message"),
+        ("event", "app_mention"),
     }
     assert set(rig.app.listeners) == expected
     assert len(rig.app.middleware_list) == 1

@@ -10,11 +10,14 @@ import jsonschema
 import pytest
 import yaml
 
+from bot.slack.oauth import BOT_SCOPES as INSTALL_SCOPES
+
 REPO = Path(__file__).resolve().parent.parent
 VENDORED_SCHEMA = Path(__file__).resolve().parent / "data" / "slack-app-manifest.schema.json"
 SHARED_SCHEMA = REPO.parent / "shared" / "slack-app-manifest.schema.json"
 HTTP_MANIFEST = REPO / "manifest.yml"
 SOCKET_MANIFEST = REPO / "manifest.socket.yml"
+DISTRIBUTED_MANIFEST = REPO / "manifest.distributed.yml"
 
 BOT_SCOPES = {
     "commands",
@@ -25,6 +28,7 @@ BOT_SCOPES = {
     "channels:read",
     "groups:read",
     "im:write",
+    "app_mentions:read",
 }
 
 
@@ -66,18 +70,34 @@ def test_vendored_schema_matches_shared() -> None:
     )
 
 
-@pytest.mark.parametrize("path", [HTTP_MANIFEST, SOCKET_MANIFEST], ids=lambda p: p.name)
+ALL = [HTTP_MANIFEST, SOCKET_MANIFEST, DISTRIBUTED_MANIFEST]
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
 def test_manifest_conforms_to_schema(path: Path) -> None:
     assert_valid(load_manifest(path), path.name)
 
 
-@pytest.mark.parametrize("path", [HTTP_MANIFEST, SOCKET_MANIFEST], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
 def test_manifest_requests_only_the_scopes_the_bot_uses(path: Path) -> None:
     manifest = load_manifest(path)
     bot_scopes = manifest["oauth_config"]["scopes"]["bot"]
     assert len(bot_scopes) == len(set(bot_scopes)), f"duplicate scopes: {bot_scopes}"
     assert set(bot_scopes) == BOT_SCOPES
     assert "user" not in manifest["oauth_config"]["scopes"]
+    assert set(INSTALL_SCOPES) == BOT_SCOPES  # what an OAuth installation asks for
+
+
+def test_the_distributed_manifest_adds_only_the_install_flow() -> None:
+    """manifest.yml, plus the redirect URL and the events that say a workspace left."""
+    distributed = load_manifest(DISTRIBUTED_MANIFEST)
+    assert distributed["oauth_config"].pop("redirect_urls") == [
+        "https://YOUR-HOST/slack/oauth_redirect"
+    ]
+    events = distributed["settings"]["event_subscriptions"]["bot_events"]
+    assert events[-2:] == ["app_uninstalled", "tokens_revoked"]
+    del events[-2:]
+    assert distributed == load_manifest(HTTP_MANIFEST)
 
 
 @pytest.mark.parametrize("path", [HTTP_MANIFEST, SOCKET_MANIFEST], ids=lambda p: p.name)
@@ -91,6 +111,7 @@ def test_manifest_has_the_agent_command_and_thread_reply_events(path: Path) -> N
         "message.channels",
         "message.groups",
         "app_home_opened",
+        "app_mention",
     }
     assert manifest["features"]["app_home"]["home_tab_enabled"] is True
 

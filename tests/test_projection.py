@@ -14,7 +14,6 @@ import redis.asyncio as aioredis
 
 from bot.runtime import BotRuntime
 from bot.slack.blocks import APPROVE
-from bot.slack.webapi import Pacer
 from bot.store import keys
 from bot.testing.harness import BotHarness, status_line, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
@@ -463,14 +462,3 @@ async def test_retry_after_holds_a_card_whatever_else_wakes_its_run(redis_url: s
         await bot.wait_for_status("finished", timeout=20)
         await bot.idle()
     assert sorted(ledger.names()) == ["delete_logs", "restart_service"]
-
-
-def test_a_held_pacer_waits_out_retry_after() -> None:
-    """A 429 holds every call behind the same limit (method and channel or workspace)."""
-    pacer = Pacer(rate=100.0, burst=5)
-    assert pacer.ahead("C1") == 0.0 and pacer.reserve("C1") == 0.0
-    pacer.hold("C1", 2.0)
-    assert 1.9 < pacer.ahead("C1") <= 2.0 and 1.9 < pacer.reserve("C1") <= 2.0
-    assert pacer.ahead("C2") == 0.0  # another channel is not held
-    pacer.hold("C1", 0.5)  # a shorter hold never shortens a longer one
-    assert pacer.ahead("C1") > 1.8

@@ -125,6 +125,8 @@ async def test_start_approve_and_reject_with_a_reason_in_the_browser(
 
             # The run resumes once and finishes; the outcome is on the run message and cards.
             await page.wait_for_selector("text=finished", timeout=20_000)
+            # (the card's update and the run message's are two messages: either may come first)
+            await page.wait_for_selector("#feed >> text=Rejected by @Carol", timeout=20_000)
             feed = await page.inner_text("#feed")
             assert "Rejected by @Carol" in feed and "10 replicas is too many on a Friday" in feed
             assert "Approved by @Bob" in feed
@@ -229,5 +231,68 @@ async def test_edit_then_approve_in_the_browser(sandbox_url: str, tmp_path: Path
             thread = await page.inner_text("#thread-feed")
             assert "restarted web " in thread and "restarted restart the web tier" not in thread
             await page.screenshot(path=str(out / "sandbox-edited.png"))
+        finally:
+            await browser.close()
+
+
+async def test_a_follow_up_in_the_run_thread_in_the_browser(
+    sandbox_url: str, tmp_path: Path
+) -> None:
+    """Alice's run finished; she replies in its thread, and the agent takes that up as the
+    run's next turn: new cards, Bob's approvals, a second answer in the same thread, shown
+    while it is written, then finalized."""
+    assert async_playwright is not None and CHROMIUM is not None
+    out = shots(tmp_path)
+    approve = "button[data-action-id=approval_approve]"
+
+    async def approve_all(page: Page, count: int) -> None:
+        for _ in range(count):
+            await page.locator(approve).first.wait_for(timeout=20_000)
+            await page.locator(approve).first.click()
+            await page.wait_for_function(
+                f"document.querySelectorAll('{approve}').length < {count}", timeout=20_000
+            )
+            count -= 1
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = await browser.new_page(viewport={"width": 1280, "height": 860})
+        try:
+            await page.goto(sandbox_url)
+            await page.fill("#say", "/agent restart the web tier")
+            await page.press("#say", "Enter")
+            await page.wait_for_function(
+                f"document.querySelectorAll('{approve}').length === 2", timeout=20_000
+            )
+            await act_as(page, "U0BOB")
+            await approve_all(page, 2)
+            await page.wait_for_selector("text=finished", timeout=20_000)
+
+            # Alice follows up in the run's thread.
+            await act_as(page, "U0ALICE")
+            await page.locator(".thread-link").first.click()
+            await page.wait_for_selector("#thread.open >> text=Done.")
+            await page.fill("#reply", "now do the same for the api tier")
+            await page.press("#reply", "Enter")
+            await page.click("#close-thread")
+            await page.wait_for_function(
+                f"document.querySelectorAll('{approve}').length === 2", timeout=20_000
+            )
+            cards = page.locator(".msg", has=page.locator(approve))
+            assert "the api tier" in await cards.nth(0).inner_text()
+            await act_as(page, "U0BOB")
+            await approve_all(page, 2)
+            await page.locator(".thread-link").first.click()
+            # The answer streams in: shown while written (the demo model writes word by word).
+            await page.wait_for_selector("#thread-feed >> text=still writing", timeout=20_000)
+            await page.screenshot(path=str(out / "sandbox-streaming.png"))
+            await page.wait_for_function(
+                "[...document.querySelectorAll('#thread-feed .msg')]"
+                ".filter(m => m.innerText.includes('Done.')).length === 2",
+                timeout=20_000,
+            )
+            thread = await page.inner_text("#thread-feed")
+            assert thread.index("now do the same for the api tier") < thread.rindex("Done.")
+            await page.screenshot(path=str(out / "sandbox-follow-up.png"))
         finally:
             await browser.close()

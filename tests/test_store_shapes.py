@@ -23,7 +23,10 @@ def test_each_script_gets_the_keys_its_header_lists() -> None:
     k = RunKeys(RUN)
     run, state, snapshot = keys.run_key(RUN), keys.state_key(RUN), keys.snapshot_key(RUN)
     task, outbox, pause = keys.task_key(RUN), keys.outbox_key(RUN), keys.pause_key(RUN)
-    assert k.finish() == [run, state, snapshot, task, outbox, pause]
+    turns, history = keys.turns_key(RUN), keys.history_key(RUN)
+    partial = keys.partial_key(RUN)
+    assert k.finish() == [run, state, snapshot, task, outbox, pause, turns, history, partial]
+    assert k.turn() == [run, turns, keys.followups_key(RUN), outbox, keys.progress_key(RUN)]
     assert k.save_pause([CALL, OTHER]) == [
         run, state, snapshot, task, outbox, pause, keys.call_key(CALL), keys.call_key(OTHER),
         keys.arguments_key(CALL), keys.arguments_key(OTHER),
@@ -43,7 +46,17 @@ def test_each_script_gets_the_keys_its_header_lists() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["run", "result", "notice", f"card:{CALL}", "review:rv1", "note:3", f"remind:{CALL}:2"]
+    "name",
+    [
+        "run",
+        "result",
+        "result:2",
+        "notice",
+        f"card:{CALL}",
+        "review:rv1",
+        "note:3",
+        f"remind:{CALL}:2",
+    ],
 )
 def test_a_target_reads_back_as_its_name(name: str) -> None:
     assert str(Target.parse(name)) == name

@@ -15,7 +15,15 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from agents import Agent, FunctionTool, HostedMCPTool, RunResult, ToolApprovalItem, ToolCallItem
+from agents import (
+    Agent,
+    FunctionTool,
+    HostedMCPTool,
+    RunResult,
+    RunResultStreaming,
+    ToolApprovalItem,
+    ToolCallItem,
+)
 
 from bot.engine.approvals import Field, PendingApproval
 
@@ -118,7 +126,7 @@ def _function_tool(tools: Sequence[Any], name: str) -> FunctionTool | None:
     return None
 
 
-async def _tools_of(agent: Agent[Any], result: RunResult) -> list[Any]:
+async def _tools_of(agent: Agent[Any], result: RunResult | RunResultStreaming) -> list[Any]:
     """The agent's tools, its MCP servers' too (listed through the SDK, as a run lists them)."""
     if not agent.mcp_servers:
         return list(agent.tools)
@@ -155,7 +163,7 @@ def nested_responses(state: Any) -> list[Any]:
 
 
 async def explain(
-    result: RunResult,
+    result: RunResult | RunResultStreaming,
     items: Sequence[ToolApprovalItem],
     approvals: list[PendingApproval],
     state: Any = None,
@@ -181,7 +189,7 @@ async def explain(
 
 
 async def _explained(
-    result: RunResult,
+    result: RunResult | RunResultStreaming,
     responses: list[Any],
     descriptions: dict[str, str],
     tools: dict[int, list[Any]],

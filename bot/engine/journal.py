@@ -36,6 +36,12 @@ class CallNeedsReview(ApprovalBotError):
         self.tool = tool
 
 
+class JournalUnavailable(ApprovalBotError):
+    """The journal could not be read or written (its store unreachable, or a write it could not
+    confirm): this attempt stops without a verdict on the run, and the job is retried once its
+    lease lapses; the journal entries already written make that retry safe."""
+
+
 @dataclass(frozen=True)
 class Begin:
     """What to do with a call: run it, skip it (with its recorded output), or stop for review."""
@@ -105,7 +111,10 @@ async def _through_journal(
     execution = CURRENT.get()
     if execution is None or not key:
         return await run()
-    begin = await execution.journal.begin(execution.run_id, key, execution.attempt, tool_name)
+    try:
+        begin = await execution.journal.begin(execution.run_id, key, execution.attempt, tool_name)
+    except Exception as exc:
+        raise JournalUnavailable(f"could not journal call {key} before it ran") from exc
     if begin.action == "skip":
         return skipped(begin.output)
     if begin.action == "review":
@@ -114,12 +123,17 @@ async def _through_journal(
         result = await run()
     except Exception as exc:
         # It ran and failed: record that, so a retry does not run it again.
-        await execution.journal.end(
-            execution.run_id, key, execution.attempt, f"(the tool raised {type(exc).__name__})"
-        )
+        await _end(execution, key, f"(the tool raised {type(exc).__name__})")
         raise
-    await execution.journal.end(execution.run_id, key, execution.attempt, _as_text(result))
+    await _end(execution, key, _as_text(result))
     return result
+
+
+async def _end(execution: Execution, key: str, output: str) -> None:
+    try:
+        await execution.journal.end(execution.run_id, key, execution.attempt, output)
+    except Exception as exc:  # the retry finds the call left executing: a person decides
+        raise JournalUnavailable(f"could not journal call {key} after it ran") from exc
 
 
 async def _maybe_await(value: Any) -> Any:

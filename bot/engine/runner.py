@@ -32,6 +32,7 @@ from agents import (
     RunHooks,
     Runner,
     RunResult,
+    RunResultStreaming,
     RunState,
     Tool,
 )
@@ -40,7 +41,7 @@ from bot.checkpoint import Checkpoint as Checkpoint  # the stored pause: engine 
 from bot.engine.approvals import PendingApproval, arguments_sha, describe
 from bot.engine.context import RunContext, deserialize_context, serialize_context
 from bot.engine.explain import explain
-from bot.engine.journal import CURRENT, CallNeedsReview, Execution
+from bot.engine.journal import CURRENT, CallNeedsReview, Execution, JournalUnavailable
 from bot.engine.questions import ANSWERS, is_question
 from bot.engine.registry import AgentRegistry, walk, what_matters
 from bot.engine.tracing import Tracing
@@ -54,6 +55,8 @@ SDK_VERSION: str = getattr(agents, "__version__", "unknown")
 NEEDS = "needs:"
 
 Progress = Callable[[str], Awaitable[None]]
+# Told the text of the model's response so far as it streams ("" when it turned to tools).
+Stream = Callable[[str], Awaitable[None]]
 # Asked before every model call: True when the run must go no further (it was cancelled).
 StopCheck = Callable[[], Awaitable[bool]]
 
@@ -67,6 +70,10 @@ class Paused:
 @dataclass(frozen=True)
 class Finished:
     output: str
+    """The turn's final output, as text."""
+    history: bytes = b""
+    """The conversation after this turn (the SDK's input list as JSON, packed like a state):
+    the input of the run's next turn, if someone follows up. Empty if it could not be kept."""
 
 
 @dataclass(frozen=True)
@@ -249,6 +256,36 @@ class _ProgressHooks(RunHooks[Any]):
         await self._say(f"{from_agent.name} handed off to {to_agent.name}")
 
 
+async def _relay(streamed: RunResultStreaming, stream: Stream) -> None:
+    """Tell `stream` the text of each model response as it grows; a response that ends in
+    tool calls was not the answer: `stream` is told "" (nothing to show) after it."""
+    text = ""
+    async for event in streamed.stream_events():
+        if event.type != "raw_response_event":
+            continue
+        kind = getattr(event.data, "type", "")
+        if kind == "response.created":
+            text = ""
+        elif kind == "response.output_text.delta":
+            text += str(getattr(event.data, "delta", ""))
+            await stream(text)
+        elif kind == "response.completed":
+            output = getattr(getattr(event.data, "response", None), "output", None) or []
+            if any(getattr(item, "type", "") != "message" for item in output):
+                text = ""
+                await stream("")
+
+
+def _history(result: RunResult | RunResultStreaming) -> bytes:
+    """The conversation after a finished turn, packed (empty when it cannot be serialized)."""
+    try:
+        items = result.to_input_list()
+        return pack_state(json.dumps(items, separators=(",", ":"), default=str).encode())
+    except Exception as exc:
+        log.warning("cannot keep the conversation: %s", exc, exc_info=True)
+        return b""
+
+
 def _describe_error(exc: BaseException) -> str:
     if isinstance(exc, MaxTurnsExceeded):
         return f"The agent stopped after reaching its limit of turns ({exc})."
@@ -268,11 +305,13 @@ class Engine:
         rejection_text: str,
         max_turns: int,
         tracing: Tracing | None = None,
+        stream_answers: bool = True,
     ) -> None:
         self.registry = registry
         self.rejection_text = rejection_text
         self.max_turns = max_turns
         self.tracing = tracing or Tracing()
+        self.stream_answers = stream_answers  # off: a `stream` given is not told anything
 
     def run_config(self, run_id: str = "", agent_name: str = "") -> RunConfig:
         # RunConfig is not serialized with the state: it is rebuilt for every start and resume.
@@ -343,6 +382,7 @@ class Engine:
         progress: Progress | None = None,
         execution: Execution | None = None,
         stop: StopCheck | None = None,
+        stream: Stream | None = None,
     ) -> Outcome:
         agent = self.registry.get(agent_name)
         if agent is None:
@@ -357,13 +397,47 @@ class Engine:
             context=context,
             stop=stop,
             task=task,
+            stream=stream,
+        )
+
+    async def follow_up(
+        self,
+        agent_name: str,
+        history: bytes,
+        text: str,
+        context: RunContext,
+        progress: Progress | None = None,
+        execution: Execution | None = None,
+        stop: StopCheck | None = None,
+        stream: Stream | None = None,
+    ) -> Outcome:
+        """The next turn of a run's conversation: `history` (a `Finished.history`) and what
+        someone said after it, as the model's input; the same tools, approvals and journal."""
+        agent = self.registry.get(agent_name)
+        if agent is None:
+            return Failed(f"No agent named {agent_name!r} is defined any more.")
+        try:
+            items = json.loads(unpack_state(history))
+        except Exception as exc:
+            log.warning("cannot read the conversation of %s: %s", context.run_id, exc)
+            return Failed("The conversation so far could not be read, so the run cannot go on.")
+        return await self._run(
+            agent_name,
+            agent,
+            [*items, {"role": "user", "content": text}],
+            progress,
+            execution,
+            run_id=context.run_id,
+            context=context,
+            stop=stop,
+            stream=stream,
         )
 
     async def _run(
         self,
         agent_name: str,
         agent: Agent[Any],
-        start_from: str | RunState[Any, Any],
+        start_from: str | list[Any] | RunState[Any, Any],
         progress: Progress | None,
         execution: Execution | None,
         *,
@@ -371,24 +445,33 @@ class Engine:
         context: RunContext | None = None,
         stop: StopCheck | None = None,
         task: str | None = None,
+        stream: Stream | None = None,
     ) -> Outcome:
         """One `Runner.run` under `execution` (so tool calls go through its journal); `task`:
-        the run's task, which a checkpoint of this run refers to instead of holding it."""
+        the run's task, which a checkpoint of this run refers to instead of holding it. With
+        `stream`, the run is streamed and `stream` is told each model response's text so far."""
         token = CURRENT.set(execution)
         try:
-            result = await Runner.run(
-                agent,
-                start_from,
-                context=context,
-                max_turns=self.max_turns,
-                run_config=self.run_config(run_id, agent_name),
-                hooks=_ProgressHooks(progress, stop),
-            )
+            options: dict[str, Any] = {
+                "context": context,
+                "max_turns": self.max_turns,
+                "run_config": self.run_config(run_id, agent_name),
+                "hooks": _ProgressHooks(progress, stop),
+            }
+            result: RunResult | RunResultStreaming
+            if stream is None or not self.stream_answers:
+                result = await Runner.run(agent, start_from, **options)
+            else:
+                streamed = Runner.run_streamed(agent, start_from, **options)
+                await _relay(streamed, stream)
+                result = streamed
         except _StopRequested:
             return Stopped()
         except Exception as exc:
             if cause_of(exc, _StopRequested) is not None:
                 return Stopped()
+            if cause_of(exc, JournalUnavailable) is not None:
+                raise  # no verdict: the job is retried (see JournalUnavailable)
             return self._failure(exc)
         finally:
             CURRENT.reset(token)
@@ -412,6 +495,7 @@ class Engine:
         run_id: str = "",
         stop: StopCheck | None = None,
         task: str | None = None,
+        stream: Stream | None = None,
     ) -> Outcome:
         """Apply `decisions` to the stored state and run on; `run_id` names the trace group;
         `task`: the run's task, which the checkpoint may refer to (see `TASK_REF`)."""
@@ -476,18 +560,19 @@ class Engine:
         token = ANSWERS.set(answers)
         try:
             return await self._run(
-                agent_name, agent, state, progress, execution, run_id=run_id, stop=stop, task=task
-            )
+                agent_name, agent, state, progress, execution, run_id=run_id, stop=stop,
+                task=task, stream=stream,
+            )  # fmt: skip
         finally:
             ANSWERS.reset(token)
 
     async def _outcome(
-        self, agent_name: str, result: RunResult, task: str | None = None
+        self, agent_name: str, result: RunResult | RunResultStreaming, task: str | None = None
     ) -> Outcome:
         if not result.interruptions:
             output = result.final_output
             text = output if isinstance(output, str) else json.dumps(output, default=str, indent=2)
-            return Finished(text)
+            return Finished(text, _history(result))
         try:
             state_json = result.to_state().to_json(
                 context_serializer=serialize_context, strict_context=True

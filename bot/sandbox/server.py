@@ -116,7 +116,7 @@ class Sandbox:
         self.people = cast(approvers)
         registry = AgentRegistry.load(self.agents)
         if self.offline:
-            use_model(registry.agents.values(), DemoModel())
+            use_model(registry.agents.values(), DemoModel(write_gap=0.12))
             set_tracing_disabled(True)  # nowhere to send traces offline; say nothing about it
         settings = Settings(
             _env_file=None,  # type: ignore[call-arg]
@@ -162,6 +162,8 @@ class Sandbox:
                 "blocks": m.blocks,
                 "thread_ts": m.thread_ts,
                 "updates": m.updates,
+                "streaming": m.streaming,  # Slack's chat streaming: open, being written
+                "markdown": m.markdown,
             }
             for m in messages
             if m.channel == self.channel

@@ -38,6 +38,7 @@ from bot.store.audit import AuditLog
 from bot.store.journal import RedisJournal
 from bot.store.queue import JobQueue
 from bot.store.runs import RunStore
+from bot.store.workspaces import forget_workspace
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,7 @@ class ApprovalService:
         self.start_run = self.runs.start_run
         self.run_job = self.runs.run_job
         self.undeliverable = self.runs.undeliverable
+        self.follow_up = self.runs.follow_ups.follow_up  # a reply in a run's thread
 
         # Decisions: clicks, the reject modal, thread replies.
         self.decide = self.decisions.decide
@@ -147,6 +149,11 @@ class ApprovalService:
         self.revoke_grant = self.grants.revoke_grant
         self.revoke_grant_id = self.grants.revoke_by_id
         self.requeue_stalled = self.sweeper.requeue_stalled
+
+    async def forget_workspace(self, team_id: str) -> int:
+        """The app was uninstalled from `team_id` (or its bot token revoked): everything the
+        bot keeps about that workspace goes, nothing of another (bot/store/workspaces.py)."""
+        return await forget_workspace(self.store.redis, team_id)
 
 
 __all__ = ["ApprovalService", "RejectForm", "Reply", "when"]

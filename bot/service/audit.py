@@ -45,6 +45,9 @@ class AuditKind(StrEnum):
     GRANT_DROPPED = "grant_dropped"  # expired, or no longer allowed by the policy in force
     GRANT_REVOKED = "grant_revoked"  # by its grantor or an approver of the channel
     WEBHOOK_SKIPPED = "webhook_skipped"  # entries the webhook receiver never got (too old)
+    TURN_STARTED = "turn_started"  # a follow-up began turn n; detail: turn n, what was said
+    TURN_QUEUED = "turn_queued"  # a follow-up waits for the turn going on to end
+    FOLLOW_UP_REFUSED = "follow_up_refused"  # detail: why
     ROUTED = "routed"  # a call's rule, when it is not the one it was posted under
 
     def tally(self, decision: str, call: CallRecord | None) -> None:

@@ -58,25 +58,38 @@ class Authorizer:
     organizations in a shared (Slack Connect) channel are never let in by a "*".
 
     `channels`: who is in a channel, for approvers "*"; without one (tools and tests with no
-    Slack), "*" is anyone of the served workspace."""
+    Slack), "*" is anyone of the served workspace.
+
+    `installed`: the bot is distributed (OAuth) and serves every workspace that installed it;
+    the Slack adapter answers only requests of an installed team (it found that team's token),
+    so a policy without sections serves each of them, and one with sections those listed."""
 
     def __init__(
         self,
         groups: GroupDirectory,
         installation: Installation | None = None,
         channels: ChannelDirectory | None = None,
+        *,
+        installed: bool = False,
     ) -> None:
         self.groups = groups
         self.installation = installation
         self.channels = channels
+        self.installed = installed
 
     def served(self, policy: Policy, actor: Actor) -> Verdict:
+        if policy.workspaces:  # one section per team: the actor's team must have one
+            if actor.team_id not in policy.workspaces:
+                return Verdict(False, NOT_SERVED)
+            policy = policy.for_team(actor.team_id)
         ws = policy.workspace
         if ws.team_id is not None or ws.enterprise_id is not None:
             if ws.team_id is not None and actor.team_id != ws.team_id:
                 return Verdict(False, NOT_SERVED)
             if ws.enterprise_id is not None and actor.enterprise_id != ws.enterprise_id:
                 return Verdict(False, "This organization is not served by this bot.")
+            return ALLOWED
+        if self.installed:
             return ALLOWED
         home = self.installation
         if home is None:
@@ -153,6 +166,41 @@ class Authorizer:
             return Verdict(
                 False,
                 member.reason or "You are not among the people allowed to start agent runs here.",
+            )
+        return ALLOWED
+
+    async def may_follow(
+        self, policy: Policy, actor: Actor, *, run_team: str, starter: str, channel: str,
+        agent: str,
+    ) -> Verdict:  # fmt: skip
+        """May the actor continue a run (a reply in its thread)? Its starter may, and the
+        channel's `followers` (by default its starters), while the channel still runs agents
+        and still allows the run's agent."""
+        served = self.served(policy, actor)
+        if not served.allowed:
+            return served
+        if actor.team_id != run_team:
+            return Verdict(False, "This run belongs to another Slack workspace.")
+        rule = policy.channels.get(channel)
+        if rule is None:
+            return Verdict(False, "Agent runs are no longer enabled in this channel.")
+        if rule.agents is not None and agent not in rule.agents:
+            return Verdict(
+                False,
+                said("The agent {agent} may no longer run in this channel.", agent=Code(agent)),
+            )
+        if actor.user_id == starter:
+            return ALLOWED
+        followers = rule.followers if rule.followers is not None else rule.starters
+        member = await self.is_among(actor, followers)
+        if not member.allowed:
+            return Verdict(
+                False,
+                said(
+                    "Only {starter} (who started this run) and the people the policy names "
+                    "may continue it.",
+                    starter=Mention(starter),
+                ),
             )
         return ALLOWED
 

@@ -108,7 +108,7 @@ class Decisions:
         run, verdict = await self.gate.authorize(actor, call, stored_run)
         confirm = None
         if run is not None and verdict.allowed and approve and not call.decided:
-            rule = rule_for(self.gate.policies.current().policy, run, call)
+            rule = rule_for(self.gate.policies.current().policy.for_team(run.team_id), run, call)
             confirm = self._confirmation(call, rule, always=always, typed=typed)
             if isinstance(confirm, TypeToConfirm):
                 return confirm
@@ -227,7 +227,7 @@ class Decisions:
         chose, judged against the rule in force (a longer time than its `grant_max`, or an
         argument the call does not have, is refused: a Reply); None: Always is run-only (no
         scope chosen, "this run only", or a rule without `grant_max`)."""
-        policy = self.gate.policies.current().policy
+        policy = self.gate.policies.current().policy.for_team(run.team_id)
         rule, _ = await self.gate.judge(actor, run, call)
         lasts = grant_max_of(policy, rule)
         if scope is None or (scope.seconds == 0 and not scope.narrow):
@@ -249,7 +249,7 @@ class Decisions:
     ) -> ChooseScope | None:
         """Always approve under a rule with `grant_max` (in force now): the scope to choose."""
         rule, _ = await self.gate.judge(actor, run, call)
-        lasts = grant_max_of(self.gate.policies.current().policy, rule)
+        lasts = grant_max_of(self.gate.policies.current().policy.for_team(run.team_id), rule)
         if lasts <= 0:
             return None
         return ChooseScope(call, lasts, choices_up_to(lasts), narrowable(call))

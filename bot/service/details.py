@@ -99,6 +99,7 @@ class Details:
             return Verdict(False, "This run belongs to another Slack workspace.")
         if actor.user_id == run.user_id:
             return ALLOWED
+        policy = policy.for_team(run.team_id)
         decide = await self.gate.under(policy, rule_for(policy, run, call), actor, run, call)
         if decide.allowed:
             return ALLOWED

@@ -311,7 +311,7 @@ class Edits:
         if isinstance(checked, Reply):
             return checked
         call, run = checked
-        rule = rule_for(self.core.policies.current().policy, run, call)
+        rule = rule_for(self.core.policies.current().policy.for_team(run.team_id), run, call)
         reply: Reply | None = None
         function = call.kind == "function"
         schema = (

@@ -42,7 +42,7 @@ class Gate:
         self, actor: Actor, run: RunRecord, call: CallRecord
     ) -> tuple[CallRule | None, Verdict]:
         """The rule the policy in force gives `call`, and whether `actor` may decide it."""
-        policy = self.policies.current().policy
+        policy = self.policies.current().policy.for_team(run.team_id)
         rule = rule_for(policy, run, call)
         return rule, await self.under(policy, rule, actor, run, call)
 

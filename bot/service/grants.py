@@ -174,7 +174,8 @@ class Grants:
             return True
         if actor.team_id != grant.team:
             return False
-        base = self.core.policies.current().policy.channels.get(grant.channel)
+        policy = self.core.policies.current().policy.for_team(grant.team)
+        base = policy.channels.get(grant.channel)
         if base is None:
             return False
         verdict = await self.core.authorizer.is_among(actor, base.approvers, grant.channel)
@@ -235,7 +236,7 @@ class Grants:
     async def visible(self, actor: Actor) -> list[GrantView]:
         """The grants in force the viewer can see on their App Home: those of the channels
         where they may decide something (as a list reads them), and those they made."""
-        policy = self.core.policies.current().policy
+        policy = self.core.policies.current().policy.for_team(actor.team_id)
         now = self._now()
         grants = [
             g for g in await self.store.in_channels(actor.team_id, sorted(policy.channels))

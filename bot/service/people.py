@@ -26,6 +26,7 @@ from bot.service.replies import Code, Mention, Reply, Text, said, when
 from bot.store import keys
 from bot.store.edits import EditRecord
 from bot.store.records import CallRecord, RunRecord, RunStatus
+from bot.store.turns import FollowUp, TurnRecord
 
 MAX_LISTED = 20
 MAX_SCANNED = 1000  # paused runs a list or a batch of App Homes looks at (the oldest first)
@@ -39,6 +40,10 @@ class RunView:
     waiting: list[CallRecord] = field(default_factory=list)
     edits: list[EditRecord] = field(default_factory=list)
     """The run's edited calls (`/agent status`): who edited what, both digests."""
+    turns: list[TurnRecord] = field(default_factory=list)
+    """Its follow-up turns (`/agent status`): who said what in its thread, how each ended."""
+    queued: list[FollowUp] = field(default_factory=list)
+    """Follow-ups waiting for the turn going on to end."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,7 @@ class People:
                     run=Code(run_id),
                 ),
             )
-        policy = self.core.policies.current().policy
+        policy = self.core.policies.current().policy.for_team(run.team_id)
         calls = [
             (c.agent, c.tool, subject_of_call(c)) for c in await self.store.pause_calls(run.run_id)
         ]
@@ -186,7 +191,8 @@ class People:
         waiting = []
         if run.status == RunStatus.PAUSED:
             waiting = [c for c in await self.store.pause_calls(run.run_id) if not c.decided]
-        return RunView(run, waiting, await self.store.edits(run.run_id))
+        turns, queued = await self.store.turns.conversation(run.run_id)
+        return RunView(run, waiting, await self.store.edits(run.run_id), turns, queued)
 
     async def _unfinished(self) -> list[RunRecord]:
         runs = await self.store.get_runs(await self.store.active_runs())
@@ -284,7 +290,7 @@ class People:
         """The calls `actor` may decide now (what a click of theirs would record), oldest
         first: pending, in the run's current pause, not decided by a rule, not yet approved by
         them (quorum), and allowed by the policy in force. `runs`: look only at these."""
-        policy = self.core.policies.current().policy
+        policy = self.core.policies.current().policy.for_team(actor.team_id)
         if runs is not None:
             return await self._mine(actor, await self._pending(policy, runs))
         pending, (channels,), _ = await self._gather(policy, [actor])
@@ -307,7 +313,9 @@ class People:
                 f"({self.core.limits.lists_per_minute} a minute). Try again in {wait} "
                 f"second{'s' if wait != 1 else ''}.",
             )
-        pending, (channels,), runs = await self._gather(policy, [actor], channel)
+        pending, (channels,), runs = await self._gather(
+            policy.for_team(actor.team_id), [actor], channel
+        )
         mine = await self._mine(actor, pending, channels)
         here = [r for r in runs if r.team_id == actor.team_id]
         views = [self._view_of(r, pending.calls) for r in here[-MAX_LISTED:]]
@@ -324,16 +332,18 @@ class People:
         served = list(
             dict.fromkeys(a for a in actors if self.core.authorizer.served(policy, a).allowed)
         )
-        reach: dict[Actor, set[str] | None] = {}
-        if served:
-            pending, reaches, _ = await self._gather(policy, served)
-            reach = dict(zip(served, reaches, strict=True))
+        reach: dict[Actor, tuple[Pending, set[str] | None]] = {}
+        for team in dict.fromkeys(a.team_id for a in served):  # each under its team's policy
+            group = [a for a in served if a.team_id == team]
+            pending, reaches, _ = await self._gather(policy.for_team(team), group)
+            reach.update((a, (pending, r)) for a, r in zip(group, reaches, strict=True))
         out: list[Overview] = []
         for actor in actors:
             if actor not in reach:
                 out.append(Overview([], []))
                 continue
-            mine = await self._mine(actor, pending, reach[actor])
+            pending, channels = reach[actor]
+            mine = await self._mine(actor, pending, channels)
             own = await self.store.recent_runs(actor.team_id, actor.user_id, recent)
             grants = await self.grants.visible(actor)
             out.append(Overview(mine, [await self._view(r) for r in own], grants))

@@ -51,6 +51,7 @@ MAX_EXPIRE_AFTER = 30 * 86400  # nothing waits longer than 30 days
 
 Principal = Annotated[str, StringConstraints(pattern=PRINCIPAL)]
 ChannelId = Annotated[str, StringConstraints(pattern=CHANNEL_ID)]
+TeamId = Annotated[str, StringConstraints(pattern=TEAM_ID)]
 Duration = Annotated[str, StringConstraints(pattern=DURATION)]
 Answerer = Annotated[str, StringConstraints(pattern=ANSWERER)]
 
@@ -122,6 +123,9 @@ class Defaults(Timers):
 
 class ChannelRule(Timers):
     starters: list[Principal] = Field(default_factory=lambda: ["*"])
+    # Who besides its starter may continue a run with a reply in its thread (a follow-up);
+    # None: the channel's starters.
+    followers: list[Principal] | None = None
     approvers: list[Principal] = Field(min_length=1)
     agents: list[str] | None = None  # agent names that may be started here; None = all
     allow_self_approval: bool | None = None
@@ -201,8 +205,54 @@ class Policy(_Strict):
 
     workspace: Workspace = Field(default_factory=Workspace)
     defaults: Defaults = Field(default_factory=Defaults)
-    channels: dict[ChannelId, ChannelRule] = Field(min_length=1)
+    channels: dict[ChannelId, ChannelRule] = Field(default_factory=dict)
     tools: list[ToolRule] = Field(default_factory=list)
+    # A bot installed in many workspaces (OAuth): each team's own policy, a whole policy
+    # (`channels`, `tools`, and `defaults`, else the top level's); a team not listed is not
+    # served. Without it, the top level is the policy of every workspace the bot serves.
+    workspaces: dict[TeamId, Policy] = Field(default_factory=dict)
+    _teams: dict[str, Policy] = PrivateAttr(default_factory=dict)
+
+    def for_team(self, team_id: str) -> Policy:
+        """The policy that governs `team_id`'s runs and people: its `workspaces:` section, or
+        (none listed) this one. A team the sections do not name gets a policy that allows
+        nothing (and `Authorizer.served` tells its people the workspace is not served)."""
+        if not self.workspaces:
+            return self
+        found = self._teams.get(team_id)
+        if found is None:
+            found = Policy.model_construct(  # its workspace is no team: `served` says no
+                workspace=Workspace.model_construct(team_id="-"), defaults=self.defaults,
+                channels={},
+                tools=[], workspaces={},
+            )  # fmt: skip
+        return found
+
+    @model_validator(mode="after")
+    def _sections_make_sense(self) -> Policy:
+        """Channels at the top level or in workspace sections, not both, and no section
+        within a section; each section knows its team (`workspace.team_id`)."""
+        problems = []
+        if not self.channels and not self.workspaces:
+            problems.append("channels: name at least one channel (or a `workspaces:` section)")
+        if self.channels and self.workspaces:
+            problems.append(
+                "channels: with a `workspaces:` section, channels go in each workspace's "
+                "section (top-level ones would govern no workspace)"
+            )
+        for team, section in self.workspaces.items():
+            if section.workspaces:
+                problems.append(f"workspaces.{team}.workspaces: a section holds no sections")
+            if section.workspace.team_id not in (None, team):
+                problems.append(f"workspaces.{team}.workspace.team_id: not {team}")
+            update: dict[str, Any] = {"workspace": Workspace(
+                team_id=team, enterprise_id=section.workspace.enterprise_id)}  # fmt: skip
+            if "defaults" not in section.model_fields_set:
+                update["defaults"] = self.defaults
+            self._teams[team] = section.model_copy(update=update)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     def rule_for(
         self, *, channel: str, agent: str, tool: str, subject: Mapping[str, Any] | None = None

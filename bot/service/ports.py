@@ -51,5 +51,8 @@ class Notifier(Protocol):
     """Answers the person who acted, privately. Everything else people see in Slack is derived
     from what the store holds (the outbox and the projector in `bot.slack`), not told."""
 
-    async def tell(self, channel: str, user: str, text: str, thread_ts: str = "") -> None:
-        """Say something only `user` can see."""
+    async def tell(
+        self, channel: str, user: str, text: str, thread_ts: str = "", *, team: str = ""
+    ) -> None:
+        """Say something only `user` can see; `team`: their workspace, when not the one of
+        the request being answered (a worker's note)."""

@@ -79,7 +79,7 @@ class Questions:
             return served
         if actor.team_id != run.team_id:
             return Verdict(False, "This run belongs to another Slack workspace.")
-        rule = rule_for(policy, run, call)
+        rule = rule_for(policy.for_team(run.team_id), run, call)
         if rule is None:
             return Verdict(
                 False, "This channel is no longer in the bot's policy, so nobody may answer."

@@ -46,7 +46,7 @@ class Reviews:
         run = await store.get_run(run_id) if run_id else None
         if run is None or run.review_id != review_id or run.status != RunStatus.NEEDS_REVIEW:
             return Reply(False, "This review is already settled, or the run no longer exists.")
-        policy = core.policies.current().policy
+        policy = core.policies.current().policy.for_team(run.team_id)
         # The calls in question are approved calls of the pause: judge each by its own rule
         # (its agent may be a handoff's or a nested agent's, not the run's first agent).
         paused = {c.call_id: c for c in await store.pause_calls(run.run_id)}

@@ -11,7 +11,7 @@ from typing import Any
 
 from bot.engine.approvals import arguments_sha
 from bot.engine.context import RunContext
-from bot.engine.journal import Execution
+from bot.engine.journal import Execution, JournalUnavailable
 from bot.engine.questions import QUESTION_KIND
 from bot.engine.runner import (
     Decision,
@@ -23,7 +23,8 @@ from bot.engine.runner import (
     StopCheck,
     Stopped,
 )
-from bot.outage import log_failure
+from bot.errors import cause_of
+from bot.outage import log_failure, unreachable
 from bot.service.answerers import question_rule
 from bot.service.audit import AuditKind
 from bot.service.conditions import REQUESTED_AT, subject_of
@@ -31,6 +32,7 @@ from bot.service.core import ServiceCore
 from bot.service.details import context_of
 from bot.service.digest import digest_of
 from bot.service.edits import EDITABLE_KINDS, edit_message
+from bot.service.follow_ups import FollowUps
 from bot.service.gate import Gate, keep_subject, rule_for, subject_of_call
 from bot.service.grants import grant_note, until_text
 from bot.service.limits import refusal, task_too_long
@@ -38,6 +40,7 @@ from bot.service.policy import CallRule, Verdict, grant_max_of, human
 from bot.service.ports import Actor
 from bot.service.replies import Code, Reply, joined, said
 from bot.service.reviews import Reviews, beyond_text
+from bot.service.streaming import AnswerStream
 from bot.store import keys
 from bot.store.grants import Grant, GrantStore, canonical, grant_detail
 from bot.store.queue import Job
@@ -79,8 +82,7 @@ def _stored(value: Any) -> str:
 def time_call(call: CallRecord, rule: CallRule) -> None:
     """The call's timers, as the policy sets them when it is posted (bot/store/timers.py)."""
     start = float(call.paused_at)
-    call.expire_after = rule.expire_after
-    call.expires_at = start + rule.expire_after
+    call.expire_after = rule.expire_after  # expires_at: paused_at + expire_after
     call.remind_after, call.remind_max = rule.remind_after, rule.remind_max
     if rule.escalate_after and rule.escalate_to:
         call.escalate_after = rule.escalate_after
@@ -97,6 +99,7 @@ class Runs:
         self.gate = gate
         self.reviews = reviews
         self.grants = GrantStore(core.store.redis)
+        self.follow_ups = FollowUps(core)
 
     async def start_run(
         self, actor: Actor, channel: str, agent_name: str | None, task: str, delivery_id: str = ""
@@ -108,7 +111,10 @@ class Runs:
         """
         name = agent_name or self.core.engine.registry.default_name
         policy = self.core.policies.current().policy
-        verdict = await self.core.authorizer.may_start(policy, actor, channel, name)
+        verdict = self.core.authorizer.served(policy, actor)  # a team the policy lists
+        if verdict.allowed:
+            policy = policy.for_team(actor.team_id)
+            verdict = await self.core.authorizer.may_start(policy, actor, channel, name)
         if verdict.allowed and self.core.engine.registry.get(name) is None:
             verdict = Verdict(
                 False,
@@ -178,6 +184,7 @@ class Runs:
                     run.user_id,
                     "The bot could not reach its database, so the "
                     "run did not start. Try again in a moment.",
+                    team=run.team_id,
                 ),
             )
             return
@@ -188,10 +195,13 @@ class Runs:
             log_failure(log, "could not enqueue the start of run %s", run.run_id)
 
     async def _settle(self, run: RunRecord, owner: str, outcome: Outcome) -> None:
-        """Store and show what a start or resume ended with. Never raises."""
+        """Store and show what a start or resume ended with. Raises only when Redis is
+        unreachable (or a write was not confirmed): the job is then retried."""
         try:
             await self._settle_unsafe(run, owner, outcome)
         except Exception as exc:
+            if unreachable(exc):
+                raise  # a verdict written now could outlive what was not: retry (run_job)
             log_failure(log, "could not record the outcome of run %s", run.run_id)
             await self._fail(
                 run, owner, f"The bot could not record the run's result ({redact(str(exc))})."
@@ -202,6 +212,8 @@ class Runs:
             log.info("run %s was cancelled; its execution stopped before a model call", run.run_id)
             return
         if isinstance(outcome, Finished):
+            if outcome.history:  # before the end: a finished run has what its next turn needs
+                await self.store.turns.keep_history(run.run_id, outcome.history)
             try:  # its audit entry rides with the index writes that follow the end
                 await self.store.finish(
                     run.run_id,
@@ -214,6 +226,8 @@ class Runs:
                 )
             except NotOwner:
                 log.info("run %s not finished here: this execution no longer owns it", run.run_id)
+                return
+            await self.follow_ups.next_turn(run)  # a follow-up that came meanwhile, if any
             return
         if isinstance(outcome, Failed):
             await self._fail(run, owner, outcome.error)
@@ -230,7 +244,7 @@ class Runs:
 
     def _new_call(self, run: RunRecord, approval: Any, version: str) -> CallRecord:
         """A pending call, with what the policy says about it and the digest that binds it."""
-        policy = self.core.policies.current().policy
+        policy = self.core.policies.current().policy.for_team(run.team_id)
         subject = subject_of(approval.kind, approval.arguments, approval.facts)
         paused_at = float(now())
         rule = policy.rule_for(
@@ -379,7 +393,7 @@ class Runs:
         """
         resume_owner = ""
         calls = await self.store.pause_calls(run.run_id)
-        policy = self.core.policies.current().policy
+        policy = self.core.policies.current().policy.for_team(run.team_id)
         for call in calls:
             if not call.auto or call.decided:
                 continue
@@ -453,7 +467,7 @@ class Runs:
     async def _use_grant(self, run: RunRecord, call: CallRecord, grant: Grant) -> str | None:
         """Settle `call` with `grant` (its resume's owner token, or '' when the pause still
         waits), or drop the grant when it no longer holds (None)."""
-        policy = self.gate.policies.current().policy
+        policy = self.gate.policies.current().policy.for_team(run.team_id)
         grantor = Actor(grant.team, grant.user, run.enterprise_id)
         rule, verdict = await self.gate.judge(grantor, run, call)
         lasts = grant_max_of(policy, rule)
@@ -509,7 +523,7 @@ class Runs:
     async def _to_people(self, run: RunRecord, call: CallRecord) -> None:
         """A call posted for an automatic decision that the policy in force no longer makes:
         it waits for a person, under the rule now in force (timers as that rule sets them)."""
-        policy = self.core.policies.current().policy
+        policy = self.core.policies.current().policy.for_team(run.team_id)
         rule = rule_for(policy, run, call)
         if rule is None:
             return
@@ -519,7 +533,7 @@ class Runs:
         call.paused_at = call.paused_at or float(now())
         time_call(call, rule)
         names = ("paused_at", "rule", "required", "allow_always", "approvers", "confirm",
-                 "expire_after", "expires_at", "remind_after", "remind_max", "escalate_after",
+                 "expire_after", "remind_after", "remind_max", "escalate_after",
                  "escalate_at", "escalate_to")  # fmt: skip
         fields = {"auto": "", **{name: _stored(getattr(call, name)) for name in names}}
         if await self.store.set_pending_call_fields(call.approval_id, fields):
@@ -615,7 +629,8 @@ class Runs:
             if isinstance(ended, Ended):
                 await self.core.audit(AuditKind.RUN_FAILED, run=run, detail=error)
                 await self.core.safely(
-                    "tell the starter", self.core.notifier.tell(run.channel_id, run.user_id, error)
+                    "tell the starter",
+                    self.core.notifier.tell(run.channel_id, run.user_id, error, team=run.team_id),
                 )
                 return
 
@@ -630,9 +645,14 @@ class Runs:
             if not run.message_ts:
                 run = await self._shown(run)
         attempt = f"{job.execution}/{self.core.new_owner()}"
-        took = await self.store.take_run(
-            job.run_id, job.execution, job.message_id, attempt, resume=job.kind == "resume"
-        )
+        try:
+            took = await self.store.take_run(
+                job.run_id, job.execution, job.message_id, attempt, resume=job.kind == "resume"
+            )
+        except Exception as exc:
+            if unreachable(exc):  # the take may stand, unconfirmed: not an attempt that ran
+                await self.store.forgive_attempt(job.run_id, attempt)
+            raise
         taken, attempts = took.kind, took.attempts
         if taken == "skip" or took.run is None:
             return
@@ -651,8 +671,13 @@ class Runs:
                 AuditKind.JOB_RETRIED, run=run, detail=f"{job.kind} job {job.message_id}"
             )
         execution = Execution(run.run_id, attempt, self.core.journal)
+        stream = AnswerStream(self.store.turns, run.run_id, run.turn)
         try:
-            if job.kind == "start":
+            if job.kind == "start" and run.turn > 1:
+                outcome = await self._next_turn(run, execution, stream)
+                await stream.close()
+                await self._settle(run, attempt, outcome)
+            elif job.kind == "start":
                 outcome = await self.core.engine.start(
                     run.agent_name,
                     await self.store.whole_task(run),
@@ -660,15 +685,48 @@ class Runs:
                     progress=self._progress(run),
                     execution=execution,
                     stop=self._stop_check(run.run_id),
+                    stream=stream,
                 )
+                await stream.close()
                 await self._settle(run, attempt, outcome)
             else:
-                await self._resume_owned(run, attempt, execution, took)
+                await self._resume_owned(run, attempt, execution, took, stream)
         except Exception as exc:
+            if unreachable(exc) or cause_of(exc, JournalUnavailable) is not None:
+                # Redis unreachable, or a write no replica confirmed: no verdict. The job stays
+                # unacknowledged and is retried when its lease lapses; the journal makes the
+                # retry safe (a call left executing goes to a person). This attempt does not
+                # count toward giving up: a failover's storm must not fail the run.
+                await stream.close()
+                await self.store.forgive_attempt(run.run_id, attempt)
+                raise
             log_failure(log, "%s of run %s failed", job.kind, run.run_id)
+            await stream.close()
             await self._fail(
                 run, attempt, f"The bot failed while running this run ({redact(str(exc))})."
             )
+
+    async def _next_turn(
+        self, run: RunRecord, execution: Execution, stream: AnswerStream
+    ) -> Outcome:
+        """A follow-up turn: the conversation so far and what was said after it."""
+        history = await self.store.turns.history(run.run_id)
+        said = await self.store.turns.follow_up(run.run_id, run.turn)
+        if history is None or said is None:
+            return Failed(
+                "The conversation so far is no longer stored (it outlived the bot's retention, "
+                "or it was never kept), so the agent cannot go on with it. Start a new run."
+            )
+        return await self.core.engine.follow_up(
+            run.agent_name,
+            history,
+            said.text,
+            self._context(run),
+            progress=self._progress(run),
+            execution=execution,
+            stop=self._stop_check(run.run_id),
+            stream=stream,
+        )
 
     def _stop_check(self, run_id: str) -> StopCheck:
         """Asked by the engine before every model call: was the run cancelled meanwhile? (Read
@@ -729,8 +787,9 @@ class Runs:
         return True
 
     async def _resume_owned(
-        self, run: RunRecord, owner: str, execution: Execution, taken: Taken
-    ) -> None:
+        self, run: RunRecord, owner: str, execution: Execution, taken: Taken,
+        stream: AnswerStream,
+    ) -> None:  # fmt: skip
         calls, snapshot = await self.store.pause_of(taken)
         if snapshot is None:
             await self._fail(run, owner, "The run's stored state is missing, so it cannot resume.")
@@ -770,7 +829,9 @@ class Runs:
             run_id=run.run_id,
             stop=self._stop_check(run.run_id),
             task=run.task or None,  # a snapshot refers to its run's task (layout 3)
+            stream=stream,
         )
+        await stream.close()
         await self._settle(run, owner, outcome)
 
     async def _fail(self, run: RunRecord, owner: str, error: str) -> None:

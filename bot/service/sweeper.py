@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from logging import WARNING
 
-from bot.outage import log_failure
+from bot.outage import OUTAGE, log_failure
 from bot.service.core import ServiceCore
 from bot.service.gate import rule_for
 from bot.service.runs import Runs, time_call
+from bot.store.connection import primaries
 from bot.store.records import ENDED, RunStatus
 from bot.store.runs import now
 
@@ -26,10 +28,13 @@ class Sweeper:
         self.core = core
         self.store = core.store
         self.runs = runs
+        self._recoveries = OUTAGE.recoveries  # see `_redis_changed`
+        self._primaries = ""
 
     # A full pass over the active runs, on the first sweep and every RECONCILE_EVERY after: it
     # catches what a process that stopped in the instant between a transition and the write
-    # that indexes it left unindexed. Every other sweep reads only what is due.
+    # that indexes it left unindexed. Every other sweep reads only what is due, unless Redis
+    # changed under the bot (see `_redis_changed`).
     RECONCILE_EVERY = 20
 
     async def sweep_forever(self, every: float) -> None:
@@ -39,12 +44,29 @@ class Sweeper:
         while True:
             await asyncio.sleep(every)
             try:
+                changed = await self._redis_changed()
                 await self.requeue_stalled(
-                    older_than=every * 2, reconcile=sweeps % self.RECONCILE_EVERY == 0
+                    older_than=every * 2,
+                    reconcile=changed or sweeps % self.RECONCILE_EVERY == 0,
                 )
             except Exception:
                 log_failure(log, "sweep for stalled runs failed", level=WARNING)
             sweeps += 1
+
+    async def _redis_changed(self) -> bool:
+        """Whether an outage ended, or another server answers as primary (a failover, a
+        restart), since the last sweep. A write the old primary acknowledged but had not
+        passed on (a decided pause's job, its due-index entry: they are not in the decision's
+        script, whose keys share one slot) is gone, and the due index that would find it may
+        be gone with it: the full pass finds the run anyway (resuming, not due) and enqueues
+        it now, not a reconcile period later."""
+        recoveries, self._recoveries = self._recoveries, OUTAGE.recoveries
+        now_primaries = await primaries(self.store.redis)
+        before, self._primaries = self._primaries, now_primaries
+        changed = recoveries != OUTAGE.recoveries or (bool(before) and before != now_primaries)
+        if changed:
+            log.info("Redis recovered or failed over since the last sweep: checking every run")
+        return changed
 
     async def requeue_stalled(self, *, older_than: float, reconcile: bool = True) -> int:
         """Finish what a stopped process left half done; returns how many runs it touched.
@@ -131,7 +153,7 @@ class Sweeper:
         run = await self.store.get_run(run_id) if calls else None
         if run is None:
             return 0
-        policy = self.core.policies.current().policy
+        policy = self.core.policies.current().policy.for_team(run.team_id)
         timed = []
         for call in calls:
             rule = rule_for(policy, run, call)
@@ -139,12 +161,14 @@ class Sweeper:
                 continue
             paused_at, call.paused_at = call.paused_at, float(now())
             time_call(call, rule)  # expiry and escalation count from now
+            if call.expire_after:  # expires_at is paused_at + expire_after
+                call.expire_after += math.ceil(call.paused_at - paused_at)
             call.paused_at = paused_at
             call.remind_after = call.remind_max = 0  # its reminders would be long overdue
             stored = call.to_hash()  # as the record stores them
             fields = {
                 name: stored[name]
-                for name in ("expire_after", "expires_at", "remind_after", "remind_max",
+                for name in ("expire_after", "remind_after", "remind_max",
                              "escalate_after", "escalate_at", "escalate_to")
                 if getattr(call, name)
             }  # fmt: skip

@@ -87,7 +87,7 @@ class Timers:
         reason = expired_reason(call)
         run = await self.store.get_run(call.run_id)
         # Who is reminded, and whom the call escalates to: the policy in force now decides.
-        policy = self.core.policies.current().policy
+        policy = self.core.policies.current().policy.for_team(run.team_id if run else "")
         rule = (
             policy.rule_for(
                 channel=run.channel_id,

@@ -41,6 +41,9 @@ from bot.slack.listeners.commands import COMMAND, STILL_WORKING_COMMAND
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import DEADLINE, RECEIVED, STILL_WORKING, TRY_AGAIN
 from bot.slack.listeners.views import STILL_WORKING_REJECTION
+from bot.slack.oauth import Distribution, Forgetting
+from bot.slack.oauth import register as register_installs
+from bot.slack.serving import serving
 
 __all__ = [
     "ACK_BUDGET_SECONDS",
@@ -92,7 +95,13 @@ class _BudgetedApp(AsyncApp):  # type: ignore[misc]
         received = loop.time()
         req.context[RECEIVED] = received
         req.context[DEADLINE] = received + self.budget - self._margin
-        task = asyncio.ensure_future(super().async_dispatch(req))
+        context = req.context
+        # The request's workspace, from its signed body: every Web API call of its handling
+        # (and of the tasks it starts) carries that workspace's token (bot/slack/serving.py).
+        with serving(
+            context.team_id or "", context.enterprise_id or "", bool(context.is_enterprise_install)
+        ):
+            task = asyncio.ensure_future(super().async_dispatch(req))
         await asyncio.wait({task}, timeout=self.budget)
         if task.done():
             return task.result()
@@ -148,10 +157,13 @@ def build_app(
     socket_mode: bool = False,
     ack_budget: float = ACK_BUDGET_SECONDS,
     home: HomePublisher | None = None,
+    distribution: Distribution | None = None,
 ) -> AsyncApp:
     """Wire Slack's commands, button clicks, modal submissions and thread replies: the app,
-    its middleware and error handler, then each listener module's `register`."""
+    its middleware and error handler, then each listener module's `register`. With
+    `distribution`, many workspaces install the app (bot/slack/oauth.py)."""
     _quiet_token_warning(client.token)
+    oauth = distribution.app_options(client) if distribution is not None else {}
     app = _BudgetedApp(
         budget=ack_budget,
         spawn=service.spawn,
@@ -165,6 +177,7 @@ def build_app(
         process_before_response=True,
         raise_error_for_unhandled_request=False,
         ignoring_self_events_enabled=True,
+        **oauth,
     )
     deps = ListenerDeps(
         service=service,
@@ -180,6 +193,8 @@ def build_app(
     for listeners in (middleware, commands, actions, views, events):
         listeners.register(app, deps)
     question_listeners.register(app, deps)  # Answer and its modal (ask_human)
+    if distribution is not None:  # uninstalls and revoked tokens
+        register_installs(app, Forgetting(distribution, service.forget_workspace), service.spawn)
     return app
 
 

@@ -34,11 +34,13 @@ from bot.service.edits import EditField, EditForm
 from bot.service.policy import human
 from bot.service.replies import Text, when
 from bot.slack import grant_forms, question_blocks
+from bot.slack.answer_parts import split_answer
 from bot.slack.explained import context_blocks
+from bot.slack.markdown import to_mrkdwn
 from bot.slack.replies import render
 from bot.slack.text import blockquote, code_block, escape, fit, inline, quote, truncate
 from bot.store.records import CallContext, CallRecord, CallStatus, RunRecord, RunStatus
-from bot.untrusted import reveal
+from bot.untrusted import clean, reveal
 
 APPROVE = "approval_approve"
 REJECT = "approval_reject"
@@ -132,10 +134,12 @@ def run_message(
     progress lines, and links to the approval requests it waits for."""
     header = f"<@{run.user_id}> started agent *{inline(run.agent_name)}*"
     status = status_text(run)
+    # A follow-up in its thread began another turn (its progress lines are that turn's).
+    turn = f"  ·  turn {run.turn} (replies in the thread continue it)" if run.turn > 1 else ""
     task = blockquote(run.task, SECTION_LIMIT - len(header) - 1, run.task_chars)
     blocks: list[Block] = [
         SectionBlock(text=_md(f"{header}\n{task}")),
-        ContextBlock(elements=[_md(f"*Status:* {status}  ·  run `{run.run_id}`")]),
+        ContextBlock(elements=[_md(f"*Status:* {status}{turn}  ·  run `{run.run_id}`")]),
     ]
     links = [
         f"<{permalink(c.channel_id or run.channel_id, c.message_ts)}|request {n}>"
@@ -168,11 +172,73 @@ def cancel_button(run: RunRecord) -> ButtonElement:
     )
 
 
-def result_message(run: RunRecord) -> str:
-    """The run's result in its thread: the output, or the error (plain text, escaped here)."""
+MAX_ANSWER_PARTS = 10  # an answer is at most this many thread messages (about 39,000 chars)
+
+
+def result_parts(run: RunRecord) -> list[str]:
+    """The run's result in its thread: the output (escaped here, its Markdown as mrkdwn), in
+    as many messages as it takes (split between paragraphs), or the error (plain text,
+    escaped here)."""
     if run.status == RunStatus.FAILED:
-        return ":x: " + quote(run.error or "The run failed.", OUTPUT_LIMIT)
-    return quote(run.output or "(the agent finished without output)", OUTPUT_LIMIT)
+        return [":x: " + quote(run.error or "The run failed.", OUTPUT_LIMIT)]
+    if not run.output:
+        return ["(the agent finished without output)"]
+    rendered = to_mrkdwn(escape(clean(run.output)))  # its Markdown, rendered safely
+    return split_answer(rendered, OUTPUT_LIMIT, MAX_ANSWER_PARTS)
+
+
+WRITING = "\n:writing_hand: _still writing…_"
+
+
+def thread_status(run: RunRecord, progress: list[str] | None = None) -> str:
+    """The run thread's status line (Slack shows "<the bot> <status>" under the thread while
+    the bot works; it clears when the bot posts there, or after two minutes): what the run
+    does now; empty once it ended (cleared)."""
+    if run.ended:
+        return ""
+    if run.status == RunStatus.PAUSED:
+        return "is waiting for approval"
+    if run.status == RunStatus.NEEDS_REVIEW:
+        return "is waiting for a review"
+    if run.status == RunStatus.RESUMING:
+        return "is resuming after the decision…"
+    latest = (progress or [""])[-1]
+    if latest:  # "ops is running tool restart_service" (plain text: Slack shows it as such)
+        return "is working: " + (latest if len(latest) <= 80 else latest[:79] + "…")
+    return "is working on it…"
+
+
+def turn_progress(
+    run: RunRecord, progress: list[str] | None = None, waiting: list[CallRecord] | None = None
+) -> str:
+    """A follow-up turn's message in the run's thread before its answer: what the agent is
+    doing now (thinking, its tools, waiting for approval with links to the requests, resuming)
+    and its latest progress lines; it becomes the answer once the agent writes one."""
+    if run.status == RunStatus.PAUSED:
+        links = [
+            f"<{permalink(c.channel_id or run.channel_id, c.message_ts)}|request {n}>"
+            for n, c in enumerate(waiting or [], start=1)
+            if c.message_ts and not c.decided
+        ]
+        now = ":raised_hand: _waiting for approval_" + (
+            ": " + ", ".join(links) if links else " (the requests are being posted)"
+        )
+    elif run.status == RunStatus.NEEDS_REVIEW:
+        now = ":warning: _waiting for a review (below the run message)_"
+    elif run.status == RunStatus.RESUMING:
+        now = ":hourglass_flowing_sand: _resuming after the decision…_"
+    else:
+        now = ":hourglass_flowing_sand: _working on it…_"
+    lines = "\n".join(f"• {inline(line, 300)}" for line in (progress or [])[-5:])
+    return now + (f"\n{lines}" if lines else "")
+
+
+def partial_answer(text: str) -> str:
+    """An answer while the agent writes it (plain text, escaped here): never mistaken for a
+    finished one. Empty: the agent turned to its tools after starting to write."""
+    if not text:
+        return ":hourglass_flowing_sand: _working on it…_"
+    return to_mrkdwn(quote(text, OUTPUT_LIMIT - len(WRITING))) + WRITING
 
 
 def slack_date(timestamp: float | str) -> str:

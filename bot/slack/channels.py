@@ -24,6 +24,7 @@ from bot.slack.lookups import (
     WAIT_SECONDS,
     CachedLookup,
 )
+from bot.slack.serving import serving
 
 PAGE = 1000
 MAX_PAGES = 50  # 50,000 members
@@ -70,9 +71,10 @@ class SlackChannels:
         members: set[str] = set()
         cursor = ""
         for _ in range(MAX_PAGES):
-            response = await self.client.conversations_members(
-                channel=key[1], limit=PAGE, cursor=cursor or None
-            )
+            with serving(key[0]):
+                response = await self.client.conversations_members(
+                    channel=key[1], limit=PAGE, cursor=cursor or None
+                )
             members.update(str(u) for u in response.get("members") or [])
             cursor = str((response.get("response_metadata") or {}).get("next_cursor") or "")
             if not cursor:

@@ -59,7 +59,10 @@ def help_text(agents: list[str], default: str) -> str:
     return (
         "*Start an agent run here:*\n"
         f"• `/agent <task>`: run the default agent (`{default}`) on a task\n"
-        "• `/agent run <agent> <task>`: run a named agent\n"
+        "• `/agent run <agent> <task>`: run a named agent (or mention the bot: "
+        "`@approval-bot <task>`)\n"
+        "• a reply in a run's thread: the agent takes it up as the run's next turn, with the "
+        "whole conversation (its starter, and whom the policy names)\n"
         "• `/agent status <run id>`: where a run stands, what it waits for, with links\n"
         "• `/agent list`: the calls waiting for your decision, then this channel's unfinished "
         "runs\n"

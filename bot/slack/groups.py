@@ -17,6 +17,7 @@ from bot.slack.lookups import (
     WAIT_SECONDS,
     CachedLookup,
 )
+from bot.slack.serving import serving
 
 Groups = dict[str, frozenset[str]]  # `S...` id or `@handle` -> member ids
 
@@ -59,7 +60,8 @@ class SlackGroups:
 
     async def _fetch(self, team_id: str) -> Groups:
         """One `usergroups.list`, by id and by handle."""
-        response = await self.client.usergroups_list(team_id=team_id, include_users=True)
+        with serving(team_id):
+            response = await self.client.usergroups_list(team_id=team_id, include_users=True)
         groups: Groups = {}
         for group in response.get("usergroups") or []:
             members = frozenset(str(u) for u in group.get("users") or [])

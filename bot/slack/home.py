@@ -24,8 +24,10 @@ from bot.service.approvals import ApprovalService
 from bot.service.people import Overview
 from bot.service.ports import Actor
 from bot.slack.overview import home_view
-from bot.slack.webapi import Later, Pacer, Refused, classify
+from bot.slack.serving import serving
+from bot.slack.webapi import Later, Refused, classify
 from bot.store.home import HomeIndex
+from bot.store.pacing import SharedPacer
 from bot.store.records import RunRecord
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,7 @@ class HomePublisher:
         client: AsyncWebClient,
         *,
         interval: float = 5.0,
-        pacer: Pacer | None = None,
+        pacer: SharedPacer | None = None,
         poll: float = 0.1,
     ) -> None:
         self.service = service
@@ -48,7 +50,8 @@ class HomePublisher:
         self.index = HomeIndex(service.store.redis)
         self.interval = interval
         self.poll = poll  # between looks at the index when nobody is due (a setting)
-        self.pacer = pacer or Pacer(rate=100 / 60, burst=20)  # views.publish: Tier 4
+        # views.publish: Tier 4, per workspace, shared by every replica
+        self.pacer = pacer or SharedPacer(service.store.redis, "home", rate=100 / 60, burst=20)
         self._stopping = asyncio.Event()
         self._busy = 0
         self._policy_version: str | None = None  # the policy the Homes were last judged by
@@ -71,7 +74,8 @@ class HomePublisher:
         viewers = await self.index.viewers(run.team_id)
         if not viewers:
             return
-        approvers = self.service.policies.current().policy.channel_approvers(run.channel_id)
+        policy = self.service.policies.current().policy.for_team(run.team_id)
+        approvers = policy.channel_approvers(run.channel_id)
         if not any(p == "*" or p[0] in "S@" for p in approvers):
             # Those an escalation reached decide the run's calls too.
             escalated = {
@@ -143,12 +147,14 @@ class HomePublisher:
                 await self.index.again(actor.team_id, actor.user_id, self.interval)
             return [False] * len(actors)
         done = dict(zip(served, overviews, strict=True))
-        return [
-            await self._publish(a.team_id, a.user_id, done[a]) if a in done else False
-            for a in actors
-        ]
+        return [await self._publish(a, done[a]) if a in done else False for a in actors]
 
-    async def _publish(self, team: str, user: str, overview: Overview) -> bool:
+    async def _publish(self, actor: Actor, overview: Overview) -> bool:
+        team, user = actor.team_id, actor.user_id
+        with serving(team, actor.enterprise_id):  # that workspace's token
+            return await self._publish_in(team, user, overview)
+
+    async def _publish_in(self, team: str, user: str, overview: Overview) -> bool:
         try:
             view = home_view(overview)
             digest = hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()[:24]
@@ -161,6 +167,9 @@ class HomePublisher:
             if isinstance(failure, Refused):
                 log.warning("Slack refused the App Home of %s: %s", user, failure.code)
                 return False
+            if failure.rate_limited:  # every replica waits it out
+                with contextlib.suppress(Exception):
+                    await self.pacer.hold(team, failure.after)
             log.warning("could not publish the App Home of %s (%s); again later", user, failure)
             await self.index.again(team, user, max(failure.after, self.interval))
             return False

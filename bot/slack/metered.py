@@ -1,24 +1,54 @@
 """The Web API client the bot uses, counting Slack's errors and rate limits for `/metrics`.
 
 Every Web API method of slack_sdk goes through `api_call`, so this one override sees every call
-the bot makes (posts, updates, private replies, modals, group lookups).
+the bot makes (posts, updates, private replies, modals, group lookups). Installed in many
+workspaces, it is also where each call gets the token of the workspace it is for (the one
+`bot.slack.serving` says is being served).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import metrics
+from bot.errors import ApprovalBotError
+from bot.slack.serving import SERVING, Team
+
+
+class TokenSource(Protocol):
+    async def bot_token(self, team: Team) -> str: ...
+
+
+class NotServing(ApprovalBotError):
+    """A Web API call made for no workspace, by a bot installed in many, or for one whose
+    token the bot does not have (`bot.slack.tokens.NotInstalled`): it is not sent."""
+
+
+def _carries_credentials(api_method: str, kwargs: dict[str, Any]) -> bool:
+    """The OAuth flow's own calls (client id and secret), and calls given a token."""
+    if api_method.startswith("oauth.") or kwargs.get("auth"):
+        return True
+    return any("token" in (kwargs.get(part) or {}) for part in ("params", "json", "data"))
 
 
 class MeteredWebClient(AsyncWebClient):  # type: ignore[misc]
-    """An AsyncWebClient that counts failed calls (by Slack's error) and HTTP 429s."""
+    """An AsyncWebClient that counts failed calls (by Slack's error) and HTTP 429s; with
+    `tokens`, each call carries the served workspace's token."""
+
+    tokens: TokenSource | None = None
 
     async def api_call(self, api_method: str, **kwargs: Any) -> Any:
+        if self.tokens is not None and not _carries_credentials(api_method, kwargs):
+            team = SERVING.get()
+            if team is None:
+                raise NotServing(f"{api_method} was called for no workspace; it was not sent")
+            token = await self.tokens.bot_token(team)
+            headers = kwargs.get("headers") or {}
+            kwargs["headers"] = {**headers, "Authorization": f"Bearer {token}"}
         try:
             return await super().api_call(api_method, **kwargs)
         except SlackApiError as exc:

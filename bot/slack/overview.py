@@ -61,7 +61,8 @@ def _run_line(view: RunView) -> str:
     run = view.run
     line = (
         f"`{run.run_id}` · *{inline(run.agent_name)}* by <@{run.user_id}> in <#{run.channel_id}>"
-        f" · {status_text(run)} · {_run_link(run)}\n_{_task(run)}_"
+        f" · {status_text(run)}{f' · turn {run.turn}' if run.turn > 1 else ''} · "
+        f"{_run_link(run)}\n_{_task(run)}_"
     )
     if view.waiting:
         links = ", ".join(_call_link(c, run, f"`{inline(c.tool, 60)}`") for c in view.waiting[:10])
@@ -106,8 +107,28 @@ def status_message(view: RunView) -> tuple[str, list[dict[str, Any]]]:
         link = f"<{permalink(run.channel_id, run.review_ts)}|review request>"
         lines.append(f"*Waiting for:* a person to settle the {link}")
     lines.extend(edit_lines(view))
+    lines.extend(turn_lines(view))
     text = "\n".join(lines)
     return f"Run {run.run_id}: {run.status}", as_dicts([SectionBlock(text=_md(text))])
+
+
+def turn_lines(view: RunView) -> list[str]:
+    """The run's follow-up turns (replies in its thread), and those waiting for one."""
+    if not view.turns and not view.queued:
+        return []
+    lines = ["*Follow-ups in its thread:*"]
+    for turn in view.turns[-10:]:
+        ended = {"finished": "answered", "failed": "failed"}.get(turn.status, "going on")
+        lines.append(
+            f"• turn {turn.turn}, <@{turn.follow_up.user}> at {when(turn.follow_up.at)}: "
+            f"_{inline(turn.follow_up.text, 200)}_ ({ended})"
+        )
+    for follow_up in view.queued:
+        lines.append(
+            f"• waiting: <@{follow_up.user}> at {when(follow_up.at)}: "
+            f"_{inline(follow_up.text, 200)}_"
+        )
+    return lines
 
 
 def edit_lines(view: RunView) -> list[str]:

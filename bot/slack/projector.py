@@ -9,7 +9,10 @@ differs from what Slack already holds (a content hash per message):
   timeout, a 5xx, a lost connection, a process killed mid-post) the next attempt looks the
   message up (`conversations.history` / `conversations.replies` with `include_all_metadata`)
   before posting again, so a card is never posted twice;
-- posts are paced per channel, updates per workspace; `Retry-After` is honoured;
+- posts are paced per channel, updates per workspace, in buckets every replica shares
+  (`bot.store.pacing`); a card queues for its token, an output or a status update goes only
+  when a token is free (else it is tried again then), so no card waits behind status
+  updates; a 429's `Retry-After` holds every replica's calls behind that limit;
 - a run message update waits `coalesce` seconds after its first change, so the changes of a
   resume (status, progress) become one `chat.update`; an ended run's waits no longer; a resuming
   run's changes gather from when a worker took its job, not while the job is queued (up to
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -43,18 +47,27 @@ from bot.service.gate import subject_of_call
 from bot.service.replies import when
 from bot.slack import blocks
 from bot.slack.overview import notice_message
+from bot.slack.serving import serving
+from bot.slack.streams import AnswerStreams, streamable, streamed
+from bot.slack.streams import found as found_stream
+from bot.slack.streams import opening as opening_state
 from bot.slack.text import quote
-from bot.slack.webapi import Later, Pacer, Refused, classify
+from bot.slack.thread_status import ThreadStatus
+from bot.slack.webapi import Later, Refused, classify
 from bot.stopping import cancel_and_wait
 from bot.store import keys
 from bot.store.grants import GrantStore
 from bot.store.outbox import Claim, Mark, Shown
-from bot.store.records import CallRecord, RunRecord
+from bot.store.pacing import KEEP_AFTER, SharedPacer, Urgency
+from bot.store.records import CallRecord, RunRecord, RunStatus
 from bot.store.runs import RunStore
 
 log = logging.getLogger(__name__)
 
 EVENT_TYPE = "approval_bot_message"
+# A follow-up turn's message is posted once the turn has gone this long without an answer.
+PROGRESS_AFTER = 0.5
+NOT_STREAMED = -1.0  # `_stream`: the workspace offers no chat streaming
 ORDER = {"run": 0, "card": 1, "review": 2, "note": 3, "remind": 3, "result": 4, "notice": 5}
 MAX_BACKOFF = 60.0
 POLL = 0.05  # seconds between looks at the outbox index when nothing woke the projector
@@ -71,6 +84,17 @@ def _digest(text: str, body: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps([text, body], sort_keys=True).encode()).hexdigest()[:24]
 
 
+def _urgency(kind: str, *, posted: bool) -> Urgency:
+    """Who goes first when Slack's tokens are short: approval cards (and the run message
+    they link to, until it is posted), then outputs, reviews and reminders, then the run
+    message's status and the thread's notes."""
+    if kind == "card" or (kind == "run" and not posted):
+        return Urgency.CARD
+    if kind in ("result", "review", "remind"):
+        return Urgency.OUTPUT
+    return Urgency.STATUS
+
+
 def _order(target: str, positions: dict[str, int], run_posted: bool) -> tuple[int, int, str]:
     """Run message first (cards link to it, and the rest is threaded under it) until it is
     posted, last after that (its updates are the least urgent); cards in the order the SDK
@@ -78,6 +102,8 @@ def _order(target: str, positions: dict[str, int], run_posted: bool) -> tuple[in
     parsed = keys.Target.parse(target)
     kind, rest = parsed.kind, parsed.id
     position = int(rest) if kind == "note" and rest.isdigit() else positions.get(rest, 0)
+    if kind == "result":  # a long answer's parts in order
+        position = int(rest.partition("#")[2] or 1)
     if kind == "run" and run_posted:
         return len(ORDER), 0, rest
     return ORDER[kind], position, rest
@@ -98,12 +124,14 @@ class Projector:
         gather: float = GATHER,
         poll: float = POLL,
         concurrency: int = 16,
-        posts: Pacer | None = None,
-        updates: Pacer | None = None,
+        posts: SharedPacer | None = None,
+        updates: SharedPacer | None = None,
         notice: str = "dm",
         notice_window: float = 3.0,
         run_changed: RunChanged | None = None,
         foreground: Foreground | None = None,
+        streams: bool = True,
+        statuses: SharedPacer | None = None,
     ) -> None:
         self.store = store
         self.grants = GrantStore(store.redis)
@@ -116,8 +144,9 @@ class Projector:
         self.gather = gather  # settings (`projector_*_seconds`): tests make them short
         self.poll = poll
         self.concurrency = concurrency
-        self.posts = posts or Pacer(rate=1.0, burst=5)  # per channel: about one post a second
-        self.updates = updates or Pacer(rate=50 / 60, burst=10)  # per workspace
+        # Slack: about one post a second per channel, ~50 updates a minute per workspace.
+        self.posts = posts or SharedPacer(store.redis, "post", rate=1.0, burst=5)
+        self.updates = updates or SharedPacer(store.redis, "update", rate=50 / 60, burst=10)
         self._running: set[asyncio.Task[None]] = set()
         self._failures: dict[str, int] = {}
         # Message -> the earliest next attempt (monotonic) after a failure: kept whatever else
@@ -130,6 +159,14 @@ class Projector:
         self.notice = notice
         self.notice_window = notice_window
         self.run_changed = run_changed  # the App Home publisher's hook
+        # Slack's chat streaming for answers, and the thread's status line, where the
+        # workspace offers them (a setting).
+        self.streams = AnswerStreams(client, enabled=streams)
+        self.thread_status = ThreadStatus(
+            client, statuses or SharedPacer(store.redis, "status", rate=1.0, burst=10),
+            enabled=streams,
+        )  # fmt: skip
+        self._status_due: dict[str, str] = {}  # run id -> its thread's line, from this pass
         self._dm_channels: dict[tuple[str, str], str] = {}
         # Acks first: a claim waits for a lull in this process's Slack requests.
         self.foreground = foreground or Foreground(max_wait=0)
@@ -233,6 +270,26 @@ class Projector:
             for target, mark in marks.items():
                 await self.outbox.done(run_id, target, mark)
             return None
+        live = f"result:{run.turn}"
+        extra = []
+        if run.turn > 1 and "run" in marks and live not in marks and not run.ended:
+            # A follow-up turn's message in the thread shows what the run message shows now.
+            marks = {**marks, live: marks["run"]}
+            extra = [live]
+        with serving(run.team_id, run.enterprise_id):  # its workspace's token
+            again, waits = await self._project(run, marks, shown)
+            status = self._status_due.pop(run.run_id, None)
+            if status is not None:  # the run message said something: the thread's line too
+                await self.thread_status.show(run, status)
+        left = [t for t in extra if waits.get(t) is not None]
+        if left:  # not delivered in this pass: its own mark, for the next
+            await self.outbox.mark_now(run.run_id, left)
+        return again
+
+    async def _project(
+        self, run: RunRecord, marks: dict[str, Mark], shown: dict[str, Shown]
+    ) -> tuple[float | None, dict[str, float | None]]:
+        run_id = run.run_id
         again: float | None = None
         positions = {}
         if sum(t.startswith("card:") for t in marks) > 1:
@@ -253,10 +310,11 @@ class Projector:
             waits[target] = await self._attempt(run, target, marks[target], shown, read)
 
         posts = [t for t in ordered if t not in updates]
-        # The run message links its pending cards: an update of it waits for this pass's new
-        # cards (their ts), or it would go out without their links.
+        # The run message (and a follow-up turn's message) links its pending cards: an update
+        # of it waits for this pass's new cards (their ts), or it would go out without links.
         if any(keys.target_kind(t) == "card" for t in posts):
-            later = [t for t in updates if keys.target_kind(t) == "run"]
+            linking = ("run", f"result:{run.turn}")  # a follow-up turn's message links them too
+            later = [t for t in updates if t in linking]
             updates = [t for t in updates if t not in later]
         else:
             later = []
@@ -297,7 +355,7 @@ class Projector:
                     log_failure(
                         log, "could not mark App Homes of run %s due", run_id, level=WARNING
                     )
-        return again
+        return again, waits
 
     async def _attempt(
         self,
@@ -330,7 +388,10 @@ class Projector:
         except Later as later:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
-            wait = max(later.after, min(MAX_BACKOFF, 0.5 * 2 ** (failures - 1)))
+            # A 429 says when (its Retry-After, which holds every replica's calls behind that
+            # limit); anything else backs off.
+            backoff = min(MAX_BACKOFF, 0.5 * 2 ** (failures - 1))
+            wait = max(later.after, 0.5) if later.rate_limited else max(later.after, backoff)
             self._not_before[key] = time.monotonic() + wait
             log.warning("delivering %s of run %s failed (%s, attempt %d); again in %.1fs",
                         target, run_id, later, failures, wait)  # fmt: skip
@@ -385,7 +446,7 @@ class Projector:
             await self.outbox.done(run.run_id, target, mark)
             return None
         person = self._person(run)
-        ahead = self.posts.ahead(f"notice:{person}")
+        ahead = await self.posts.ahead(f"notice:{person}")
         if ahead > PACED:  # never hold the run's lease (and its other messages) for a notice
             return ahead
         outcomes = self.store.outcomes
@@ -412,7 +473,7 @@ class Projector:
         seconds to wait when Slack's pacing stops it first (None when the list is empty)."""
         outcomes = self.store.outcomes
         while listed := await outcomes.pending_runs(person, NOTICE_RUNS):
-            ahead = self.posts.ahead(f"notice:{person}")
+            ahead = await self.posts.ahead(f"notice:{person}")
             if ahead > PACED:
                 return ahead
             untold = await outcomes.untold_of(list(listed))
@@ -484,6 +545,7 @@ class Projector:
             return await self._tell_starter(run, target, mark)
         current = shown.get(target, Shown())
         thread = ""
+        urgency: Urgency | None = None  # as its kind says, unless it shows only a status
         if kind == "run":
             ended = run.status in ("finished", "failed")  # nothing more to gather
             wait = self._run_wait(run, mark.since) if current.ts and not ended else 0.0
@@ -492,6 +554,7 @@ class Projector:
             waiting = await self.store.pause_calls(run.run_id) if run.status == "paused" else []
             progress = await self.store.progress(run.run_id)
             text, body = blocks.run_message(run, progress, waiting)
+            self._status_due[run.run_id] = blocks.thread_status(run, progress)
         elif kind == "card":
             call, context = await self.store.call_with_context(keys.Target.parse(target).id)
             if call is None:
@@ -538,11 +601,68 @@ class Projector:
                     await self.outbox.done(run.run_id, target, mark)
                     return None
                 text, body = quote(note, blocks.OUTPUT_LIMIT), []
-            elif kind == "result":
-                if run.status not in ("finished", "failed"):
-                    await self.outbox.done(run.run_id, target, mark)
-                    return None
-                text, body = blocks.result_message(run), []
+            elif kind == "result":  # `result[:<turn>][#<part>]`: a long answer's parts
+                turn, _, part = keys.Target.parse(target).id.partition("#")
+                number = int(part or 1)
+                answered = await self._answer(run, turn)
+                if answered is not None:
+                    parts = blocks.result_parts(answered)
+                    if number > len(parts):
+                        await self.outbox.done(run.run_id, target, mark)
+                        return None
+                    text, body = parts[number - 1], []
+                    more = [f"result:{turn}#{n}" for n in range(2, len(parts) + 1)]
+                    if number == 1 and streamed(current) and not current.ts:
+                        # A stream start whose outcome is unknown: the stream, or a post.
+                        ts = await self._found_stream(run, current)
+                        current = Shown(ts, current.hash, 0.0) if ts else Shown()
+                        if ts:
+                            await self._posted(run, target, ts)
+                    if number == 1 and streamed(current):  # Slack's own stream: ended here
+                        closed = await self._end_stream(run, target, mark, current, answered, text)
+                        if closed is True:
+                            return None  # the stream holds the whole answer
+                        if not isinstance(closed, bool):
+                            return closed  # its turn comes later
+                    if number == 1 and more and more[0] not in shown:
+                        await self.outbox.mark_now(run.run_id, more)  # posted after it
+                else:  # the answer being written: its words so far, said to be unfinished
+                    partial = await self.store.turns.partial(run.run_id)
+                    writing = partial is not None and partial[0] == int(turn or 1)
+                    if (
+                        number == 1
+                        and turn
+                        and int(turn) == run.turn
+                        and not run.ended
+                        and not (writing and partial is not None and partial[1])
+                    ):  # a follow-up turn's message, before its answer: what it does now
+                        if current.ts and (wait := self._run_wait(run, mark.since)) > 0:
+                            return wait  # its changes gather, as the run message's do
+                        if (
+                            not current.ts
+                            and (wait := mark.since + PROGRESS_AFTER - time.time()) > 0
+                        ):
+                            return wait  # a quick answer is posted as it is, with no call more
+                        waiting = []
+                        if run.status == RunStatus.PAUSED:
+                            waiting = await self.store.pause_calls(run.run_id)
+                        progress = await self.store.progress(run.run_id)
+                        text, body = blocks.turn_progress(run, progress, waiting), []
+                        urgency = Urgency.STATUS
+                    elif number > 1 or not writing or not (partial and (partial[1] or current.ts)):
+                        await self.outbox.done(run.run_id, target, mark)
+                        return None
+                    else:
+                        assert partial is not None
+                        if (
+                            number == 1
+                            and self.streams.usable(run)
+                            and (streamed(current) or not current.ts)
+                        ):
+                            sent = await self._stream(run, target, mark, current, partial[1])
+                            if sent != NOT_STREAMED:
+                                return sent
+                        text, body = blocks.partial_answer(partial[1]), []
             else:
                 review_id = keys.Target.parse(target).id
                 voters = await self.store.review_voters(run.run_id, review_id)
@@ -563,13 +683,19 @@ class Projector:
                     await self._posted(run, target, current.ts)
             if current.ts:
                 stage = "update"
-                await self.updates.wait(run.team_id)
+                left = await self._turn(
+                    self.updates, run.team_id, run.run_id, target, True, urgency
+                )
+                if left > 0:
+                    return left  # its turn comes later: more urgent messages go first
                 await self._fence(run.run_id)
                 await self.client.chat_update(
                     channel=channel, ts=current.ts, text=text, blocks=payload or None
                 )
             else:
-                await self.posts.wait(channel)
+                left = await self._turn(self.posts, channel, run.run_id, target, False, urgency)
+                if left > 0:
+                    return left
                 await self._fence(run.run_id)
                 stage = "post"
                 current.posting = time.time()
@@ -590,13 +716,11 @@ class Projector:
                 await self._posted(run, target, current.ts, digest, mark)
                 return None
         except Exception as exc:
-            failure = classify(exc)
-            if isinstance(failure, Later) and failure.rate_limited:
-                # Slack's limit is per method and channel (posts) or workspace (updates): every
-                # message behind the same limit waits it out too, not only this one.
-                pacer, scope = (self.updates, run.team_id) if stage == "update" else (
-                    self.posts, channel)  # fmt: skip
-                pacer.hold(scope, failure.after)
+            # Slack's limit is per method and channel (posts) or workspace (updates): every
+            # message behind the same limit waits a 429 out too, not only this one.
+            pacer, scope = (self.updates, run.team_id) if stage == "update" else (
+                self.posts, channel)  # fmt: skip
+            failure = await self._failure(exc, pacer, scope)
             gone = (stage, str(failure)) == ("update", "message_not_found")
             if isinstance(failure, Later) and not failure.ambiguous and (gone or stage == "post"):
                 # not posted (or deleted in Slack since): the next attempt posts afresh
@@ -604,6 +728,125 @@ class Projector:
             raise failure from exc
         await self.outbox.delivered(run.run_id, target, Shown(current.ts, digest, 0.0), mark)
         return None
+
+    async def _stream(
+        self, run: RunRecord, target: str, mark: Mark, current: Shown, text: str
+    ) -> float | None:
+        """The answer so far, with Slack's chat streaming (bot/slack/streams.py): the stream
+        opened, or extended (None: delivered; a float: the seconds until its turn comes);
+        NOT_STREAMED when the workspace has none (the caller posts instead)."""
+        if not current.ts and current.posting and streamed(current):
+            # An earlier start's outcome is unknown: the stream it may have opened, if any.
+            ts = await self._found_stream(run, current)
+            if ts:
+                log.info("found the answer stream of run %s already open", run.run_id)
+                current = Shown(ts, current.hash, 0.0)
+                await self._posted(run, target, ts)
+        opening = not current.ts
+        if opening and not streamable(text):
+            return 0.5  # not a whole word yet: the stream opens with the first one
+        pacer, scope = (self.posts, run.channel_id) if opening else (self.updates, run.team_id)
+        left = await self._ready(pacer, scope, run, target, posted=not opening)
+        if left > 0:
+            return left
+        try:
+            if opening:
+                await self.outbox.set_shown(run.run_id, target, opening_state(text, time.time()))
+                started = await self.streams.start(run, run.message_ts, text)
+                if started is None:
+                    await self.outbox.set_shown(run.run_id, target, Shown())
+                    return NOT_STREAMED
+                current = started
+            else:
+                current = await self.streams.append(run, current, text)
+        except Exception as exc:
+            failure = await self._failure(exc, pacer, scope)
+            if opening and not (isinstance(failure, Later) and failure.ambiguous):
+                await self.outbox.set_shown(run.run_id, target, Shown())  # it did not open
+            if not opening:
+                await self.outbox.set_shown(run.run_id, target, current)  # `~x` if unknown
+            raise failure from exc
+        if opening:
+            await self._posted(run, target, current.ts)
+        await self.outbox.delivered(run.run_id, target, current, mark)
+        return None
+
+    async def _found_stream(self, run: RunRecord, tried: Shown) -> str:
+        """The ts of the stream an unconfirmed start opened in the run's thread ('': none)."""
+        response = await self.client.conversations_replies(
+            channel=run.channel_id, ts=run.message_ts, oldest=f"{tried.posting - 60:.6f}",
+            include_all_metadata=True, limit=200,
+        )  # fmt: skip
+        return found_stream(tried, list(response.get("messages") or []))
+
+    async def _end_stream(
+        self,
+        run: RunRecord,
+        target: str,
+        mark: Mark,
+        current: Shown,
+        answered: RunRecord,
+        first: str,
+    ) -> float | bool:
+        """End the answer's stream; True when it holds the whole answer (delivered), False
+        when it now shows `first`, the first of the answer's messages (the rest follow); a
+        float: the seconds until its turn comes."""
+        left = await self._ready(self.updates, run.team_id, run, target, posted=True)
+        if left > 0:
+            return left
+        answer = answered.output if answered.status == RunStatus.FINISHED else None
+        metadata: dict[str, object] = {
+            "event_type": EVENT_TYPE,
+            "event_payload": {"run_id": run.run_id, "target": target},
+        }
+        try:
+            whole = await self.streams.finish(run, current, answer, first, metadata)
+        except Exception as exc:
+            raise await self._failure(exc, self.updates, run.team_id) from exc
+        shown = Shown(current.ts, _digest(first, []) if not whole else "streamed", 0.0)
+        await self.outbox.delivered(run.run_id, target, shown, mark)
+        return whole
+
+    async def _ready(
+        self, pacer: SharedPacer, scope: str, run: RunRecord, target: str, *, posted: bool
+    ) -> float:
+        """0 when the message may go now (its turn at Slack come, and the lease still this
+        process's); else the seconds until its turn."""
+        left = await self._turn(pacer, scope, run.run_id, target, posted)
+        if left <= 0:
+            await self._fence(run.run_id)
+        return left
+
+    async def _failure(self, exc: Exception, pacer: SharedPacer, scope: str) -> Refused | Later:
+        """What a failed call means; a 429 holds every replica's calls behind that limit."""
+        failure = classify(exc)
+        if isinstance(failure, Later) and failure.rate_limited:
+            with contextlib.suppress(Exception):  # (Redis away: the backoff still holds)
+                await pacer.hold(scope, failure.after)
+        return failure
+
+    async def _turn(
+        self,
+        pacer: SharedPacer,
+        scope: str,
+        run_id: str,
+        target: str,
+        posted: bool,
+        urgency: Urgency | None = None,
+    ) -> float:
+        """0 when this message may go to Slack now (after a short wait for its token, if
+        need be); else the seconds until its turn. A card's turn (its token, reserved in the
+        shared queue) more than a moment away is kept in Redis for the message, and the pass
+        ends meanwhile: what else the run has to show (an output that came since) goes in
+        another pass, rather than wait behind the card's place in the workspace's queue; the
+        pass that comes at its turn, in any process, is given the same turn, not a second."""
+        urgency = urgency or _urgency(keys.target_kind(target), posted=posted)
+        taken = await pacer.take(scope, urgency, message=f"{run_id}/{target}")
+        if not taken.taken or taken.wait > KEEP_AFTER:
+            return taken.wait  # an output or a status update does not queue: asked again then
+        if taken.wait > 0:
+            await asyncio.sleep(taken.wait)
+        return 0.0
 
     def _run_wait(self, run: RunRecord, since: float) -> float:
         """Seconds a run message's changes (the first at `since`) gather still, 0: now.
@@ -630,6 +873,23 @@ class Projector:
         fence = self._fences.get(run_id)
         if fence is not None:
             await fence()
+
+    async def _answer(self, run: RunRecord, turn: str) -> RunRecord | None:
+        """The run as turn `turn` ended (`result` is turn 1's, `result:<n>` turn n's), or None
+        while it has not. Turn 1 is the run's own fields until a follow-up starts turn 2."""
+        if not turn and run.turn <= 1:
+            return run if run.status in ("finished", "failed") else None
+        ended = await self.store.turns.answer(run.run_id, int(turn or 1))
+        if ended is None:
+            return None
+        status, said = ended
+        failed = status == RunStatus.FAILED
+        return dataclasses.replace(
+            run,
+            status=RunStatus(status),
+            output="" if failed else said,
+            error=said if failed else "",
+        )
 
     async def _posted(
         self, run: RunRecord, target: str, ts: str, digest: str = "", mark: Mark | None = None

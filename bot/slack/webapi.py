@@ -9,8 +9,6 @@ connection-error handlers retry too, but only for calls that are safe to repeat:
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import aiohttp
@@ -27,7 +25,7 @@ from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.errors import ApprovalBotError
-from bot.slack.metered import MeteredWebClient
+from bot.slack.metered import MeteredWebClient, NotServing, TokenSource
 
 # A private reply repeated after a timeout shows twice (seen: 154 notes for 99 refused clicks
 # on a loaded machine); one lost note is the lesser harm (the card itself shows the outcome).
@@ -53,6 +51,7 @@ PERMANENT: dict[str, str] = {
     ),
     "invalid_blocks": "Slack rejected the message's layout (invalid_blocks).",
     "msg_too_long": "the message is too long for Slack (msg_too_long).",
+    "not_installed": "the app is no longer installed in this workspace (not_installed).",
 }
 
 
@@ -91,16 +90,26 @@ def retry_handlers(rate_limit_retries: int = 1) -> list[AsyncRetryHandler]:
 
 
 def build_client(
-    token: str | None, base_url: str, session: aiohttp.ClientSession, *, timeout: int = 10
+    token: str | None,
+    base_url: str,
+    session: aiohttp.ClientSession,
+    *,
+    timeout: int = 10,
+    rate_limited: int = 1,
+    tokens: TokenSource | None = None,
 ) -> AsyncWebClient:
-    """The process's one client: every call goes over `session` (pooled connections)."""
-    return MeteredWebClient(
+    """A client whose calls all go over `session` (pooled connections); `rate_limited`: how
+    many times a call answered 429 is tried again after its `Retry-After`, inside the call;
+    `tokens`: installed in many workspaces, each call's token (`token` is then None)."""
+    client = MeteredWebClient(
         token=token,
         base_url=base_url,
         session=session,
         timeout=timeout,
-        retry_handlers=retry_handlers(),
+        retry_handlers=retry_handlers(rate_limited),
     )
+    client.tokens = tokens
+    return client
 
 
 class Refused(ApprovalBotError):
@@ -127,6 +136,8 @@ class Later(ApprovalBotError):
 
 def classify(exc: Exception) -> Refused | Later:
     """What a failed call means: permanent, rate limited, not done, or maybe done."""
+    if isinstance(exc, NotServing):
+        return Refused("not_installed")  # nothing was sent: no token for that workspace
     if isinstance(exc, SlackApiError):
         response = exc.response
         status = int(getattr(response, "status_code", 200) or 200)
@@ -150,51 +161,3 @@ def classify(exc: Exception) -> Refused | Later:
         return Later(1.0, ambiguous=False, why=code or "error")
     # A timeout or a connection error: the request may or may not have reached Slack.
     return Later(1.0, ambiguous=True, why=type(exc).__name__)
-
-
-class Pacer:
-    """A token bucket per key (a channel for posts, the workspace for updates): bursts of
-    `burst` calls, then `rate` per second. Remembers the longest wait it imposed."""
-
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate = rate
-        self.burst = float(burst)
-        self._buckets: dict[str, tuple[float, float]] = {}
-        self._held: dict[str, float] = {}  # key -> no call before this (monotonic): a 429
-        self.longest_wait = 0.0
-
-    def hold(self, key: str, seconds: float) -> None:
-        """No call for `key` in the next `seconds` (Slack's `Retry-After`)."""
-        until = time.monotonic() + seconds
-        self._held[key] = max(until, self._held.get(key, 0.0))
-
-    def _held_for(self, key: str, now: float) -> float:
-        until = self._held.get(key)
-        if until is None:
-            return 0.0
-        if until <= now:
-            del self._held[key]
-            return 0.0
-        return until - now
-
-    def reserve(self, key: str) -> float:
-        """Take a token; the seconds to wait before using it."""
-        now = time.monotonic()
-        tokens, last = self._buckets.get(key, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate) - 1
-        self._buckets[key] = (tokens, now)
-        wait = max(0.0, -tokens / self.rate, self._held_for(key, now))
-        self.longest_wait = max(self.longest_wait, wait)
-        return wait
-
-    def ahead(self, key: str) -> float:
-        """The seconds until a token is free for `key`, without taking one."""
-        now = time.monotonic()
-        tokens, last = self._buckets.get(key, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate)
-        return max(0.0, (1 - tokens) / self.rate, self._held_for(key, now))
-
-    async def wait(self, key: str) -> None:
-        delay = self.reserve(key)
-        if delay > 0:
-            await asyncio.sleep(delay)

@@ -212,7 +212,8 @@ class Calls:
 
     async def approval_for_message(self, channel: str, ts: str) -> str | None:
         value = await self.redis.get(keys.message_key(channel, ts))
-        return text(value) if value is not None else None
+        found = text(value) if value is not None else ""
+        return found if "." in found else None  # a run id (a run message) has no dot
 
     # Thread comments and replies ----------------------------------------------------------
 

@@ -16,6 +16,7 @@ either kind unchanged; `tests/test_cluster.py` proves it on a real three-node cl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import logging
 import os
@@ -66,6 +67,12 @@ class ReplicasBehind(redis.ConnectionError):
     re-enqueues a decided pause's resume; a tool's journal entry makes a retry safe)."""
 
 
+# The SHA-1 of scripts whose writes need no replica's confirmation: what they keep may be lost
+# in a failover at no cost (Slack's pacing, bot/store/pacing.py: at worst a call goes early,
+# and Slack's 429 holds the bucket again), so they keep working while replicas lag.
+UNREPLICATED: set[str] = set()
+
+
 class Replicated(redis.Redis):
     """A client whose every script (every state transition of the bot is one) is answered only
     once `replicas` replicas hold its writes (`WAIT`, on the same connection, in the same round
@@ -80,7 +87,11 @@ class Replicated(redis.Redis):
     short = 0  # transitions a replica had not confirmed in time
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
-        if not self.replicas or str(args[0]).upper() not in ("EVALSHA", "EVAL"):
+        if (
+            not self.replicas
+            or str(args[0]).upper() not in ("EVALSHA", "EVAL")
+            or (len(args) > 1 and args[1] in UNREPLICATED)
+        ):
             return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         for _ in range(3):
             async with self.pipeline(transaction=False) as pipe:
@@ -104,6 +115,13 @@ class Replicated(redis.Redis):
             raise acked
         if int(acked) < self.replicas:
             type(self).short += 1
+            pool = self.connection_pool
+            if isinstance(pool, SentinelConnectionPool):
+                # A primary with no replica left may be the old one of a failover still under
+                # way: ask the sentinels, and drop idle connections to it if so (else they
+                # would keep writing to it what its demotion loses).
+                with contextlib.suppress(redis.RedisError, OSError):
+                    await pool.get_master_address()  # type: ignore[no-untyped-call]
             raise ReplicasBehind(
                 f"a transition was confirmed by {acked} of {self.replicas} replica(s) within "
                 f"{self.wait_ms} ms"
@@ -272,6 +290,21 @@ async def open_redis(
 def is_cluster(client: redis.Redis) -> bool:
     """Whether `client` is a Redis Cluster client (see `connect_cluster`)."""
     return isinstance(client, RedisCluster)
+
+
+async def primaries(client: redis.Redis) -> str:
+    """Which servers answer as primary now: their `run_id`s (a cluster's primaries, sorted and
+    joined). It changes when a failover promotes a replica or a server restarts: writes
+    acknowledged by the old primary just before may be gone, so the sweeper looks at every
+    active run again (see `Sweeper.sweep_forever`)."""
+    if is_cluster(client):
+        cluster = cast(RedisCluster, client)
+        reply: Any = await cluster.info("server", target_nodes=RedisCluster.PRIMARIES)
+    else:
+        reply = await client.info("server")
+    if "run_id" in reply:
+        return str(reply["run_id"])
+    return ",".join(sorted(str(info.get("run_id", "")) for info in reply.values()))
 
 
 class RedisUnavailable(ApprovalBotError):

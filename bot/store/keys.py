@@ -141,12 +141,25 @@ def channel_open_key(channel: str) -> str:
 
 
 def message_key(channel: str, ts: str) -> str:
-    """Maps an approval message (channel, ts) to its approval id, for thread replies."""
+    """Maps a message (channel, ts) to what it shows, for thread replies: an approval id (a
+    card), or a run id (a run message: replies there are follow-ups)."""
     return f"{PREFIX}:msg:{channel}:{ts}"
 
 
 def delivery_key(kind: str, delivery_id: str) -> str:
     return f"{PREFIX}:seen:{kind}:{delivery_id}"
+
+
+def pace_key(limit: str, scope: str) -> str:
+    """One of Slack's rate limits (`limit`: post, update, home) for one channel or workspace,
+    shared by every replica (bot/store/pacing.py). Its own hash tag, shared with its kept
+    turns: a cluster spreads the limits over its nodes."""
+    return f"{PREFIX}:pace:{{{limit}:{scope}}}"
+
+
+def turn_key(limit: str, scope: str, message: str) -> str:
+    """A message's reserved turn in one of Slack's queues (string: when, ms), with a TTL."""
+    return f"{pace_key(limit, scope)}:turn:{message}"
 
 
 # What people see in Slack is derived from these (bot/store/outbox.py, bot/slack/projector.py).
@@ -218,6 +231,29 @@ def shown_key(run_id: str) -> str:
 def progress_key(run_id: str) -> str:
     """List: the run's latest progress lines (shown in its run message)."""
     return f"{PREFIX}:{{{run_id}}}:progress"
+
+
+def turns_key(run_id: str) -> str:
+    """Hash: the run's follow-up turns (turn 1 is the task): `<n>` -> who asked what, as JSON;
+    `<n>:status` and `<n>:answer` once turn n ended (shown by target `result:<n>`)."""
+    return f"{PREFIX}:{{{run_id}}}:turns"
+
+
+def followups_key(run_id: str) -> str:
+    """List: follow-ups that came while a turn was going (JSON), taken in order as turns end."""
+    return f"{PREFIX}:{{{run_id}}}:followups"
+
+
+def history_key(run_id: str) -> str:
+    """String: the conversation so far (the SDK's input list after the last turn, packed), the
+    input of the next turn."""
+    return f"{PREFIX}:{{{run_id}}}:history"
+
+
+def partial_key(run_id: str) -> str:
+    """String: the answer being streamed (JSON: turn, text so far), shown by its turn's
+    result target until the turn ends (finish deletes it)."""
+    return f"{PREFIX}:{{{run_id}}}:partial"
 
 
 def notes_key(run_id: str) -> str:
@@ -368,7 +404,17 @@ class RunKeys:
         ]
 
     def finish(self) -> list[str]:
-        return [self.run, self.state, self.snapshot, self.task, self.outbox, self.pause]
+        return [
+            self.run, self.state, self.snapshot, self.task, self.outbox, self.pause,
+            turns_key(self.run_id), history_key(self.run_id), partial_key(self.run_id),
+        ]  # fmt: skip
+
+    def turn(self) -> list[str]:
+        """turn.lua: the run, its turns, its queued follow-ups, its outbox, its progress."""
+        return [
+            self.run, turns_key(self.run_id), followups_key(self.run_id), self.outbox,
+            self.progress,
+        ]  # fmt: skip
 
     def decide(self, approval_id: str, others: Sequence[str]) -> list[str]:
         """decide.lua: the run's keys around the decided call, then the other calls of the

@@ -21,6 +21,7 @@ import redis.asyncio as redis
 
 from bot.store import keys
 from bot.store.keys import RunKeys
+from bot.store.scripts import mark
 
 # A claim is a lease on one run's messages: one holder at a time, whatever the index says. A
 # change that arrives meanwhile makes the run due again (its score drops), to be claimed once
@@ -190,6 +191,15 @@ class Outbox:
             keys=[keys.OUTBOX_INDEX, keys.OUTBOX_LEASES],
             args=[claim.run_id, score, claim.score, "release"],
         )
+
+    async def mark_now(self, run_id: str, targets: list[str]) -> None:
+        """Have `targets` (new messages the projector found it must post: the further parts
+        of a long answer) delivered, in a pass that follows this one."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for target in targets:
+                mark(pipe, run_id, target, self.retention)
+            await pipe.execute()
+        await self.schedule(run_id)
 
     async def marks(self, run_id: str) -> dict[str, Mark]:
         return self.parse_marks(await self.redis.hgetall(keys.outbox_key(run_id)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -73,7 +74,9 @@ def _from_hash(cls: type[_R], raw: Mapping[Any, Any], derived: dict[str, str]) -
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name not in values:
-            if f.default is dataclasses.MISSING and f.type in ("str", str):
+            if f.name in cls.USUAL:
+                kwargs[f.name] = cls.USUAL[f.name]
+            elif f.default is dataclasses.MISSING and f.type in ("str", str):
                 kwargs[f.name] = ""  # a long text kept in a key of its own (bot.store.texts)
             continue
         value: Any = values[f.name]
@@ -113,8 +116,9 @@ def _typed(record: RunRecord | CallRecord) -> None:
 
 
 def _to_hash(record: RunRecord | CallRecord) -> dict[str, str]:
-    """The fields worth storing: none derived from the key, none equal to its default (read
-    back as the default), except those the transition scripts compare (`STORED_ALWAYS`).
+    """The fields worth storing: none derived from the key, none equal to its default or its
+    usual value (`USUAL`; read back as that), except those the transition scripts compare
+    (`STORED_ALWAYS`).
     Adding a field to a record is one line: it is stored only once it differs from its default."""
     out: dict[str, str] = {}
     always = type(record).STORED_ALWAYS
@@ -123,7 +127,8 @@ def _to_hash(record: RunRecord | CallRecord) -> dict[str, str]:
         value = getattr(record, f.name)
         if f.name in derived:
             continue
-        if f.name not in always and f.default is not dataclasses.MISSING and value == f.default:
+        usual = type(record).USUAL.get(f.name, f.default)
+        if f.name not in always and usual is not dataclasses.MISSING and value == usual:
             continue
         if isinstance(value, bool):
             out[f.name] = "1" if value else "0"
@@ -166,10 +171,12 @@ class RunRecord:
     calls: str = ""  # the approval tokens of the current pause, in the SDK order, space-separated
     cancelled_by: str = ""  # who cancelled the run (status cancelled), and when
     cancelled_at: float = 0.0
+    turn: int = 0  # the turn of its conversation going on or last ended (0: the first)
 
     # Stored layout (see `_to_hash`): derived from the key, and compared by the scripts.
     DERIVED: ClassVar[frozenset[str]] = frozenset({"run_id"})
     STORED_ALWAYS: ClassVar[frozenset[str]] = frozenset({"status"})
+    USUAL: ClassVar[dict[str, Any]] = {}
 
     def __post_init__(self) -> None:
         _typed(self)
@@ -229,8 +236,9 @@ class CallRecord:
     digest: str = ""
     paused_at: float = 0.0  # when the run paused on this call (time to decision)
     # Timers (bot/store/timers.py), from the policy when the call was posted; times in Unix s.
-    expire_after: int = 0  # seconds; 0: a call stored before expiry existed (never expires)
-    expires_at: float = 0.0
+    # Seconds from `paused_at` to the call's expiry (`expires_at`); 0: a call stored before
+    # expiry existed (never expires).
+    expire_after: int = 0
     remind_after: int = 0  # seconds between reminders (0: none)
     remind_max: int = 0
     reminders: int = 0  # reminders fired so far
@@ -286,6 +294,15 @@ class CallRecord:
 
     DERIVED: ClassVar[frozenset[str]] = frozenset({"approval_id", "run_id"})
     STORED_ALWAYS: ClassVar[frozenset[str]] = frozenset({"status", "pause"})
+    # The first call of a pause, of a function tool: most calls, stored without these fields
+    # (issue #17: every field name and value costs the call's hash its bytes).
+    USUAL: ClassVar[dict[str, Any]] = {"index": 0, "kind": "function"}
+
+    @property
+    def expires_at(self) -> float:
+        """When the call expires (Unix s; 0: never): `expire_after` seconds after its pause,
+        derived rather than stored (fire_timers.lua reads it the same way)."""
+        return self.paused_at + self.expire_after if self.expire_after else 0.0
 
     def voter_ids(self) -> list[str]:
         return [v for v in self.voters.split(",") if v]
@@ -293,7 +310,12 @@ class CallRecord:
     @classmethod
     def from_hash(cls, raw: Mapping[Any, Any], approval_id: str = "") -> CallRecord:
         derived = {"approval_id": approval_id, "run_id": approval_id.partition(".")[0]}
-        return _from_hash(cls, raw, derived if approval_id else {})
+        call = _from_hash(cls, raw, derived if approval_id else {})
+        stored = raw.get("expires_at") or raw.get(b"expires_at")  # as layouts up to 3 did
+        if stored and call.expire_after:
+            later = math.ceil(float(_text(stored)) - call.paused_at)
+            call.expire_after = max(call.expire_after, later)
+        return call
 
     def to_hash(self) -> dict[str, str]:
         return _to_hash(self)

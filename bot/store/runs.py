@@ -9,6 +9,7 @@ execution no longer owns the run raises `NotOwner`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -21,7 +22,7 @@ from bot.clock import SYSTEM_CLOCK, Clock
 from bot.store import keys
 from bot.store.calls import CONTEXT_FIELD, INLINE_CONTEXT, Calls
 from bot.store.calls import MAX_COMMENTS as MAX_COMMENTS
-from bot.store.connection import is_cluster
+from bot.store.connection import UNREPLICATED, is_cluster
 from bot.store.edits import Edits
 from bot.store.errors import NotOwner as NotOwner
 from bot.store.errors import StoreError as StoreError
@@ -45,11 +46,22 @@ from bot.store.snapshots import encode_snapshot as encode_snapshot
 from bot.store.snapshots import stored_snapshot
 from bot.store.texts import run_from, split_call, split_run, unpack_text
 from bot.store.timers import Timers
+from bot.store.turns import Turns
 
 TIMER_MARGIN = 86400  # a paused run's records outlive its calls' expiry by at least this
 CANCEL_TRIES = 5  # a run that pauses again at every try of a cancel (never, in practice)
 RECENT_RUNS = 20  # runs kept per person for their App Home
 PROGRESS_DUE_IN = 1.0  # seconds: the projector coalesces a run message's changes as long
+
+# An attempt its worker gave up because Redis was away (or no replica confirmed a write) is
+# not one that "stopped before it finished": it does not count toward giving the run up.
+_FORGIVE = """
+if redis.call('HGET', KEYS[1], 'owner') == ARGV[1]
+   and tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0') > 1 then
+  return redis.call('HINCRBY', KEYS[1], 'attempts', -1)
+end
+return 0
+"""
 
 _ADD_NOTE = """
 local n = redis.call('RPUSH', KEYS[1], ARGV[1])
@@ -113,6 +125,8 @@ class Ended:
     status: str
     """The status the script found: the one it ended (running, resuming, paused), or for a
     repeated request the final one."""
+    message_ts: str = ""
+    """The run message's ts (indexed once the run ended: a reply in its thread follows up)."""
 
 
 @dataclass(frozen=True)
@@ -132,11 +146,11 @@ FinishResult = Ended | AlreadyEnded | RunMissing
 
 
 def decode_finish(reply: list[Any], run_id: str) -> FinishResult:
-    """finish.lua's reply: {'ok', status} | {'already', status} | {'missing'} | {'not_owner'}
-    (raised as `NotOwner`)."""
+    """finish.lua's reply: {'ok', status, message ts} | {'already', status} | {'missing'} |
+    {'not_owner'} (raised as `NotOwner`)."""
     kind = text(reply[0])
     if kind == "ok":
-        return Ended(text(reply[1]))
+        return Ended(text(reply[1]), text(reply[2]) if len(reply) > 2 else "")
     if kind == "already":
         return AlreadyEnded(text(reply[1]))
     if kind == "not_owner":
@@ -177,6 +191,8 @@ class Runs:
         self._save_pause = client.register_script(marking("save_pause"))
         self._finish = client.register_script(marking("finish"))
         self._take = client.register_script(script("take_job"))
+        self._forgive = client.register_script(_FORGIVE)
+        UNREPLICATED.add(self._forgive.sha)  # a count: lost in a failover at no cost
         self._add_note = client.register_script(script("_outbox") + _ADD_NOTE)
         self._cancel = client.register_script(marking("cancel"))
 
@@ -303,6 +319,43 @@ class Runs:
     async def set_run_message(self, run_id: str, ts: str) -> None:
         await self.redis.hset(keys.run_key(run_id), "message_ts", ts)
 
+    async def run_for_message(self, channel: str, ts: str) -> str | None:
+        """The run whose run message is (channel, ts), if that is one: an ended run by the
+        message index (`finish` writes it), a run going on among its channel's (started at
+        most a few minutes before its message was posted). A paused run costs no index key."""
+        value = await self.redis.get(keys.message_key(channel, ts))
+        found = text(value) if value is not None else ""
+        if found and "." not in found:  # approval ids have a dot
+            return found
+        try:
+            posted = float(ts)
+        except ValueError:
+            return None
+        nearby = await self.redis.zrangebyscore(
+            keys.channel_runs_key(channel), posted - RUN_MESSAGE_WITHIN, posted + 1
+        )
+        if not nearby:
+            return None
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for run_id in nearby:
+                pipe.hget(keys.run_key(text(run_id)), "message_ts")
+            shown = await pipe.execute()
+        for run_id, message_ts in zip(nearby, shown, strict=True):
+            if message_ts is not None and text(message_ts) == ts:
+                return text(run_id)
+        return None
+
+    async def reopened(self, run: RunRecord) -> None:
+        """A finished run took its next turn: executing again (the sweeper's indexes), on its
+        channel's list, due for its run message."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(keys.channel_runs_key(run.channel_id), {run.run_id: float(run.created_at)})
+            pipe.sadd(keys.EXECUTING_RUNS, run.run_id)
+            pipe.zadd(keys.DUE_RUNS, {run.run_id: float(now())})
+            self.outbox.schedule_in(pipe, run.run_id)
+            await pipe.execute()
+        self.outbox.woken.set()
+
     async def set_run_fields(self, run_id: str, **fields: str) -> None:
         await self.redis.hset(keys.run_key(run_id), mapping=fields)  # type: ignore[arg-type]
 
@@ -411,6 +464,9 @@ class Runs:
                     pipe.zrem(keys.channel_runs_key(channel), run_id)
                 pipe.srem(keys.EXECUTING_RUNS, run_id)
                 pipe.zrem(keys.DUE_RUNS, run_id)
+                if channel and result.message_ts:  # off the channel's index: found by its ts
+                    pipe.set(keys.message_key(channel, result.message_ts), run_id,
+                             ex=self.retention)  # fmt: skip
                 if after is not None:
                     after(pipe)
                 await pipe.execute()
@@ -484,6 +540,12 @@ class Runs:
         calls = Calls.calls_from(ids, replies)
         return dataclasses.replace(taken, calls=calls if ids else None)
 
+    async def forgive_attempt(self, run_id: str, attempt: str) -> None:
+        """Best effort (Redis is likely away): `attempt`, still the run's owner, is not counted
+        toward giving the run up (see `_FORGIVE`)."""
+        with contextlib.suppress(redis.RedisError, OSError):
+            await self._forgive(keys=[keys.run_key(run_id)], args=[attempt])
+
     async def pause_of(self, taken: Taken) -> tuple[list[CallRecord], Snapshot | None]:
         """The calls of a taken run's pause and its snapshot (as `take_run` read them; a run
         paused under layout 1 takes two more round trips)."""
@@ -496,6 +558,9 @@ class Runs:
 def with_context(fields: dict[str, str], context: str | None) -> dict[str, str]:
     """A call hash's fields, with its short context (`CallContext` JSON) when it has one."""
     return {**fields, CONTEXT_FIELD: context} if context else fields
+
+
+RUN_MESSAGE_WITHIN = 600.0  # seconds: a run message is posted at most this long after its start
 
 
 class RunStore:
@@ -527,6 +592,7 @@ class RunStore:
         outcomes = self.outcomes = Outcomes(client, retention_seconds=keep, outbox=outbox)
         indexes = self.indexes = Indexes(client)
         edits = self.edit_records = Edits(client, retention_seconds=keep, outbox=outbox)
+        self.turns = Turns(client, retention_seconds=keep, outbox=outbox)
         # Runs: records, progress and notes, pauses, snapshots, transitions.
         self.create_run = runs.create_run
         self.add_progress = runs.add_progress
@@ -542,6 +608,8 @@ class RunStore:
         self.projection = runs.projection
         self.run_status = runs.run_status
         self.set_run_message = runs.set_run_message
+        self.run_for_message = runs.run_for_message
+        self.reopened = runs.reopened
         self.set_run_fields = runs.set_run_fields
         self.save_pause = runs.save_pause
         self.load_snapshot = runs.load_snapshot
@@ -550,6 +618,7 @@ class RunStore:
         self.cancel = runs.cancel
         self.take = runs.take
         self.take_run = runs.take_run
+        self.forgive_attempt = runs.forgive_attempt
         self.pause_of = runs.pause_of
         # Calls: decisions, comments, held replies, Always decisions.
         self.get_call = calls.get_call

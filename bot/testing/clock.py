@@ -8,7 +8,9 @@ Temporal's time-skipping test environment).
         clock.advance(2)  # the two-second expiry is due now; the timer loop fires it
 
 It runs with real time (so everything not driven by it goes on as usual) plus what the test
-skipped; it never goes back.
+skipped; it never goes back. `SkippingClock(start=t)` begins at Unix time `t` instead of now: a
+test that loads records written on another day (a fixture of an older layout, its calls timed
+then) runs as if just after they were written, however long ago that is.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import time
 class SkippingClock:
     """Real time plus the seconds `advance` skipped (a `bot.clock.Clock`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: float | None = None) -> None:
         self.skipped = 0.0
+        self._behind = 0.0 if start is None else time.time() - start  # of time() only
         self._moved = asyncio.Event()  # set (and replaced) by each `advance`: sleepers look
 
     def advance(self, seconds: float) -> None:
@@ -34,7 +37,7 @@ class SkippingClock:
         moved.set()
 
     def time(self) -> float:
-        return time.time() + self.skipped
+        return time.time() - self._behind + self.skipped
 
     def monotonic(self) -> float:
         return time.monotonic() + self.skipped

@@ -9,9 +9,12 @@ runs on either kind.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -20,7 +23,7 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from bot.store.connection import LISTPACK_SETTINGS, RedisUnavailable, detect_mode
+from bot.store.connection import LISTPACK_SETTINGS, RedisUnavailable, detect_mode, die_with_parent
 
 SLOTS = 16384
 
@@ -84,7 +87,12 @@ class LocalCluster:
             command += ["--cluster-node-timeout", str(self.node_timeout_ms)]
             command += ["--logfile", "redis.log"]
             self.processes.append(
-                subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
+                subprocess.Popen(
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    preexec_fn=die_with_parent(),  # a test killed outright leaves none behind
+                )
             )
         clients = [redis.Redis(port=port, socket_connect_timeout=1) for port in self.ports]
         try:
@@ -206,6 +214,7 @@ class LocalSentinel:
                 [binary, *args, "--dir", str(folder), "--logfile", "redis.log"],
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=die_with_parent(),  # a test killed outright leaves none behind
             )
         )
 
@@ -281,6 +290,35 @@ class LocalSentinel:
             if time.monotonic() > deadline:
                 raise RedisUnavailable("the forced failover did not finish in time")
             time.sleep(0.05)
+
+    async def runs_left(self) -> str:
+        """What a test that timed out needs to know: each run's status and error, from the
+        primary the sentinel names now."""
+        client: Any = aioredis.Redis(port=self.primary(), decode_responses=True)
+        try:
+            found: list[str] = []
+            async for key in client.scan_iter(match="ab:{*}:run"):
+                run = await client.hgetall(key)
+                run_id = key.split("{")[1].split("}")[0]
+                marks = await client.hgetall(f"ab:{{{run_id}}}:outbox")
+                due = await client.zscore("ab:{outbox}:due", run_id)
+                found.append(
+                    f"{run_id}: {run.get('status')} attempts={run.get('attempts')} "
+                    f"marks={sorted(k for k in marks if not k.endswith('@'))} "
+                    f"outbox-indexed={due is not None} error={run.get('error', '')[:80]!r}"
+                )
+            return "runs: " + "; ".join(sorted(found))
+        finally:
+            await client.aclose()
+
+    def stall_replica(self, seconds: float) -> None:
+        """Freeze the replica (SIGSTOP) for `seconds`, then let it go on (SIGCONT, from a timer
+        thread): every write meanwhile is one no replica confirms in time."""
+        replica = self.processes[1]
+        os.kill(replica.pid, signal.SIGSTOP)
+        timer = threading.Timer(seconds, os.kill, (replica.pid, signal.SIGCONT))
+        timer.daemon = True
+        timer.start()
 
     @staticmethod
     def _writable(port: int) -> bool:

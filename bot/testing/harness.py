@@ -151,6 +151,9 @@ class BotHarness:
         extra: dict[str, Any] = {
             "requester_notice_seconds": 0.2,
             "home_refresh_seconds": 0.2,
+            # The SDK's ScriptedModel cannot stream every item kind (MCP approval requests,
+            # shell calls): a test of streamed answers asks for them.
+            "stream_answers": False,
             **FAST_WINDOWS,
             **self.overrides,
         }
@@ -158,14 +161,13 @@ class BotHarness:
             extra["rejection_text"] = self.rejection_text
         if self.data_dir is not None:
             extra["data_dir"] = self.data_dir
-        return Settings(
-            _env_file=None,  # type: ignore[call-arg]
-            slack_bot_token=SecretStr(BOT_TOKEN),
-            slack_signing_secret=SecretStr(SIGNING_SECRET),
-            slack_api_url=self.slack_api.url,
-            redis_url=self.redis_url,
-            **extra,
-        )
+        fields: dict[str, Any] = {
+            "slack_bot_token": SecretStr(BOT_TOKEN),  # None, with OAuth distribution's settings
+            "slack_signing_secret": SecretStr(SIGNING_SECRET),
+            "slack_api_url": self.slack_api.url,
+            "redis_url": self.redis_url,
+        }
+        return Settings(_env_file=None, **{**fields, **extra})  # type: ignore[call-arg]
 
     async def __aenter__(self) -> BotHarness:
         if not self.slack_api.running:
@@ -185,6 +187,7 @@ class BotHarness:
         self.slack = await SlackRequests(
             f"{self.url}/slack/events", SIGNING_SECRET, team_id=self.slack_api.team_id
         ).__aenter__()
+        self.slack.hooks = self.slack_api.hooks_url
         return self
 
     async def __aexit__(self, *exc: object) -> None:

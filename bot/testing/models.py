@@ -12,13 +12,16 @@ nested runs surface exactly as they would with a real model.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import secrets
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 from agents import Agent, FunctionTool, Model, ModelResponse, Tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from openai.types.responses import ResponseTextDeltaEvent
 
 from bot.engine.questions import is_question_tool
 from bot.engine.registry import walk
@@ -93,6 +96,16 @@ def _task_text(items: list[Any]) -> str:
     return ""
 
 
+def _latest_turn(items: list[Any]) -> list[Any]:
+    """The items from the latest user message on (the turn being answered)."""
+    for index in range(len(items) - 1, -1, -1):
+        item = items[index]
+        data = item if isinstance(item, dict) else getattr(item, "model_dump", dict)()
+        if data.get("role") == "user":
+            return items[index:]
+    return items
+
+
 def _edited_call(items: list[Any]) -> tuple[str, dict[str, Any]] | None:
     """The call a reviewer's edit asks for (`bot.service.edits.edit_message`), when the latest
     tool outputs hold one and it was not proposed since."""
@@ -129,16 +142,19 @@ class DemoModel(Model):
     calls up to `calls` of its tools (those needing approval first) with arguments made from
     their JSON schema (text parameters get the task's words, numbers get 10), saying why in the
     same response (as a model would: the card shows it), then answers with what the tools
-    returned; told that a reviewer edited a call, it calls it again exactly as edited. No
-    network, no key."""
+    returned; told that a reviewer edited a call, it calls it again exactly as edited. A
+    follow-up in the run's thread is answered the same way, as a task of its own. No network,
+    no key."""
 
-    def __init__(self, calls: int = 2) -> None:
+    def __init__(self, calls: int = 2, write_gap: float = 0.0) -> None:
         self.calls = calls
+        self.write_gap = write_gap  # streamed: seconds between two words of an answer
 
     def _respond(self, call: Any) -> list[Any]:
         items = call.input if isinstance(call.input, list) else [
             {"role": "user", "content": str(call.input)}
         ]  # fmt: skip
+        items = _latest_turn(items)  # a follow-up in the run's thread is a task of its own
         edited = _edited_call(items)
         if edited is not None:  # as a model would: call it again, exactly as the reviewer edited it
             name, arguments = edited
@@ -174,4 +190,36 @@ class DemoModel(Model):
         return await step.get_response(*args, **kwargs)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        return ScriptedModel([ModelStep.respond(self._respond)]).stream_response(*args, **kwargs)
+        if self.write_gap <= 0:
+            return ScriptedModel([ModelStep.respond(self._respond)]).stream_response(
+                *args, **kwargs
+            )
+        # An answer written word by word, as a model writes (the sandbox shows it streaming).
+        writer = SlowWriter([ModelStep.respond(self._respond)], pieces=0, gap=self.write_gap)
+        return writer.stream_response(*args, **kwargs)
+
+
+class SlowWriter(ScriptedModel):
+    """A scripted model that streams each text in `pieces` (0: word by word), `gap` seconds
+    apart, as a model writing a long answer does (the scripted one sends each text whole)."""
+
+    def __init__(self, steps: list[Any], *, pieces: int, gap: float) -> None:
+        super().__init__(steps)
+        self.pieces, self.gap = pieces, gap
+
+    async def stream_response(  # type: ignore[override]
+        self, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        async for event in super().stream_response(*args, **kwargs):
+            if not isinstance(event, ResponseTextDeltaEvent):
+                yield event
+                continue
+            text = event.delta
+            if self.pieces > 0:
+                size = max(1, -(-len(text) // self.pieces))
+                chunks = [text[start : start + size] for start in range(0, len(text), size)]
+            else:  # word by word
+                chunks = re.findall(r"\S+\s*|\s+", text)
+            for chunk in chunks:
+                yield event.model_copy(update={"delta": chunk})
+                await asyncio.sleep(self.gap)

@@ -44,6 +44,8 @@ class SlackRequests:
         self.url = url
         self.secret = signing_secret
         self.team_id = team_id
+        # Where `response_url`s point: nowhere, unless a stand-in answers them (the harness's).
+        self.hooks = "https://hooks.slack.invalid/"
         self.session: aiohttp.ClientSession | None = None
         self.statuses: list[int] = []  # every HTTP status the bot answered, in order
 
@@ -106,7 +108,7 @@ class SlackRequests:
             "command": "/agent",
             "text": text,
             "api_app_id": "A0TEST",
-            "response_url": "https://hooks.slack.invalid/commands/1",
+            "response_url": f"{self.hooks}commands/1",
             "trigger_id": secrets.token_hex(8),
         }
 
@@ -133,7 +135,7 @@ class SlackRequests:
             "container": {"type": "message", "message_ts": message_ts, "channel_id": channel},
             "channel": {"id": channel, "name": "ops"},
             "message": {"ts": message_ts, "text": ""},
-            "response_url": "https://hooks.slack.invalid/actions/1",
+            "response_url": f"{self.hooks}actions/1",
             "actions": [
                 {
                     "type": "button",
@@ -198,20 +200,54 @@ class SlackRequests:
         return await self.send_interaction(self.submit_payload(view, values, user=user, team=team))
 
     def event_payload(
-        self, event: dict[str, Any], *, event_id: str | None = None
+        self, event: dict[str, Any], *, event_id: str | None = None, team: str | None = None
     ) -> dict[str, Any]:
+        team_id = self._team(team)
         return {
             "token": "unused",
-            "team_id": self.team_id,
+            "team_id": team_id,
             "api_app_id": "A0TEST",
             "type": "event_callback",
             "event_id": event_id or "Ev" + secrets.token_hex(6).upper(),
             "event_time": int(time.time()),
             "authorizations": [
-                {"team_id": self.team_id, "user_id": "UBOT", "is_bot": True, "enterprise_id": None}
+                {"team_id": team_id, "user_id": "UBOT", "is_bot": True, "enterprise_id": None}
             ],
             "event": event,
         }
+
+    async def uninstalled(self, team: str | None = None) -> Sent:
+        """Slack tells the bot that a workspace removed the app (`app_uninstalled`)."""
+        return await self.send_json(self.event_payload({"type": "app_uninstalled"}, team=team))
+
+    async def bot_token_revoked(self, team: str | None = None) -> Sent:
+        """Slack tells the bot that a workspace revoked its bot token (`tokens_revoked`)."""
+        event = {"type": "tokens_revoked", "tokens": {"oauth": [], "bot": ["UBOT"]}}
+        return await self.send_json(self.event_payload(event, team=team))
+
+    async def mention(
+        self,
+        text: str,
+        *,
+        user: str,
+        channel: str,
+        thread_ts: str | None = None,
+        ts: str | None = None,
+        bot_user: str = "UBOT",
+    ) -> Sent:
+        """`user` mentions the bot: an `app_mention` event (Slack sends a `message` event for
+        the same message too, with the same `ts`: see `thread_reply(..., ts=)`)."""
+        event: dict[str, Any] = {
+            "type": "app_mention",
+            "channel": channel,
+            "user": user,
+            "team": self._team(None),
+            "text": f"<@{bot_user}> {text}",
+            "ts": ts or f"{time.time():.6f}",
+        }
+        if thread_ts:
+            event["thread_ts"] = thread_ts
+        return await self.send_json(self.event_payload(event))
 
     async def thread_reply(
         self,
@@ -222,6 +258,7 @@ class SlackRequests:
         thread_ts: str,
         event_id: str | None = None,
         team: str | None = None,
+        ts: str | None = None,
     ) -> Sent:
         """A message `text` posted by `user` in the thread of message `thread_ts`."""
         event = {
@@ -230,7 +267,7 @@ class SlackRequests:
             "user": user,
             "team": self._team(team),
             "text": text,
-            "ts": f"{time.time():.6f}",
+            "ts": ts or f"{time.time():.6f}",
             "thread_ts": thread_ts,
             "channel_type": "channel",
         }

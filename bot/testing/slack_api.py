@@ -7,7 +7,24 @@ would see. Knobs for Slack's bad days (each counts down per call of one method):
 - `rate_limit(method, times, retry_after)`: answer HTTP 429 with `Retry-After`, not performed;
 - `lose_response(method, times, status)`: perform the call, then answer a 5xx (a lost response);
 - `hang(method, times)`: never answer until `release()` (the call is not performed);
-- `fail_when` / `fail_methods` / `fail_error`: answer `ok: false` with `fail_error`.
+- `fail_when` / `fail_methods` / `fail_error`: answer `ok: false` with `fail_error`;
+- `enforce_limits(...)`: Slack's own rate limits (`chat.postMessage` per channel,
+  `chat.update` per workspace, `views.publish` per workspace), a token bucket each, answering
+  HTTP 429 with the `Retry-After` of the next free token beyond them (`limited` lists those).
+
+OAuth distribution: `install_as(team)` says which workspace the next installer approves for;
+`GET /oauth/v2/authorize` (Slack's authorize page, approved at once) sends them back to the
+`redirect_uri` with a code, which `oauth.v2.access` exchanges for a bot token of that team
+(with a refresh token and an expiry when `rotation_seconds` is set; a refresh gives a new
+token, the old one good until it expires). Once any workspace is installed, every call's
+token is checked: one that was never issued, or whose workspace uninstalled the app
+(`uninstall(team)`), is answered `invalid_auth` / `token_revoked`; `ApiCall.team` is the
+workspace a call was for.
+
+Chat streaming (`chat.startStream` / `appendStream` / `stopStream`) keeps a message whose
+text grows, and `assistant.threads.setStatus` a thread's status line (`statuses`, cleared by
+a post in the thread as Slack does); `streams = False` answers them `unknown_method`, as a
+workspace without them.
 
 Use it to test your own agents and policies too:
 
@@ -18,8 +35,11 @@ Use it to test your own agents and policies too:
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
+import math
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +62,27 @@ class ApiCall:
     params: dict[str, Any]
     token: str = ""
     at: float = field(default_factory=time.monotonic)
+    team: str = ""  # the workspace of `token` (OAuth distribution; '' otherwise)
+
+
+@dataclass
+class Limit:
+    """One of Slack's rate limits as the stand-in enforces it: `burst` calls, then `rate` per
+    second, per scope (a channel or a workspace)."""
+
+    rate: float
+    burst: float
+    buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def take(self, scope: str, now: float) -> float:
+        """0 when a call is allowed now (a token taken), else the seconds until one is free."""
+        tokens, last = self.buckets.get(scope, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        if tokens >= 1:
+            self.buckets[scope] = (tokens - 1, now)
+            return 0.0
+        self.buckets[scope] = (tokens, now)
+        return (1 - tokens) / self.rate
 
 
 @dataclass
@@ -55,6 +96,10 @@ class Message:
     thread_ts: str | None = None
     updates: int = 0
     metadata: dict[str, Any] | None = None
+    # Slack's chat streaming (chat.startStream): True while the stream is open (Slack shows
+    # it as being written); `markdown`: its text is Slack markdown, not mrkdwn.
+    streaming: bool = False
+    markdown: bool = False
 
     def all_text(self) -> str:
         """The fallback text and every text field of every block, concatenated."""
@@ -119,6 +164,9 @@ class FakeSlackAPI:
         self.fail_when: Callable[[str, dict[str, Any]], bool] | None = None
         # Methods answered with HTTP 429 (rate limited, Retry-After: 1), as Slack does.
         self.rate_limited: set[str] = set()
+        # Slack's limits, when `enforce_limits` set them: method -> (limit, what scopes it).
+        self.limits: dict[str, Limit] = {}
+        self.limited: list[ApiCall] = []  # calls answered 429 for going beyond `limits`
         self.fail_error = "fatal_error"
         # Bad days: method -> (calls left, argument, which calls) (see the module docstring).
         self._rate_limited: dict[str, list[Any]] = {}
@@ -126,6 +174,22 @@ class FakeSlackAPI:
         self._hung: dict[str, list[Any]] = {}
         self._release = asyncio.Event()
         self.hanging = 0  # calls waiting for `release()` right now
+        # OAuth distribution (see the module docstring).
+        self.responses: list[dict[str, Any]] = []  # posted to a response_url (`hooks_url`)
+        self.hooks_url = ""
+        self.installing = ""  # the team the next installer approves for
+        self.codes: dict[str, str] = {}  # code -> team
+        self.issued: dict[str, str] = {}  # bot token -> team (those still good)
+        self.revoked: set[str] = set()  # tokens revoked: by a refresh or an uninstall
+        self.refresh_tokens: dict[str, str] = {}  # refresh token -> team
+        self.rotation_seconds = 0  # > 0: tokens expire this long after being installed
+        self.refreshed_seconds = 43200  # and this long after a refresh (Slack: 12 h)
+        self.refreshes = 0  # oauth.v2.access calls with a refresh token
+        self.client_secret = ""  # set: oauth.v2.access checks the client's secret
+        self.streams = True  # chat.startStream and its kin answered (False: unknown_method)
+        # assistant.threads.setStatus: (channel, thread ts) -> the statuses set, in order ('':
+        # cleared); Slack clears it itself when the bot posts in the thread (the last None).
+        self.statuses: dict[tuple[str, str], list[str | None]] = {}
         # User groups for usergroups.list: id -> (handle, member ids).
         self.usergroups: dict[str, tuple[str, list[str]]] = {}
         # Channel members for conversations.members: channel id -> member ids. A channel not
@@ -153,12 +217,15 @@ class FakeSlackAPI:
         app.router.add_post("/api/{method}", self._handle)
         app.router.add_get("/api/{method}", self._handle)
         app.router.add_get("/socket", self._socket)
+        app.router.add_get("/oauth/v2/authorize", self._authorize)
+        app.router.add_post("/hooks/{rest:.*}", self._hook)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self.url = f"http://127.0.0.1:{port}/api/"
+        self.hooks_url = f"http://127.0.0.1:{port}/hooks/"
         self.socket_url = f"ws://127.0.0.1:{port}/socket"
 
     @property
@@ -213,6 +280,33 @@ class FakeSlackAPI:
         """The next `times` calls of `method` (that `when` picks, if given) get HTTP 429 with
         `Retry-After: retry_after`, and are not performed."""
         self._rate_limited[method] = [times, retry_after, when]
+
+    def enforce_limits(
+        self,
+        *,
+        posts_per_second: float = 1.0,
+        post_burst: float = 6,
+        updates_per_minute: float = 50.0,
+        update_burst: float = 12,
+        publishes_per_minute: float = 100.0,
+        publish_burst: float = 24,
+    ) -> None:
+        """Enforce Slack's limits from now on: `chat.postMessage` per channel (about one a
+        second, short bursts allowed), `chat.update` (Tier 3) and `views.publish` (Tier 4) per
+        workspace. A call beyond them gets HTTP 429 with `Retry-After` (whole seconds, as
+        Slack sends it) and is not performed."""
+        self.limits = {
+            "chat.postMessage": Limit(posts_per_second, post_burst),
+            "chat.update": Limit(updates_per_minute / 60, update_burst),
+            "views.publish": Limit(publishes_per_minute / 60, publish_burst),
+        }
+
+    def _beyond_limit(self, method: str, params: dict[str, Any]) -> float:
+        limit = self.limits.get(method)
+        if limit is None:
+            return 0.0
+        scope = str(params.get("channel", "")) if method == "chat.postMessage" else self.team_id
+        return limit.take(scope, time.monotonic())
 
     def lose_response(
         self, method: str, times: int = 1, status: int = 502, *, when: Picker | None = None
@@ -296,14 +390,107 @@ class FakeSlackAPI:
         self._last_ts = max(time.time(), self._last_ts + 0.000001)
         return f"{self._last_ts:.6f}"
 
+    async def _hook(self, request: web.Request) -> web.Response:
+        """A `response_url`: what was said to the person who sent the command or click."""
+        self.responses.append(await request.json())
+        return web.Response(text="ok")
+
+    def install_as(self, team: str) -> None:
+        """The next installer approves the app for `team`."""
+        self.installing = team
+
+    def uninstall(self, team: str) -> None:
+        """The workspace removes the app: its tokens stop working (Slack then sends the bot
+        `app_uninstalled`, which a test sends with `SlackRequests.uninstalled`)."""
+        for token, owner in list(self.issued.items()):
+            if owner == team:
+                self.revoked.add(token)
+                del self.issued[token]
+
+    async def _authorize(self, request: web.Request) -> web.Response:
+        """Slack's authorize page, approved by the installer at once: back to the app."""
+        query = request.query
+        redirect = query.get("redirect_uri", "")
+        if not self.installing or not redirect or not query.get("client_id"):
+            return web.Response(status=400, text="no installing team, redirect_uri or client_id")
+        code = "code-" + secrets.token_hex(8)
+        self.codes[code] = self.installing
+        state = query.get("state", "")
+        raise web.HTTPFound(f"{redirect}?code={code}&state={state}")
+
+    def _new_token(self, team: str, lasts: int = 0) -> dict[str, Any]:
+        token = f"xoxb-{team}-{secrets.token_hex(6)}"
+        self.issued[token] = team
+        grant: dict[str, Any] = {"access_token": token, "token_type": "bot"}
+        if self.rotation_seconds:
+            refresh = f"xoxe-1-{team}-{secrets.token_hex(6)}"
+            self.refresh_tokens[refresh] = team
+            grant.update(refresh_token=refresh, expires_in=lasts or self.rotation_seconds)
+        return grant
+
+    def _oauth_v2_access(self, p: dict[str, Any]) -> dict[str, Any]:
+        if self.client_secret and p.get("client_secret") != self.client_secret:
+            raise _SlackError("invalid_client")
+        if p.get("grant_type") == "refresh_token":
+            team = self.refresh_tokens.get(str(p.get("refresh_token", "")))
+            if team is None:
+                raise _SlackError("invalid_refresh_token")
+            self.refreshes += 1  # the old token stays good until it expires, as on Slack
+            grant = self._new_token(team, self.refreshed_seconds)
+            return {**grant, "team": {"id": team}, "enterprise": None}
+        team = self.codes.pop(str(p.get("code", "")), None)
+        if team is None:
+            raise _SlackError("invalid_code")
+        return {
+            **self._new_token(team),
+            "scope": "commands,chat:write",
+            "bot_user_id": self.bot_user_id,
+            "app_id": "A0TEST",
+            "team": {"id": team, "name": f"Workspace {team}"},
+            "enterprise": None,
+            "authed_user": {"id": "UINSTALLER"},
+            "is_enterprise_install": False,
+        }
+
+    def _team_of(self, method: str, token: str) -> str:
+        """The workspace `token` belongs to; with any workspace installed, a bad token is an
+        error as Slack answers it (`oauth.v2.access` authenticates with the client's id)."""
+        if not (self.issued or self.revoked) or method == "oauth.v2.access":
+            return ""
+        if token in self.revoked:
+            raise _SlackError("token_revoked")
+        if token not in self.issued:
+            raise _SlackError("invalid_auth")
+        return self.issued[token]
+
     async def _handle(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         params = await self._params(request)
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        if request.headers.get("Authorization", "").startswith("Basic "):
+            secret = base64.b64decode(request.headers["Authorization"][6:]).decode()
+            params.setdefault("client_id", secret.partition(":")[0])
+            params.setdefault("client_secret", secret.partition(":")[2])
+            token = ""
+        token = str(params.pop("token", "")) or token
         self.calls.append(ApiCall(method, params, token))
+        try:
+            self.calls[-1].team = self._team_of(method, token)
+        except _SlackError as exc:
+            return web.json_response({"ok": False, "error": str(exc)})
+        if method == "auth.test" and self.calls[-1].team:
+            params = {**params, "team_of_token": self.calls[-1].team}
         if method in self.rate_limited:
             return web.json_response(
                 {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"}
+            )
+        beyond = self._beyond_limit(method, params)
+        if beyond > 0:
+            self.limited.append(self.calls[-1])
+            return web.json_response(
+                {"ok": False, "error": "ratelimited"},
+                status=429,
+                headers={"Retry-After": str(math.ceil(beyond))},
             )
         if self._take(self._rate_limited, method, params):
             retry_after = self._rate_limited[method][1]
@@ -336,9 +523,9 @@ class FakeSlackAPI:
     def _apps_connections_open(self, _: dict[str, Any]) -> dict[str, Any]:
         return {"url": self.socket_url}
 
-    def _auth_test(self, _: dict[str, Any]) -> dict[str, Any]:
+    def _auth_test(self, p: dict[str, Any]) -> dict[str, Any]:
         return {
-            "team_id": self.team_id,
+            "team_id": p.get("team_of_token") or self.team_id,
             "user_id": self.bot_user_id,
             "bot_id": "BBOT",
             "enterprise_id": self.enterprise_id or None,
@@ -357,7 +544,72 @@ class FakeSlackAPI:
             metadata=p.get("metadata") if isinstance(p.get("metadata"), dict) else None,
         )
         self.messages[(message.channel, ts)] = message
+        self._cleared_by_post(message.channel, message.thread_ts)
         return {"channel": message.channel, "ts": ts, "message": {"text": message.text}}
+
+    def _assistant_threads_setStatus(self, p: dict[str, Any]) -> dict[str, Any]:
+        if not self.streams:
+            raise _SlackError("unknown_method")
+        key = (str(p.get("channel_id", "")), str(p.get("thread_ts", "")))
+        if key not in self.messages:
+            raise _SlackError("invalid_thread_ts")
+        if "status" not in p:
+            raise _SlackError("invalid_arguments")
+        self.statuses.setdefault(key, []).append(str(p["status"]))
+        return {}
+
+    def status_of(self, channel: str, thread_ts: str) -> str:
+        """The status line under a thread now ('' when none)."""
+        said = self.statuses.get((channel, thread_ts)) or [""]
+        return said[-1] or ""
+
+    def _cleared_by_post(self, channel: str, thread_ts: str | None) -> None:
+        if thread_ts and self.status_of(channel, thread_ts):
+            self.statuses[(channel, thread_ts)].append(None)  # Slack clears it on a reply
+
+    def _chat_startStream(self, p: dict[str, Any]) -> dict[str, Any]:
+        if not self.streams:
+            raise _SlackError("unknown_method")
+        channel = str(p.get("channel", ""))
+        if not p.get("thread_ts"):
+            raise _SlackError("invalid_arguments")  # streamed messages answer someone
+        if channel[:1] in "CG" and not (p.get("recipient_user_id") and p.get("recipient_team_id")):
+            raise _SlackError("invalid_arguments")  # required when streaming to channels
+        ts = self._next_ts()
+        message = Message(
+            channel=channel, ts=ts, text=str(p.get("markdown_text") or ""),
+            thread_ts=str(p["thread_ts"]), streaming=True, markdown=True,
+        )  # fmt: skip
+        self.messages[(channel, ts)] = message
+        self._cleared_by_post(channel, message.thread_ts)
+        return {"channel": channel, "ts": ts}
+
+    def _streaming(self, p: dict[str, Any]) -> Message:
+        if not self.streams:
+            raise _SlackError("unknown_method")
+        message = self.messages.get((str(p.get("channel", "")), str(p.get("ts", ""))))
+        if message is None:
+            raise _SlackError("message_not_found")
+        if not message.streaming:
+            raise _SlackError("message_not_in_streaming_state")
+        return message
+
+    def _chat_appendStream(self, p: dict[str, Any]) -> dict[str, Any]:
+        message = self._streaming(p)
+        if not p.get("markdown_text"):
+            raise _SlackError("invalid_arguments")
+        message.text += str(p["markdown_text"])
+        message.updates += 1
+        return {"channel": message.channel, "ts": message.ts}
+
+    def _chat_stopStream(self, p: dict[str, Any]) -> dict[str, Any]:
+        message = self._streaming(p)
+        message.text += str(p.get("markdown_text") or "")
+        message.streaming = False
+        if isinstance(p.get("metadata"), dict):
+            message.metadata = p["metadata"]
+        message.updates += 1
+        return {"channel": message.channel, "ts": message.ts, "message": {"text": message.text}}
 
     def _chat_update(self, p: dict[str, Any]) -> dict[str, Any]:
         key = (str(p["channel"]), str(p["ts"]))

@@ -92,6 +92,10 @@ class Service(Protocol):
         self, actor: Actor, channel: str, thread_ts: str, text: str, *, ts: str = ""
     ) -> Reply | ConfirmReject | None: ...
 
+    async def follow_up(
+        self, actor: Actor, channel: str, thread_ts: str, text: str, *, ts: str = ""
+    ) -> Reply | None: ...
+
 
 class Records(Protocol):
     """What the listeners read from the store directly."""
@@ -100,6 +104,8 @@ class Records(Protocol):
         """True the first time a (kind, id) is seen: drops Slack's duplicate deliveries."""
 
     async def get_call(self, approval_id: str) -> CallRecord | None: ...
+
+    async def approval_for_message(self, channel: str, ts: str) -> str | None: ...
 
 
 class HomeOpened(Protocol):

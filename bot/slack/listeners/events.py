@@ -1,9 +1,10 @@
-"""Events: the App Home opened, and replies in an approval card's thread. Both are answered at
-once; the work goes on in tracked background tasks."""
+"""Events: the App Home opened, and replies in an approval card's or a run's thread. Both are
+answered at once; the work goes on in tracked background tasks."""
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext
@@ -12,6 +13,7 @@ from bot.outage import log_failure
 from bot.service.ports import Actor
 from bot.service.replies import ConfirmReject
 from bot.slack import blocks
+from bot.slack.commands import parse
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import Listener, actor_of
 from bot.slack.replies import shown
@@ -21,9 +23,10 @@ log = logging.getLogger(__name__)
 
 
 def register(app: AsyncApp, deps: ListenerDeps) -> None:
-    """Listen to `app_home_opened` and `message` events."""
+    """Listen to `app_home_opened`, `message` and `app_mention` events."""
     app.event("app_home_opened")(on_home_opened(deps))
     app.event("message")(on_message(deps))
+    app.event("app_mention")(on_mention(deps))
 
 
 def on_home_opened(deps: ListenerDeps) -> Listener:
@@ -48,7 +51,8 @@ def on_home_opened(deps: ListenerDeps) -> Listener:
 
 
 def on_message(deps: ListenerDeps) -> Listener:
-    """A message in a thread: maybe a decision or a comment on the card the thread belongs to."""
+    """A message in a thread: a decision or a comment on the card the thread belongs to, or a
+    follow-up to the agent of the run whose thread it is."""
 
     async def on_message(event: dict[str, Any], context: AsyncBoltContext) -> None:
         thread_ts = event.get("thread_ts")
@@ -68,13 +72,13 @@ def on_message(deps: ListenerDeps) -> Listener:
         tell = deps.teller(channel, actor.user_id, str(thread_ts))
 
         async def work() -> None:
-            reply = await deps.service.thread_reply(
-                actor,
-                channel,
-                str(thread_ts),
-                unescape(str(event.get("text", ""))),
-                ts=str(event.get("ts", "")),
-            )
+            said = unescape(str(event.get("text", "")))
+            ts = str(event.get("ts", ""))
+            reply = await deps.service.thread_reply(actor, channel, str(thread_ts), said, ts=ts)
+            if reply is None:  # not a card's thread: maybe a run's (a follow-up to its agent)
+                reply = await deps.service.follow_up(actor, channel, str(thread_ts), said, ts=ts)
+                if reply is not None and reply.ok and reply.text:
+                    tell(shown(reply))  # queued: said privately
             if isinstance(reply, ConfirmReject):
                 text, body = blocks.confirm_reply(reply.reply_id, reply.text)
                 await deps.client.chat_postEphemeral(
@@ -91,3 +95,50 @@ def on_message(deps: ListenerDeps) -> Listener:
         deps.in_background("thread reply", context, work(), tell, still_working=None)
 
     return on_message
+
+
+LEADING_MENTIONS = re.compile(r"^(\s*<@[UW][A-Z0-9]+(\|[^>]*)?>)+\s*")
+
+
+def on_mention(deps: ListenerDeps) -> Listener:
+    """The bot @mentioned: in a run's thread, a follow-up to its agent (as a plain reply is:
+    the same message also comes as a `message` event, and is taken once); in an approval
+    card's thread, nothing more than the reply it is; anywhere else, a task, as `/agent
+    <task>` (or `run <agent> <task>`) is, under the same checks."""
+
+    async def on_mention(event: dict[str, Any], context: AsyncBoltContext) -> None:
+        if event.get("bot_id"):
+            return
+        signed = actor_of(context)
+        team = str(event.get("user_team") or event.get("team") or signed.team_id)
+        actor = Actor(team, str(event.get("user", "")), signed.enterprise_id)
+        channel, ts = str(event.get("channel", "")), str(event.get("ts", ""))
+        thread_ts = str(event.get("thread_ts") or "")
+        said = LEADING_MENTIONS.sub("", unescape(str(event.get("text", "")))).strip()
+        tell = deps.teller(channel, actor.user_id, thread_ts)
+
+        async def work() -> None:
+            if thread_ts:
+                if await deps.records.approval_for_message(channel, thread_ts) is not None:
+                    return  # a reply on a card: the `message` event decides what it is
+                reply = await deps.service.follow_up(actor, channel, thread_ts, said, ts=ts)
+                if reply is not None:
+                    if reply.text:
+                        tell(shown(reply))
+                    return
+            parsed = parse(said)
+            if parsed.action != "run" or parsed.help:
+                tell(f"Mention me with a task (or `run <agent> <task>`), e.g. {MENTION_EXAMPLE}.")
+                return
+            started = await deps.service.start_run(
+                actor, channel, parsed.agent, parsed.task, delivery_id=f"mention:{channel}:{ts}"
+            )
+            if not started.ok:
+                tell(shown(started))
+
+        deps.in_background("mention", context, work(), tell, still_working=None)
+
+    return on_mention
+
+
+MENTION_EXAMPLE = "`@approval-bot restart the api service`"

@@ -3,9 +3,12 @@
 -- A paused run has no executing owner: ARGV[1] = 'paused' ends it (nothing of it is running).
 -- KEYS[1] run hash, KEYS[2] snapshot string, KEYS[3] layout 1 snapshot hash, KEYS[4] task
 -- (kept as long as the run: its message shows it), KEYS[5] outbox, KEYS[6] layout 1 pause set
--- (dropped)
+-- (dropped), KEYS[7] turns (a follow-up turn's answer), KEYS[8] the conversation so far,
+-- KEYS[9] the answer streamed so far (dropped: the end shows the whole)
 -- ARGV[1] owner token, ARGV[2] final status, ARGV[3] text (output or error), ARGV[4] now,
 -- ARGV[5] retention seconds, ARGV[6] '1' to drop the snapshot
+-- Reply: {'ok', status, the run message's ts} | {'already', status} | {'missing'} |
+--        {'not_owner'}
 local run = KEYS[1]
 local status = redis.call('HGET', run, 'status')
 if status == false then
@@ -13,7 +16,8 @@ if status == false then
 end
 if status == 'finished' or status == 'failed' then
   if redis.call('HGET', run, 'ended_by') == ARGV[1] and status == ARGV[2] then
-    return {'ok', status}  -- the same request repeated after a lost reply
+    -- the same request repeated after a lost reply
+    return {'ok', status, redis.call('HGET', run, 'message_ts') or ''}
   end
   return {'already', status}
 end
@@ -34,10 +38,20 @@ redis.call('HDEL', run, 'owner', 'undecided')
 if ARGV[6] == '1' then
   redis.call('DEL', KEYS[2], KEYS[3])
 end
-redis.call('DEL', KEYS[6])
+redis.call('DEL', KEYS[6], KEYS[9])
 for i = 1, 4 do
   redis.call('EXPIRE', KEYS[i], ARGV[5])
 end
+redis.call('EXPIRE', KEYS[8], ARGV[5])
 mark(KEYS[5], 'run', ARGV[4], ARGV[5])
-mark(KEYS[5], 'result', ARGV[4], ARGV[5])
-return {'ok', status}
+-- Turn 1's answer is the run's result; a follow-up turn's is kept with its turn, so that a
+-- queued follow-up starting at once does not overwrite it before it is shown.
+local turn = tonumber(redis.call('HGET', run, 'turn') or '1')
+if turn > 1 then
+  redis.call('HSET', KEYS[7], turn .. ':status', ARGV[2], turn .. ':answer', ARGV[3])
+  redis.call('EXPIRE', KEYS[7], ARGV[5])
+  mark(KEYS[5], 'result:' .. turn, ARGV[4], ARGV[5])
+else
+  mark(KEYS[5], 'result', ARGV[4], ARGV[5])
+end
+return {'ok', status, redis.call('HGET', run, 'message_ts') or ''}

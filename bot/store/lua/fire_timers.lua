@@ -23,7 +23,13 @@ if redis.call('HGET', run, 'status') ~= 'paused' or redis.call('HGET', run, 'pau
   return {'gone'}
 end
 local id = approval_id(call)
-local expires = tonumber(redis.call('HGET', call, 'expires_at') or '') or 0
+-- the expiry: expire_after seconds after the pause (layouts up to 3 also stored expires_at)
+local expires = 0
+local expire_after = tonumber(redis.call('HGET', call, 'expire_after') or '') or 0
+if expire_after > 0 then
+  expires = (tonumber(redis.call('HGET', call, 'paused_at') or '') or 0) + expire_after
+  expires = math.max(expires, tonumber(redis.call('HGET', call, 'expires_at') or '') or 0)
+end
 if expires > 0 and now >= expires then
   redis.call('HSET', call, 'status', 'expired', 'decided_at', ARGV[1], 'reason', ARGV[4],
              'decided_owner', ARGV[2])

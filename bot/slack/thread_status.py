@@ -1,0 +1,77 @@
+"""The run thread's status line: Slack's `assistant.threads.setStatus`, which channel apps may
+use with `chat:write` (Slack's changelog of 2026-03-05), shows "<the bot> <status>" under the
+thread while the agent works: working on it, running a tool, waiting for approval, resuming.
+
+Best effort, never in the way of a message: it is set when the run message is delivered and
+says something new (a quick resume's run message goes out once, finished: no status at all),
+only with a token to spare in its own shared bucket (status urgency, `bot/store/pacing.py`),
+and a failure is logged, not retried. Slack clears it when the bot posts in the thread (the
+answer) or after two minutes; the bot clears it when the run ends before that. A workspace
+that answers that it does not offer it is remembered by this process.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.store.pacing import SharedPacer, Urgency
+from bot.store.records import RunRecord, RunStatus
+
+log = logging.getLogger(__name__)
+
+KEPT = 10_000  # runs whose last status this process remembers (to say only what is news)
+
+NOT_OFFERED = frozenset(
+    {"unknown_method", "missing_scope", "not_allowed_token_type", "feature_not_enabled",
+     "method_not_supported_for_channel_type", "not_supported"}
+)  # fmt: skip
+
+
+class ThreadStatus:
+    """Sets each run thread's status line when it changes (see the module docstring)."""
+
+    def __init__(self, client: AsyncWebClient, pacer: SharedPacer, *, enabled: bool = True):
+        self.client = client
+        self.pacer = pacer
+        self.enabled = enabled
+        self._shown: dict[str, str] = {}  # run id -> the status this process set last
+        self._without: set[str] = set()  # workspaces that do not offer it
+
+    async def show(self, run: RunRecord, status: str) -> None:
+        """Say `status` under the run's thread ("": clear it), if it is news. An ended run's
+        answer (or error) posted in the thread clears it already; only a cancelled run's is
+        cleared with a call."""
+        if not self.enabled or not run.message_ts or run.team_id in self._without:
+            return
+        if self._shown.get(run.run_id, "") == status:
+            return
+        if not status and run.status != RunStatus.CANCELLED:
+            self._shown.pop(run.run_id, None)
+            return
+        taken = await self.pacer.take(run.team_id, Urgency.STATUS, message=f"{run.run_id}/status")
+        if not taken.taken or taken.wait > 0:
+            return  # tokens are short: messages first (the next change says it)
+        try:
+            await self.client.assistant_threads_setStatus(
+                channel_id=run.channel_id, thread_ts=run.message_ts, status=status
+            )
+        except SlackApiError as exc:
+            code = str(exc.response.get("error", ""))
+            if code in NOT_OFFERED:
+                self._without.add(run.team_id)
+                log.info("workspace %s has no thread status line (%s)", run.team_id, code)
+            else:
+                log.warning("could not set the status of run %s's thread (%s)", run.run_id, code)
+            return
+        except Exception as exc:
+            log.warning("could not set the status of run %s's thread (%s)", run.run_id, exc)
+            return
+        if status:
+            self._shown[run.run_id] = status
+            if len(self._shown) > KEPT:  # runs that ended elsewhere: the oldest forgotten
+                del self._shown[next(iter(self._shown))]
+        else:
+            self._shown.pop(run.run_id, None)

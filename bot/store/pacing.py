@@ -1,0 +1,109 @@
+"""Slack's rate limits, shared by every replica (issue #21): one token bucket per limit and
+scope (posts per channel, updates per workspace, Home publishes per workspace) in Redis
+(`pace.lua`), timed by the Redis server's clock, so that three replicas together send what
+Slack allows, not three times as much; a 429's `Retry-After` seen by any replica holds every
+replica's calls behind the same limit.
+
+Urgency decides who waits when tokens are short: an approval card queues for its token (it
+may reserve one ahead); outputs and answers take one only when it is free now; status updates
+and notes only when some of the burst would still be left for the others. Those two never
+queue, so a card never waits behind them: they are tried again when a token would be free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import redis.asyncio as redis
+
+from bot.store import keys
+from bot.store.connection import UNREPLICATED
+from bot.store.scripts import script, text
+
+STATUS_RESERVE = 0.3  # of the burst, kept for cards and outputs when status updates draw
+KEEP_AFTER = 0.05  # seconds: a card's turn further away than this is kept for its message
+
+
+class Urgency(StrEnum):
+    """What a Slack call carries, most urgent first."""
+
+    CARD = "card"  # an approval card (and the run message its cards link to, until posted)
+    OUTPUT = "output"  # a run's output, a review request, a reminder
+    STATUS = "status"  # a run message's status, a thread note
+
+
+@dataclass(frozen=True)
+class Take:
+    """What the shared bucket granted."""
+
+    taken: bool
+    """A token was taken (the call may go once `wait` has passed)."""
+    wait: float
+    """Seconds: before the taken token may be used, or until one would be free."""
+
+
+def decode_take(reply: list[Any]) -> Take:
+    """`pace.lua`'s reply: {taken (1/0), wait in ms}."""
+    return Take(taken=int(reply[0]) == 1, wait=max(0.0, float(text(reply[1])) / 1000))
+
+
+class SharedPacer:
+    """One of Slack's limits (`name`: "post", "update", "home"), `burst` calls and then `rate`
+    per second per scope, shared through Redis by every process of the deployment."""
+
+    def __init__(self, client: redis.Redis, name: str, rate: float, burst: int) -> None:
+        self.name = name
+        self.rate = rate
+        self.burst = burst
+        self._pace = client.register_script(script("pace"))
+        UNREPLICATED.add(self._pace.sha)  # no WAIT for replicas: pacing may be lost at no cost
+        self.longest_wait = 0.0  # the longest wait this process was given (benchmarks)
+
+    def _floor(self, urgency: Urgency) -> float:
+        return self.burst * STATUS_RESERVE if urgency == Urgency.STATUS else 0.0
+
+    async def _call(self, scope: str, mode: str, extra: float = 0.0, message: str = "") -> Take:
+        bucket = keys.pace_key(self.name, scope)
+        turn = keys.turn_key(self.name, scope, message or "-")
+        reply = await self._pace(
+            keys=[bucket, turn] if mode == "queue" else [bucket],
+            args=[repr(self.rate), self.burst, mode, repr(extra)],
+        )
+        return decode_take(reply)
+
+    async def take(self, scope: str, urgency: Urgency, message: str = "") -> Take:
+        """A token for one call: a card's is reserved (`wait` before using it); anything
+        else's only when one is free now (else `taken` is False: try again after `wait`).
+        With `message` (its id), a card's turn more than `KEEP_AFTER` away is kept in Redis:
+        asking again for the same message gives the same turn, from any process, until it
+        has come (then it is used up)."""
+        if urgency == Urgency.CARD:
+            keep_after = KEEP_AFTER * 1000 if message else 1e12  # (no message: never kept)
+            taken = await self._call(scope, "queue", keep_after, message)
+        else:
+            taken = await self._call(scope, "now", self._floor(urgency))
+        if taken.taken:
+            self.longest_wait = max(self.longest_wait, taken.wait)
+        return taken
+
+    async def wait(self, scope: str, urgency: Urgency = Urgency.CARD) -> float:
+        """Take a token and wait for it (0), or, for a call that does not queue, the seconds
+        until one would be free (no token taken)."""
+        taken = await self.take(scope, urgency)
+        if not taken.taken:
+            return taken.wait
+        if taken.wait > 0:
+            await asyncio.sleep(taken.wait)
+        return 0.0
+
+    async def ahead(self, scope: str, urgency: Urgency = Urgency.OUTPUT) -> float:
+        """The seconds until a call of `urgency` could take a token, taking none."""
+        return (await self._call(scope, "peek", self._floor(urgency))).wait
+
+    async def hold(self, scope: str, seconds: float) -> None:
+        """No call behind this limit and scope, from any replica, for `seconds` (Slack's
+        `Retry-After`)."""
+        await self._call(scope, "hold", round(seconds * 1000))

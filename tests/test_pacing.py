@@ -1,0 +1,245 @@
+"""Slack's rate limits shared by every replica (issue #21): one token bucket per limit and scope
+in Redis, a 429's Retry-After seen by one replica holding the others, and approval cards ahead
+of outputs and status updates when tokens are short. The buckets are tried on a real Redis
+with two clients (two replicas); the whole bot with two replicas on one Redis against the
+Slack stand-in enforcing Slack's limits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from agents import Agent, function_tool
+
+from bot.slack.blocks import APPROVE
+from bot.store import keys
+from bot.store.pacing import SharedPacer, Urgency
+from bot.testing.harness import BotHarness, wait_until
+from bot.testing.slack_api import FakeSlackAPI
+from tests.agents_for_tests import POLICY
+from tests.stateless_agents import StatelessModel
+
+
+@pytest.fixture
+async def two_clients(redis_url: str) -> AsyncIterator[tuple[aioredis.Redis, aioredis.Redis]]:
+    """Two connections to one Redis, as two replicas have."""
+    a, b = aioredis.Redis.from_url(redis_url), aioredis.Redis.from_url(redis_url)
+    await a.flushall()
+    try:
+        yield a, b
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_two_replicas_take_from_one_bucket(
+    two_clients: tuple[aioredis.Redis, aioredis.Redis],
+) -> None:
+    """Ten cards posted in one channel through two replicas, alternating: the first five
+    (the burst) go at once, the next ones a token (0.1 s at 10/s) apart, as from one process."""
+    a, b = (SharedPacer(c, "post", rate=10.0, burst=5) for c in two_clients)
+    started = time.monotonic()
+    waits, taken_at = [], []
+    for i in range(10):
+        taken_at.append(time.monotonic() - started)
+        waits.append((await (a, b)[i % 2].take("C1", Urgency.CARD)).wait)
+    assert waits[:5] == [0.0] * 5, waits
+    assert waits[5] > 0 or taken_at[5] >= 0.05, (waits, taken_at)  # one bucket, not two
+    for n, (wait, at) in enumerate(zip(waits[5:], taken_at[5:], strict=True), start=1):
+        # Its turn is n tokens after the burst; what the bucket refilled meanwhile (a busy
+        # machine between two takes) comes off the wait.
+        assert n * 0.1 - at - 0.05 <= wait <= n * 0.1 + 0.001, (waits, taken_at)
+    # Another channel has its own bucket; a bucket's key goes once it would be full again.
+    assert (await a.take("C2", Urgency.CARD)).wait == 0.0
+    ttl = await two_clients[0].pttl(keys.pace_key("post", "C1"))
+    assert 0 < ttl <= 2000, ttl
+
+
+async def test_a_retry_after_seen_by_one_replica_holds_the_other(
+    two_clients: tuple[aioredis.Redis, aioredis.Redis],
+) -> None:
+    a, b = (SharedPacer(c, "update", rate=100.0, burst=10) for c in two_clients)
+    await a.hold("T1", 2.0)
+    # (then the bucket is empty: a token is 10 ms at 100/s; a status update waits for 4)
+    assert 1.97 <= await b.ahead("T1") <= 2.01
+    for urgency, tokens in ((Urgency.OUTPUT, 1), (Urgency.STATUS, 4)):  # asked again then
+        taken = await b.take("T1", urgency)
+        assert not taken.taken and 2.0 + tokens / 100 - 0.03 <= taken.wait <= 2.0 + tokens / 100
+
+    card = await b.take("T1", Urgency.CARD)  # a card queues behind the hold, a token after it
+    assert card.taken and 1.97 <= card.wait <= 2.01, card
+    second = await a.take("T1", Urgency.CARD)  # nothing refilled during the hold
+    assert second.wait - card.wait >= 0.005, (card, second)  # a token (10 ms) later
+    assert await b.ahead("T2") == 0.0  # another workspace is not held
+    await b.hold("T1", 0.5)  # a shorter hold never shortens a longer one
+    assert await a.ahead("T1") > 1.8
+
+
+async def test_a_card_never_waits_behind_status_updates(
+    two_clients: tuple[aioredis.Redis, aioredis.Redis],
+) -> None:
+    """Sixty status updates due at once, at Slack's 50 updates a minute (before: each took its
+    place in the queue, and the cards after them waited their turn): they take the burst but
+    its reserve (3 of 10), then wait; outputs take the reserve; a card goes at once and only
+    then queues."""
+    a, b = (SharedPacer(c, "update", rate=50 / 60, burst=10) for c in two_clients)
+    statuses = [await (a, b)[i % 2].take("T1", Urgency.STATUS) for i in range(60)]
+    assert sum(t.taken for t in statuses) == 7
+    assert all(t.wait == 0 for t in statuses if t.taken)
+    assert all(t.wait > 0 for t in statuses if not t.taken)  # tried again then, not queued
+    card = await a.take("T1", Urgency.CARD)
+    assert card.taken and card.wait == 0.0
+    output = await b.take("T1", Urgency.OUTPUT)
+    assert output.taken and output.wait == 0.0
+    assert not (await a.take("T1", Urgency.STATUS)).taken  # the reserve is not theirs
+    cards = [await b.take("T1", Urgency.CARD) for _ in range(3)]
+    assert [c.wait for c in cards[:1]] == [0.0]
+    assert 1.1 < cards[2].wait < 2.5  # the burst is used up: one token (1.2 s) per card
+
+
+async def test_a_cards_turn_is_kept_for_it_across_replicas(
+    two_clients: tuple[aioredis.Redis, aioredis.Redis],
+) -> None:
+    """A card whose turn is a second away is given that same turn when it is tried again,
+    by either replica, without a second token; at its turn it is used up."""
+    a, b = (SharedPacer(c, "update", rate=10.0, burst=1) for c in two_clients)
+    assert (await a.take("T1", Urgency.CARD)).wait == 0.0  # the burst
+    for _ in range(9):  # nine cards queue: the tenth's turn is 0.9 s away
+        await a.take("T1", Urgency.CARD)
+    first = await a.take("T1", Urgency.CARD, message="r/card:x")
+    assert 0.95 <= first.wait <= 1.0, first
+    again = await b.take("T1", Urgency.CARD, message="r/card:x")  # the other replica
+    assert again.taken and first.wait - 0.05 <= again.wait <= first.wait, again
+    other = await b.take("T1", Urgency.CARD, message="r/card:y")  # a new card: the next turn
+    assert other.wait >= first.wait + 0.05, other
+    await asyncio.sleep(again.wait - 0.02)
+    due = await a.take("T1", Urgency.CARD, message="r/card:x")
+    assert due.wait <= 0.05  # its turn: sent now, the kept turn used up
+    assert not await two_clients[0].exists(keys.turn_key("update", "T1", "r/card:x"))
+    later = await a.take("T1", Urgency.CARD, message="r/card:x")  # its next change: a new turn
+    assert later.wait >= other.wait - (again.wait - 0.02) - 0.05, later
+
+
+def _agent(done: list[str]) -> Agent[Any]:
+    """An agent any replica can continue: it asks to delete the logs its task names, then
+    says what the tool said."""
+
+    @function_tool(needs_approval=True)
+    async def delete_logs(path: str) -> str:
+        """Delete logs under a path."""
+        done.append(path)
+        return f"deleted {path}"
+
+    return Agent(name="ops", model=StatelessModel(), tools=[delete_logs])
+
+
+PACED = {
+    "user_start_burst": 0,
+    "channel_start_burst": 0,
+    "user_open_runs": 0,
+    "channel_open_runs": 0,
+    # Slack's pacing at ten times Slack's rates (the stand-in enforces the same ten times):
+    # the same buckets, a test ten times shorter.
+    "slack_posts_per_second": 10.0,
+    "slack_updates_per_minute": 500.0,
+    "projector_coalesce_seconds": 0.2,
+}
+
+
+async def test_two_replicas_stay_within_slacks_limits_together(redis_url: str) -> None:
+    """Two replicas on one Redis start and decide 10 runs in one channel, alternating: every
+    post and update within Slack's limits counted together (not a 429), every run finished and
+    shown. (With a bucket per process, two replicas send twice what one may.)"""
+    done: list[str] = []
+    async with FakeSlackAPI() as slack:
+        slack.enforce_limits(
+            posts_per_second=10.0, post_burst=6, updates_per_minute=500.0, update_burst=12
+        )
+        async with (
+            BotHarness(redis_url, _agent(done), POLICY, slack=slack, settings=PACED) as a,
+            BotHarness(redis_url, _agent(done), POLICY, slack=slack, settings=PACED) as b,
+        ):
+            replicas = (a, b)
+            for i in range(10):
+                sent = await replicas[i % 2].slack.command(f"/var/log/{i}", user="U1", channel="C1")
+                assert sent.status == 200
+            cards = await a.wait_for_approvals(10, timeout=30)
+            for i, card in enumerate(cards):
+                assert (await replicas[i % 2].click(card, APPROVE, user="U2")).status == 200
+            await wait_until(lambda: len(done) == 10, timeout=30, what="ten tools run")
+            await wait_until(
+                lambda: sum("tool said: deleted" in m.text for m in slack.messages.values()) == 10,
+                timeout=30,
+                what="ten outputs shown",
+            )
+            await a.idle()
+            await b.idle()
+        assert sorted(done) == sorted(f"/var/log/{i}" for i in range(10))
+        for card in cards:
+            assert "Approved" in slack.messages[(card.channel, card.ts)].all_text()
+        assert slack.limited == [], [(c.method, c.params.get("channel")) for c in slack.limited]
+        assert len(slack.calls_to("chat.postMessage")) >= 30  # run messages, cards, outputs
+
+
+async def test_a_429_one_replica_meets_holds_the_other_replicas_posts(redis_url: str) -> None:
+    """Slack answers replica A's post in C1 with 429 and Retry-After: 2; replica B's posts in
+    C1 wait the two seconds out too, and then everything is posted once."""
+    done: list[str] = []
+    async with FakeSlackAPI() as slack:
+        async with (
+            BotHarness(redis_url, _agent(done), POLICY, slack=slack, settings=PACED) as a,
+            BotHarness(redis_url, _agent(done), POLICY, slack=slack, settings=PACED) as b,
+        ):
+            slack.rate_limit("chat.postMessage", times=1, retry_after=2)
+            assert (await a.slack.command("/var/log/a", user="U1", channel="C1")).status == 200
+            await wait_until(lambda: slack.calls_to("chat.postMessage"), what="A's first post")
+            limited_at = slack.calls_to("chat.postMessage")[0].at
+            await asyncio.sleep(0.2)
+            assert (await b.slack.command("/var/log/b", user="U1", channel="C1")).status == 200
+            await b.wait_for_approvals(2, timeout=20)
+        posts = [c for c in slack.calls_to("chat.postMessage") if c.params["channel"] == "C1"]
+        later = [c.at - limited_at for c in posts[1:]]
+        assert later and min(later) >= 1.9, later  # B's run message and card waited too
+        made = [
+            (
+                c.params["metadata"]["event_payload"]["run_id"],
+                c.params["metadata"]["event_payload"]["target"],
+            )
+            for c in posts[1:]
+            if c.params.get("metadata")
+        ]
+        assert len(made) == len(set(made)) >= 4, made  # two run messages, two cards: once
+
+
+def test_a_limits_bucket_and_its_kept_turns_lie_in_one_slot() -> None:
+    """pace.lua gets both (a Redis Cluster runs a script only on keys of one slot); limits of
+    different channels and workspaces spread over the slots."""
+    from redis.crc import key_slot
+
+    bucket = keys.pace_key("update", "T1").encode()
+    assert key_slot(bucket) == key_slot(keys.turn_key("update", "T1", "r/card:x").encode())
+    slots = {key_slot(keys.pace_key("post", f"C{i}").encode()) for i in range(20)}
+    assert len(slots) > 15
+
+
+async def test_pacing_needs_no_replica_while_transitions_wait_for_one(redis_url: str) -> None:
+    """With APPROVAL_BOT_REDIS_WAIT_REPLICAS=1 and no replica in sync (as during a failover),
+    a transition script is refused (`ReplicasBehind`), but Slack's pacing goes on: what it
+    keeps may be lost in a failover at no cost."""
+    from bot.store.connection import ReplicasBehind, connect
+
+    client = connect(redis_url, max_connections=4, replicas=1, wait_ms=20)
+    try:
+        transition = client.register_script("return redis.call('SET', KEYS[1], 'x')")
+        with pytest.raises(ReplicasBehind):
+            await transition(keys=["ab:test:transition"])
+        pacer = SharedPacer(client, "post", rate=10.0, burst=5)
+        assert (await pacer.take("C9", Urgency.CARD)).taken
+        await pacer.hold("C9", 1.0)
+        assert await pacer.ahead("C9") > 0.9
+    finally:
+        await client.aclose()
