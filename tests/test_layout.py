@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import json
+import lzma
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -218,9 +220,16 @@ def test_a_snapshot_is_compressed_with_its_schema_dictionary_and_old_blobs_still
     packed = pack_state(state)
     assert packed.startswith(b"Z1.21:") and unpack_state(packed) == state
     assert len(packed) * 3 < len(old)  # 1,344 B with xz; 326 B with the dictionary
-    # A schema without a dictionary is stored with xz.
+    # A schema without a dictionary: zlib, or xz where that is smaller (above 4 KB).
     other = state.replace(b'"$schemaVersion":"1.21"', b'"$schemaVersion":"9.99"')
-    assert pack_state(other).startswith(b"\xfd7zXZ") and unpack_state(pack_state(other)) == other
+    assert unpack_state(pack_state(other)) == other
+    assert len(pack_state(other)) <= len(lzma.compress(other, format=lzma.FORMAT_XZ, preset=1))
+    long_argument = other.replace(b"/tmp", b"/" + os.urandom(20_000).hex().encode())
+    assert pack_state(long_argument).startswith(b"\xfd7zXZ")  # zlib's window misses the repeats
+    assert unpack_state(pack_state(long_argument)) == long_argument
+    # A short conversation's history (no schema) is plain zlib: no xz encoder set up per turn.
+    history = json.dumps([{"role": "user", "content": "deploy s1"}] * 3).encode()
+    assert pack_state(history).startswith(b"\x78") and unpack_state(pack_state(history)) == history
 
 
 async def test_calls_paused_before_timers_existed_get_an_expiry_from_the_upgrade(
