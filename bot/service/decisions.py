@@ -368,6 +368,7 @@ class Decisions:
             also=also,
             version=version,
             after=audited,
+            enqueue=True,
         )
         if isinstance(result, AlreadyDecided):
             reply = Reply(False, already_text(result))
@@ -397,10 +398,8 @@ class Decisions:
                     AuditKind.DECIDED, call=target, actor=actor, decision=decision,
                     detail=reason.strip() or via,
                 )  # fmt: skip
-        if result.resume:  # the cards and the run message follow from the outbox
-            self.core.spawn(
-                self.core.enqueue("resume", run.run_id, owner), name=f"resume-{run.run_id}"
-            )
+        # A resume was enqueued with the decision's writes; the cards and the run message
+        # follow from the outbox.
         return reply
 
     async def thread_reply(

@@ -12,6 +12,7 @@ import redis.asyncio as redis
 from bot.store import keys
 from bot.store.keys import RunKeys
 from bot.store.outbox import Outbox
+from bot.store.queue import JobQueue
 from bot.store.records import (
     AlreadyDecided,
     CallContext,
@@ -266,6 +267,7 @@ class Calls:
         via: str = "",
         version: str = "",
         after: Callable[[Any, DecideResult], None] | None = None,
+        enqueue: bool = False,
     ) -> DecideResult:
         """Record one decision atomically; see decide.lua for the rules.
 
@@ -277,7 +279,9 @@ class Calls:
         "": not checked): when the call was edited since, nothing is decided (`EDITED_SINCE`)
         and its card is redrawn.
         `after(pipe, result)`: writes to send with the index write that follows a recorded
-        decision or vote (an audit entry), in the same round trip."""
+        decision or vote (an audit entry), in the same round trip. `enqueue`: when this was the
+        pause's last decision, its resume job (owned by `owner`) goes in that round trip too,
+        after the due entry (a caller that settles several calls enqueues once itself)."""
         run_id = keys.run_of(approval_id)
         if run_id is None:
             return Gone()
@@ -314,6 +318,8 @@ class Calls:
                 self.outbox.schedule_in(pipe, run_id)
                 if isinstance(result, Decided) and result.resume:  # waits for a worker
                     pipe.zadd(keys.DUE_RUNS, {run_id: float(now())})
+                    if enqueue:  # last: a worker that takes it finds the due entry to clear
+                        JobQueue.enqueue_in(pipe, "resume", run_id, owner)
                 await pipe.execute()
         return result
 

@@ -72,6 +72,12 @@ class JobQueue:
         message_id = await self.redis.xadd(STREAM, fields)  # type: ignore[arg-type]
         return _text(message_id)
 
+    @staticmethod
+    def enqueue_in(pipe: Any, kind: str, run_id: str, execution: str) -> None:
+        """`enqueue`, as one command of a pipeline that carries other writes (one round trip:
+        a decision's job goes with its audit entry and index writes)."""
+        pipe.xadd(STREAM, {"kind": kind, "run_id": run_id, "execution": execution})
+
     async def read(self, consumer: str, count: int, block_ms: int) -> list[Job]:
         """New jobs for this consumer, waiting up to `block_ms` for some."""
         reply: Any = await self.redis.xreadgroup(
