@@ -101,6 +101,33 @@ async def test_transitions_repeated_after_a_lost_reply_answer_the_same(
     assert final is not None and (final.status, final.output) == ("finished", "x")
 
 
+async def test_the_history_is_kept_by_the_end_of_the_run_and_by_its_owner_only(
+    client: aioredis.Redis,
+) -> None:
+    """A finished turn's conversation is written by finish.lua with the end (one round trip):
+    an execution that no longer owns the run writes neither."""
+    store = RunStore(client, retention_seconds=600)
+    run = RunRecord(
+        run_id=keys.new_run_id(), team_id="T", user_id="U1", channel_id="C1",
+        agent_name="ops", task="t", owner="exec",
+    )  # fmt: skip
+    await store.create_run(run)
+    assert await store.take(run.run_id, "exec", "1-0", "exec/a") == ("fresh", 1)
+    history = keys.history_key(run.run_id)
+    with pytest.raises(NotOwner):
+        await store.finish(
+            run.run_id, "exec/stale", status="finished", text="x", drop_snapshot=True,
+            history=b"stale turn",
+        )  # fmt: skip
+    assert await client.get(history) is None
+    assert await store.finish(
+        run.run_id, "exec/a", status="finished", text="x", drop_snapshot=True,
+        history=b"\x78\x9cpacked",
+    ) == Ended("running")  # fmt: skip
+    assert await client.get(history) == b"\x78\x9cpacked"
+    assert 0 < await client.ttl(history) <= 600
+
+
 def test_every_key_of_a_run_is_in_one_cluster_slot() -> None:
     """Every transition script touches only keys of one run: on Redis Cluster they must hash to
     one slot, which the shared `{run id}` tag guarantees."""

@@ -212,8 +212,6 @@ class Runs:
             log.info("run %s was cancelled; its execution stopped before a model call", run.run_id)
             return
         if isinstance(outcome, Finished):
-            if outcome.history:  # before the end: a finished run has what its next turn needs
-                await self.store.turns.keep_history(run.run_id, outcome.history)
             try:  # its audit entry rides with the index writes that follow the end
                 await self.store.finish(
                     run.run_id,
@@ -223,6 +221,7 @@ class Runs:
                     drop_snapshot=True,
                     channel=run.channel_id,
                     after=self._audited(AuditKind.RUN_FINISHED, run, outcome.output[:2000]),
+                    history=outcome.history,  # kept by the script that ends the run
                 )
             except NotOwner:
                 log.info("run %s not finished here: this execution no longer owns it", run.run_id)

@@ -446,16 +446,21 @@ class Runs:
         drop_snapshot: bool,
         channel: str = "",
         after: Callable[[Any], None] | None = None,
+        history: bytes = b"",
     ) -> FinishResult:
         """End a run: `Ended` (now, or this same request before), `AlreadyEnded`, `RunMissing`;
         raises `NotOwner` when `owner` does not own it (a paused run: owner `paused`).
         `channel`: the run's, to take it off that channel's index (else readers drop it).
         `after(pipe)`: writes to send, when it ended the run, with the index writes that follow
-        (the audit entry: one round trip, not two)."""
+        (the audit entry: one round trip, not two). `history`: the conversation after the
+        turn (`Finished.history`), kept by the same script as the end."""
         reply = await self._finish(
             keys=RunKeys(run_id).finish(),
-            args=[owner, status, text, now(), self.retention, "1" if drop_snapshot else "0"],
-        )
+            args=[
+                owner, status, text, now(), self.retention, "1" if drop_snapshot else "0",
+                history,
+            ],
+        )  # fmt: skip
         result = decode_finish(reply, run_id)
         if isinstance(result, Ended):  # indexed before it leaves the active set (reconciler)
             async with self.redis.pipeline(transaction=False) as pipe:

@@ -184,11 +184,6 @@ class Turns:
         turns.sort(key=lambda t: t.turn)
         return turns, [FollowUp.from_json(w) for w in waiting]
 
-    async def keep_history(self, run_id: str, packed: bytes) -> None:
-        """The conversation after a turn (written before the turn's end is: a run that ended
-        finished always has the history its next turn needs)."""
-        await self.redis.set(keys.history_key(run_id), packed, ex=self.retention)
-
     async def has_history(self, run_id: str) -> bool:
         """Whether the run kept a conversation to go on with (without reading it)."""
         return bool(await self.redis.exists(keys.history_key(run_id)))

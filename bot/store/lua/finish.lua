@@ -6,7 +6,9 @@
 -- (dropped), KEYS[7] turns (a follow-up turn's answer), KEYS[8] the conversation so far,
 -- KEYS[9] the answer streamed so far (dropped: the end shows the whole)
 -- ARGV[1] owner token, ARGV[2] final status, ARGV[3] text (output or error), ARGV[4] now,
--- ARGV[5] retention seconds, ARGV[6] '1' to drop the snapshot
+-- ARGV[5] retention seconds, ARGV[6] '1' to drop the snapshot, ARGV[7] (optional) the
+-- conversation after this turn, kept as the run ends (a finished run always has what its
+-- next turn needs, and only the execution that ended it writes it)
 -- Reply: {'ok', status, the run message's ts} | {'already', status} | {'missing'} |
 --        {'not_owner'}
 local run = KEYS[1]
@@ -42,7 +44,11 @@ redis.call('DEL', KEYS[6], KEYS[9])
 for i = 1, 4 do
   redis.call('EXPIRE', KEYS[i], ARGV[5])
 end
-redis.call('EXPIRE', KEYS[8], ARGV[5])
+if ARGV[7] ~= nil and ARGV[7] ~= '' then
+  redis.call('SET', KEYS[8], ARGV[7], 'EX', ARGV[5])
+else
+  redis.call('EXPIRE', KEYS[8], ARGV[5])
+end
 mark(KEYS[5], 'run', ARGV[4], ARGV[5])
 -- Turn 1's answer is the run's result; a follow-up turn's is kept with its turn, so that a
 -- queued follow-up starting at once does not overwrite it before it is shown.
