@@ -323,13 +323,17 @@ class Projector:
             await in_order(posts)
             await in_order(later)
 
-        failed = [
-            r
-            for r in await asyncio.gather(
-                posts_then_run(), *(alone(t) for t in updates), return_exceptions=True
-            )
-            if isinstance(r, BaseException)
-        ]
+        outcomes: list[object] = []
+        if posts and not later and all(keys.target_kind(t) == "result" for t in posts):
+            # The run's output is its only new message: it goes out before the updates of the
+            # messages already shown (they follow by a moment), for it is what the requester
+            # waits for, and the updates' reads and rendering would otherwise go first.
+            outcomes += await asyncio.gather(in_order(posts), return_exceptions=True)
+            posts = []
+        outcomes += await asyncio.gather(
+            posts_then_run(), *(alone(t) for t in updates), return_exceptions=True
+        )
+        failed = [r for r in outcomes if isinstance(r, BaseException)]
         if failed:
             raise failed[0]
         settled = False  # a run message or card is up to date (or given up on)
