@@ -48,10 +48,12 @@ unit: install
 test: install
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck unit
 
-## The cost of a decision against a bare Bolt app and the SDK's own resume, queue throughput,
+## The floor under a decision's cost on this machine (the SDK, Bolt, slack_sdk, redis-py, each
+## alone), then the cost of a decision against a bare Bolt app and the SDK's own resume, queue throughput,
 ## then 3 replicas + 2 workers on a Redis Cluster within Slack's limits (200 clicks at once),
 ## then follow-ups in a run's thread (reply -> first streamed words, Slack calls per turn).
 bench: install
+	$(BIN)/python -m benchmarks.floor
 	$(BIN)/python -m benchmarks.decisions
 	$(BIN)/python -m benchmarks.queue_throughput
 	$(BIN)/python -m benchmarks.scale_out
