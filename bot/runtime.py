@@ -144,6 +144,7 @@ class BotRuntime:
             retention_seconds=retention,
             progress_due_in=s.progress_due_seconds,
             clock=self.clock,
+            resume_gather=s.projector_gather_seconds,
         )
         self.leases, _ = await open_redis(url, max_connections=4, mode=self.redis_kind, **waiting)
         self.queue = JobQueue(self.redis, lease_seconds=s.job_lease_seconds, leases=self.leases)

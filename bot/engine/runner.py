@@ -223,6 +223,17 @@ def without_permanent_decisions(data: Any) -> Any:
     return cleaned
 
 
+# A permanent decision record's boolean, as any JSON writer spells it (see below).
+_PERMANENT = re.compile(rb'"(?:approved|rejected)"\s*:\s*(?:true|false)')
+
+
+def may_hold_permanent_decisions(state_json: bytes) -> bool:
+    """Whether serialized RunState JSON may hold a permanent decision record: most hold
+    none, and `without_permanent_decisions` then need not copy the whole state (about 0.15 ms
+    of CPU per resume)."""
+    return _PERMANENT.search(state_json) is not None
+
+
 class _ProgressHooks(RunHooks[Any]):
     """Reports tool calls and handoffs as they happen, in plain text; and before each model
     call asks `stop` whether the run must go no further (the tool call in progress has
@@ -519,9 +530,10 @@ class Engine:
                 "longer mean the same thing. Restore them, or start a new run."
             )
         try:
-            data = without_permanent_decisions(
-                with_task(json.loads(unpack_state(checkpoint.state)), task)
-            )
+            raw = unpack_state(checkpoint.state)
+            data = with_task(json.loads(raw), task)
+            if may_hold_permanent_decisions(raw):
+                data = without_permanent_decisions(data)
             state = await RunState.from_json(
                 agent, data, context_deserializer=deserialize_context, strict_context=True
             )

@@ -84,10 +84,21 @@ def read_context(raw: bytes | str | None) -> CallContext | None:
 class Calls:
     """Reads and writes of a run's calls; a decision is one owner-checked script."""
 
-    def __init__(self, client: redis.Redis, *, retention_seconds: int, outbox: Outbox) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        retention_seconds: int,
+        outbox: Outbox,
+        resume_gather: float = 0.0,
+    ) -> None:
+        """`resume_gather`: seconds a decision that resumes its run waits before its card is
+        shown (the projector's gather): the run's end, when it comes sooner, makes the run due
+        at once, and one pass shows the card, the output and the run message."""
         self.redis = client
         self.retention = retention_seconds
         self.outbox = outbox
+        self.resume_gather = resume_gather
         self._decide = client.register_script(marking("decide"))
         self._set_if_pending = client.register_script(_SET_IF_PENDING)
 
@@ -315,8 +326,11 @@ class Calls:
             async with self.redis.pipeline(transaction=False) as pipe:
                 if after is not None:  # first: what it marks is delivered by the schedule
                     after(pipe, result)
-                self.outbox.schedule_in(pipe, run_id)
-                if isinstance(result, Decided) and result.resume:  # waits for a worker
+                resumes = isinstance(result, Decided) and result.resume
+                # A resumed run's card waits for the resume (a pass now would only find that
+                # out, read for nothing and hand the run back, while the resume runs).
+                self.outbox.schedule_in(pipe, run_id, self.resume_gather if resumes else 0.0)
+                if resumes:  # waits for a worker
                     pipe.zadd(keys.DUE_RUNS, {run_id: float(now())})
                     if enqueue:  # last: a worker that takes it finds the due entry to clear
                         JobQueue.enqueue_in(pipe, "resume", run_id, owner)

@@ -579,13 +579,17 @@ class RunStore:
         retention_seconds: int,
         progress_due_in: float = PROGRESS_DUE_IN,
         clock: Clock = SYSTEM_CLOCK,
+        resume_gather: float = 0.0,
     ) -> None:
+        """`resume_gather`: see `Calls` (the projector's gather, in the running bot)."""
         self.redis = client
         self.retention = retention_seconds
         self.outbox = Outbox(client, retention_seconds=retention_seconds)
         self.timers = Timers(client, retention_seconds=retention_seconds, clock=clock)
         keep, outbox = retention_seconds, self.outbox
-        calls = self.call_records = Calls(client, retention_seconds=keep, outbox=outbox)
+        calls = self.call_records = Calls(
+            client, retention_seconds=keep, outbox=outbox, resume_gather=resume_gather
+        )
         runs = self.run_records = Runs(
             client,
             retention_seconds=keep,
