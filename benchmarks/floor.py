@@ -33,7 +33,7 @@ import aiohttp
 from agents import Runner, RunResult, RunResultStreaming, RunState, set_tracing_disabled
 
 from benchmarks.bench_agents import deployer
-from benchmarks.decisions import Process, burst, click_body, cpu_seconds, free_port
+from benchmarks.decisions import Process, bare_floor, cpu_seconds
 from benchmarks.peers import TOKEN
 from bot.slack.webapi import build_client
 from bot.store.connection import EmbeddedRedis, connect
@@ -106,18 +106,9 @@ async def web_api_cpu(api_url: str, standin_pid: int, samples: int) -> tuple[flo
 
 async def ack_cpu(api_url: str, clicks: int) -> float:
     """ms of CPU of the bare Bolt app per acknowledged click (one at a time)."""
-    port = free_port()
-    bare = Process(["-m", "benchmarks.peers", "bare", str(port), api_url])
-    try:
-        await bare.first_line()
-        url = f"http://127.0.0.1:{port}/slack/events"
-        await burst(url, [click_body(f"warm-{i}") for i in range(50)], 1)
-        before = cpu_seconds(bare.pid)
-        load = await burst(url, [click_body(f"A{i}") for i in range(clicks)], 1)
-        assert load.lost == 0
-        return (cpu_seconds(bare.pid) - before) * 1000 / clicks
-    finally:
-        await bare.stop()
+    load = (await bare_floor(api_url, {1: clicks}))[1]
+    assert load.lost == 0
+    return load.cpu * 1000 / clicks
 
 
 async def main() -> None:
