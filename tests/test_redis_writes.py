@@ -4,7 +4,6 @@ per command on Python 3.11), and a stalled server still fails every command in t
 from __future__ import annotations
 
 import asyncio
-import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +19,7 @@ from bot.store.connection import (
     connect,
     untimed_small_writes,
 )
+from tests.test_stalls import stalled  # SIGSTOP: connections stay open, nothing is read
 
 
 @contextmanager
@@ -37,17 +37,6 @@ def tasks_made() -> Iterator[list[Any]]:
         yield made
     finally:
         loop.set_task_factory(None)
-
-
-@contextmanager
-def stalled(server: EmbeddedRedis) -> Iterator[None]:
-    """SIGSTOP: connections stay open, nothing is read or answered."""
-    assert server.process is not None
-    server.process.send_signal(signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        server.process.send_signal(signal.SIGCONT)
 
 
 def client(url: str, timeout: float) -> redis.Redis:
