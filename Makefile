@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install run sandbox test lint typecheck unit bench bench-more check clean
+.PHONY: install run sandbox test lint typecheck docs unit bench bench-more check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ typecheck: install
 	$(BIN)/mypy
 	$(BIN)/mypy benchmarks
 
+## The documentation site (MkDocs, from docs/ into site/), strictly: a broken link or anchor, or
+## a page missing from mkdocs.yml's nav, fails it. Preview: $(BIN)/mkdocs serve
+docs: install
+	$(BIN)/mkdocs build --strict
+
 # The tests mostly wait (on Redis, the Slack stand-in, bot processes): more workers than cores
 # pays (2 cores: -n 3; -n 4 made timing tests time out on a loaded machine). Each worker
 # starts its own redis-server. The slowest are printed.
@@ -43,10 +48,10 @@ PYTEST_WORKERS ?= 3
 unit: install
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=15
 
-## Everything CI runs: lint, types, and the test suite against a real redis-server.
-# The three at once (the tests mostly wait, mypy mostly computes); each one's output together.
+## Everything CI runs: lint, types, the docs site, and the test suite against a real redis-server.
+# All at once (the tests mostly wait, mypy mostly computes); each one's output together.
 test: install
-	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck unit
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck docs unit
 
 ## The floor under a decision's cost on this machine (the SDK, Bolt, slack_sdk, redis-py, each
 ## alone), then the cost of a decision against a bare Bolt app and the SDK's own resume, queue throughput,
@@ -69,4 +74,4 @@ bench-more: install
 	$(BIN)/python -m benchmarks.workspaces
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info site

@@ -24,7 +24,7 @@ from bot.service.policy import Policy, PolicyError, load_policy
 from bot.store.connection import SENTINEL_SCHEMES, SentinelTarget
 
 PLACEHOLDER_MARKS = ("your", "...", "changeme", "change-me", "replace", "<", ">")
-# The ids of policy.example.yml and the README's policy reference.
+# The ids of policy.example.yml and the policy reference (docs/policy.md).
 EXAMPLE_IDS = frozenset({"C0123ABC", "U111", "U222", "S0456DEF", "T0123ABC", "E0123ABC"})
 TOKEN_PREFIXES = {"SLACK_BOT_TOKEN": "xoxb-", "SLACK_APP_TOKEN": "xapp-"}
 REDIS_SCHEMES = ("redis", "rediss", "unix", *SENTINEL_SCHEMES)
@@ -65,7 +65,7 @@ def _secret(value: Any) -> str | None:
 
 
 def setting_problems(settings: Settings) -> list[str]:
-    """Placeholders copied from `.env.example` or the README, wrong token kinds, bad URLs."""
+    """Placeholders copied from `.env.example` or the docs, wrong token kinds, bad URLs."""
     found: list[str] = []
     values = {
         "SLACK_BOT_TOKEN": _secret(settings.slack_bot_token),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from agents import Agent, function_tool, handoff
 
 from bot.slack.blocks import APPROVE
@@ -57,3 +58,21 @@ async def test_the_demo_model_reaches_an_approval_inside_a_nested_agent(redis_ur
         await bot.idle()
         output = [m.text for m in bot.run_thread()][-1]
     assert done and output.startswith("Done.")
+
+
+def test_use_model_takes_every_shape_the_bot_serves() -> None:
+    """An Agent, a dict of agents (the docs' shape), a list, a callable returning one."""
+    for shape in (
+        lambda a: a,
+        lambda a: {"ops": a},
+        lambda a: [a],
+        lambda a: lambda: {"ops": a},
+    ):
+        agent = Agent(name="ops", instructions="x")
+        model = DemoModel()
+        assert use_model(shape(agent), model) == [agent] and agent.model is model
+
+
+def test_use_model_names_what_is_not_an_agent() -> None:
+    with pytest.raises(TypeError, match="found str 'ops'"):
+        use_model(["ops"], DemoModel())  # type: ignore[list-item]

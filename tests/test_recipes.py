@@ -1,46 +1,23 @@
-"""The README's policy recipes, as printed: each loads, and each does what its text says."""
+"""The policy recipes of docs/policy.md, as printed: each loads, and each does what its text
+says."""
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bot.service.conditions import REQUESTED_AT
 from bot.service.policy import Policy, parse_policy
+from tests.docs_samples import DOCS, blocks, section
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-
-
-def section(heading: str) -> str:
-    """The README's text under `heading`, to the next heading of its level or higher (lines
-    in code blocks are not headings: a `# comment` in a Python block)."""
-    level = heading.split(" ", 1)[0]
-    lines = README.splitlines()
-    start = lines.index(heading) + 1
-    fenced = False
-    for end in range(start, len(lines)):
-        line = lines[end]
-        if line.startswith("```"):
-            fenced = not fenced
-        elif not fenced and re.match(rf"#{{1,{len(level)}}} ", line):
-            return "\n".join(lines[start:end]) + "\n"
-    return "\n".join(lines[start:]) + "\n"
-
-
-def blocks(text: str, language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
-
-
-RECIPES = blocks(section("### Recipes"), "yaml")
+RECIPES = blocks(section(DOCS / "policy.md", "## Recipes"), "yaml")
 
 
 def recipe(containing: str) -> Policy:
     [text] = [r for r in RECIPES if containing in r]
-    return parse_policy(text, source="README recipe")
+    return parse_policy(text, source="docs/policy.md recipe")
 
 
 def routed(policy: Policy, tool: str, *, at: str = "", **args: Any) -> str:
@@ -55,9 +32,9 @@ def routed(policy: Policy, tool: str, *, at: str = "", **args: Any) -> str:
 def test_the_five_recipes_are_there_and_every_policy_among_them_loads() -> None:
     assert len(RECIPES) == 4, "four policy recipes, and the SIEM webhook's relay"
     for text in RECIPES:
-        parse_policy(text, source="README recipe")
-    [relay] = [b for b in blocks(section("#### Recipe: a webhook into a SIEM"), "python")
-               if "web.run_app" in b]  # fmt: skip
+        parse_policy(text, source="docs/policy.md recipe")
+    siem = section(DOCS / "webhooks.md", "## Recipe: a webhook into a SIEM")
+    [relay] = [b for b in blocks(siem, "python") if "web.run_app" in b]
     compile(relay, "relay.py", "exec")
 
 

@@ -1,6 +1,6 @@
 """The sandbox page in a real browser (Debian's chromium, driven by Playwright): a person starts a
 run, an outsider is refused, one approver approves, another rejects with a reason through the
-modal, and the outcome shows. Set SANDBOX_SCREENSHOTS=docs to refresh the README's pictures."""
+modal, and the outcome shows. SANDBOX_SCREENSHOTS=docs refreshes the pictures in docs/."""
 
 from __future__ import annotations
 

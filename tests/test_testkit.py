@@ -1,4 +1,4 @@
-"""The test kit we ship: the README's "Testing your agents" example, used exactly as printed."""
+"""The test kit we ship: docs/testing-your-agents.md's first example, used exactly as printed."""
 
 from __future__ import annotations
 
@@ -13,11 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "test_my_agent.py"
 
 
-def test_the_readme_shows_the_example_that_runs() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Testing your agents", 1)[1].split("\n## ", 1)[0]
-    [block] = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    assert block == EXAMPLE.read_text()
+def test_the_docs_show_the_example_that_runs() -> None:
+    page = (ROOT / "docs" / "testing-your-agents.md").read_text()
+    assert EXAMPLE.read_text() in re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
 
 
 def test_the_example_runs_as_is_in_a_project_of_its_own(tmp_path: Path) -> None:

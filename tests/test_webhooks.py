@@ -5,11 +5,10 @@ across a restart, and never in a decision's way."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +23,25 @@ from bot.testing.harness import SIGNING_SECRET, BotHarness, wait_until
 from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+from tests.docs_samples import DOCS, blocks
 from tests.processes import bot_env, free_port, running_bot
 
 SECRET = "webhook-secret-for-tests-0123456789"
 TIMEOUT = 0.3  # the bot's webhook timeout in these tests: a "timeout" answer sleeps past it
 
 
-def verified(secret: str, headers: Any, body: bytes) -> bool:
-    """The receiver's check, as the README shows it (and not the bot's own code)."""
-    timestamp = headers.get("X-Approval-Bot-Timestamp", "")
-    if not timestamp.isdigit() or abs(time.time() - int(timestamp)) > 300:
-        return False
-    mac = hmac.new(secret.encode(), b"v0:" + timestamp.encode() + b":" + body, hashlib.sha256)
-    expected = "v0=" + mac.hexdigest()
-    return hmac.compare_digest(expected, headers.get("X-Approval-Bot-Signature", ""))
+def receiver_check() -> Callable[[bytes, Any, bytes], bool]:
+    """The receiver's check exactly as docs/webhooks.md prints it (not the bot's own code)."""
+    [source] = [
+        b for b in blocks((DOCS / "webhooks.md").read_text(), "python") if "# verify.py" in b
+    ]
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "docs/webhooks.md", "exec"), namespace)
+    check: Callable[[bytes, Any, bytes], bool] = namespace["verified"]
+    return check
+
+
+verified = receiver_check()
 
 
 class Receiver:
@@ -77,7 +81,7 @@ class Receiver:
         body = await request.read()
         key = request.headers.get("Idempotency-Key", "")
         self.attempts.append(key)
-        if not verified(SECRET, request.headers, body):
+        if not verified(SECRET.encode(), request.headers, body):
             self.unsigned += 1
             return web.Response(status=401)
         if self.failures:

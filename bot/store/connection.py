@@ -385,7 +385,7 @@ def _free_port() -> int:
 # A run or call hash holding realistic text (a 150-character task, 100 characters of arguments)
 # has values past Redis's default 64-byte listpack limit, which turns the whole hash into a
 # hashtable about 3.5 times its size (432 -> 1,552 bytes). Values up to 1 KB keep the compact
-# encoding; a hash has at most a few dozen fields, so a lookup in it stays cheap. The README's
+# encoding; a hash has at most a few dozen fields, so a lookup in it stays cheap. docs/scaling.md's
 # "Redis settings for production" names the same settings.
 LISTPACK_SETTINGS = ("--hash-max-listpack-value", "1024", "--hash-max-listpack-entries", "128")
 

@@ -6,8 +6,10 @@ an offline demo model that calls an agent's tools with plausible arguments.
     use_model(agents, DemoModel())          # every agent reachable from `agents`
     use_model(agents, lambda agent: ScriptedModel([...]))   # or one model per agent
 
-`use_model` follows handoffs and agents used as tools (`Agent.as_tool`), so approvals inside
-nested runs surface exactly as they would with a real model.
+`agents` has any shape the bot serves (`APPROVAL_BOT_AGENTS`): an `Agent`, a `dict[str, Agent]`,
+a list of agents, or a zero-argument callable returning one of those. `use_model` follows
+handoffs and agents used as tools (`Agent.as_tool`), so approvals inside nested runs surface
+exactly as they would with a real model.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import asyncio
 import json
 import re
 import secrets
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from agents import Agent, FunctionTool, Model, ModelResponse, Tool
@@ -27,12 +29,32 @@ from bot.engine.questions import is_question_tool
 from bot.engine.registry import walk
 from bot.service.edits import edited_call_in
 
+Agents = Agent[Any] | Mapping[str, Agent[Any]] | Iterable[Agent[Any]]
 
-def reachable_agents(agents: Agent[Any] | Iterable[Agent[Any]]) -> Iterator[Agent[Any]]:
-    """Every agent reachable from `agents`: themselves, their handoffs and the agents behind
-    their agent tools, each once (the engine's own walk, which its fingerprints use too)."""
+
+def roots(agents: Agents | Callable[[], Agents]) -> list[Agent[Any]]:
+    """The agents named by `agents`, in any shape the bot serves (an `Agent`, a
+    `dict[str, Agent]`, a list, or a zero-argument callable returning one of those)."""
+    if callable(agents) and not isinstance(agents, Agent):
+        agents = agents()
+    if isinstance(agents, Agent):
+        return [agents]
+    found = list(agents.values()) if isinstance(agents, Mapping) else list(agents)
+    wrong = [item for item in found if not isinstance(item, Agent)]
+    if wrong:
+        raise TypeError(
+            "expected an Agent, a dict[str, Agent], a list of agents or a callable returning "
+            f"one of those; found {type(wrong[0]).__name__} {wrong[0]!r} among them"
+        )
+    return found
+
+
+def reachable_agents(agents: Agents | Callable[[], Agents]) -> Iterator[Agent[Any]]:
+    """Every agent reachable from `agents` (any shape `roots` takes): themselves, their
+    handoffs and the agents behind their agent tools, each once (the engine's own walk, which
+    its fingerprints use too)."""
     seen: set[int] = set()
-    for root in [agents] if isinstance(agents, Agent) else list(agents):
+    for root in roots(agents):
         for agent in walk(root):
             if id(agent) not in seen:
                 seen.add(id(agent))
@@ -40,10 +62,12 @@ def reachable_agents(agents: Agent[Any] | Iterable[Agent[Any]]) -> Iterator[Agen
 
 
 def use_model(
-    agents: Agent[Any] | Iterable[Agent[Any]],
+    agents: Agents | Callable[[], Agents],
     model: Model | Callable[[Agent[Any]], Model],
 ) -> list[Agent[Any]]:
-    """Set `model` (or `model(agent)`) on every reachable agent, in place; returns them."""
+    """Set `model` (or `model(agent)`, one per agent) on every agent reachable from `agents`
+    (an `Agent`, a `dict[str, Agent]`, a list, or a callable returning one), in place; returns
+    them. A callable `agents` is called once: pass its result to the harness too."""
     found = list(reachable_agents(agents))
     for agent in found:
         agent.model = model(agent) if callable(model) and not isinstance(model, Model) else model
