@@ -102,7 +102,7 @@ async def test_policy_rules() -> None:
         async def decide(user: str, channel: str, starter: str = "U1", team: str = "T1") -> bool:
             rule = policy.rule_for(channel=channel, agent="ops", tool="t")
             verdict = await authorizer.may_decide(
-                policy, Actor(team_id=team, user_id=user), run_team="T1", run_starter=starter,
+                policy, Actor(team_id=team, user_id=user), run_team="T1", requester=starter,
                 channel=channel, tool="t", rule=rule,
             )  # fmt: skip
             return verdict.allowed

@@ -95,14 +95,17 @@ def audit_fields(
     decision: str = "",
     detail: str = "",
 ) -> dict[str, str]:
-    """An audit entry's fields: what was decided, about which run or call, by whom."""
+    """An audit entry's fields: what was decided, about which run or call, by whom, and who
+    asked for it (`requester`: the turn's, when not the run's starter: a follow-up's author)."""
     fields = {"decision": decision, "detail": detail}
     if run is not None:
         fields.update(run_id=run.run_id, channel=run.channel_id, agent=run.agent_name)
         fields.update(team=run.team_id, user=run.user_id, enterprise=run.enterprise_id)
+        fields.update(requester=run.requester)
     if call is not None:
         fields.update(approval_id=call.approval_id, run_id=call.run_id, agent=call.agent)
         fields.update(tool=call.tool, digest=call.digest, channel=call.channel_id)
+        fields.update(requester=call.requester)  # the call's turn's (the run may be further)
         if call.rule:  # the rule that decided or routed it
             fields.update(rule=call.rule)
     if actor is not None:

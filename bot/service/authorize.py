@@ -210,12 +210,13 @@ class Authorizer:
         actor: Actor,
         *,
         run_team: str,
-        run_starter: str,
+        requester: str,
         channel: str,
         tool: str,
         rule: CallRule | None,
     ) -> Verdict:
-        """May the actor decide a call governed by `rule` (from the current policy)?"""
+        """May the actor decide a call governed by `rule` (from the current policy)? Without
+        self-approval, not a call `requester` (who asked for it) is the actor."""
         served = self.served(policy, actor)
         if not served.allowed:
             return served
@@ -237,12 +238,12 @@ class Authorizer:
                     approvers=principal_parts(rule.approvers),
                 ),
             )
-        if actor.user_id == run_starter and not rule.allow_self:
+        if actor.user_id == requester and not rule.allow_self:
             return Verdict(
                 False,
                 said(
-                    "You started this run, and self-approval is not allowed for tool {tool}: "
-                    "ask another approver.",
+                    "You asked for this call, and self-approval is not allowed for tool "
+                    "{tool}: ask another approver.",
                     tool=Code(tool),
                 ),
             )

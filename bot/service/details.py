@@ -89,15 +89,16 @@ class Details:
 
     async def may_view(self, actor: Actor, run: RunRecord, call: CallRecord) -> Verdict:
         """May `actor` see what the card of `call` shows and what lies behind it? Its run's
-        starter and the call's deciders may; so may the members of its channel (who see the
-        card). Nobody of another workspace or organization."""
+        starter, who asked for it (a follow-up's author) and the call's deciders may; so may
+        the members of its channel (who see the card). Nobody of another workspace or
+        organization."""
         policy = self.core.policies.current().policy
         served = self.core.authorizer.served(policy, actor)
         if not served.allowed:
             return served
         if actor.team_id != run.team_id:
             return Verdict(False, "This run belongs to another Slack workspace.")
-        if actor.user_id == run.user_id:
+        if actor.user_id in (run.user_id, call.asked_by(run)):
             return ALLOWED
         policy = policy.for_team(run.team_id)
         decide = await self.gate.under(policy, rule_for(policy, run, call), actor, run, call)

@@ -5,6 +5,7 @@ first: the same policy, cards, limits, journal and audit trail."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -85,7 +86,7 @@ class FollowUps:
                 verdict = Verdict(False, refusal(self.core.limits, admission))
         if not verdict.allowed:
             await self.core.audit(
-                AuditKind.FOLLOW_UP_REFUSED, run=run, actor=actor, detail=verdict.reason
+                AuditKind.FOLLOW_UP_REFUSED, run=_about(run), actor=actor, detail=verdict.reason
             )
             return Reply(False, verdict.said)
         said = FollowUp(actor.user_id, text, time.time())
@@ -96,7 +97,10 @@ class FollowUps:
             return Reply(True)
         if isinstance(result, Queued):
             await self.core.audit(
-                AuditKind.TURN_QUEUED, run=run, actor=actor, detail=f"#{result.position}: {text}"
+                AuditKind.TURN_QUEUED,
+                run=_about(run),
+                actor=actor,
+                detail=f"#{result.position}: {text}",
             )
             ahead = result.position - 1
             return Reply(
@@ -127,10 +131,19 @@ class FollowUps:
         """Its job is enqueued last: if this process dies before, the sweeper enqueues it
         (the run is executing and due)."""
         await self.store.reopened(run)
+        asked = started.follow_up.user
         await self.core.audit(
             AuditKind.TURN_STARTED,
-            run=run,
-            actor=Actor(run.team_id, started.follow_up.user, run.enterprise_id),
+            run=dataclasses.replace(
+                run, turn=started.turn, requester="" if asked == run.user_id else asked
+            ),
+            actor=Actor(run.team_id, asked, run.enterprise_id),
             detail=f"turn {started.turn}: {started.follow_up.text[:2000]}",
         )
         await self.core.enqueue("start", run.run_id, execution)
+
+
+def _about(run: RunRecord) -> RunRecord:
+    """The run, as the audit entry of a follow-up that began no turn names it: the entry's
+    user is the follow-up's author, and no turn's requester is theirs."""
+    return dataclasses.replace(run, requester="")

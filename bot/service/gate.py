@@ -50,12 +50,14 @@ class Gate:
         self, policy: Policy, rule: CallRule | None, actor: Actor, run: RunRecord, call: CallRecord
     ) -> Verdict:
         """Whether `actor` may decide `call` under `rule` (the rule `policy` gives it, worked
-        out once for the many people a list or a batch of App Homes judges)."""
+        out once for the many people a list or a batch of App Homes judges). Self-approval is
+        judged against who asked for the call: its turn's requester (the starter's first turn,
+        a follow-up's author's later ones)."""
         return await self.authorizer.may_decide(
             policy,
             actor,
             run_team=run.team_id,
-            run_starter=run.user_id,
+            requester=call.asked_by(run),
             channel=run.channel_id,
             tool=call.tool,
             rule=rule,
@@ -70,7 +72,7 @@ def rule_for(policy: Policy, run: RunRecord, call: CallRecord) -> CallRule | Non
         channel=run.channel_id, agent=call.agent, tool=call.tool, subject=subject_of_call(call)
     )
     if rule is not None and call.kind == QUESTION_KIND:
-        rule = question_rule(rule, run.user_id)
+        rule = question_rule(rule, run.user_id, call.asked_by(run))
     if rule is None or not call.escalated_at:
         return rule
     extra = [p for p in rule.escalate_to if p not in rule.approvers]

@@ -76,7 +76,7 @@ def human(total: int) -> str:
 
 POLICY_EXAMPLE = """\
 defaults:
-  allow_self_approval: false   # may the person who started a run decide its calls?
+  allow_self_approval: false   # may whoever asked for a call (its turn's requester) decide it?
 channels:
   C0123ABC:                    # runs may start, and approvals are posted, only in listed channels
     starters: ["*"]            # user ids allowed to start runs here; "*" = anyone

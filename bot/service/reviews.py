@@ -61,8 +61,9 @@ class Reviews:
             read = subject_of_call(paused[key]) if key in paused else {}
             rule = policy.rule_for(channel=run.channel_id, agent=agent, tool=tool, subject=read)
             required = max(required, rule.required if rule is not None else 1)
+            asked = paused[key].asked_by(run) if key in paused else run.asked_by
             verdict = await core.authorizer.may_decide(
-                policy, actor, run_team=run.team_id, run_starter=run.user_id,
+                policy, actor, run_team=run.team_id, requester=asked,
                 channel=run.channel_id, tool=tool, rule=rule,
             )  # fmt: skip
             if not verdict.allowed:

@@ -251,7 +251,7 @@ class Runs:
             subject={**subject, REQUESTED_AT: paused_at},
         )  # fmt: skip
         if rule is not None and approval.kind == QUESTION_KIND:
-            rule = question_rule(rule, run.user_id)
+            rule = question_rule(rule, run.user_id, run.asked_by)
         approval_id = keys.new_approval_id(run.run_id)
         cut = len(approval.arguments) > SHOWN_ARGUMENTS  # only a cut copy needs the whole's hash
         call = CallRecord(
@@ -269,6 +269,8 @@ class Runs:
             channel_id=run.channel_id,
             policy_version=version,
             paused_at=paused_at,
+            requester=run.requester,  # who asked for this turn (empty: the starter)
+            turn=run.turn if run.turn > 1 else 0,
         )
         keep_subject(call, subject)
         if rule is None:  # the channel left the policy while the run was going: fail closed
@@ -863,11 +865,14 @@ class Runs:
 
     @staticmethod
     def _context(run: RunRecord) -> RunContext:
+        """What the turn's tools see: who asked for this turn (a follow-up's author, else the
+        starter), and who started the run."""
         return RunContext(
             run_id=run.run_id,
             team_id=run.team_id,
             enterprise_id=run.enterprise_id,
-            user_id=run.user_id,
+            user_id=run.asked_by,
+            starter_id=run.user_id,
             channel_id=run.channel_id,
             thread_ts=run.message_ts,
         )

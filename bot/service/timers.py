@@ -99,7 +99,7 @@ class Timers:
             else None
         )
         if rule is not None and run is not None and call.kind == QUESTION_KIND:
-            rule = question_rule(rule, run.user_id)  # its answerers are reminded
+            rule = question_rule(rule, run.user_id, call.asked_by(run))  # answerers reminded
         fired = await timers.fire(
             call,
             pause=await self.store.pause_ids(call.run_id),

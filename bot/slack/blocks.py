@@ -382,6 +382,16 @@ def _binding(call: CallRecord) -> str:
     )
 
 
+def asked_by(run: RunRecord, call: CallRecord) -> str:
+    """Who asked for the call: the run's starter ("Run started by @U1"), or in a later turn of
+    its conversation, that turn's requester ("Asked by @U2 · turn 2 of @U1's run")."""
+    if not call.requester and call.turn <= 1:
+        return f"Run started by <@{run.user_id}>"
+    whose = "their" if not call.requester else f"<@{run.user_id}>'s"
+    turn = f"turn {call.turn} of {whose} run" if call.turn > 1 else f"in {whose} run"
+    return f"Asked by <@{call.asked_by(run)}> · {turn}"
+
+
 def approval_message(
     run: RunRecord, call: CallRecord, decided_at: str, context: CallContext | None = None
 ) -> tuple[str, list[Block]]:
@@ -396,10 +406,10 @@ def approval_message(
     )
     task, _ = truncate(escape(" ".join(run.task.split())), 300)
     origin = (
-        f"Run started by <@{run.user_id}>: _{task}_  ·  "
+        f"{asked_by(run, call)}: _{task}_  ·  "
         f"<{permalink(run.channel_id, run.message_ts)}|run thread>"
         if run.message_ts
-        else f"Run started by <@{run.user_id}>: _{task}_"
+        else f"{asked_by(run, call)}: _{task}_"
     )
     label = ARGUMENT_LABELS.get(call.kind, "Arguments")
     shown = code_block(call.arguments, ARGUMENTS_LIMIT, call.arguments_chars)

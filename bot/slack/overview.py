@@ -234,10 +234,12 @@ def _outcome_line(call: CallRecord) -> str:
     return line
 
 
-def notice_message(run: RunRecord, calls: list[CallRecord], ended: bool) -> str:
-    """The requester's message: what happened to their run since they were last told (one
-    message for a burst of decisions), and where the run stands now."""
-    lines = [f"Your run `{run.run_id}` of agent *{inline(run.agent_name)}* ({_run_link(run)}):"]
+def notice_message(run: RunRecord, calls: list[CallRecord], ended: bool, user: str = "") -> str:
+    """The requester's message: what happened to what they asked of the run since they were
+    last told (one message for a burst of decisions), and where the run stands now. `user`:
+    whom it is for (the starter, or a later turn's requester: "Your request in @U1's run")."""
+    whose = "Your run" if user in ("", run.user_id) else f"Your request in <@{run.user_id}>'s run"
+    lines = [f"{whose} `{run.run_id}` of agent *{inline(run.agent_name)}* ({_run_link(run)}):"]
     lines.extend(_outcome_line(c) for c in calls)
     if ended or run.status != RunStatus.RUNNING:
         lines.append(f"*Now:* {status_text(run)}")

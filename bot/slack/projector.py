@@ -58,6 +58,7 @@ from bot.stopping import cancel_and_wait
 from bot.store import keys
 from bot.store.grants import GrantStore
 from bot.store.outbox import Claim, Mark, Shown
+from bot.store.outcomes import outcome_key, told_to
 from bot.store.pacing import KEEP_AFTER, SharedPacer, Urgency
 from bot.store.records import CallRecord, RunRecord, RunStatus
 from bot.store.runs import RunStore
@@ -404,52 +405,78 @@ class Projector:
     async def _note_outcomes(
         self, run: RunRecord, marks: dict[str, Mark], read: dict[str, CallRecord]
     ) -> Mark | None:
-        """Record, from the records, the outcomes the run's starter must be told: calls decided
-        by someone else (or that expired: any status but pending) and the run's end. Not what
-        they did themselves, not a policy rule's automatic decision, and not the end of a run
-        that finished without a call waiting for someone else. The notice's mark when one is new.
-        `read`: the calls this pass read to show them (not read again; a decision since marked
-        its card again, and the next pass notes it)."""
+        """Record, from the records, the outcomes people must be told: calls decided by
+        someone other than who asked for them (or that expired: any status but pending), told
+        to who asked (the run's starter, or a later turn's requester), and the run's end, told
+        to who asked for its last turn. Not what they did themselves, not a policy rule's
+        automatic decision, and not the end of a turn that finished without a call of theirs
+        waiting for someone else. The notice's mark when one is new. `read`: the calls this
+        pass read to show them (not read again; a decision since marked its card again, and
+        the next pass notes it)."""
         if self.notice == "off":
             return None
         outcomes: dict[str, str] = {}
+        people: set[str] = set()
         for target in marks:
             if keys.target_kind(target) != "card":
                 continue
             approval_id = keys.Target.parse(target).id
             call = read.get(approval_id) or await self.store.get_call(approval_id)
-            if call is None or not call.decided or call.decided_by in (run.user_id, "policy"):
+            if call is None or not call.decided:
                 continue
-            outcomes[call.approval_id] = call.status
-        by_starter = run.status == "cancelled" and run.cancelled_by == run.user_id
-        if run.ended and not by_starter:
-            waited = bool(outcomes) or await self.store.has_outcomes(run.run_id)
+            asked = call.asked_by(run)
+            if call.decided_by in (asked, "policy"):
+                continue
+            outcomes[outcome_key(call.approval_id, asked, run.user_id)] = call.status
+            people.add(asked)
+        asked = run.asked_by
+        by_them = run.status == "cancelled" and run.cancelled_by == asked
+        if run.ended and not by_them:
+            waited = asked in people or await self.store.has_outcomes(
+                run.run_id, asked, run.user_id
+            )
             if waited or run.status != "finished":
-                outcomes["run"] = run.status
-        return await self.store.record_outcomes(run.run_id, outcomes, self._person(run))
+                outcomes[outcome_key("run", asked, run.user_id)] = run.status
+                people.add(asked)
+        return await self.store.record_outcomes(
+            run.run_id, outcomes, [self._person(run, p) for p in sorted(people)]
+        )
 
-    def _person(self, run: RunRecord) -> str:
-        """Whose notice a run's outcomes go into: its starter's (in the run's channel, for
+    def _person(self, run: RunRecord, user: str) -> str:
+        """Whose notice a run's outcomes for `user` go into (in the run's channel, for
         ephemeral notices, which are shown in one channel)."""
-        person = f"{run.team_id}:{run.user_id}"
+        person = f"{run.team_id}:{user}"
         return f"{person}:{run.channel_id}" if self.notice == "ephemeral" else person
 
-    async def _tell_starter(self, run: RunRecord, target: str, mark: Mark) -> float | None:
-        """The requester's one message for what they were not told yet, of all their runs: a
-        burst of decisions over many runs is a few messages, not one per run.
-
-        The protocol (no news lost, no pass per run waiting): a run's notice pass lists the run
-        among its starter's runs with news, then tries to take their notice. The pass that
-        holds it tells every listed run's news (in messages of `NOTICE_RUNS` runs) until the
-        list is empty, lets go, and looks once more: a run listed meanwhile is told by it or by
-        that run's own pass, which then finds the notice free. A pass that finds it held is
-        done: the holder will find its run listed."""
+    async def _tell(self, run: RunRecord, target: str, mark: Mark) -> float | None:
+        """The run's news, to each person it is for (its starter, a later turn's requester):
+        seconds until it must be tried again, or None once everyone was told."""
         if time.time() < mark.since + self.notice_window:
             return mark.since + self.notice_window - time.time()  # let outcomes gather
         if self.notice == "off":
             await self.outbox.done(run.run_id, target, mark)
             return None
-        person = self._person(run)
+        untold = await self.store.untold_outcomes(run.run_id)
+        again: float | None = None
+        for user in sorted({told_to(k, run.user_id)[1] for k in untold}):
+            wait = await self._tell_person(run, user)
+            if wait is not None:
+                again = wait if again is None else min(again, wait)
+        if again is None:
+            await self.outbox.done(run.run_id, target, mark)
+        return again
+
+    async def _tell_person(self, run: RunRecord, user: str) -> float | None:
+        """`user`'s one message for what they were not told yet, of all their runs: a burst
+        of decisions over many runs is a few messages, not one per run.
+
+        The protocol (no news lost, no pass per run waiting): a run's notice pass lists the run
+        among the person's runs with news, then tries to take their notice. The pass that
+        holds it tells every listed run's news (in messages of `NOTICE_RUNS` runs) until the
+        list is empty, lets go, and looks once more: a run listed meanwhile is told by it or by
+        that run's own pass, which then finds the notice free. A pass that finds it held is
+        done: the holder will find its run listed."""
+        person = self._person(run, user)
         ahead = await self.posts.ahead(f"notice:{person}")
         if ahead > PACED:  # never hold the run's lease (and its other messages) for a notice
             return ahead
@@ -461,7 +488,7 @@ class Projector:
                 # One notice per window per person: news that comes meanwhile gathers (listed).
                 paced = max(0.0, await outcomes.next_notice(person) - time.time()) or None
                 if paced is None:
-                    paced = await self._tell_listed(run, person)
+                    paced = await self._tell_listed(run, person, user)
             finally:
                 await outcomes.release_notice(person, token)
             if paced is not None:
@@ -469,10 +496,9 @@ class Projector:
             held = bool(await outcomes.listed(person)) and await outcomes.hold_notice(
                 person, token, self.lease
             )
-        await self.outbox.done(run.run_id, target, mark)
         return None
 
-    async def _tell_listed(self, run: RunRecord, person: str) -> float | None:
+    async def _tell_listed(self, run: RunRecord, person: str, user: str) -> float | None:
         """Tell `person` the news of every listed run, a message per `NOTICE_RUNS` runs; the
         seconds to wait when Slack's pacing stops it first (None when the list is empty)."""
         outcomes = self.store.outcomes
@@ -481,40 +507,47 @@ class Projector:
             if ahead > PACED:
                 return ahead
             untold = await outcomes.untold_of(list(listed))
-            sections = await self._notice_sections(untold)
+            sections, told = await self._notice_sections(untold, user)
             if sections:
-                await self._post_notice(run, person, "\n\n".join(sections))
-                await outcomes.told_many(untold)
+                await self._post_notice(run, person, user, "\n\n".join(sections))
+                await outcomes.told_many(told)
                 await outcomes.notice_sent(person, self.notice_window)
             await outcomes.forget_runs(person, listed)
         return None
 
-    async def _notice_sections(self, untold: dict[str, dict[str, str]]) -> list[str]:
-        """One section per run with news, in the order the news came (two round trips)."""
+    async def _notice_sections(
+        self, untold: dict[str, dict[str, str]], user: str
+    ) -> tuple[list[str], dict[str, dict[str, str]]]:
+        """One section per run with news for `user`, in the order the news came, and the
+        outcomes (as stored) they tell (two round trips)."""
         records = await self.store.runs(list(untold))
-        ids = [a for outcomes in untold.values() for a in outcomes if a != "run"]
+        theirs: list[tuple[RunRecord, dict[str, str]]] = []
+        for record, outcomes in zip(records, untold.values(), strict=True):
+            if record is None:
+                continue
+            mine = {k: v for k, v in outcomes.items() if told_to(k, record.user_id)[1] == user}
+            if mine:
+                theirs.append((record, mine))
+        items = [{told_to(k, "")[0] for k in mine} for _, mine in theirs]
+        ids = [a for found in items for a in found if a != "run"]
         calls: dict[str, list[CallRecord]] = {}
         for call in await self.store.calls(ids):
             calls.setdefault(call.run_id, []).append(call)
         sections = []
-        for record, outcomes in zip(records, untold.values(), strict=True):
-            if record is None:
-                continue
+        for (record, _), found in zip(theirs, items, strict=True):
             told = sorted(calls.get(record.run_id, []), key=lambda c: (c.pause, c.index))
-            sections.append(notice_message(record, told, "run" in outcomes))
-        return sections
+            sections.append(notice_message(record, told, "run" in found, user))
+        return sections, {record.run_id: mine for record, mine in theirs}
 
-    async def _post_notice(self, run: RunRecord, person: str, text: str) -> None:
+    async def _post_notice(self, run: RunRecord, person: str, user: str, text: str) -> None:
         try:
             await self.posts.wait(f"notice:{person}")
             await self._fence(run.run_id)
             if self.notice == "ephemeral":
-                await self.client.chat_postEphemeral(
-                    channel=run.channel_id, user=run.user_id, text=text
-                )
+                await self.client.chat_postEphemeral(channel=run.channel_id, user=user, text=text)
             else:
                 await self.client.chat_postMessage(
-                    channel=await self._dm_channel(run.team_id, run.user_id),
+                    channel=await self._dm_channel(run.team_id, user),
                     text=text,
                     unfurl_links=False,
                     unfurl_media=False,
@@ -546,7 +579,7 @@ class Projector:
     ) -> float | None:
         kind = keys.target_kind(target)
         if kind == "notice":
-            return await self._tell_starter(run, target, mark)
+            return await self._tell(run, target, mark)
         current = shown.get(target, Shown())
         thread = ""
         urgency: Urgency | None = None  # as its kind says, unless it shows only a status

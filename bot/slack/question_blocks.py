@@ -75,11 +75,11 @@ def _outcome(call: CallRecord, decided_at: str) -> str:
 def question_message(run: RunRecord, call: CallRecord, decided_at: str) -> tuple[str, list[Block]]:
     """A question's card: who asks, the question (quoted), who may answer, and Answer; once
     settled, who answered and the answer (or that it expired or was cancelled)."""
-    from bot.slack.blocks import permalink, timers_text  # blocks imports this module
+    from bot.slack.blocks import asked_by, permalink, timers_text  # blocks imports this module
 
     title = f":question: *{QUESTION_TITLE} {inline(call.agent)}*"
     task, _ = truncate(escape(" ".join(run.task.split())), 300)
-    origin = f"Run started by <@{run.user_id}>: _{task}_"
+    origin = f"{asked_by(run, call)}: _{task}_"
     if run.message_ts:
         origin += f"  ·  <{permalink(run.channel_id, run.message_ts)}|run thread>"
     question = blockquote(call.arguments, QUESTION_SHOWN, call.arguments_chars)

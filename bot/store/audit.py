@@ -19,8 +19,8 @@ from bot.store.keys import PREFIX
 AUDIT_STREAM = f"{PREFIX}:audit"
 
 FIELDS = (
-    "time", "kind", "team", "enterprise", "user", "channel", "run_id", "approval_id",
-    "agent", "tool", "digest", "decision", "detail",
+    "time", "kind", "team", "enterprise", "user", "requester", "channel", "run_id",
+    "approval_id", "agent", "tool", "digest", "decision", "detail",
 )  # fmt: skip
 
 

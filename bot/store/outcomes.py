@@ -1,5 +1,7 @@
-"""Outcomes the run's starter must be told (a call decided or expired, the run ended), and
-which of them they were told: their `notice` message is one more target of the run's outbox."""
+"""Outcomes people must be told (a call decided or expired, the run ended), and which of them
+they were told: their `notice` message is one more target of the run's outbox. Each outcome is
+told to who asked for it: the run's starter, or a later turn's requester (its field is then
+`<id> <user>`, `outcome_key`)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,20 @@ from bot.store.keys import RunKeys
 from bot.store.outbox import Mark, Outbox
 from bot.store.scripts import now, script, text
 
-# Record outcomes the run's starter must be told; mark their message when one is new.
+
+def outcome_key(item: str, person: str, starter: str) -> str:
+    """The field of an outcome (`item`: an approval id, or `run`) told to `person`: the item
+    alone when that is the run's starter (as every outcome was before requesters were kept)."""
+    return item if person == starter else f"{item} {person}"
+
+
+def told_to(key: str, starter: str) -> tuple[str, str]:
+    """An outcome field's item and whom it is told to (`outcome_key` read back)."""
+    item, _, person = key.partition(" ")
+    return item, person or starter
+
+
+# Record outcomes people must be told; mark their message when one is new.
 # KEYS[1] outcomes hash, KEYS[2] outbox; ARGV[1] now, ARGV[2] retention, ARGV[3..] id, outcome
 _OUTCOMES = """
 local new = 0
@@ -60,7 +75,7 @@ return 0
 
 
 class Outcomes:
-    """What the starter must be told, and what they were told (idempotent)."""
+    """What people must be told of runs, and what they were told (idempotent)."""
 
     def __init__(self, client: redis.Redis, *, retention_seconds: int, outbox: Outbox) -> None:
         self.redis = client
@@ -71,12 +86,12 @@ class Outcomes:
         self._forget = client.register_script(_FORGET)
 
     async def record_outcomes(
-        self, run_id: str, outcomes: dict[str, str], person: str = ""
+        self, run_id: str, outcomes: dict[str, str], people: list[str] | tuple[str, ...] = ()
     ) -> Mark | None:
-        """Note outcomes the starter must be told (approval id or `run` -> status); their
-        message (`notice`) is marked when one is new: then its mark (what a reread of the
-        outbox would give), and the run is listed among `person`'s runs with news (so the
-        first of their notices due tells it too). Idempotent."""
+        """Note outcomes people must be told (`outcome_key` -> status); the run's `notice` is
+        marked when one is new: then its mark (what a reread of the outbox would give), and
+        the run is listed among each of `people`'s runs with news (so the first of their
+        notices due tells it too). Idempotent."""
         if not outcomes:
             return None
         args: list[str] = [now(), str(self.retention)]
@@ -88,7 +103,7 @@ class Outcomes:
             # Its own key (another slot): after the run's script, never inside it; then the
             # run is due (in the same round trip, in that order).
             async with self.redis.pipeline(transaction=False) as pipe:
-                if person:
+                for person in people:
                     pipe.zadd(keys.notice_runs_key(person), {run_id: time.time()})
                     pipe.expire(keys.notice_runs_key(person), self.retention)
                 self.outbox.schedule_in(pipe, run_id)
@@ -179,13 +194,17 @@ class Outcomes:
         return found
 
     async def untold_outcomes(self, run_id: str) -> dict[str, str]:
-        """Outcomes recorded and not yet told to the starter (id -> status)."""
+        """Outcomes recorded and not yet told (`outcome_key` -> status)."""
         stored = await self.redis.hgetall(keys.outcomes_key(run_id))
         raw = {text(k): text(v) for k, v in stored.items()}
         return {k: v for k, v in raw.items() if not k.endswith("!") and raw.get(k + "!") != v}
 
-    async def has_outcomes(self, run_id: str) -> bool:
-        return bool(await self.redis.exists(keys.outcomes_key(run_id)))
+    async def has_outcomes(self, run_id: str, person: str, starter: str) -> bool:
+        """Whether an outcome of the run was ever recorded for `person` to be told."""
+        found = await self.redis.hkeys(keys.outcomes_key(run_id))  # type: ignore[misc]
+        return any(
+            told_to(text(k), starter)[1] == person for k in found if not text(k).endswith("!")
+        )
 
     async def told_outcomes(self, run_id: str, told: dict[str, str]) -> None:
         if told:

@@ -172,6 +172,9 @@ class RunRecord:
     cancelled_by: str = ""  # who cancelled the run (status cancelled), and when
     cancelled_at: float = 0.0
     turn: int = 0  # the turn of its conversation going on or last ended (0: the first)
+    # Who asked for that turn, when not its starter: the author of the follow-up that began it
+    # (turn.lua sets it; empty: the starter, who asked for the first turn).
+    requester: str = ""
 
     # Stored layout (see `_to_hash`): derived from the key, and compared by the scripts.
     DERIVED: ClassVar[frozenset[str]] = frozenset({"run_id"})
@@ -184,6 +187,11 @@ class RunRecord:
     @property
     def ended(self) -> bool:
         return self.status in ENDED
+
+    @property
+    def asked_by(self) -> str:
+        """Who asked for the turn going on (or last ended): its requester, else the starter."""
+        return self.requester or self.user_id
 
     @classmethod
     def from_hash(cls, raw: Mapping[Any, Any], run_id: str = "") -> RunRecord:
@@ -267,9 +275,18 @@ class CallRecord:
     # The channel grant (#19) this call made (its Always approve) or was settled by, as JSON
     # (`bot.service.grants.GrantNote`): what the card says it did; empty: none.
     granted: str = ""
+    # Who asked for the turn that made this call, when not the run's starter (the author of a
+    # follow-up; empty: the starter, as for every call stored before requesters were kept),
+    # and that turn's number (0: the first). Self-approval is judged against the requester.
+    requester: str = ""
+    turn: int = 0
 
     def __post_init__(self) -> None:
         _typed(self)
+
+    def asked_by(self, run: RunRecord) -> str:
+        """Who asked for this call: its turn's requester, else `run`'s starter."""
+        return self.requester or run.user_id
 
     @property
     def version(self) -> str:

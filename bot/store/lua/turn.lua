@@ -4,6 +4,7 @@
 -- resuming, paused, needs review) queues it (at most ARGV[7]); an ended run that cannot go
 -- on (failed, cancelled) refuses it.
 -- 'drain': a turn just finished; the first queued follow-up, if any, starts the next turn.
+-- A turn started is its follow-up's author's: the run's `requester` (unset: the starter).
 -- KEYS[1] run hash, KEYS[2] turns, KEYS[3] queued follow-ups, KEYS[4] outbox, KEYS[5] progress
 -- lines (the new turn's start afresh)
 -- ARGV[1] mode, ARGV[2] the follow-up (JSON: user, text, at), ARGV[3] unused, ARGV[4] new
@@ -27,7 +28,11 @@ local function start(followup)
   end
   redis.call('HSET', run, 'status', 'running', 'owner', ARGV[4], 'turn', turn,
              'updated_at', ARGV[5], 'attempts', 0)
-  redis.call('HDEL', run, 'ended_by', 'job', 'pause', 'calls', 'undecided')
+  redis.call('HDEL', run, 'ended_by', 'job', 'pause', 'calls', 'undecided', 'requester')
+  local asked = cjson.decode(followup)['user']  -- the turn's requester, unless its starter
+  if asked ~= redis.call('HGET', run, 'user_id') then
+    redis.call('HSET', run, 'requester', asked)
+  end
   redis.call('HSET', KEYS[2], tostring(turn), followup)
   redis.call('DEL', KEYS[5])
   for i = 1, 3 do
