@@ -5,11 +5,21 @@ Through signed HTTP, real Redis and the Slack stand-in."""
 
 from __future__ import annotations
 
+from agents import Agent
+from agents.testing import ScriptedModel
+
+from bot import ask_human
 from bot.engine.context import RunContext
 from bot.slack.blocks import APPROVE
 from bot.store.records import CallStatus
 from bot.testing.harness import BotHarness, wait_until
-from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
+from tests.agents_for_tests import (
+    Ledger,
+    assistant_message,
+    function_call,
+    ops_agent,
+    tool_outputs,
+)
 from tests.test_follow_ups import in_thread, say
 from tests.test_security import call_status
 
@@ -82,3 +92,27 @@ async def test_a_follow_ups_call_is_its_authors_to_ask_not_to_approve(redis_url:
     assert "requester" not in next(e for e in audit if e["kind"] == "run_started")
     # The run is still its starter's (whose rights over it README lists).
     assert stored is not None and stored.user_id == "U1"
+
+
+async def test_a_question_in_a_follow_ups_turn_is_its_authors_to_answer(redis_url: str) -> None:
+    """`starter` among who may answer (the default) is also who asked for the turn: U4, who
+    neither started the run nor approves, answers the agent's question in their own turn."""
+    model = ScriptedModel(
+        [
+            [assistant_message("Deployed to eu.")],
+            [function_call("ask_human", {"question": "Which region now?"}, call_id="q1")],
+            [assistant_message("Deploying to us too.")],
+        ]
+    )
+    agent = Agent(name="ops", instructions="Ask when unsure.", model=model, tools=[ask_human])
+    async with BotHarness(redis_url, agent, NO_SELF) as bot:
+        bot.slack_api.channel_members["C1"] = ["U1", "U2", "U3", "U4"]
+        await bot.slack.command("deploy the app", user="U1", channel="C1")
+        await wait_until(lambda: in_thread(bot, "Deployed to eu."), what="the first answer")
+        await say(bot, "deploy it again", user="U4")
+        [question] = await bot.wait_for_questions(1)
+        assert "Who may answer: <@U1>, <@U4>, <@U2>" in question.all_text()
+        assert "Asked by <@U4> · turn 2 of <@U1>'s run" in question.all_text()
+        await bot.answer(question, user="U4", text="us-east-1")
+        await wait_until(lambda: in_thread(bot, "Deploying to us too."), what="turn 2's answer")
+    assert tool_outputs(model) == {"q1": "us-east-1"}
