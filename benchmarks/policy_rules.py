@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 
+from bot.engine.arguments import read_json
 from bot.service.conditions import encode_subject, subject_of
 from bot.service.gate import keep_subject
 from bot.service.policy import parse_policy
@@ -36,7 +37,9 @@ def judgement_cpu(rules: int) -> float:
     policy = parse_policy(policy_with(rules))
     subject = subject_of(
         "function",
-        json.dumps({"env": "prod-1", "replicas": 3, "ticket": "T-77", "target": {"host": "h"}}),
+        read_json(
+            json.dumps({"env": "prod-1", "replicas": 3, "ticket": "T-77", "target": {"host": "h"}})
+        ),
     )
     start = time.process_time()
     for _ in range(JUDGEMENTS):
@@ -48,7 +51,7 @@ def judgement_cpu(rules: int) -> float:
 
 def kept_bytes(kind: str, arguments: str, facts: str = "") -> int:
     call = CallRecord("r.a", "r", 0, "c", "ops", "t", kind, "s", arguments[:SHOWN_ARGUMENTS])
-    keep_subject(call, subject_of(kind, arguments, facts))
+    keep_subject(call, subject_of(kind, read_json(arguments), facts))
     return len(call.subject.encode())
 
 

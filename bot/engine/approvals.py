@@ -12,8 +12,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agents import ToolApprovalItem
+from agents import FunctionTool, ToolApprovalItem
 
+from bot.engine.arguments import Reading, Unknown, read_json, receive
 from bot.engine.questions import QUESTION_KIND, is_question, question_of
 
 
@@ -25,6 +26,9 @@ class Field:
     value: str  # the value (a string as it is, anything else as JSON), cut with "…"
     chars: int  # the whole value's length in characters
     about: str = ""  # the parameter's description from the tool's schema
+
+
+NO_ARGUMENTS = Unknown("this kind of call has no JSON arguments")
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,10 @@ class PendingApproval:
     # What policy conditions may read besides JSON arguments (JSON: `command` of a shell call,
     # `path` and `operation` of a patch); empty for other kinds.
     facts: str = ""
+    # What the tool will receive (`bot.engine.arguments`): the arguments as its parameter model
+    # reads them, the JSON as sent, or why it cannot be known. Shell and patch calls: their
+    # facts are what they receive (Unknown here, and no `args` to read).
+    reading: Reading = NO_ARGUMENTS
     # Why and what (`bot.engine.explain`), bounded: empty when the model or the tool gave none.
     said: str = ""  # the assistant text of the model response that proposed the call
     thought: str = ""  # that response's reasoning summary
@@ -138,9 +146,11 @@ def describe(item: ToolApprovalItem, index: int) -> PendingApproval:
     ):
         label = str(_get(raw, "server_label") or "?")
         name = str(_get(raw, "name") or tool)
+        arguments = _get(raw, "arguments")
         return PendingApproval(
             index, call_id, agent, f"{label}/{name}", "hosted_mcp",
-            f"{agent}:hosted_mcp:{label}:{name}", pretty_json(_get(raw, "arguments")),
+            f"{agent}:hosted_mcp:{label}:{name}", pretty_json(arguments),
+            reading=read_json(arguments if isinstance(arguments, str) else None),
         )  # fmt: skip
     if raw_type in ("shell_call", "local_shell_call"):
         return PendingApproval(
@@ -155,7 +165,10 @@ def describe(item: ToolApprovalItem, index: int) -> PendingApproval:
     if is_question(item):  # the bot's ask_human: shown as the question it asks
         sticky = f"{agent}:{item.tool_namespace or ''}:{tool}"
         question = question_of(item.arguments or "")
-        return PendingApproval(index, call_id, agent, tool, QUESTION_KIND, sticky, question)
+        return PendingApproval(
+            index, call_id, agent, tool, QUESTION_KIND, sticky, question,
+            reading=read_json(item.arguments),
+        )  # fmt: skip
     kind = "function"
     server = _get(origin, "mcp_server_name")
     if server or "mcp" in origin_type:
@@ -163,4 +176,16 @@ def describe(item: ToolApprovalItem, index: int) -> PendingApproval:
         tool = f"{server}/{tool}" if server else tool
     namespace = item.tool_namespace or ""
     text = pretty_json(item.arguments)
-    return PendingApproval(index, call_id, agent, tool, kind, f"{agent}:{namespace}:{tool}", text)
+    own = function_tool_of(item.agent, item.name or "") if kind == "function" else None
+    return PendingApproval(
+        index, call_id, agent, tool, kind, f"{agent}:{namespace}:{tool}", text,
+        reading=receive(own, item.arguments),
+    )  # fmt: skip
+
+
+def function_tool_of(agent: Any, name: str) -> FunctionTool | None:
+    """`agent`'s function tool called `name` (None: it has none, e.g. an MCP server's)."""
+    for tool in getattr(agent, "tools", None) or ():
+        if isinstance(tool, FunctionTool) and tool.name == name:
+            return tool
+    return None

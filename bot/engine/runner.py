@@ -38,7 +38,8 @@ from agents import (
 )
 
 from bot.checkpoint import Checkpoint as Checkpoint  # the stored pause: engine and store
-from bot.engine.approvals import PendingApproval, arguments_sha, describe
+from bot.engine.approvals import PendingApproval, arguments_sha, describe, function_tool_of
+from bot.engine.arguments import Reading, receive
 from bot.engine.context import RunContext, deserialize_context, serialize_context
 from bot.engine.explain import explain
 from bot.engine.journal import CURRENT, CallNeedsReview, Execution, JournalUnavailable
@@ -344,18 +345,27 @@ class Engine:
     def fingerprint(self, agent_name: str) -> str:
         return self.registry.fingerprints.get(agent_name, "")
 
-    def tool_schema(self, agent_name: str, agent: str, tool: str) -> dict[str, Any] | None:
-        """The JSON schema of the parameters of function tool `tool` of `agent` (reachable
-        from the registry's `agent_name`), from the live definitions: None when there is none
-        (another kind of tool, or no longer defined)."""
+    def _function_tool(self, agent_name: str, agent: str, tool: str) -> FunctionTool | None:
+        """Function tool `tool` of `agent` (reachable from the registry's `agent_name`), from
+        the live definitions: None when there is none (another kind of tool, or gone)."""
         root = self.registry.get(agent_name)
         for each in walk(root) if root is not None else ():
-            if each.name != agent:
-                continue
-            for candidate in each.tools:
-                if isinstance(candidate, FunctionTool) and candidate.name == tool:
-                    return dict(candidate.params_json_schema)
+            if each.name == agent:
+                found = function_tool_of(each, tool)
+                if found is not None:
+                    return found
         return None
+
+    def tool_schema(self, agent_name: str, agent: str, tool: str) -> dict[str, Any] | None:
+        """The JSON schema of the parameters of function tool `tool` of `agent` (see
+        `_function_tool`); None when there is none."""
+        found = self._function_tool(agent_name, agent, tool)
+        return dict(found.params_json_schema) if found is not None else None
+
+    def receive(self, agent_name: str, agent: str, tool: str, arguments: str) -> Reading:
+        """What `tool` of `agent` will receive for the JSON `arguments` (an edit's): read as
+        the tool reads them, as the agent's own calls are (`bot.engine.arguments`)."""
+        return receive(self._function_tool(agent_name, agent, tool), arguments)
 
     def definitions_changed(self, agent_name: str, checkpoint: Checkpoint) -> list[str]:
         """What changed since `checkpoint` of what the paused run needs, in words (empty: the

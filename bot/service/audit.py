@@ -49,6 +49,9 @@ class AuditKind(StrEnum):
     TURN_QUEUED = "turn_queued"  # a follow-up waits for the turn going on to end
     FOLLOW_UP_REFUSED = "follow_up_refused"  # detail: why
     ROUTED = "routed"  # a call's rule, when it is not the one it was posted under
+    # A rule's conditions could not be decided on a call: a person decides it, under the
+    # strictest rule that could apply (`Policy.rule_for`); detail: why, and that rule.
+    UNDECIDABLE = "undecidable"
 
     def tally(self, decision: str, call: CallRecord | None) -> None:
         """Move this kind's metric for one entry (`decision` and `call` as audited)."""

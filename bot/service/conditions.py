@@ -1,20 +1,22 @@
 """Conditions on a call's arguments: the `when:` of a policy rule, and the values they read.
 
 A rule's `when:` maps an argument path to a condition; the rule applies only when every one
-holds. The conditions read a call's *subject*: what the bot knows of the call, as plain JSON
-values, under a few roots (`args`: the parsed JSON arguments of a function or MCP tool;
+holds. The conditions read a call's *subject*: what the tool will receive, as plain JSON
+values, under a few roots (`args`: the arguments as the tool reads them, `bot.engine.arguments`;
 `command`: a shell call's commands; `path` and `operation`: a patch's file and kind).
 
-Everything fails closed. Arguments that are not valid JSON give no `args` root; a root the call
-does not have, a path that is missing, a value of the wrong type (a glob on a number, a
-comparison on a string): the condition does not hold. Even `{exists: false}` holds only when
-the path's parent was read and is an object without that key, so a rule never matches on what
-it could not read.
+A condition has three results: it holds, it does not, or it cannot be decided (`Undecidable`):
+the arguments could not be read (not JSON, too long to judge), or the value is of a type the
+condition cannot test (a glob on a number, a comparison on a string, a path through a string),
+or a regular expression cannot be tried on it. An undecidable condition never approves: the
+policy sends the call to a person (`Policy.rule_for`). A path that is simply not there (the
+model left the argument out and the tool has no default for it) is absent: only `{exists:
+false}` holds on it. A root the call's kind does not have (`command` of a function call) holds
+nothing: the condition is about another kind of call.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import json
 import math
@@ -24,18 +26,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bot.engine.arguments import NotFinite, Reading, Received, read_json
+
 ROOTS = ("args", "command", "path", "operation")
-# Not a root a `when:` path may name: when the call was requested (Unix seconds), which the
-# rules' `during:` read (the same instant each time the call is judged again).
-REQUESTED_AT = "requested_at"
 """The subject's roots; only `args` has parts below it."""
+# Not roots a `when:` path may name: when the call was requested (Unix seconds), which the
+# rules' `during:` read (the same instant each time the call is judged again); the roots the
+# call has but that could not be read (root -> why); and why the call is refused outright
+# (its arguments hold a number JSON cannot: NaN or an infinity).
+REQUESTED_AT = "requested_at"
+UNREADABLE = "unreadable"
+REFUSED = "refused"
 
 SUBJECT_LIMIT = 32_000
 """Characters of subject JSON kept beside a call; beyond it the arguments count as unreadable
-(every condition on them fails), at posting and whenever the call is judged again."""
+(every condition on them is undecidable), at posting and whenever the call is judged again."""
 
 REGEX_INPUT_LIMIT = 4096
-"""Longest string a `re:` condition is tried on (longer: it does not hold). Python's regular
+"""Longest string a `re:` condition is tried on (longer: undecidable). Python's regular
 expressions can backtrack for long on crafted input, and the arguments are the agent's."""
 
 PATH = re.compile(r"^(?:args(?:\.[^.\s]+)*|command|path|operation)$")
@@ -50,6 +58,21 @@ _COMPARE: dict[str, Callable[[float, float], bool]] = {
 }
 
 Scalar = str | int | float | bool
+
+
+@dataclass(frozen=True)
+class Undecidable:
+    """A condition that cannot be evaluated on the call: `why`, in words (the audit says it)."""
+
+    path: str
+    why: str
+
+    def said(self) -> str:
+        return f"{self.path}: {self.why}"
+
+
+Truth = bool | Undecidable
+"""What a condition says of a call: it holds, it does not, or it cannot be decided."""
 
 
 class ConditionError(ValueError):
@@ -75,25 +98,51 @@ class Condition:
     kind: str  # glob | regex | compare | one_of | exists
     spec: Any  # the glob text, the compiled pattern, (op, number), the allowed values, a bool
 
-    def holds(self, subject: Mapping[str, Any]) -> bool:
-        """Whether the condition holds for `subject` (never on what could not be read)."""
+    def test(self, subject: Mapping[str, Any]) -> Truth:
+        """Whether the condition holds for `subject`, or why that cannot be decided."""
         state, value = resolve(subject, self.path)
+        if state == UNREADABLE:
+            return Undecidable(self.path, str(value))
         if self.kind == "exists":
             return state == (FOUND if self.spec else ABSENT)
         if state != FOUND:
-            return False
-        if self.kind == "glob":
-            return isinstance(value, str) and fnmatch.fnmatchcase(value, self.spec)
-        if self.kind == "regex":
-            if not isinstance(value, str) or len(value) > REGEX_INPUT_LIMIT:
-                return False
+            return False  # absent (only `exists: false` holds), or a root of another kind
+        if self.kind == "one_of":
+            return any(_same(value, allowed) for allowed in self.spec)
+        if self.kind in ("glob", "regex"):
+            if not isinstance(value, str):
+                return Undecidable(self.path, f"is {_kind_of(value)}, not text")
+            if self.kind == "glob":
+                return fnmatch.fnmatchcase(value, self.spec)
+            if len(value) > REGEX_INPUT_LIMIT:
+                return Undecidable(
+                    self.path, f"is {len(value):,} characters long, too long for a regular "
+                    f"expression (at most {REGEX_INPUT_LIMIT:,})",
+                )  # fmt: skip
             return self.spec.fullmatch(value) is not None
-        if self.kind == "compare":
-            if not _is_number(value) or not math.isfinite(value):
-                return False
-            op, number = self.spec
-            return bool(_COMPARE[op](float(value), number))
-        return any(_same(value, allowed) for allowed in self.spec)
+        if not _is_number(value):
+            return Undecidable(self.path, f"is {_kind_of(value)}, not a number")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            return Undecidable(self.path, "is a number too large to compare")
+        op, bound = self.spec
+        return bool(_COMPARE[op](number, bound))
+
+
+def _kind_of(value: Any) -> str:
+    """A JSON value's type, as the audit says it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if _is_number(value):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    return "a list" if isinstance(value, list) else "an object"
 
 
 def _is_number(value: Any) -> bool:
@@ -157,34 +206,41 @@ def parse_condition(path: str, spec: Any) -> Condition:
     )
 
 
-FOUND, ABSENT, UNREADABLE = "found", "absent", "unreadable"
+FOUND, ABSENT, MISSING = "found", "absent", "missing"
 
 
 def resolve(subject: Mapping[str, Any], path: str) -> tuple[str, Any]:
-    """(FOUND, value), (ABSENT, None) when the parent is an object without the last key, or
-    (UNREADABLE, None): a root the call lacks, a part inside a non-container, a bad index."""
+    """(FOUND, value); (ABSENT, None) when a part of the path is not there; (MISSING, None)
+    when the call's kind has no such root; (UNREADABLE, why) when the root could not be read,
+    or the path goes through a value that has no parts (a string, a number) or names a list's
+    item by something else than its index."""
     root, *parts = path.split(".")
+    unreadable = subject.get(UNREADABLE)
+    if isinstance(unreadable, dict) and root in unreadable:
+        return UNREADABLE, str(unreadable[root])
     if root not in subject:
-        return UNREADABLE, None
+        return MISSING, None
     value: Any = subject[root]
-    for number, part in enumerate(parts, start=1):
-        last = number == len(parts)
+    for number, part in enumerate(parts):
         if isinstance(value, dict):
             if part not in value:
-                return (ABSENT if last else UNREADABLE), None
+                return ABSENT, None
             value = value[part]
         elif isinstance(value, list) and part.isdigit():
             if int(part) >= len(value):
-                return (ABSENT if last else UNREADABLE), None
+                return ABSENT, None
             value = value[int(part)]
         else:
-            return UNREADABLE, None
+            where = ".".join([root, *parts[:number]])
+            return UNREADABLE, f"has no part {part!r}: {where} is {_kind_of(value)}"
     return FOUND, value
 
 
-def subject_of(kind: str, arguments: str, facts: str = "") -> dict[str, Any]:
-    """What conditions read of a call: `args` (JSON arguments that parse), and the engine's
-    facts of shell and patch calls (`command`, `path`, `operation`). Too big: no `args`."""
+def subject_of(kind: str, reading: Reading, facts: str = "") -> dict[str, Any]:
+    """What conditions read of a call: `args`, what the tool will receive (`reading`, from the
+    engine), and the engine's facts of shell and patch calls (`command`, `path`,
+    `operation`). Arguments that cannot be read, or too long to judge, are `unreadable`; a
+    number JSON cannot hold makes the call `refused`."""
     subject: dict[str, Any] = {}
     if facts:
         try:
@@ -194,13 +250,24 @@ def subject_of(kind: str, arguments: str, facts: str = "") -> dict[str, Any]:
         if isinstance(known, dict):
             subject.update({k: v for k, v in known.items() if k in ROOTS and k != "args"})
     if kind not in ("shell", "apply_patch"):
-        with contextlib.suppress(ValueError):  # not JSON: no `args` (its conditions fail)
-            subject["args"] = json.loads(arguments) if arguments.strip() else {}
+        if isinstance(reading, Received):
+            subject["args"] = reading.arguments
+        elif isinstance(reading, NotFinite):
+            subject[UNREADABLE] = {"args": f"holds a number JSON cannot ({reading.where})"}
+            subject[REFUSED] = reading.where
+        else:
+            subject[UNREADABLE] = {"args": reading.why}
     if len(encode_subject(subject)) > SUBJECT_LIMIT:
-        subject = {k: v for k, v in subject.items() if k in ("path", "operation")}
-        if len(encode_subject(subject)) > SUBJECT_LIMIT:
-            subject = {}
+        too_long = "the arguments are too long to judge"
+        kept = {k: v for k, v in subject.items() if k in ("path", "operation", REFUSED)}
+        subject = {**kept, UNREADABLE: {r: too_long for r in ROOTS if r in subject}}
     return subject
+
+
+def stored_subject(kind: str, arguments: str) -> dict[str, Any]:
+    """The subject a stored call's display arguments give (a call stored without its own:
+    its arguments were read as the JSON they are, `bot.engine.arguments.read_json`)."""
+    return subject_of(kind, read_json(arguments))
 
 
 def encode_subject(subject: Mapping[str, Any]) -> str:
@@ -208,14 +275,14 @@ def encode_subject(subject: Mapping[str, Any]) -> str:
 
 
 def decode_subject(text: str) -> dict[str, Any]:
-    """A stored subject; anything unreadable is the empty subject (every condition fails)."""
-    if not text:
-        return {}
+    """A stored subject; one that cannot be read makes every root unreadable."""
     try:
         value = json.loads(text)
     except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        value = None
+    if isinstance(value, dict):
+        return value
+    return {UNREADABLE: {root: "its stored subject cannot be read" for root in ROOTS}}
 
 
 def value_to_type(subject: Mapping[str, Any], path: str) -> str | None:

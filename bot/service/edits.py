@@ -24,6 +24,7 @@ from typing import Any, Literal
 import jsonschema
 
 from bot.engine.approvals import arguments_sha, canonical_arguments
+from bot.engine.arguments import NonFiniteNumber, NotFinite, loads_json
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.decisions import Decisions
@@ -66,6 +67,7 @@ MAX_OPTIONS = 100
 MAX_OPTION = 150
 MAX_NAME = 200
 WHOLE = ""  # the key of an error about the whole arguments (the JSON text, or the form)
+NOT_FINITE = "Enter a finite number: JSON has no NaN or Infinity, and the tool would receive one."
 
 
 @dataclass(frozen=True)
@@ -234,7 +236,10 @@ def _parse_fields(
             errors[f.name] = "Choose one of the listed values."
             continue
         try:
-            value = json.loads(raw)
+            value = loads_json(raw)
+        except NonFiniteNumber:
+            errors[f.name] = NOT_FINITE
+            continue
         except ValueError:
             value = None
         if f.kind == "integer" and (type(value) is not int):
@@ -416,7 +421,9 @@ class Edits:
             parsed = _parse_fields(fields, entered)
         elif not fields and isinstance(entered, str):
             try:
-                parsed = json.loads(entered)
+                parsed = loads_json(entered)
+            except NonFiniteNumber:
+                parsed = EditErrors({WHOLE: NOT_FINITE})
             except ValueError as exc:
                 parsed = EditErrors({WHOLE: f"Not valid JSON: {exc}"})
             if not isinstance(parsed, dict | EditErrors):
@@ -429,6 +436,15 @@ class Edits:
             invalid = schema_errors(schema, parsed, {f.name for f in fields})
             if invalid is not None:
                 return invalid
+            # What the tool would receive, read as the agent's own calls are (the same parser).
+            received = self.core.engine.receive(
+                run.agent_name, call.agent, call.tool, json.dumps(parsed)
+            )
+            if isinstance(received, NotFinite):
+                name = received.where.split(".")[1] if received.where.count(".") else WHOLE
+                where = name if name in {f.name for f in fields} else WHOLE
+                said = NOT_FINITE if where else f"{NOT_FINITE} ({received.where})"
+                return EditErrors({where: said})
         return await self._changed(
             actor, call, run, json.dumps(parsed, indent=2, ensure_ascii=False)
         )

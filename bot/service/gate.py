@@ -10,7 +10,7 @@ from typing import Any
 from bot.engine.questions import QUESTION_KIND
 from bot.service.answerers import question_rule
 from bot.service.authorize import Authorizer
-from bot.service.conditions import REQUESTED_AT, decode_subject, encode_subject, subject_of
+from bot.service.conditions import REQUESTED_AT, decode_subject, encode_subject, stored_subject
 from bot.service.policy import CallRule, Policy, Verdict
 from bot.service.policy_source import PolicySource
 from bot.service.ports import Actor
@@ -86,7 +86,7 @@ def subject_of_call(call: CallRecord) -> dict[str, Any]:
     as it was the same) what its stored arguments give; and when it was requested (`during:`
     rules: the same instant however often the call is judged)."""
     kept = call.subject
-    subject = decode_subject(kept) if kept else subject_of(call.kind, call.arguments)
+    subject = decode_subject(kept) if kept else stored_subject(call.kind, call.arguments)
     if call.paused_at:
         subject[REQUESTED_AT] = call.paused_at
     return subject
@@ -95,5 +95,5 @@ def subject_of_call(call: CallRecord) -> dict[str, Any]:
 def keep_subject(call: CallRecord, subject: dict[str, Any]) -> None:
     """Keep `subject` beside a new call unless its stored arguments give it again."""
     encoded = encode_subject(subject)
-    again = encode_subject(subject_of(call.kind, call.arguments))
+    again = encode_subject(stored_subject(call.kind, call.arguments))
     call.subject = "" if again == encoded else encoded

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.service.audit import AuditKind
-from bot.service.conditions import subject_of
 from bot.service.core import ServiceCore
+from bot.service.gate import subject_of_call
 from bot.service.policy import human
 from bot.service.ports import Actor
 from bot.service.reach import decider_principals
@@ -71,7 +71,7 @@ def choices_up_to(grant_max: int) -> tuple[int, ...]:
 
 def narrowable(call: CallRecord) -> tuple[tuple[str, str], ...]:
     """The call's top-level arguments a grant may be narrowed on, with their values."""
-    args = subject_of(call.kind, call.arguments).get("args")
+    args = subject_of_call(call).get("args")
     if not isinstance(args, dict):
         return ()
     found = [(str(k), canonical(v)) for k, v in args.items()]

@@ -2,8 +2,9 @@
 
 The policy is closed by default: channels that are not listed accept no runs, and a run's starter
 may not decide its own calls unless the file says so. Per-tool rules (matched by tool name glob,
-and optionally agent name glob, channel and conditions on the arguments: `when`, tested by
-`bot.service.conditions`, failing closed) refine what a channel allows: their own approvers,
+and optionally agent name glob, channel and conditions on what the tool will receive: `when`,
+tested by `bot.service.conditions`; a condition that cannot be decided never approves) refine
+what a channel allows: their own approvers,
 a quorum of distinct approvers, whether Always is offered, typed confirmation, or an automatic
 decision with its reason.
 
@@ -12,6 +13,7 @@ The first version of the file (only `defaults` and `channels`) is still valid as
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping
@@ -33,7 +35,15 @@ from pydantic import (
 
 from bot.engine.questions import TOOL_NAME as QUESTION_TOOL
 from bot.errors import ApprovalBotError
-from bot.service.conditions import REQUESTED_AT, Condition, check_path, parse_condition
+from bot.service.conditions import (
+    REFUSED,
+    REQUESTED_AT,
+    Condition,
+    Truth,
+    Undecidable,
+    check_path,
+    parse_condition,
+)
 from bot.service.during import During
 from bot.service.policy_lines import line_of, nodes_of
 from bot.service.replies import Text
@@ -56,6 +66,8 @@ Duration = Annotated[str, StringConstraints(pattern=DURATION)]
 Answerer = Annotated[str, StringConstraints(pattern=ANSWERER)]
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# The rule of a call whose arguments hold NaN or an infinity (`Policy._refused`).
+REFUSED_SOURCE = "arguments not JSON"
 
 
 def seconds(duration: str) -> int:
@@ -183,8 +195,9 @@ class ToolRule(Timers):
             raise ValueError("confirm_value: only with confirm: type")
         return self
 
-    def applies(self, channel: str, agent: str, tool: str, subject: Mapping[str, Any]) -> bool:
-        """Whether this rule governs the call: every narrowing and every condition holds."""
+    def applies(self, channel: str, agent: str, tool: str, subject: Mapping[str, Any]) -> Truth:
+        """Whether this rule governs the call: every narrowing and every condition holds; or
+        why that cannot be decided (no condition fails, and one cannot be evaluated)."""
         if not fnmatch.fnmatchcase(tool, self.match):
             return False
         if self.agent is not None and not fnmatch.fnmatchcase(agent, self.agent):
@@ -193,7 +206,14 @@ class ToolRule(Timers):
             return False
         if self.during is not None and not self.during.holds(subject.get(REQUESTED_AT)):
             return False
-        return all(condition.holds(subject) for condition in self._conditions)
+        unknown: Undecidable | None = None
+        for condition in self._conditions:
+            truth = condition.test(subject)
+            if truth is False:
+                return False  # one condition that does not hold settles it
+            if isinstance(truth, Undecidable) and unknown is None:
+                unknown = truth
+        return unknown if unknown is not None else True
 
     def label(self, index: int) -> str:
         """The rule's stable name on cards and in the audit trail."""
@@ -258,34 +278,55 @@ class Policy(_Strict):
         self, *, channel: str, agent: str, tool: str, subject: Mapping[str, Any] | None = None
     ) -> CallRule | None:
         """The rule that governs a call of `tool` by `agent` in `channel` (None: not allowed):
-        the first tool rule that applies (its `when:` read from `subject`, the call's
-        `conditions.subject_of`; none given: no condition holds), else the channel's."""
+        the first tool rule that applies (its `when:` read from `subject`, what the call's tool
+        will receive: `conditions.subject_of`), else the channel's.
+
+        A rule whose conditions cannot be decided on `subject` (`Undecidable`) may or may not
+        apply, so no rule after it may decide the call by itself: the call goes to a person
+        under the strictest rule that could apply (`_undecided`). Arguments that hold a number
+        JSON cannot (NaN, an infinity) are refused outright."""
         base = self.channels.get(channel)
         if base is None:
             return None
+        subject = subject or {}
+        if subject.get(REFUSED):
+            return self._refused(channel, base, str(subject[REFUSED]))
+        could: list[tuple[int, ToolRule, Undecidable]] = []
         for index, rule in enumerate(self.tools):
-            if not rule.applies(channel, agent, tool, subject or {}):
+            truth = rule.applies(channel, agent, tool, subject)
+            if truth is False:
                 continue
-            return self._timed(
-                rule,
-                base,
-                approvers=tuple(rule.approvers or base.approvers),
-                required=rule.required_approvals,
-                allow_self=_first(
-                    rule.allow_self_approval,
-                    base.allow_self_approval,
-                    self.defaults.allow_self_approval,
-                ),
-                allow_always=_first(rule.allow_always, self.defaults.allow_always),
-                allow_edit=rule.allow_edit,
-                auto=rule.auto,
-                source=rule.label(index),
-                grant_max=seconds(rule.grant_max) if rule.grant_max else 0,
-                answerers=_answerers(rule.answerers or base.answerers),
-                reason=rule.reason or "",
-                confirm=rule.confirm == "type",
-                confirm_value=rule.confirm_value or "",
-            )
+            if isinstance(truth, Undecidable):
+                could.append((index, rule, truth))
+                continue
+            found = self._of_rule(index, rule, base)
+            return self._undecided(could, found, base, channel) if could else found
+        found = self._of_channel(channel, base)
+        return self._undecided(could, found, base, channel) if could else found
+
+    def _of_rule(self, index: int, rule: ToolRule, base: ChannelRule) -> CallRule:
+        return self._timed(
+            rule,
+            base,
+            approvers=tuple(rule.approvers or base.approvers),
+            required=rule.required_approvals,
+            allow_self=_first(
+                rule.allow_self_approval,
+                base.allow_self_approval,
+                self.defaults.allow_self_approval,
+            ),
+            allow_always=_first(rule.allow_always, self.defaults.allow_always),
+            allow_edit=rule.allow_edit,
+            auto=rule.auto,
+            source=rule.label(index),
+            grant_max=seconds(rule.grant_max) if rule.grant_max else 0,
+            answerers=_answerers(rule.answerers or base.answerers),
+            reason=rule.reason or "",
+            confirm=rule.confirm == "type",
+            confirm_value=rule.confirm_value or "",
+        )
+
+    def _of_channel(self, channel: str, base: ChannelRule) -> CallRule:
         return self._timed(
             None,
             base,
@@ -296,6 +337,40 @@ class Policy(_Strict):
             auto=None,
             source=f"channels.{channel}",
             answerers=_answerers(base.answerers),
+        )
+
+    def _undecided(
+        self,
+        could: list[tuple[int, ToolRule, Undecidable]],
+        found: CallRule,
+        base: ChannelRule,
+        channel: str,
+    ) -> CallRule:
+        """The strictest rule that could apply, when the rules `could` (in order) may or may
+        not apply and `found` is the rule that applies if none of them does: the first of
+        them all that a person decides (an `auto: approve` rule asks nobody, so it is passed
+        over; an `auto: reject` rule is decided by its approvers instead), and when each
+        approves automatically, the first, decided by its approvers. Never automatic, no
+        Always and no grant: each such call is decided on its own."""
+        rules = [self._of_rule(index, rule, base) for index, rule, _ in could] + [found]
+        person = next((r for r in rules if r.auto != "approve"), rules[0])
+        why = "; ".join(u.said() for _, _, u in could)
+        return dataclasses.replace(
+            person, auto=None, allow_always=False, grant_max=0, undecidable=why, reason=""
+        )
+
+    def _refused(self, channel: str, base: ChannelRule, where: str) -> CallRule:
+        """The rule of a call whose arguments hold a number JSON cannot: rejected, and the
+        agent told why (its tool would have received NaN or an infinity)."""
+        return dataclasses.replace(
+            self._of_channel(channel, base),
+            auto="reject",
+            source=REFUSED_SOURCE,
+            allow_always=False,
+            reason=(
+                f"Not run: the arguments hold a number JSON cannot carry (NaN or an infinity, "
+                f"at {where}). Call the tool again with a finite number."
+            ),
         )
 
     def _timed(self, rule: ToolRule | None, base: ChannelRule, **fields: Any) -> CallRule:
@@ -417,6 +492,9 @@ class CallRule:
     confirm_value: str = ""  # the argument path whose value is typed ("": the tool name)
     grant_max: int = 0  # seconds an Always approve lasts in the channel (`grant_max`); 0: none
     allow_edit: bool | None = None  # as the rule sets it (None: by the kind of call, `editable`)
+    # Why a rule before this one could not be decided on the call (`Policy._undecided`): this
+    # is then the strictest rule that could apply, decided by a person; "": it applies.
+    undecidable: str = ""
 
     def editable(self, kind: str) -> bool:
         """Whether the Edit button is offered for a call of this kind under this rule: as the

@@ -241,10 +241,13 @@ class Runs:
             return
         await self._pause(run, owner, outcome)
 
-    def _new_call(self, run: RunRecord, approval: Any, version: str) -> CallRecord:
-        """A pending call, with what the policy says about it and the digest that binds it."""
+    def _new_call(
+        self, run: RunRecord, approval: Any, version: str, undecided: dict[str, str]
+    ) -> CallRecord:
+        """A pending call, with what the policy says about it and the digest that binds it.
+        A call whose rule could not be decided is noted in `undecided` (approval id -> why)."""
         policy = self.core.policies.current().policy.for_team(run.team_id)
-        subject = subject_of(approval.kind, approval.arguments, approval.facts)
+        subject = subject_of(approval.kind, approval.reading, approval.facts)
         paused_at = float(now())
         rule = policy.rule_for(
             channel=run.channel_id, agent=approval.agent, tool=approval.tool,
@@ -273,6 +276,10 @@ class Runs:
             turn=run.turn if run.turn > 1 else 0,
         )
         keep_subject(call, subject)
+        if rule is not None and rule.undecidable:
+            undecided[approval_id] = (
+                f"{rule.undecidable}; a person decides it under rule {rule.source}"
+            )
         if rule is None:  # the channel left the policy while the run was going: fail closed
             call.auto, call.rule, call.allow_always = "reject", "channel not in policy", False
         else:
@@ -291,7 +298,8 @@ class Runs:
 
     async def _pause(self, run: RunRecord, owner: str, outcome: Paused) -> None:
         version = self.core.policies.current().version
-        calls = [self._new_call(run, a, version) for a in outcome.approvals]
+        undecided: dict[str, str] = {}
+        calls = [self._new_call(run, a, version, undecided) for a in outcome.approvals]
         pairs = zip(calls, outcome.approvals, strict=True)
         contexts = {call.approval_id: context_of(approval) for call, approval in pairs}
         await self._match_edits(run, calls)
@@ -306,6 +314,10 @@ class Runs:
         await self.core.audit(
             AuditKind.PAUSED, run=run, detail=f"{len(calls)} call(s) need a decision"
         )
+        for call in (c for c in calls if c.approval_id in undecided):
+            await self.core.audit(
+                AuditKind.UNDECIDABLE, call=call, detail=undecided[call.approval_id]
+            )
         for asked in (c for c in calls if c.kind == QUESTION_KIND):
             await self.core.audit(AuditKind.ASKED, run=run, call=asked, detail=asked.arguments)
         try:  # the sweeper indexes them if this process stops first
