@@ -8,6 +8,15 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Agent, function_tool
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+from bot import ask_human
+from bot.slack import question_blocks
+from bot.testing.harness import BotHarness
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "test_my_agent.py"
@@ -64,3 +73,80 @@ def test_a_process_left_running_by_a_test_is_named(tmp_path: Path) -> None:
         assert re.search(rf"pid {pid} python\S* in {tmp_path / 'base'}/", result.stdout)
     finally:
         os.kill(pid, signal.SIGTERM)
+
+
+# The kit does what its documentation shows (#30 part 3) ----------------------------------------
+
+POLICY = "channels: {C1: {approvers: [U2]}}"
+
+
+def careful_ops(*steps: list[Any]) -> Agent[Any]:
+    """An ops agent with one gated tool and `ask_human`, on a scripted model."""
+
+    @function_tool(needs_approval=True)
+    def restart_service(service: str) -> str:
+        """Restart a service."""
+        return f"restarted {service}"
+
+    model = ScriptedModel(list(steps))
+    return Agent(name="ops", instructions="x", model=model, tools=[restart_service, ask_human])
+
+
+ASKS_FIRST = (
+    [function_call("ask_human", {"question": "Which service?"}, call_id="q1")],
+    [function_call("restart_service", {"service": "web"}, call_id="c1")],
+    [assistant_message("Restarted web.")],
+)
+
+
+async def test_start_and_wait_returns_the_question_a_run_asks_first(redis_url: str) -> None:
+    async with BotHarness(redis_url, careful_ops(*ASKS_FIRST), POLICY) as bot:
+        card = await bot.start_and_wait("restart the broken one", user="U1", channel="C1")
+        assert "Which service?" in card.all_text()
+        assert question_blocks.ANSWER in card.action_ids()
+        await bot.answer(card, user="U1", text="web")
+        [approval] = await bot.wait_for_approvals(1)
+        await bot.click(approval, "approval_approve", user="U2")
+        await bot.wait_for_status("finished")
+    assert "Restarted web." in [m.text for m in bot.run_thread()]
+
+
+async def test_a_timeout_says_what_the_run_waits_on(redis_url: str) -> None:
+    async with BotHarness(redis_url, careful_ops(*ASKS_FIRST), POLICY) as bot:
+        await bot.slack.command("restart the broken one", user="U1", channel="C1")
+        [question] = await bot.wait_for_questions(1)
+        with pytest.raises(TimeoutError) as waited:
+            await bot.wait_for_approvals(1, timeout=0.5)
+    said = str(waited.value)
+    assert "waiting for 1 pending approval message(s)" in said
+    assert "is paused, waiting on a question ask_human" in said
+    assert question.button_value(question_blocks.ANSWER) in said  # the call's id
+    assert "0 approval card(s) and 1 question card(s)" in said
+
+
+async def test_start_and_wait_fails_at_once_when_the_run_ends_or_is_refused(
+    redis_url: str,
+) -> None:
+    agent = careful_ops([assistant_message("Nothing to do.")])
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        with pytest.raises(AssertionError, match=r"the run ended\. Run \w+ .* is finished"):
+            await bot.start_and_wait("anything?", user="U1", channel="C1")
+        with pytest.raises(AssertionError, match="the start was refused") as refused:
+            await bot.start_and_wait("anything?", user="U1", channel="C9")  # not in the policy
+    assert "A start was refused: " in str(refused.value)
+    assert "where the bot is set up. Slack shows 0 approval card(s)" in str(refused.value)
+
+
+async def test_reply_and_edit_act_as_a_person_would(redis_url: str) -> None:
+    steps = (
+        [function_call("restart_service", {"service": "db"}, call_id="c1")],
+        [function_call("restart_service", {"service": "web"}, call_id="c2")],
+        [assistant_message("Restarted web.")],
+    )
+    async with BotHarness(redis_url, careful_ops(*steps), POLICY) as bot:
+        card = await bot.start_and_wait("restart", user="U1", channel="C1")
+        await bot.reply(card, "looks wrong to me", user="U2")  # a comment, kept for Reject
+        sent = await bot.edit(card, user="U2", service="web")
+        assert sent.status == 200 and sent.text == "", sent
+        await bot.wait_for_status("finished")
+    assert "Restarted web." in [m.text for m in bot.run_thread()]

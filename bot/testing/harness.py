@@ -1,18 +1,21 @@
-"""Run the whole bot in-process against a real Redis and the fake Slack Web API.
+"""Run the whole bot in-process against a real Redis and the Slack Web API stand-in, and act on
+it as people would: type `/agent`, click buttons, fill modals, reply in threads.
 
-    async with BotHarness(redis_url, agents, policy) as bot:
-        await bot.slack.command("delete the logs", user="U1", channel="C1")
-        approval = await bot.wait_for_approvals(1)
-        await bot.slack.click("approval_approve", approval.button_value("approval_approve"), ...)
+    async with BotHarness(redis_url, agents, policy) as bot:        # or the `bot_harness` fixture
+        card = await bot.start_and_wait("delete the logs", user="U1", channel="C1")
+        await bot.click(card, "approval_approve", user="U2")
+        await bot.wait_for_status("finished")
 
-Everything between the signed HTTP request and the Web API call is the real bot.
+Everything between the signed HTTP request and the Web API call is the real bot. Every wait
+has a bound, and a wait that times out says what the run is waiting on (its status, its pending
+calls and questions, the cards Slack shows, what people were told privately).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from pydantic import SecretStr
 
 from bot.clock import SYSTEM_CLOCK, Clock
 from bot.config import Settings
+from bot.engine.questions import QUESTION_KIND
 from bot.engine.registry import AgentRegistry
 from bot.runtime import BotRuntime
 from bot.service.policy_source import PolicySource
@@ -33,6 +37,7 @@ from bot.slack.blocks import (
     REASON_INPUT,
     REJECT,
 )
+from bot.store.records import ENDED, CallStatus
 from bot.testing.requests import Sent, SlackRequests
 from bot.testing.slack_api import FakeSlackAPI, Message
 
@@ -66,10 +71,19 @@ def fast_environment(**overrides: float) -> dict[str, str]:
     return {str(Settings.model_fields[name].alias): f"{value:g}" for name, value in windows.items()}
 
 
+Explain = Callable[[], Awaitable[str]]
+
+
 async def wait_until(
-    condition: Callable[[], Any], *, timeout: float = 10.0, what: str = "condition"
+    condition: Callable[[], Any],
+    *,
+    timeout: float = 10.0,
+    what: str = "condition",
+    explain: Explain | None = None,
 ) -> Any:
-    """Poll `condition` (sync or async) until it returns something truthy."""
+    """Poll `condition` (sync or async) every 20 ms until it returns something truthy; return
+    that. After `timeout` seconds raise `TimeoutError` naming `what`, and what `explain()` says
+    (a `BotHarness`'s waits pass `waiting_on`: the state of the runs)."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -78,7 +92,13 @@ async def wait_until(
         if value:
             return value
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+            message = f"timed out after {timeout}s waiting for {what}"
+            if explain is not None:
+                try:
+                    message += ". " + await explain()
+                except Exception as exc:  # the explanation must not hide the timeout
+                    message += f" (and could not read the bot's state: {exc!r})"
+            raise TimeoutError(message)
         await asyncio.sleep(0.02)
 
 
@@ -117,7 +137,22 @@ def status_line(message: Message) -> str:
 
 
 class BotHarness:
-    """One bot process (in-process), its HTTP endpoint, and the fake Slack it talks to."""
+    """The whole bot in this process (its HTTP endpoint, worker, projector and timers) on
+    `redis_url`, serving `agents` (an `Agent`, a `dict[str, Agent]`, a callable returning one,
+    or an `AgentRegistry`) under `policy` (the policy's YAML text, or a `PolicySource`), and
+    the Slack stand-in it talks to (`slack_api`, a `FakeSlackAPI`; one is started if not given).
+
+    Use it as `async with BotHarness(...) as bot:`. Options: `settings` overrides `Settings`
+    fields by name (`{"user_start_burst": 0}`; the windows default to `FAST_WINDOWS`), `clock`
+    a `bot.testing.clock.SkippingClock` for timer tests, `rejection_text` and `data_dir`.
+
+    Acting: `bot.slack` (a `SlackRequests`) sends any signed request: `command`, `click`,
+    `submit`, `thread_reply`, `mention`. The harness's own methods do what a person does in
+    one step: `start_and_wait`, `click`, `reject`, `answer`, `open_edit`, `reply`.
+    Looking: `wait_for_cards`, `wait_for_approvals`, `wait_for_questions`, `wait_for_status`,
+    `run_message`, `run_thread`, `audit`, `idle`, `waiting_on`; and `slack_api` for
+    everything Slack was sent (`messages`, `calls`, `ephemeral_to(user)`, `views`).
+    """
 
     def __init__(
         self,
@@ -200,6 +235,78 @@ class BotHarness:
 
     # Waiting for what people would see ----------------------------------------------------
 
+    async def waiting_on(self) -> str:
+        """What the bot is at, in a few sentences, for a test that timed out: the latest runs'
+        status, agent and pending calls and questions (or their error), a refused start, the
+        cards Slack shows with buttons, and the last things people were told privately."""
+        store = self.runtime.service.store
+        entries = await self.audit()
+        started = [
+            e["run_id"] for e in entries if e.get("kind") == "run_started" and e.get("run_id")
+        ]
+        parts = [] if started else ["No run was started"]
+        for run in [r for r in await store.get_runs(started[-3:]) if r is not None]:
+            line = f"Run {run.run_id} (agent {run.agent_name}, by {run.user_id} in "
+            line += f"{run.channel_id}) is {run.status}"
+            if run.status in ENDED:
+                line += f": {run.error}" if run.error else ""
+            else:
+                pending = [
+                    f"{'a question' if c.kind == QUESTION_KIND else 'approval of'} {c.tool} "
+                    f"({c.approval_id})"
+                    for c in await store.pause_calls(run.run_id)
+                    if c.status == CallStatus.PENDING
+                ]
+                line += f", waiting on {', '.join(pending)}" if pending else ""
+            parts.append(line)
+        refused = [e for e in entries if e.get("kind") == "start_refused"]
+        if refused:
+            parts.append(f"A start was refused: {refused[-1].get('detail', '')}")
+        approvals = [m for m in self.slack_api.approval_messages() if m.action_ids()]
+        questions = [m for m in self.slack_api.question_messages() if m.action_ids()]
+        parts.append(
+            f"Slack shows {len(approvals)} approval card(s) and {len(questions)} question "
+            "card(s) with buttons"
+        )
+        told = [(str(e.get("user")), str(e.get("text", ""))) for e in self.slack_api.ephemeral]
+        told += [("the sender", str(r.get("text", ""))) for r in self.slack_api.responses]
+        if told:
+            said = [f"{user}: {text[:160]!r}" for user, text in told[-3:]]
+            parts.append("Told privately: " + "; ".join(said))
+        return ". ".join(part.rstrip(". ") for part in parts) + "."
+
+    def pending_cards(self) -> list[Message]:
+        """The cards showing buttons now: approval requests and the agents' questions, oldest
+        first."""
+        cards = [
+            m
+            for m in [*self.slack_api.approval_messages(), *self.slack_api.question_messages()]
+            if m.action_ids()
+        ]
+        return sorted(cards, key=lambda m: float(m.ts))
+
+    async def wait_for_cards(
+        self, count: int = 1, *, timeout: float = 10.0, since: int | None = None
+    ) -> list[Message]:
+        """Wait until at least `count` cards (approval requests or questions) show their
+        buttons, and the bot is idle again (the pause posted everything); return every card
+        showing buttons, oldest first. With `since` (a count of audit entries taken before
+        acting), a start refused or a run ended after it fails the wait at once, saying why."""
+
+        async def shown() -> list[Message] | None:
+            found = self.pending_cards()
+            if len(found) >= count:
+                return found
+            if since is not None:
+                await self._fail_if_ended(since, f"{count} card(s)")
+            return None
+
+        await wait_until(
+            shown, timeout=timeout, what=f"{count} pending card(s)", explain=self.waiting_on
+        )
+        await self.idle(timeout)  # and everything that pause does after posting them
+        return self.pending_cards()
+
     async def wait_for_approvals(self, count: int, *, timeout: float = 10.0) -> list[Message]:
         """Wait until `count` approval messages with buttons are showing; return them."""
 
@@ -207,7 +314,12 @@ class BotHarness:
             found = [m for m in self.slack_api.approval_messages() if m.action_ids()]
             return found if len(found) >= count else None
 
-        await wait_until(pending, timeout=timeout, what=f"{count} pending approval message(s)")
+        await wait_until(
+            pending,
+            timeout=timeout,
+            what=f"{count} pending approval message(s)",
+            explain=self.waiting_on,
+        )
         await self.idle(timeout)  # and everything that pause does after posting them
         return pending() or []
 
@@ -219,34 +331,67 @@ class BotHarness:
             found = [m for m in self.slack_api.question_messages() if m.action_ids()]
             return found if len(found) >= count else None
 
-        await wait_until(pending, timeout=timeout, what=f"{count} question card(s)")
+        await wait_until(
+            pending, timeout=timeout, what=f"{count} question card(s)", explain=self.waiting_on
+        )
         await self.idle(timeout)
         return pending() or []
 
     def run_message(self) -> Message:
+        """The latest run message (the one a run posts when it starts, updated as it goes)."""
         runs = [m for m in self.slack_api.top_level() if "started agent" in m.all_text()]
         assert runs, "no run message was posted"
         return runs[-1]
 
     async def wait_for_status(self, word: str, *, timeout: float = 10.0) -> Message:
-        """Wait until the latest run message's status contains `word` (finished, failed...)."""
+        """Wait until the latest run message's status contains `word` (finished, failed...);
+        return that message."""
 
         def status() -> Message | None:
             runs = [m for m in self.slack_api.top_level() if "started agent" in m.all_text()]
             return runs[-1] if runs and word in status_line(runs[-1]) else None
 
-        result: Message = await wait_until(status, timeout=timeout, what=f"run status {word!r}")
+        result: Message = await wait_until(
+            status, timeout=timeout, what=f"run status {word!r}", explain=self.waiting_on
+        )
         return result
 
     def run_thread(self) -> list[Message]:
+        """The messages in the latest run's thread (its output, notes, follow-up answers)."""
         run = self.run_message()
         return self.slack_api.thread(run.channel, run.ts)
 
     async def start_and_wait(self, task: str, *, user: str, channel: str = "C1") -> Message:
-        """`user` types `/agent <task>`; returns the one approval message the run pauses on."""
+        """`user` types `/agent <task>` in `channel`; returns the card the run then waits on:
+        an approval request, or a question (`ask_human`) when the agent asks first. A start
+        the bot refuses, a run that ends without waiting, and a run that waits on several cards
+        at once fail here, saying so (for several: `bot.slack.command`, then
+        `wait_for_cards(n)`)."""
+        mark = len(await self.audit())
         await self.slack.command(task, user=user, channel=channel)
-        [approval] = await self.wait_for_approvals(1)
-        return approval
+        cards = await self.wait_for_cards(1, since=mark)
+        if len(cards) != 1:
+            raise AssertionError(
+                f"the run waits on {len(cards)} cards, not one: use wait_for_cards({len(cards)}). "
+                + await self.waiting_on()
+            )
+        return cards[0]
+
+    async def _fail_if_ended(self, since: int, what: str) -> None:
+        """While waiting for `what`: a start refused, or a run started and ended (finished,
+        failed, cancelled), after the audit's first `since` entries will not show it."""
+        entries = (await self.audit())[since:]
+        if any(e.get("kind") == "start_refused" for e in entries):
+            raise AssertionError(
+                f"waiting for {what}, but the start was refused. " + await self.waiting_on()
+            )
+        for entry in entries:
+            if entry.get("kind") == "run_started":
+                run = await self.runtime.service.store.get_run(entry.get("run_id", ""))
+                if run is not None and run.status in ENDED:
+                    raise AssertionError(
+                        f"waiting for {what}, but the run ended. " + await self.waiting_on()
+                    )
 
     # Acting as people would ----------------------------------------------------------------
 
@@ -267,7 +412,11 @@ class BotHarness:
         opened = len(self.slack_api.views)
         sent = await self.click(message, ALWAYS_REJECT if always else REJECT, user=user)
         assert sent.status == 200, sent
-        await wait_until(lambda: len(self.slack_api.views) > opened, what="the reject modal")
+        await wait_until(
+            lambda: len(self.slack_api.views) > opened,
+            what="the reject modal",
+            explain=self.waiting_on,
+        )
         view = self.slack_api.views[-1]["view"]
         values = {REASON_BLOCK: {REASON_INPUT: {"type": "plain_text_input", "value": reason}}}
         return await self.slack.submit(view, values, user=user)
@@ -277,7 +426,11 @@ class BotHarness:
         opened = len(self.slack_api.views)
         sent = await self.click(message, question_blocks.ANSWER, user=user)
         assert sent.status == 200, sent
-        await wait_until(lambda: len(self.slack_api.views) > opened, what="the answer modal")
+        await wait_until(
+            lambda: len(self.slack_api.views) > opened,
+            what="the answer modal",
+            explain=self.waiting_on,
+        )
         view = self.slack_api.views[-1]["view"]
         field = {"type": "plain_text_input", "value": text}
         values = {question_blocks.ANSWER_BLOCK: {question_blocks.ANSWER_INPUT: field}}
@@ -288,9 +441,29 @@ class BotHarness:
         opened = len(self.slack_api.views)
         sent = await self.click(message, EDIT, user=user)
         assert sent.status == 200, sent
-        await wait_until(lambda: len(self.slack_api.views) > opened, what="the edit modal")
+        await wait_until(
+            lambda: len(self.slack_api.views) > opened,
+            what="the edit modal",
+            explain=self.waiting_on,
+        )
         view: dict[str, Any] = self.slack_api.views[-1]["view"]
         return view
+
+    async def edit(self, message: Message, *, user: str, **arguments: str) -> Sent:
+        """`user` clicks Edit on a card, changes the named arguments in the modal (as typed:
+        `path="/var/log/app"`, `replicas="3"`) and submits it; the bot's answer says what it
+        refused, if anything (`sent.json()["errors"]`). For a modal with one JSON text, or to
+        look at the modal first: `open_edit`, `edit_values` and `bot.slack.submit`."""
+        view = await self.open_edit(message, user=user)
+        changed = {f"field:{name}": value for name, value in arguments.items()}
+        return await self.slack.submit(view, edit_values(view, changed), user=user)
+
+    async def reply(self, message: Message, text: str, *, user: str) -> Sent:
+        """`user` replies `text` in the thread of `message` (a card: `reject: <reason>` there
+        rejects, a reply to a question answers it; the run message: a follow-up turn)."""
+        return await self.slack.thread_reply(
+            text, user=user, channel=message.channel, thread_ts=message.ts
+        )
 
     async def audit(self) -> list[dict[str, str]]:
         """The audit trail so far, oldest first."""
@@ -313,4 +486,6 @@ class BotHarness:
         async def settled() -> bool:
             return await quiet() and await quiet()
 
-        await wait_until(settled, timeout=timeout, what="the bot to be idle")
+        await wait_until(
+            settled, timeout=timeout, what="the bot to be idle", explain=self.waiting_on
+        )
