@@ -17,6 +17,7 @@ from aiohttp import web
 
 from bot import metrics
 from bot.errors import ApprovalBotError
+from bot.listening import start_site
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +71,8 @@ class OpsServer:
     async def start(self) -> None:
         await self._runner.setup()
         self._started = True
-        site = web.TCPSite(self._runner, self.host, self.port)
         try:
-            await site.start()
+            self.port = await start_site(self._runner, self.host, self.port)
         except OSError as exc:
             await self.stop()
             raise PortUnavailable(

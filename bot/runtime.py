@@ -22,6 +22,7 @@ from bot.config import Settings
 from bot.engine.registry import AgentRegistry
 from bot.engine.runner import Engine
 from bot.engine.tracing import Tracing
+from bot.listening import start_site
 from bot.outage import OUTAGE
 from bot.service.approvals import ApprovalService
 from bot.service.authorize import Authorizer
@@ -434,8 +435,7 @@ async def serve_http(runtime: BotRuntime, host: str, port: int, stop: asyncio.Ev
     http_drain = min(HTTP_DRAIN_SECONDS, budget / 4)
     runner = web.AppRunner(runtime.web_app(), access_log=None, shutdown_timeout=http_drain)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
+    port = await start_site(runner, host, port)
     log.info("serving Slack on http://%s:%d/slack/events (also /metrics, /healthz, /readyz)",
              host, port)  # fmt: skip
     try:

@@ -13,6 +13,11 @@ replaced, `sys.path` starts with the working directory and the environment's PYT
 `python -m` sets it), import caches are dropped (tests write modules), `random` is reseeded.
 Nothing read from the environment at import time is preloaded (`bot.examples` is not).
 
+A request may carry bound sockets besides the standard streams: the child gets them from file
+descriptor 3 on with LISTEN_FDS / LISTEN_PID set, as systemd passes them, and the bot serves on
+the one bound to the address it is told (`bot.listening`), so no other process can take a
+test's port between choosing and serving it.
+
 The server is the child's parent, so it reaps it and sends its exit status back over the
 request's connection; `ForkedProcess` is the `subprocess.Popen` subset the tests use. Tests of
 how the bot starts from a shell (`python -m bot`, the console script) still run it for real.
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import importlib
 import io
 import json
@@ -38,12 +44,14 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PRELOAD = ("bot.cli", "bot.runtime", "bot.checks", "bot.sandbox.server", "bot.store.connection")
 _HEADER = struct.Struct("!I")
+MAX_FDS = 16  # stdin, stdout, stderr and listening sockets
 
 
 # The server ------------------------------------------------------------------------------------
@@ -63,16 +71,24 @@ def _child(request: dict[str, Any], fds: list[int], base_path: list[str]) -> Non
     """In the forked child: become `python -m bot <args>`; never returns."""
     code = 1
     try:
-        for target, fd in enumerate(fds):
+        # Out of the way first (a received descriptor may have a number a target takes), then
+        # stdin, stdout, stderr, and any listening sockets from 3 on, as systemd passes them.
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds]
+        for fd in fds:
+            os.close(fd)
+        for target, fd in enumerate(high):
             os.dup2(fd, target)
             os.close(fd)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        if len(fds) > 3:  # the bot serves on them (`bot.listening`)
+            os.environ.update(LISTEN_FDS=str(len(fds) - 3), LISTEN_PID=str(os.getpid()))
         extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[:] = [request["cwd"], *extra, *base_path]
         importlib.invalidate_caches()
+        tempfile.tempdir = None  # found again from this environment's TMPDIR
         random.seed()
         if request["env"].get("PYTHONUNBUFFERED"):
             for stream in (sys.stdout, sys.stderr):
@@ -116,7 +132,7 @@ def serve(address: str) -> None:
         for _key, _ in selector.select(timeout=0.02):
             conn, _ = listener.accept()
             try:
-                head, fds, _flags, _addr = socket.recv_fds(conn, _HEADER.size, 3)
+                head, fds, _flags, _addr = socket.recv_fds(conn, _HEADER.size, MAX_FDS)
                 head += _recv_exact(conn, _HEADER.size - len(head))
                 request = json.loads(_recv_exact(conn, _HEADER.unpack(head)[0]))
             except Exception:  # a client that went away
@@ -240,16 +256,19 @@ class ForkedProcess:
 
 def fork_bot(
     args: list[str], *, env: dict[str, str], cwd: Path | str, stdout: int | None = None,
-    stderr: int | None = None,
+    stderr: int | None = None, listeners: Sequence[socket.socket] = (),
 ) -> ForkedProcess:  # fmt: skip
     """`python -m bot <args>` in `cwd` with exactly `env`; stdin is /dev/null, stdout and
-    stderr are the given file descriptors (this process's own by default)."""
+    stderr are the given file descriptors (this process's own by default). `listeners` are
+    bound sockets the child gets as systemd would pass them (fd 3 on, LISTEN_FDS): a server
+    asked to listen on one's address serves on it (`bot.listening`)."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(_SERVER.ensure())
     payload = json.dumps({"args": list(args), "env": dict(env), "cwd": str(cwd)}).encode()
     with open(os.devnull, "rb") as devnull:
         fds = [devnull.fileno(), sys.stdout.fileno() if stdout is None else stdout,
-               sys.stderr.fileno() if stderr is None else stderr]  # fmt: skip
+               sys.stderr.fileno() if stderr is None else stderr,
+               *(sock.fileno() for sock in listeners)]  # fmt: skip
         socket.send_fds(conn, [_HEADER.pack(len(payload))], fds)
     conn.sendall(payload)
     line = b""

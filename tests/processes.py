@@ -18,29 +18,53 @@ from tests.forkserver import ForkedProcess, fork_bot
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# Ports for the bots these tests start: below the kernel's ephemeral range (32768 and up), where
-# every outgoing connection takes its local port (CI saw a bot fail to bind a port the kernel had
-# handed out as "free", then given to a connection), and a block of them per pytest-xdist worker,
-# so two workers never pick the same one.
-PORTS_FROM, PORTS_PER_WORKER = 20_000, 1_500
-_next_port = 0
+# Ports for the servers these tests start. A port chosen as "free" and bound later by the bot
+# could be taken meanwhile (by another test worker, by another suite running on the same
+# machine, by an outgoing connection given it as its local port), so each is bound here at once
+# (to port 0: the kernel's choice) and the socket itself is handed to the process that serves
+# on it (`bot.listening`: as systemd's socket activation does). Until then nothing listens on
+# it: a connection is refused, as to a port nothing serves.
+_HELD: dict[int, socket.socket] = {}
+PORT_OPTIONS = ("--port", "--metrics-port")
 
 
 def free_port() -> int:
-    """A port nothing listens on, that no other test worker will pick."""
-    global _next_port
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    base = PORTS_FROM + (int(worker) if worker.isdigit() else 0) % 8 * PORTS_PER_WORKER
-    for _ in range(PORTS_PER_WORKER):
-        port = base + _next_port
-        _next_port = (_next_port + 1) % PORTS_PER_WORKER
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError(f"no free port in {base}..{base + PORTS_PER_WORKER}")
+    """A port bound (not listened on) by this process until a server started with it takes the
+    socket: `start_process` / `listeners_for` hand it to a bot started with `--port` or
+    `--metrics-port` set to it, `take_socket` to a server of the test's own. One port, one
+    server: a bot restarted needs a new port (the same one named again is not handed over, so
+    the bot tries to bind it itself, as a second worker on a taken metrics port does)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = int(sock.getsockname()[1])
+    _HELD[port] = sock
+    return port
+
+
+def take_socket(port: int) -> socket.socket:
+    """The bound socket of `port` (from `free_port`), for the caller to serve on (aiohttp:
+    `web.SockSite(runner, sock)`); no longer held here."""
+    return _HELD.pop(port)
+
+
+def listeners_for(args: list[str]) -> list[socket.socket]:
+    """The held sockets of the ports `args` tells a bot to listen on (taken: the caller hands
+    them to the child and closes its own copies)."""
+    wanted = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg in PORT_OPTIONS]
+    return [_HELD.pop(int(port)) for port in wanted if port.isdigit() and int(port) in _HELD]
+
+
+def fork_with_ports(
+    args: list[str], *, env: dict[str, str], cwd: Path | str, stdout: int | None = None,
+    stderr: int | None = None,
+) -> ForkedProcess:  # fmt: skip
+    """`fork_bot`, handing the child the sockets of the ports its arguments name."""
+    listeners = listeners_for(args)
+    try:
+        return fork_bot(args, env=env, cwd=cwd, stdout=stdout, stderr=stderr, listeners=listeners)
+    finally:
+        for sock in listeners:
+            sock.close()  # the child has its own copy
 
 
 def bot_env(slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -69,8 +93,8 @@ def bot_env(slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, **extra: str
 
 def start_process(args: list[str], env: dict[str, str]) -> ForkedProcess:
     """`python -m bot ...` in the test's own directory (never the repo, where a .env may be),
-    forked from the test fork server (see `tests.forkserver`)."""
-    return fork_bot(args, env=env, cwd=env.get("TEST_HOME", ROOT))
+    forked from the test fork server (see `tests.forkserver`), given its ports' sockets."""
+    return fork_with_ports(args, env=env, cwd=env.get("TEST_HOME", ROOT))
 
 
 def stop_process(process: ForkedProcess) -> None:

@@ -443,7 +443,7 @@ async def test_a_call_expires_on_time_once_across_a_restart(
         assert await asyncio.to_thread(first.wait, 30) == 0
     stored = await call_hash(redis_url, aid)
     assert stored["status"] == "pending" and time.time() < expiry(stored)
-    async with running_bot(env, port):
+    async with running_bot(env, free_port()):
         ready_at = time.time()
         await wait_until(
             lambda: any(

@@ -20,8 +20,16 @@ from bot.store.connection import EmbeddedRedis
 from bot.testing.harness import BOT_TOKEN, SIGNING_SECRET, wait_until
 from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI
-from tests.forkserver import ForkedProcess, fork_bot
-from tests.processes import ROOT, bot_env, free_port, ledger, running_bot, stop_process
+from tests.forkserver import ForkedProcess
+from tests.processes import (
+    ROOT,
+    bot_env,
+    fork_with_ports,
+    free_port,
+    ledger,
+    running_bot,
+    stop_process,
+)
 from tests.test_operations import METRICS
 
 
@@ -33,7 +41,7 @@ def logs(tmp_path: Path) -> Iterator[Path]:
 
 def spawn(args: list[str], env: dict[str, str], stderr: Path) -> ForkedProcess:
     with stderr.open("ab") as sink:
-        return fork_bot(args, env=env, cwd=ROOT, stderr=sink.fileno())
+        return fork_with_ports(args, env=env, cwd=ROOT, stderr=sink.fileno())
 
 
 def read(path: Path) -> str:

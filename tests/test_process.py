@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,8 @@ async def test_sigkill_while_waiting_then_a_new_process_resumes(
         [approval] = await wait_until(lambda: slack.approval_messages(), what="approval message")
         first.send_signal(signal.SIGKILL)
         await asyncio.to_thread(first.wait, 10)
+    port = free_port()  # the new process's
+    url = f"http://127.0.0.1:{port}/slack/events"
     async with running_bot(env, port), SlackRequests(url, SIGNING_SECRET) as requests:
         sent = await requests.click(
             APPROVE, approval.button_value(APPROVE), user="U2", channel="C1"
@@ -64,6 +67,8 @@ async def test_embedded_redis_keeps_pending_approvals_across_a_restart(
         # Wait off the event loop: the Slack stand-in the bot is still talking to runs on it.
         assert await asyncio.to_thread(first.wait, 30) == 0
     assert (tmp_path / "data" / "appendonlydir").is_dir()
+    port = free_port()  # the new process's
+    url = f"http://127.0.0.1:{port}/slack/events"
     async with running_bot(env, port), SlackRequests(url, SIGNING_SECRET) as requests:
         await requests.click(APPROVE, approval.button_value(APPROVE), user="U3", channel="C1")
         await wait_until(
@@ -128,6 +133,24 @@ async def test_a_redis_server_left_by_a_killed_bot_is_stopped_before_a_new_one(
     finally:
         second.stop()
         first.stop()
+
+
+async def test_an_embedded_redis_whose_port_was_taken_first_starts_on_another(
+    tmp_path: Path,
+) -> None:
+    """The port was free when chosen, and another server took it before redis-server bound
+    it: the bot's Redis starts on another port, and the bot never talks to the other server."""
+    server = EmbeddedRedis(tmp_path)
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", server.port))
+        other.listen()  # accepts, never answers
+        taken = server.port
+        await server.start()
+        try:
+            assert server.port != taken
+            assert await EmbeddedRedis.running_url(tmp_path) == server.url
+        finally:
+            server.stop()
 
 
 def redis_servers_on(data_dir: Path) -> list[int]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bot.sandbox.server import serve
-from tests.processes import ROOT, free_port
+from tests.processes import ROOT
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 try:
@@ -30,12 +30,11 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture
 async def sandbox_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
     monkeypatch.chdir(tmp_path)
-    port = free_port()
-    stop, ready = asyncio.Event(), asyncio.Event()
+    stop, ready = asyncio.Event(), asyncio.get_running_loop().create_future()
     task = asyncio.create_task(
         serve(
             host="127.0.0.1",
-            port=port,
+            port=0,  # the kernel's choice: `ready` says which
             agents="bot.examples.agents:agents",
             policy_file=None,
             offline=True,
@@ -43,7 +42,14 @@ async def sandbox_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncI
             ready=ready,
         )
     )
-    await asyncio.wait_for(ready.wait(), timeout=30)
+    await asyncio.wait([ready, task], timeout=60, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()  # raises what stopped it
+    if not ready.done():
+        stop.set()
+        await task
+        raise TimeoutError("the sandbox did not serve its page within 60 s")
+    port = ready.result()
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

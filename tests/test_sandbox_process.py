@@ -17,7 +17,8 @@ from typing import Any
 import aiohttp
 
 from bot.testing.harness import wait_until
-from tests.processes import ROOT, free_port
+from tests.forkserver import ForkedProcess
+from tests.processes import ROOT, fork_with_ports, free_port
 
 
 def sandbox_env(tmp_path: Path) -> dict[str, str]:
@@ -28,16 +29,22 @@ def sandbox_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def start_sandbox(tmp_path: Path, port: int) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "bot", "sandbox", "--port", str(port)],
-        cwd=tmp_path,  # no .env, no policy.yml: the sandbox's own defaults
-        env=sandbox_env(tmp_path),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def start_sandbox(tmp_path: Path, port: int) -> ForkedProcess:
+    """`approval-bot sandbox --port <port>` (given the port's socket when it is one of
+    `free_port`'s), its output in `output(tmp_path)`."""
+    with (tmp_path / "sandbox.out").open("ab") as out:
+        return fork_with_ports(
+            ["sandbox", "--port", str(port)],
+            env=sandbox_env(tmp_path),
+            cwd=tmp_path,  # no .env, no policy.yml: the sandbox's own defaults
+            stdout=out.fileno(),
+            stderr=out.fileno(),
+        )
+
+
+def output(tmp_path: Path) -> str:
+    path = tmp_path / "sandbox.out"
+    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def processes_using(path: Path) -> list[str]:
@@ -81,7 +88,7 @@ async def test_the_sandbox_serves_a_card_and_stops_cleanly_on_ctrl_c(tmp_path: P
         async with aiohttp.ClientSession() as http:
 
             async def served() -> bool:
-                assert process.poll() is None, process.communicate()
+                assert process.poll() is None, output(tmp_path)
                 try:
                     async with http.get(page) as response:
                         return response.status == 200 and "approval-bot" in await response.text()
@@ -170,7 +177,7 @@ async def test_the_sandbox_serves_a_card_and_stops_cleanly_on_ctrl_c(tmp_path: P
             assert "Approved by <@U0BOB>" in text
 
         process.send_signal(signal.SIGINT)  # Ctrl-C
-        assert process.wait(timeout=60) == 0, process.communicate()
+        assert process.wait(timeout=60) == 0, output(tmp_path)
     finally:
         if process.poll() is None:
             process.kill()
@@ -184,7 +191,8 @@ def test_a_taken_port_is_a_clear_error_and_leaves_nothing_running(tmp_path: Path
         taken.listen()
         port = taken.getsockname()[1]
         process = start_sandbox(tmp_path, port)
-        _, err = process.communicate(timeout=60)
+        process.wait(timeout=60)
+    err = output(tmp_path)
     assert process.returncode == 1
     assert f"cannot serve http://127.0.0.1:{port}" in err and "--port" in err
     assert "Traceback" not in err

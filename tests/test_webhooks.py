@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,7 @@ from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
 from tests.docs_samples import DOCS, blocks
-from tests.processes import bot_env, free_port, running_bot
+from tests.processes import bot_env, free_port, running_bot, take_socket
 
 SECRET = "webhook-secret-for-tests-0123456789"
 TIMEOUT = 0.3  # the bot's webhook timeout in these tests: a "timeout" answer sleeps past it
@@ -46,11 +47,15 @@ verified = receiver_check()
 
 class Receiver:
     """A webhook receiver on 127.0.0.1 that answers its first requests from `failures`
-    ("500", "timeout", "hang": until told to accept), then accepts, once per idempotency key."""
+    ("500", "timeout", "hang": until told to accept), then accepts, once per idempotency key.
+    It serves on `sock` (a port the test named before it was up) or on a port of its own."""
 
-    def __init__(self, failures: list[str] | None = None, port: int = 0) -> None:
+    def __init__(
+        self, failures: list[str] | None = None, sock: socket.socket | None = None
+    ) -> None:
         self.failures = list(failures or [])
-        self.port = port
+        self.sock = sock
+        self.port = 0
         self.attempts: list[str] = []  # the idempotency key of every request, in order
         self.accepted: list[dict[str, Any]] = []  # bodies answered 200 the first time
         self.duplicates = 0
@@ -67,7 +72,11 @@ class Receiver:
         app.add_routes([web.post("/hook", self._handle)])
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        site: web.BaseSite
+        if self.sock is not None:
+            site = web.SockSite(self._runner, self.sock)
+        else:
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return self
@@ -247,8 +256,10 @@ async def test_undelivered_events_survive_a_restart(
             await asyncio.to_thread(first.wait, 10)
         before = [entry_id for entry_id, _ in await client.xrange(AUDIT_STREAM)]
         assert len(before) >= 2  # run_started, paused: never delivered
+        port = free_port()  # the new process's
+        url = f"http://127.0.0.1:{port}/slack/events"
         async with (
-            Receiver(port=hook_port) as receiver,
+            Receiver(sock=take_socket(hook_port)) as receiver,
             running_bot(env, port),
             SlackRequests(url, SIGNING_SECRET) as sent,
         ):

@@ -26,6 +26,7 @@ from pydantic import SecretStr
 
 from bot.config import Settings
 from bot.engine.registry import AgentRegistry
+from bot.listening import start_site
 from bot.runtime import BotRuntime
 from bot.service.policy_source import PolicySource
 from bot.slack.blocks import EDIT_MODAL, REASON_BLOCK, REASON_INPUT
@@ -326,9 +327,10 @@ async def serve(
     policy_file: Path | None,
     offline: bool,
     stop: asyncio.Event,
-    ready: asyncio.Event | None = None,
+    ready: asyncio.Future[int] | None = None,
 ) -> None:
-    """Run the sandbox until `stop` is set; `ready` is set once the page is served."""
+    """Run the sandbox until `stop` is set; `ready` gets the page's port once it is served
+    (the kernel's choice when `port` is 0)."""
     with tempfile.TemporaryDirectory(prefix="approval-bot-sandbox-") as tmp:
         sandbox = Sandbox(
             agents=agents, policy_file=policy_file, offline=offline, data_dir=Path(tmp)
@@ -337,7 +339,7 @@ async def serve(
         try:
             await sandbox.start()
             await runner.setup()
-            await web.TCPSite(runner, host, port).start()
+            port = await start_site(runner, host, port)
             mode = "an offline demo model" if offline else "the agents' own models"
             print(
                 f"Sandbox ready: open http://{host}:{port} (agents {agents}, {mode}; "
@@ -345,7 +347,7 @@ async def serve(
                 flush=True,
             )
             if ready is not None:
-                ready.set()
+                ready.set_result(port)
             await stop.wait()
         finally:
             await runner.cleanup()

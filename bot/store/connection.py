@@ -376,6 +376,13 @@ def die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
+PORT_ATTEMPTS = 5
+
+
+def _same_directory(path: str, directory: Path) -> bool:
+    return Path(path) == directory.resolve()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -401,6 +408,7 @@ class EmbeddedRedis:
     def __init__(self, data_dir: Path, *, port: int | None = None) -> None:
         self.data_dir = data_dir
         self.port = port or _free_port()
+        self._port_chosen = not port  # ours to change when another process took it first
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -432,38 +440,72 @@ class EmbeddedRedis:
     async def start(self, timeout: float = 10.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         await self._stop_leftover()
+        # The port was free when chosen; another process may have bound it since (an outgoing
+        # connection given it as its local port, another server): then on another port.
+        for _ in range(PORT_ATTEMPTS - 1):
+            if await self._launch(timeout) or not self._port_chosen:
+                break
+            log.info("port %d was taken before the redis-server bound it: another", self.port)
+            self.port = _free_port()
+        else:
+            await self._launch(timeout)
+        if self.process is None:
+            raise RedisUnavailable(
+                f"the embedded redis-server could not bind a port; see {self._log}"
+            )
+        (self.data_dir / "redis.port").write_text(str(self.port))  # for `audit` and restarts
+        log.info(
+            "started embedded redis-server on 127.0.0.1:%d (data in %s)", self.port, self.data_dir
+        )
+
+    @property
+    def _log(self) -> Path:
+        return self.data_dir / "redis.log"
+
+    async def _launch(self, timeout: float) -> bool:
+        """Start the server on `self.port` and wait until it answers; False (and no process)
+        when its port was taken first."""
+        logged = self._log.stat().st_size if self._log.exists() else 0
         # Its own session: a Ctrl-C or SIGTERM to the bot's process group must not stop Redis
         # while the bot is still draining; the bot stops it last. If the bot dies without
         # stopping it (SIGKILL, OOM), the kernel sends it SIGTERM (a clean shutdown).
-        self.process = subprocess.Popen(  # noqa: ASYNC220
+        process = self.process = subprocess.Popen(  # noqa: ASYNC220
             self.command(),
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             preexec_fn=die_with_parent(),
         )
-        client = redis.Redis.from_url(self.url)
+        client = redis.Redis.from_url(self.url, socket_timeout=1, socket_connect_timeout=1)
         try:
             deadline = asyncio.get_running_loop().time() + timeout
             while True:
                 try:
-                    if await client.ping():
-                        break
-                except (redis.ConnectionError, OSError):
-                    if (
-                        self.process.poll() is not None
-                        or asyncio.get_running_loop().time() > deadline
-                    ):
-                        raise RedisUnavailable(
-                            f"the embedded redis-server did not start; see "
-                            f"{self.data_dir / 'redis.log'}"
-                        ) from None
-                    await asyncio.sleep(0.05)
+                    # This very process: a server another test or bot started may answer there.
+                    info = await client.info("server")
+                    if int(info.get("process_id", 0)) == process.pid:
+                        return True
+                except (redis.RedisError, OSError):  # not up yet, or not a Redis at all
+                    pass
+                exited = process.poll() is not None
+                if exited and b"Address already in use" in self._logged_since(logged):
+                    self.process = None
+                    return False
+                if exited or asyncio.get_running_loop().time() > deadline:
+                    self.stop()
+                    raise RedisUnavailable(
+                        f"the embedded redis-server did not start; see {self._log}"
+                    )
+                await asyncio.sleep(0.05)
         finally:
             await client.aclose()
-        (self.data_dir / "redis.port").write_text(str(self.port))  # for `audit` and restarts
-        log.info(
-            "started embedded redis-server on 127.0.0.1:%d (data in %s)", self.port, self.data_dir
-        )
+
+    def _logged_since(self, offset: int) -> bytes:
+        try:
+            with self._log.open("rb") as log_file:
+                log_file.seek(offset)
+                return log_file.read()
+        except OSError:
+            return b""
 
     async def _stop_leftover(self) -> None:
         """A bot killed with SIGKILL leaves its redis-server running on this directory: shut it
@@ -494,7 +536,9 @@ class EmbeddedRedis:
         url = f"redis://127.0.0.1:{port}/0"
         client = redis.Redis.from_url(url, socket_connect_timeout=1)
         try:
-            return url if await client.ping() else None
+            # The port may be another server's by now (the file outlives the server).
+            found = await client.config_get("dir")
+            return url if _same_directory(found.get("dir") or "", data_dir) else None
         except (redis.RedisError, OSError):
             return None
         finally:

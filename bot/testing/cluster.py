@@ -9,6 +9,7 @@ runs on either kind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -28,22 +30,67 @@ from bot.store.connection import LISTPACK_SETTINGS, RedisUnavailable, detect_mod
 SLOTS = 16384
 
 
-def _free_ports(count: int) -> list[int]:
-    """`count` free ports whose cluster bus ports (port + 10000) are free too."""
-    found: list[int] = []
-    while len(found) < count:
+PORT_ATTEMPTS = 5
+
+
+def _free_port(*, bus: bool = False) -> int:
+    """A port free now (with `bus`, its cluster bus port, port + 10000, too). Another process
+    may bind it before the server does: `_start_server` then tries another."""
+    while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
-        if port + 10000 > 65535 or port in found:
+        if not bus:
+            return port
+        if port + 10000 > 65535:
             continue
-        with socket.socket() as bus:
+        with socket.socket() as other:
             try:
-                bus.bind(("127.0.0.1", port + 10000))
+                other.bind(("127.0.0.1", port + 10000))
             except OSError:
                 continue
-        found.append(port)
-    return found
+        return port
+
+
+def _start_server(
+    args: Callable[[int], list[str]], folder: Path, *, bus: bool = False, timeout: float = 20.0
+) -> tuple[subprocess.Popen[bytes], int]:
+    """`redis-server <args(port)>` in `folder` on a free port, answering; the process and its
+    port. When another process took the port first (another test's server, a connection given
+    it as its local port), on another port: a test never talks to a server not its own."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RedisUnavailable("no `redis-server` on PATH for the test servers")
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "redis.log"
+    for _ in range(PORT_ATTEMPTS):
+        port = _free_port(bus=bus)
+        logged = log.stat().st_size if log.exists() else 0
+        process = subprocess.Popen(
+            [binary, *args(port), "--dir", str(folder), "--logfile", "redis.log"],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),  # a test killed outright leaves none behind
+        )
+        deadline = time.monotonic() + timeout
+        client = redis.Redis(port=port, socket_timeout=1, socket_connect_timeout=1)
+        try:
+            while True:
+                with contextlib.suppress(redis.RedisError, OSError, ValueError):
+                    if int(client.info("server").get("process_id", 0)) == process.pid:
+                        return process, port
+                if process.poll() is not None:
+                    with log.open("rb") as text:
+                        text.seek(logged)
+                        if b"Address already in use" in text.read():
+                            break  # try another port
+                if process.poll() is not None or time.monotonic() > deadline:
+                    _stop_all([process])
+                    raise RedisUnavailable(f"a test redis-server did not start; see {log}")
+                time.sleep(0.05)
+        finally:
+            client.close()
+    raise RedisUnavailable(f"no free port for a test redis-server in {PORT_ATTEMPTS} attempts")
 
 
 def _stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
@@ -64,8 +111,9 @@ class LocalCluster:
 
     def __init__(self, directory: Path, *, nodes: int = 3, node_timeout_ms: int = 2000) -> None:
         self.directory = directory
+        self.nodes = nodes
         self.node_timeout_ms = node_timeout_ms  # how soon the others call a silent node failed
-        self.ports = _free_ports(nodes)
+        self.ports: list[int] = []  # known once started
         self.processes: list[subprocess.Popen[bytes]] = []
 
     @property
@@ -74,40 +122,20 @@ class LocalCluster:
         return f"redis://127.0.0.1:{self.ports[0]}/0"
 
     def start(self, timeout: float = 20.0) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise RedisUnavailable("no `redis-server` on PATH for the test cluster")
-        for port in self.ports:
-            folder = self.directory / str(port)
-            folder.mkdir(parents=True, exist_ok=True)
-            command = [binary, "--bind", "127.0.0.1", "--port", str(port)]
+        def node(port: int) -> list[str]:
+            command = ["--bind", "127.0.0.1", "--port", str(port)]
             command += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-            command += ["--dir", str(folder), "--save", "", "--appendonly", "no"]
+            command += ["--save", "", "--appendonly", "no"]
             command += ["--maxmemory-policy", "noeviction", *LISTPACK_SETTINGS]
-            command += ["--cluster-node-timeout", str(self.node_timeout_ms)]
-            command += ["--logfile", "redis.log"]
-            self.processes.append(
-                subprocess.Popen(
-                    command,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                    preexec_fn=die_with_parent(),  # a test killed outright leaves none behind
-                )
-            )
+            return [*command, "--cluster-node-timeout", str(self.node_timeout_ms)]
+
+        for index in range(self.nodes):
+            process, port = _start_server(node, self.directory / f"node{index}", bus=True)
+            self.processes.append(process)
+            self.ports.append(port)
         clients = [redis.Redis(port=port, socket_connect_timeout=1) for port in self.ports]
         try:
             deadline = time.monotonic() + timeout
-            for client in clients:
-                while True:
-                    try:
-                        client.ping()
-                        break
-                    except redis.ConnectionError:
-                        if time.monotonic() > deadline:
-                            raise RedisUnavailable(
-                                "the test cluster's nodes did not start"
-                            ) from None
-                        time.sleep(0.05)
             share = SLOTS // len(clients)
             for index, client in enumerate(clients):
                 last = SLOTS - 1 if index == len(clients) - 1 else (index + 1) * share - 1
@@ -196,45 +224,39 @@ class LocalSentinel:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.primary_port, self.replica_port, self.sentinel_port = _free_ports(3)
+        self.primary_port = self.replica_port = self.sentinel_port = 0  # known once started
         self.processes: list[subprocess.Popen[bytes]] = []
 
     @property
     def url(self) -> str:
         return f"redis+sentinel://127.0.0.1:{self.sentinel_port}/{self.service}/0"
 
-    def _start(self, name: str, args: list[str]) -> None:
-        folder = self.directory / name
-        folder.mkdir(parents=True, exist_ok=True)
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise RedisUnavailable("no `redis-server` on PATH for the test sentinel")
-        self.processes.append(
-            subprocess.Popen(
-                [binary, *args, "--dir", str(folder), "--logfile", "redis.log"],
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=die_with_parent(),  # a test killed outright leaves none behind
-            )
-        )
+    def _start(self, name: str, args: Callable[[int], list[str]]) -> int:
+        process, port = _start_server(args, self.directory / name)
+        self.processes.append(process)
+        return port
 
     def start(self, timeout: float = 20.0) -> None:
         data = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"]
         data += ["--maxmemory-policy", "noeviction", *LISTPACK_SETTINGS]
-        self._start("primary", ["--port", str(self.primary_port), *data])
-        self._start(
+        self.primary_port = self._start("primary", lambda port: ["--port", str(port), *data])
+        self.replica_port = self._start(
             "replica",
-            ["--port", str(self.replica_port), *data,
-             "--replicaof", "127.0.0.1", str(self.primary_port)],
+            lambda port: ["--port", str(port), *data,
+                          "--replicaof", "127.0.0.1", str(self.primary_port)],
         )  # fmt: skip
-        config = self.directory / "sentinel.conf"
-        config.write_text(
-            f"port {self.sentinel_port}\nbind 127.0.0.1\n"
-            f"sentinel monitor {self.service} 127.0.0.1 {self.primary_port} 1\n"
-            f"sentinel down-after-milliseconds {self.service} 1000\n"
-            f"sentinel failover-timeout {self.service} 10000\n"
-        )
-        self._start("sentinel", [str(config), "--sentinel"])
+
+        def sentinel(port: int) -> list[str]:
+            config = self.directory / "sentinel.conf"
+            config.write_text(
+                f"port {port}\nbind 127.0.0.1\n"
+                f"sentinel monitor {self.service} 127.0.0.1 {self.primary_port} 1\n"
+                f"sentinel down-after-milliseconds {self.service} 1000\n"
+                f"sentinel failover-timeout {self.service} 10000\n"
+            )
+            return [str(config), "--sentinel"]
+
+        self.sentinel_port = self._start("sentinel", sentinel)
         deadline = time.monotonic() + timeout
         while self.replicas_known() < 1 or not self._in_sync():
             if time.monotonic() > deadline:

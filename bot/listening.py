@@ -1,0 +1,68 @@
+"""Where the bot's HTTP servers listen: on a socket handed over by whoever started the process,
+when one is bound to the address asked for, else on a port they bind themselves.
+
+The hand-over is systemd's socket activation protocol: listening sockets from file descriptor
+3 on, `LISTEN_FDS` of them, meant for the process `LISTEN_PID` names (when set). A supervisor
+that binds first (systemd, or a test that binds port 0 and passes the socket on) never loses
+the port to another process between choosing it and the bot's start, and may bind ports the
+bot itself could not. Without `LISTEN_FDS` nothing changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+
+from aiohttp import web
+
+FIRST_FD = 3  # SD_LISTEN_FDS_START
+_handed: list[socket.socket] | None = None
+
+
+def handed_over() -> list[socket.socket]:
+    """The listening sockets this process was started with (read once; the variables are then
+    removed, so processes the bot starts, such as its redis-server, do not look for them)."""
+    global _handed
+    if _handed is not None:
+        return _handed
+    _handed = []
+    count, pid = os.environ.pop("LISTEN_FDS", ""), os.environ.pop("LISTEN_PID", "")
+    os.environ.pop("LISTEN_FDNAMES", None)
+    if not count.isdigit() or (pid and pid != str(os.getpid())):
+        return _handed
+    for fd in range(FIRST_FD, FIRST_FD + int(count)):
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError:  # not open, or not a socket
+            continue
+        if sock.type == socket.SOCK_STREAM and sock.family in (socket.AF_INET, socket.AF_INET6):
+            _handed.append(sock)
+        else:
+            sock.detach()  # not ours to close
+    return _handed
+
+
+def handed_socket(host: str, port: int) -> socket.socket | None:
+    """The handed-over socket bound to `host`:`port`, if there is one (port 0 names none)."""
+    if port == 0:
+        return None
+    for sock in handed_over():
+        with contextlib.suppress(OSError):
+            bound_host, bound_port = sock.getsockname()[:2]
+            if bound_port == port and bound_host == host:
+                return sock
+    return None
+
+
+async def start_site(runner: web.AppRunner, host: str, port: int) -> int:
+    """Serve `runner` on `host`:`port` (on the socket handed over for it, if any); the port
+    it listens on (the kernel's choice when `port` is 0). Raises OSError when it cannot bind."""
+    sock = handed_socket(host, port)
+    site: web.BaseSite = (
+        web.SockSite(runner, sock) if sock is not None else web.TCPSite(runner, host, port)
+    )
+    await site.start()
+    server = site._server
+    sockets = getattr(server, "sockets", None) or []
+    return int(sockets[0].getsockname()[1]) if sockets else port
