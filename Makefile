@@ -45,8 +45,10 @@ docs: install
 # starts its own redis-server. The slowest are printed.
 PYTEST_WORKERS ?= 3
 
+# It ends with the slowest tests and every skipped test with its reason (-rs; on CI, CI=true,
+# a skip is a failure unless a browser or Docker is missing: tests/conftest.py).
 unit: install
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=15
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=15 -rfEs
 
 ## Everything CI runs: lint, types, the docs site, and the test suite against a real redis-server.
 # All at once (the tests mostly wait, mypy mostly computes); each one's output together.

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bot.sandbox.server import serve
+from tests.capabilities import MISSING_BROWSER
 from tests.processes import ROOT
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -23,7 +24,7 @@ except ImportError:  # pragma: no cover - the dev extras install it
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None or async_playwright is None,
-    reason="needs a browser: `apt-get install chromium` (Debian) and the `playwright` package",
+    reason=f"{MISSING_BROWSER}: `apt-get install chromium` (Debian) and the `playwright` package",
 )
 
 
