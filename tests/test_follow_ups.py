@@ -192,6 +192,30 @@ async def test_a_reply_to_a_failed_run_is_refused(redis_url: str, tmp_path: Path
         assert "This run failed, so it cannot go on" in told[0]
 
 
+async def test_a_reply_to_a_cancelled_run_is_refused_with_who_cancelled_it(
+    redis_url: str,
+) -> None:
+    """A cancelled run cannot go on either: its author is told why (and by whom), privately,
+    and the agent never hears it (#29, item 9: the reply was dropped without a word)."""
+    agent, model = ops_agent(
+        [[function_call("restart_service", {"service": "api"}, call_id="c1")]], Ledger()
+    )
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await bot.start_and_wait("restart api", user="U1")
+        run_id = status_line(bot.run_message()).split("run `", 1)[1].split("`", 1)[0]
+        await bot.slack.command(f"cancel {run_id}", user="U2", channel="C1")
+        await bot.wait_for_status("cancelled")
+        await bot.idle()
+        await say(bot, "why did you stop?", user="U1")
+        told = await wait_until(lambda: bot.slack_api.ephemeral_to("U1"), what="U1 told")
+        assert "This run was cancelled by <@U2>, so it cannot go on" in told[-1]
+        await bot.idle()
+    assert len(model.calls) == 1  # the agent never heard it
+    audit = await bot.audit()
+    [refused] = [e for e in audit if e["kind"] == "follow_up_refused"]
+    assert refused["user"] == "U1" and "cancelled" in refused["detail"]
+
+
 async def test_a_mention_in_a_run_thread_is_one_follow_up(redis_url: str) -> None:
     """Slack sends a mention in a thread twice (`message` and `app_mention`, one ts): the
     agent hears it once."""

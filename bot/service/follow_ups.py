@@ -14,7 +14,7 @@ from bot.service.core import ServiceCore
 from bot.service.limits import refusal, task_too_long
 from bot.service.policy import Verdict
 from bot.service.ports import Actor
-from bot.service.replies import Reply
+from bot.service.replies import Code, Mention, Reply, Text, said
 from bot.store.records import RunRecord, RunStatus
 from bot.store.turns import FollowUp, Queued, Refused, Started
 
@@ -29,6 +29,17 @@ ENDED = {
     "full": "Several follow-ups are already waiting for this run's current turn to end; send "
     "this one once the agent has answered those.",
 }
+
+
+def ended_text(run: RunRecord) -> Text:
+    """Why an ended run cannot go on: it failed, or it was cancelled (by whom)."""
+    if run.status == RunStatus.CANCELLED and run.cancelled_by:
+        return said(
+            "This run was cancelled by {who}, so it cannot go on. Start a new run with {usage}.",
+            who=Mention(run.cancelled_by),
+            usage=Code("/agent <task>"),
+        )
+    return Text.of(ENDED.get(run.status, ENDED["missing"]))
 
 
 class FollowUps:
@@ -56,6 +67,8 @@ class FollowUps:
                 policy.for_team(run.team_id), actor, run_team=run.team_id, starter=run.user_id,
                 channel=run.channel_id, agent=run.agent_name,
             )  # fmt: skip
+        if verdict.allowed and run.status in (RunStatus.FAILED, RunStatus.CANCELLED):
+            verdict = Verdict(False, ended_text(run))  # before anything is spent on it
         if verdict.allowed and task_too_long(self.core.limits, text):
             verdict = Verdict(False, task_too_long(self.core.limits, text))
         if (
@@ -114,6 +127,8 @@ class FollowUps:
                 ),
             )
         assert isinstance(result, Refused)
+        if result.why == RunStatus.CANCELLED:  # cancelled since it was read
+            return Reply(False, ended_text(await self.store.get_run(run.run_id) or run))
         return Reply(False, ENDED.get(result.why, ENDED["missing"]))
 
     async def next_turn(self, run: RunRecord) -> None:

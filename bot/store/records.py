@@ -491,3 +491,5 @@ class CancelResult:
     """already: when (Unix seconds)."""
     calls: tuple[str, ...] = ()
     """ok: the pending calls it cancelled."""
+    message_ts: str = ""
+    """ok: the run message's ts (empty: not posted yet)."""

@@ -159,11 +159,16 @@ def decode_finish(reply: list[Any], run_id: str) -> FinishResult:
 
 
 def decode_cancel(reply: list[Any]) -> CancelResult:
-    """cancel.lua's reply: {'ok', status, cancelled call ids...} | {'already', by, at} |
-    {'ended', status} | {'missing'}."""
+    """cancel.lua's reply: {'ok', status, message ts, cancelled call ids...} |
+    {'already', by, at} | {'ended', status} | {'missing'}."""
     kind = text(reply[0])
     if kind == "ok":
-        return CancelResult("ok", status=text(reply[1]), calls=tuple(text(r) for r in reply[2:]))
+        return CancelResult(
+            "ok",
+            status=text(reply[1]),
+            message_ts=text(reply[2]),
+            calls=tuple(text(r) for r in reply[3:]),
+        )
     if kind == "already":
         return CancelResult("already", by=text(reply[1]), at=float(text(reply[2]) or 0))
     if kind == "ended":
@@ -491,7 +496,8 @@ class Runs:
         approval ids of the run's pause as the caller read them (`RunRecord.call_ids()`; None:
         read here). The script checks them against the pause it finds, and names the pause's
         ids when a newer pause was saved meanwhile: it then runs again on those. `channel`:
-        the run's, to take it off that channel's index."""
+        the run's, to take it off that channel's index (a reply in its thread finds it by its
+        message's ts, as an ended run's)."""
         ids = list(pause) if pause is not None else await self.calls.pause_ids(run_id)
         for _ in range(CANCEL_TRIES):
             reply = await self._cancel(
@@ -506,6 +512,9 @@ class Runs:
         if result.outcome == "ok":
             async with self.redis.pipeline(transaction=False) as pipe:
                 self.outbox.schedule_in(pipe, run_id)
+                if channel and result.message_ts:  # off the channel's index: found by its ts
+                    pipe.set(keys.message_key(channel, result.message_ts), run_id,
+                             ex=self.retention)  # fmt: skip
                 if channel:
                     pipe.zrem(keys.channel_runs_key(channel), run_id)
                 pipe.srem(keys.EXECUTING_RUNS, run_id)

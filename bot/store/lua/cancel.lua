@@ -78,7 +78,8 @@ for _, i in ipairs({1, 2, 4}) do
   redis.call('EXPIRE', KEYS[i], ARGV[4])
 end
 mark(KEYS[3], 'run', ARGV[3], ARGV[4])
-local reply = {'ok', status}
+-- its run message's ts: a reply in its thread finds the run by it (then told it cannot go on)
+local reply = {'ok', status, redis.call('HGET', run, 'message_ts') or ''}
 for _, id in ipairs(cancelled) do
   table.insert(reply, id)
 end
