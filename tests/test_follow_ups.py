@@ -90,6 +90,40 @@ async def test_a_follow_up_by_someone_not_allowed_is_refused_privately(redis_url
     assert [e["kind"] for e in audit].count("follow_up_refused") == 1
 
 
+PRIVATE_FOLLOWERS = """
+channels:
+  G1:
+    starters: [U1]
+    followers: ["*"]
+    approvers: [U2, U3]
+"""
+
+
+async def test_followers_anyone_in_a_private_channel_means_its_members(redis_url: str) -> None:
+    """`followers: ["*"]` is anyone in the channel, as it is for approvers (#29, item 11): a
+    non-member's reply in a private channel's run thread is refused with a sentence, and the
+    agent never hears it; a member's is taken up."""
+    agent, model = ops_agent(
+        [[assistant_message("Done.")], [assistant_message("Sure, U2.")]], Ledger()
+    )
+    async with BotHarness(redis_url, agent, PRIVATE_FOLLOWERS) as bot:
+        bot.slack_api.channel_members["G1"] = ["U1", "U2"]
+        await bot.slack.command("tidy up", user="U1", channel="G1")
+        await wait_until(lambda: in_thread(bot, "Done."), what="the answer")
+        await say(bot, "and now delete everything", user="U9")
+        refused = await wait_until(lambda: bot.slack_api.ephemeral_to("U9"), what="U9 told")
+        assert (
+            "Only <@U1> (who started this run) and the members of this channel may continue it"
+            in refused[0]
+        )
+        await bot.idle()
+        assert len(model.calls) == 1  # the agent never heard it
+        await say(bot, "thanks, one more thing", user="U2")  # a member
+        await wait_until(lambda: in_thread(bot, "Sure, U2."), what="U2's turn")
+    audit = await bot.audit()
+    assert [e["user"] for e in audit if e["kind"] == "follow_up_refused"] == ["U9"]
+
+
 async def test_a_follow_up_while_the_run_waits_is_queued_then_run(redis_url: str) -> None:
     ledger = Ledger()
     agent, model = ops_agent(

@@ -115,6 +115,10 @@ class Sandbox:
         self.channel = next(iter(policy.channels))
         approvers = [p for p in policy.channels[self.channel].approvers if p[0] in "UW"]
         self.people = cast(approvers)
+        # Who is in the channel (`"*"` among approvers or followers): all but the outsider.
+        self.slack.channel_members[self.channel] = [
+            p.user_id for p in self.people if p.role != "outsider"
+        ]
         registry = AgentRegistry.load(self.agents)
         if self.offline:
             use_model(registry.agents.values(), DemoModel(write_gap=0.12))

@@ -6,6 +6,7 @@ cannot be resolved the answer is "not allowed", with the reason, never "allowed"
 `"*"` among a channel's approvers means anyone in that channel (its members, from the channel
 directory), public or private: the people who see the card. Every surface that decides, cancels
 or shows a run asks it the same way, so a private channel's runs never reach a non-member.
+Among followers (who may continue a run in its thread) `"*"` is the channel's members too.
 Among starters `"*"` stays anyone of the served workspace: a slash command comes from a
 conversation its author is in.
 """
@@ -174,8 +175,9 @@ class Authorizer:
         agent: str,
     ) -> Verdict:  # fmt: skip
         """May the actor continue a run (a reply in its thread)? Its starter may, and the
-        channel's `followers` (by default its starters), while the channel still runs agents
-        and still allows the run's agent."""
+        channel's `followers` (by default its starters; `"*"` is the channel's members, as
+        for approvers), while the channel still runs agents and still allows the run's
+        agent."""
         served = self.served(policy, actor)
         if not served.allowed:
             return served
@@ -192,14 +194,18 @@ class Authorizer:
         if actor.user_id == starter:
             return ALLOWED
         followers = rule.followers if rule.followers is not None else rule.starters
-        member = await self.is_among(actor, followers)
+        member = await self.is_among(actor, followers, channel)
         if not member.allowed:
+            who = (
+                "the members of this channel" if "*" in followers else "the people the policy names"
+            )
             return Verdict(
                 False,
-                said(
-                    "Only {starter} (who started this run) and the people the policy names "
-                    "may continue it.",
+                member.said
+                or said(
+                    "Only {starter} (who started this run) and {who} may continue it.",
                     starter=Mention(starter),
+                    who=who,
                 ),
             )
         return ALLOWED
