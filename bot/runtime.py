@@ -31,7 +31,6 @@ from bot.service.limits import StartLimits
 from bot.service.policy_source import PolicySource
 from bot.service.worker import Worker
 from bot.slack.app import build_app, remember_auth_test
-from bot.slack.blocks import use_slack_api
 from bot.slack.channels import SlackChannels
 from bot.slack.groups import SlackGroups
 from bot.slack.home import HomePublisher
@@ -40,6 +39,7 @@ from bot.slack.intake import Refusal, admit, bolt_request
 from bot.slack.notifier import SlackNotifier
 from bot.slack.oauth import Distribution
 from bot.slack.projector import Projector
+from bot.slack.render.base import use_slack_api
 from bot.slack.tokens import WorkspaceTokens
 from bot.slack.webapi import build_client
 from bot.stopping import cancel_and_wait

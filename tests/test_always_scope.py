@@ -247,7 +247,7 @@ async def test_an_always_decision_still_allowed_settles_a_later_pause_without_a_
         await bot.idle()
         assert len(bot.slack_api.approval_messages()) == 2  # no card for the third call
         notes = [m.text for m in bot.run_thread()]
-        assert any("by the Always approve decision of U2" in n for n in notes), notes
+        assert any("by the Always approve decision of <@U2>" in n for n in notes), notes
         entries = await bot.audit()
         await audited(bot)
     assert ledger.names() == ["delete_logs", "restart_service", "delete_logs"]

@@ -150,7 +150,7 @@ async def test_always_on_shell_does_not_follow_a_handoff_to_another_agent(redis_
             what="prod's shell call to pause",
         )
         assert ran == ["ls /srv"]
-        assert card.action_ids() == [APPROVE, "approval_reject"]
+        assert card.action_ids() == [APPROVE, "approval_reject", "approval_show_conversation"]
         await bot.reject(card, user="U3", reason="not on prod")
         await bot.wait_for_status("finished")
         await bot.idle()

@@ -45,17 +45,21 @@ async def test_approve_runs_the_tool_and_posts_the_output(redis_url: str) -> Non
         assert approval.action_ids() == [
             "approval_approve",
             "approval_reject",
+            "approval_edit",
             "approval_always_approve",
             "approval_always_reject",
-            "approval_edit",
+            "approval_show_conversation",
         ]
-        labels = [
-            e["text"]["text"]
-            for b in approval.blocks
-            if b["type"] == "actions"
-            for e in b["elements"]
+        # Three buttons in sight; the rarer choices in the More menu.
+        [actions] = [b for b in approval.blocks if b["type"] == "actions"]
+        labels = [e["text"]["text"] for e in actions["elements"] if e["type"] == "button"]
+        assert labels == ["Approve", "Reject", "Edit"]
+        [menu] = [e for e in actions["elements"] if e["type"] == "overflow"]
+        assert [o["text"]["text"] for o in menu["options"]] == [
+            "Always approve",
+            "Always reject",
+            "Details and conversation",
         ]
-        assert labels == ["Approve", "Reject", "Always approve", "Always reject", "Edit"]
         text = approval.all_text()
         assert "delete_logs" in text and "/var/log/app" in text and "<@U1>" in text
         assert "waiting for 1 approval" in status_line(bot.run_message())

@@ -14,8 +14,9 @@ from agents.testing import ScriptedModel
 
 from bot import ask_human
 from bot.service.policy import PolicyError, parse_policy
-from bot.slack import question_blocks
+from bot.slack import blocks as question_blocks
 from bot.slack.blocks import APPROVE
+from bot.slack.render.question import answer_modal
 from bot.testing.clock import SkippingClock
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
@@ -92,7 +93,7 @@ async def test_answered_with_the_button_the_answer_is_the_tools_result(redis_url
     assert after.action_ids() == []
     text = after.all_text()
     assert "*Answered* by <@U2>" in text
-    assert "UTC:\n>eu-west-1 &lt;not&gt; us &amp; not prod" in text  # quoted, escaped
+    assert "UTC>:\n>eu-west-1 &lt;not&gt; us &amp; not prod" in text  # quoted, escaped
     audit = await bot.audit()
     kinds = [e["kind"] for e in audit]
     assert kinds.count("asked") == 1 and kinds.count("answered") == 1
@@ -130,7 +131,7 @@ async def test_an_outsiders_answer_is_refused_by_button_form_and_reply(redis_url
         assert "You may not answer this question" in why and "<@U2>" in why
         assert bot.slack_api.views == []
         # A forged submission of the answer form (someone else's modal): refused in the form.
-        view = question_blocks.answer_modal(
+        view = answer_modal(
             (await bot.runtime.service.store.pause_calls(question_run(bot)))[0]
         ).to_dict()
         values = {

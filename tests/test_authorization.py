@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from bot.service.policy_source import PolicySource, policy_version
-from bot.slack.blocks import ALWAYS_APPROVE, ALWAYS_REJECT, APPROVE, EDIT, REJECT
+from bot.slack.blocks import ALWAYS_APPROVE, ALWAYS_REJECT, APPROVE, EDIT, REJECT, SHOW_CONVERSATION
 from bot.store import keys
 from bot.testing.cluster import redis_for
 from bot.testing.harness import BotHarness, wait_until
@@ -210,7 +210,7 @@ async def test_always_buttons_hidden_and_forged_always_refused(redis_url: str) -
     async with BotHarness(redis_url, delete_then_done(ledger)[0], policy) as bot:
         approval = await started(bot)
         approval_id = approval.button_value(APPROVE)
-        assert approval.action_ids() == [APPROVE, REJECT, EDIT]
+        assert approval.action_ids() == [APPROVE, REJECT, EDIT, SHOW_CONVERSATION]
         for forged in (ALWAYS_APPROVE, ALWAYS_REJECT):
             await bot.slack.click(forged, approval_id, user="U2", channel="C1")
         await bot.idle()
@@ -353,7 +353,7 @@ async def test_a_call_changed_after_posting_cannot_be_decided(redis_url: str) ->
         approval_id = approval.button_value(APPROVE)
         client = await redis_for(redis_url)
         digest = (await client.hget(keys.call_key(approval_id), "digest") or b"").decode()
-        assert f"Call digest `{digest[:10]}`" in approval.all_text()
+        assert f"Call digest `{digest[:10]}`" in await bot.details(approval, user="U2")
         await client.hset(keys.call_key(approval_id), "arguments", '{"path": "/etc"}')
         await client.aclose()
         await bot.click(approval, APPROVE, user="U2")

@@ -17,8 +17,7 @@ from openai.types.responses import (
 from openai.types.responses.response_output_item import McpApprovalRequest
 from openai.types.responses.response_reasoning_item import Summary
 
-from bot.slack.blocks import APPROVE
-from bot.slack.explained import SHOW_ALL, SHOW_CONVERSATION
+from bot.slack.blocks import APPROVE, SHOW_ALL, SHOW_CONVERSATION
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import Message
 from tests.agents_for_tests import POLICY
@@ -87,14 +86,18 @@ async def test_the_card_shows_the_agents_words_and_the_tools_description(redis_u
     async with BotHarness(redis_url, agent, POLICY) as bot:
         card = await bot.start_and_wait("fix the config", user="U1")
         text = card.all_text()
-        assert f"*Why, in the agent's words:*\n>{REASON}" in text
+        assert "*write_file* on `/srv/app.cfg` · asked by <@U1>" in text
+        assert f"*Why* (agent *writer*):\n>{REASON}" in text
         assert "_Its reasoning summary:_\n>Debug leaks data" in text
-        assert "`write_file`: Write a file on the web servers, replacing what it holds." in text
-        assert "_path_: Where the file goes, under /srv." in text
         assert "```path: /srv/app.cfg\ncontent: debug=0```" in text
-        # Nothing is cut: no Show all; the conversation is one click away.
+        # Nothing is cut: no Show all; the details (the tool's description among them) are
+        # in the More menu.
         assert "approval_show_all" not in json.dumps(card.blocks)
-        assert card.accessory_value(SHOW_CONVERSATION)
+        assert SHOW_CONVERSATION in card.action_ids()
+        details = view_text(await open_modal(bot, card, SHOW_CONVERSATION, user="U2"))
+        assert "`write_file`: Write a file on the web servers, replacing what it holds." in details
+        assert "_path_: Where the file goes, under /srv." in details
+        assert "Call digest `" in details and "rule `channels.C1`" in details
         await bot.click(card, APPROVE, user="U2")
         await bot.wait_for_status("finished")
         await bot.idle()
@@ -108,7 +111,7 @@ async def test_a_call_without_words_says_the_agent_gave_no_reason(redis_url: str
     call = function_call("write_file", {"path": "/srv/a", "content": "x"}, call_id="w1")
     async with BotHarness(redis_url, writer([[call], [assistant_message("ok")]]), POLICY) as bot:
         card = await bot.start_and_wait("write", user="U1")
-        assert "*Why:* _the agent gave no reason_" in card.all_text()
+        assert "*Why* (agent *writer*): _the agent gave no reason_" in card.all_text()
 
 
 async def test_each_kind_is_rendered_for_what_it_is(redis_url: str) -> None:
@@ -238,9 +241,8 @@ async def test_untrusted_words_and_arguments_stay_inert(redis_url: str) -> None:
         redis_url, writer([[said, call], [assistant_message("ok")]]), POLICY
     ) as bot:
         card = await bot.start_and_wait("write", user="U1")
-        [arguments] = [t for t in sections(card) if t.startswith("*Arguments:*")]
+        [body] = [t for t in sections(card) if t.startswith("```")]
         # Inside one code block: `*bold*` is not bold, the fence cannot be closed early.
-        body = arguments.removeprefix("*Arguments:*\n")
         assert body.startswith("```") and body.endswith("```") and body.count("```") == 2
         assert (
             "content: &lt;!channel&gt; *bold* &lt;@U7&gt; &lt;https://evil.example|click&gt;"
@@ -248,7 +250,7 @@ async def test_untrusted_words_and_arguments_stay_inert(redis_url: str) -> None:
         )
         assert "&amp;amp;" in body
         [why] = [t for t in sections(card) if t.startswith("*Why")]
-        assert why.startswith("*Why, in the agent's words:*\n>Trust me &lt;!channel&gt;")
+        assert why.startswith("*Why* (agent *writer*):\n>Trust me &lt;!channel&gt;")
         conversation = view_text(await open_modal(bot, card, SHOW_CONVERSATION, user="U2"))
         assert "&lt;!channel&gt; *bold*" in conversation
         whole = view_text(await open_modal(bot, card, SHOW_ALL, user="U2"))

@@ -148,7 +148,7 @@ async def test_a_follow_up_while_the_run_waits_is_queued_then_run(redis_url: str
         await bot.wait_for_status("finished")
         await bot.idle()
         assert in_thread(bot, "Restarted api.")  # turn 1's answer, shown before turn 2 began
-        assert "turn 2 (replies in the thread continue it)" in status_line(bot.run_message())
+        assert "turn 2  ·  reply in the thread to continue" in status_line(bot.run_message())
         answered = await status_of(bot, run_id)
         assert "turn 2, <@U1>" in answered and "(answered)" in answered
     assert ledger.names() == ["restart_service"]
@@ -174,7 +174,7 @@ async def test_a_follow_up_turn_goes_through_approval(redis_url: str) -> None:
         assert ledger.executed == []
         # The turn's own message in the thread says it waits, and links the request.
         [turn] = await wait_until(
-            lambda: in_thread(bot, "waiting for approval_: <"), what="turn 2 says it waits"
+            lambda: in_thread(bot, "waiting for 1 approval_: <"), what="turn 2 says it waits"
         )
         assert card.ts.replace(".", "") in turn.all_text()  # the link to the card
         # And the thread's status line (assistant.threads.setStatus) said the same (until
@@ -182,7 +182,7 @@ async def test_a_follow_up_turn_goes_through_approval(redis_url: str) -> None:
         run = bot.run_message()
         slack = bot.slack_api
         await wait_until(
-            lambda: "is waiting for approval" in slack.statuses.get((run.channel, run.ts), []),
+            lambda: "is waiting for 1 approval" in slack.statuses.get((run.channel, run.ts), []),
             what="the thread's status line",
         )
         await bot.click(card, APPROVE, user="U2")
@@ -191,7 +191,7 @@ async def test_a_follow_up_turn_goes_through_approval(redis_url: str) -> None:
         await bot.idle()
         assert slack.status_of(run.channel, run.ts) == ""  # cleared: the answer is there
         said = [s for s in slack.statuses[(run.channel, run.ts)] if s]
-        assert said[0] == "is working on it…" and "is waiting for approval" in said
+        assert said[0] == "is working on it…" and "is waiting for 1 approval" in said
         # One message for the turn: what it did, then its answer in the same place.
         [answer] = in_thread(bot, "Deleted them.")
         assert answer.ts == turn.ts and "waiting" not in answer.all_text()

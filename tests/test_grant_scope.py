@@ -10,8 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bot.slack.blocks import ALWAYS_APPROVE, APPROVE
-from bot.slack.grant_forms import GRANT_REVOKE, NARROW_BLOCK, SCOPE_BLOCK
+from bot.slack.blocks import (
+    ALWAYS_APPROVE,
+    APPROVE,
+    GRANT_REVOKE,
+    NARROW_BLOCK,
+    SCOPE_BLOCK,
+)
 from bot.store.grants import GrantStore
 from bot.testing.harness import BotHarness, wait_until
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
@@ -101,7 +106,7 @@ async def test_this_channel_for_4h_grants_for_4h_and_says_so(redis_url: str) -> 
     assert "(always approve: this channel, 4h, `delete_logs`, until " in shown, shown
     assert ledger.names() == ["delete_logs", "delete_logs"]
     assert len(cards(bot)) == 1  # the later call was approved without a card
-    assert any("approved by the grant of U2 in this channel (until " in n for n in notes), notes
+    assert any("approved by the grant of <@U2> in this channel (until " in n for n in notes), notes
     [made] = [e for e in entries if e["kind"] == "grant_made"]
     assert made["user"] == "U2" and grant.grant_id in made["detail"]
 

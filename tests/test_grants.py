@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from bot.service.policy_source import PolicySource
-from bot.slack.blocks import ALWAYS_APPROVE, APPROVE
-from bot.slack.grant_forms import (
+from bot.slack.blocks import (
+    ALWAYS_APPROVE,
+    APPROVE,
     GRANT_MODAL,
     NARROW_BLOCK,
     NARROW_INPUT,

@@ -223,7 +223,9 @@ async def test_reminders_mention_the_approvers_up_to_remind_max(redis_url: str) 
     clock = SkippingClock()
     async with BotHarness(redis_url, agent, policy(rules), clock=clock) as bot:
         approval = await bot.start_and_wait("clean the logs", user="U1")
-        assert "Reminds approvers every 1s (up to 2 times)" in approval.all_text()
+        assert "Reminds approvers every 1s (up to 2 times)" in await bot.details(
+            approval, user="U2"
+        )
         for n in (1, 2):  # a second at a time (after a gap, only the latest due is sent)
             clock.advance(1)
             await wait_until(lambda: len(card_thread(bot, approval)) >= n, what=f"reminder {n}")  # noqa: B023
@@ -286,7 +288,7 @@ async def test_escalation_lets_more_people_decide_only_once_it_fired(redis_url: 
         bot.slack_api.usergroups["S0LEADS"] = ("leads", ["U1", "U8"])  # U1 starts the run
         approval = await bot.start_and_wait("clean the logs", user="U1")
         aid = approval.button_value(APPROVE)
-        assert "Escalates to <@U9>, `S0LEADS` after 2s" in approval.all_text()
+        assert "Escalates to <@U9>, `S0LEADS` after 2s" in await bot.details(approval, user="U2")
         # Before escalate_after: U9 is refused like anyone who is not an approver.
         await bot.click(approval, APPROVE, user="U9")
         refused = await wait_until(lambda: bot.slack_api.ephemeral_to("U9"), what="a refusal")
@@ -337,7 +339,7 @@ async def test_escalation_and_reminders_follow_the_policy_in_force(
     async with BotHarness(redis_url, agent, source, clock=clock) as bot:
         approval = await bot.start_and_wait("clean the logs", user="U1")
         aid = approval.button_value(APPROVE)
-        assert "Escalates to <@U8> after 2s" in approval.all_text()
+        assert "Escalates to <@U8> after 2s" in await bot.details(approval, user="U2")
         path.write_text(after)
         await wait_until(
             lambda: source.current().version == policy_version(after), what="the reload"

@@ -20,7 +20,7 @@ from slack_bolt.async_app import AsyncBoltContext
 from bot.service.foreground import Foreground
 from bot.service.ports import Actor
 from bot.service.replies import ConfirmReject, Mention, RejectForm, Reply, Text
-from bot.slack import blocks, explained, grant_forms
+from bot.slack import blocks
 from bot.slack.listeners import actions, commands, events, middleware, views
 from bot.slack.listeners.actions import FORM_FAILED
 from bot.slack.listeners.commands import STILL_WORKING_COMMAND
@@ -329,14 +329,15 @@ def test_register_attaches_one_listener_to_every_command_action_view_and_event(r
         ("action", blocks.REVIEW_RERUN),
         ("action", blocks.REPLY_REJECT),
         ("action", blocks.REPLY_KEEP),
-        ("action", explained.SHOW_ALL),
-        ("action", explained.SHOW_CONVERSATION),
+        ("action", blocks.SHOW_ALL),
+        ("action", blocks.SHOW_CONVERSATION),
+        ("action", blocks.MORE),
         ("view", blocks.REJECT_MODAL),
         ("view", blocks.CONFIRM_MODAL),
         ("action", blocks.EDIT),
         ("view", blocks.EDIT_MODAL),
-        ("action", grant_forms.GRANT_REVOKE),
-        ("view", grant_forms.GRANT_MODAL),
+        ("action", blocks.GRANT_REVOKE),
+        ("view", blocks.GRANT_MODAL),
         ("event", "app_home_opened"),
         ("event", "message"),
         ("event", "app_mention"),

@@ -55,7 +55,7 @@ async def test_a_follow_ups_call_is_its_authors_to_ask_not_to_approve(redis_url:
         await wait_until(lambda: in_thread(bot, "Logs look noisy."), what="the first answer")
         await say(bot, "delete the noisy ones", user="U2")
         [card] = await bot.wait_for_approvals(1)
-        assert "Asked by <@U2> · turn 2 of <@U1>'s run" in card.all_text()
+        assert "asked by <@U2> · turn 2 of <@U1>'s run" in card.all_text()
         approval_id = card.button_value(APPROVE)
 
         await bot.click(card, APPROVE, user="U2")  # who asked, alone: refused
@@ -112,7 +112,7 @@ async def test_a_question_in_a_follow_ups_turn_is_its_authors_to_answer(redis_ur
         await say(bot, "deploy it again", user="U4")
         [question] = await bot.wait_for_questions(1)
         assert "Who may answer: <@U1>, <@U4>, <@U2>" in question.all_text()
-        assert "Asked by <@U4> · turn 2 of <@U1>'s run" in question.all_text()
+        assert "asked by <@U4> · turn 2 of <@U1>'s run" in question.all_text()
         await bot.answer(question, user="U4", text="us-east-1")
         await wait_until(lambda: in_thread(bot, "Deploying to us too."), what="turn 2's answer")
     assert tool_outputs(model) == {"q1": "us-east-1"}

@@ -1,13 +1,19 @@
-"""The sandbox page in a real browser (Debian's chromium, driven by Playwright): a person starts a
-run, an outsider is refused, one approver approves, another rejects with a reason through the
-modal, and the outcome shows. SANDBOX_SCREENSHOTS=docs refreshes the pictures in docs/."""
+"""The sandbox page in a real browser (Debian's chromium, driven by Playwright), through the real
+bot: starting runs, cards in every state, the More menu and the details, the Reject, Answer and
+Edit forms, a follow-up, `/agent list`, Cancel's confirmation, plain messages and mentions, and
+who may do what.
+
+The pictures in docs/ are taken here: `SANDBOX_SCREENSHOTS=docs` (or `make screenshots`) writes
+docs/sandbox-*.png; without it they go to the test's temporary directory.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -27,17 +33,19 @@ pytestmark = pytest.mark.skipif(
     reason=f"{MISSING_BROWSER}: `apt-get install chromium` (Debian) and the `playwright` package",
 )
 
+APPROVE = "button[data-action-id=approval_approve]"
+TASK = "/agent restart the web tier and scale it to 8 replicas"
 
-@pytest.fixture
-async def sandbox_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
-    monkeypatch.chdir(tmp_path)
+
+@asynccontextmanager
+async def sandbox(tmp_path: Path, policy: Path | None = None) -> AsyncIterator[str]:
     stop, ready = asyncio.Event(), asyncio.get_running_loop().create_future()
     task = asyncio.create_task(
         serve(
             host="127.0.0.1",
             port=0,  # the kernel's choice: `ready` says which
             agents="bot.examples.agents:agents",
-            policy_file=None,
+            policy_file=policy,
             offline=True,
             stop=stop,
             ready=ready,
@@ -58,9 +66,30 @@ async def sandbox_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncI
         await task
 
 
-def shots(tmp_path: Path) -> Path:
+@pytest.fixture
+async def sandbox_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
+    monkeypatch.chdir(tmp_path)
+    async with sandbox(tmp_path) as url:
+        yield url
+
+
+def shots(tmp_path: Path) -> Callable[[str], str]:
     wanted = os.environ.get("SANDBOX_SCREENSHOTS")
-    return ROOT / wanted if wanted else tmp_path
+    folder = ROOT / wanted if wanted else tmp_path
+    return lambda name: str(folder / f"sandbox-{name}.png")
+
+
+@asynccontextmanager
+async def browser_page(url: str) -> AsyncIterator[Page]:
+    assert async_playwright is not None and CHROMIUM is not None
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = await browser.new_page(viewport={"width": 1280, "height": 900})
+        try:
+            await page.goto(url)
+            yield page
+        finally:
+            await browser.close()
 
 
 async def act_as(page: Page, user: str) -> None:
@@ -68,238 +97,291 @@ async def act_as(page: Page, user: str) -> None:
     await page.wait_for_selector(f"header button.me[data-user={user}]")
 
 
-async def test_start_approve_and_reject_with_a_reason_in_the_browser(
+async def send(page: Page, text: str) -> None:
+    await page.fill("#say", text)
+    await page.press("#say", "Enter")
+
+
+async def approve_count(page: Page, count: int) -> None:
+    await page.wait_for_function(
+        f"document.querySelectorAll('#feed {APPROVE}').length === {count}", timeout=20_000
+    )
+
+
+async def choose(page: Page, card: object, option: str) -> None:
+    """Open a card's More menu and choose the option standing for `option` (an action id)."""
+    await card.locator("button[data-action-id=approval_more]").click()  # type: ignore[attr-defined]
+    await card.locator(f".menu-item[data-option^='{option} ']").click()  # type: ignore[attr-defined]
+
+
+async def test_cards_from_start_to_outcome_in_the_browser(sandbox_url: str, tmp_path: Path) -> None:
+    """Two cards (what, on what, who asked, why, the arguments, one line, three buttons and a
+    menu); an outsider refused privately (from the bot, only to her); Bob approves; Carol
+    reads the details, then rejects with a reason; the cards and the run say what happened."""
+    shot = shots(tmp_path)
+    async with browser_page(sandbox_url) as page:
+        await send(page, TASK)
+        await approve_count(page, 2)
+        restart = page.locator("#feed .msg", has_text="restart_service on web").first
+        scale = page.locator("#feed .msg", has_text="scale_service on web").first
+        text = await restart.inner_text()
+        assert "asked by @Alice" in text and "service: web" in text
+        assert "digest" not in text and "Reminds" not in text  # in the details, not the card
+        assert "Approve\nReject\nEdit\n⋯" in text
+        assert "replicas: 8" in await scale.inner_text()
+
+        # Mallory may not decide: the bot tells her so, privately.
+        await act_as(page, "U0MALLORY")
+        await restart.locator(APPROVE).click()
+        refusal = page.locator("#feed .msg.private", has_text="not among the approvers")
+        await refusal.wait_for()
+        assert (await refusal.locator(".who").inner_text()).startswith("approval-bot")
+        assert "Only visible to you" in await refusal.inner_text()
+        await page.screenshot(path=shot("cards"))
+
+        # Bob approves the restart: the header says so, the buttons are gone.
+        await act_as(page, "U0BOB")
+        assert await page.locator("#feed .msg.private").count() == 0  # hers alone
+        await restart.locator(APPROVE).click()
+        await page.wait_for_selector("#feed >> text=Approved by @Bob: restart_service on web")
+        assert await restart.locator("button").count() == 0
+
+        # Bob comments in the scaling card's thread: his reply shows there, under his name.
+        await scale.locator(".thread-link").click()
+        await page.fill("#reply", "8 replicas on a Friday? Carol, your call.")
+        await page.press("#reply", "Enter")
+        mine = page.locator("#thread-feed .msg", has_text="your call")
+        await mine.wait_for()
+        assert (await mine.locator(".who").inner_text()).strip() == "Bob"
+        await page.screenshot(path=shot("thread"))
+        await page.click("#close-thread")
+
+        # Carol opens the details from the More menu: digest, policy, rule, the conversation.
+        await act_as(page, "U0CAROL")
+        await choose(page, scale, "approval_show_conversation")
+        await page.wait_for_selector("#overlay.open >> text=Call digest")
+        details = await page.inner_text("#modal")
+        assert "Details" in details and "policy" in details and "called scale_service" in details
+        assert "This call: waiting for a decision" in details
+        await page.screenshot(path=shot("conversation"))
+        await page.click("#overlay .mfoot button")
+        await page.wait_for_selector("#overlay.open", state="detached")
+
+        # Carol rejects the scaling, with a reason, through the form.
+        await scale.locator("button[data-action-id=approval_reject]").click()
+        await page.wait_for_selector("#overlay.open textarea")
+        await page.fill("#overlay textarea", "8 replicas is too many on a Friday")
+        await page.screenshot(path=shot("modal"))
+        await page.click("#modal-submit")
+        await page.wait_for_selector("#overlay.open", state="detached")
+
+        await page.wait_for_selector("#feed >> text=Rejected by @Carol", timeout=20_000)
+        await page.wait_for_selector("#feed >> text=finished", timeout=20_000)
+        feed = await page.inner_text("#feed")
+        assert "8 replicas is too many on a Friday" in feed and "reply in the thread" in feed
+        assert "Approval needed" not in feed and "is running" not in feed
+        await page.locator(".thread-link").first.click()
+        await page.wait_for_selector("#thread.open >> text=What happened")
+        thread = await page.inner_text("#thread-feed")
+        assert "restarted web (example only)" in thread and "<@" not in thread
+        await page.screenshot(path=shot("outcome"))
+
+
+async def test_the_agent_asks_first_and_acts_on_the_answer_in_the_browser(
     sandbox_url: str, tmp_path: Path
 ) -> None:
-    assert async_playwright is not None and CHROMIUM is not None
-    out = shots(tmp_path)
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = await browser.new_page(viewport={"width": 1280, "height": 860})
-        try:
-            await page.goto(sandbox_url)
-            await page.fill("#say", "/agent restart the web tier")
-            await page.press("#say", "Enter")
-            approve = "button[data-action-id=approval_approve]"
-            await page.wait_for_function(
-                f"document.querySelectorAll('{approve}').length === 2", timeout=20_000
-            )
-            cards = page.locator(".msg", has=page.locator(approve))
-            assert "restart_service" in await cards.nth(0).inner_text()
-            assert "scale_service" in await cards.nth(1).inner_text()
+    shot = shots(tmp_path)
+    async with browser_page(sandbox_url) as page:
+        await send(page, "/agent run janitor clear the old caches")
+        answer = "button[data-action-id=question_answer]"
+        await page.wait_for_selector(answer, timeout=20_000)
+        question = page.locator("#feed .msg", has=page.locator(answer))
+        text = await question.inner_text()
+        assert "Question from the agent janitor" in text and "Who may answer" in text
+        assert "❓" in text and ":question:" not in text  # emoji as Slack shows them
+        # It asks alone: no deletion waits beside the question it should inform.
+        assert await page.locator(f"#feed {APPROVE}").count() == 0
+        await page.screenshot(path=shot("question"))
 
-            # Mallory may not decide: the bot says why, privately.
-            await act_as(page, "U0MALLORY")
-            await cards.nth(0).locator(approve).click()
-            await page.wait_for_selector("text=not among the approvers")
-            await page.screenshot(path=str(out / "sandbox-cards.png"))
+        await act_as(page, "U0MALLORY")
+        await question.locator(answer).click()
+        await page.wait_for_selector("text=You may not answer this question")
+        assert await page.locator("#overlay.open").count() == 0
 
-            # Bob approves the restart.
-            await act_as(page, "U0BOB")
-            await cards.nth(0).locator(approve).click()
-            await page.wait_for_selector("text=Approved by @Bob")
+        await act_as(page, "U0ALICE")
+        await question.locator(answer).click()
+        await page.wait_for_selector("#overlay.open textarea")
+        await page.fill("#overlay textarea", "Keep /var/log; the rest may go")
+        await page.screenshot(path=shot("answer"))
+        await page.click("#modal-submit")
+        await page.wait_for_selector("#overlay.open", state="detached")
+        await page.wait_for_selector("#feed >> text=Answered by @Alice", timeout=20_000)
 
-            # Bob comments in the scaling card's thread: his reply shows there, under his name.
-            scale = page.locator(".msg", has_text="wants to run tool scale_service").first
-            await scale.locator(".thread-link").click()
-            await page.fill("#reply", "10 replicas on a Friday? Carol, your call.")
-            await page.press("#reply", "Enter")
-            mine = page.locator("#thread-feed .msg", has_text="your call")
-            await mine.wait_for()
-            assert (await mine.locator(".who").inner_text()).strip() == "Bob"
-            await page.screenshot(path=str(out / "sandbox-thread.png"))
-            await page.click("#close-thread")
-
-            # Carol reads why, then the run so far, before she decides.
-            await act_as(page, "U0CAROL")
-            assert "Why, in the agent's words:" in await scale.inner_text()
-            await scale.locator("button[data-action-id=approval_show_conversation]").click()
-            await page.wait_for_selector("#overlay.open >> text=restart the web tier")
-            modal = await page.inner_text("#modal")
-            assert "Conversation" in modal and "called scale_service" in modal
-            assert "This call: waiting for a decision" in modal
-            await page.screenshot(path=str(out / "sandbox-conversation.png"))
-            await page.click("#overlay .mfoot button")
-            await page.wait_for_selector("#overlay.open", state="detached")
-
-            # Carol rejects the scaling, with a reason, through the modal.
-            await scale.locator("button[data-action-id=approval_reject]").click()
-            await page.wait_for_selector("#overlay.open textarea")
-            await page.fill("#overlay textarea", "10 replicas is too many on a Friday")
-            await page.screenshot(path=str(out / "sandbox-modal.png"))
-            await page.click("#modal-submit")
-            await page.wait_for_selector("#overlay.open", state="detached")
-
-            # The run resumes once and finishes; the outcome is on the run message and cards.
-            await page.wait_for_selector("text=finished", timeout=20_000)
-            # (the card's update and the run message's are two messages: either may come first)
-            await page.wait_for_selector("#feed >> text=Rejected by @Carol", timeout=20_000)
-            feed = await page.inner_text("#feed")
-            assert "Rejected by @Carol" in feed and "10 replicas is too many on a Friday" in feed
-            assert "Approved by @Bob" in feed
-            await page.locator(".thread-link").first.click()
-            await page.wait_for_selector("#thread.open >> text=Done.")
-            await page.screenshot(path=str(out / "sandbox-outcome.png"))
-            assert "restarted" in await page.inner_text("#thread-feed")
-        finally:
-            await browser.close()
-
-
-async def test_the_agent_asks_and_the_starter_answers_in_the_browser(
-    sandbox_url: str, tmp_path: Path
-) -> None:
-    assert async_playwright is not None and CHROMIUM is not None
-    out = shots(tmp_path)
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = await browser.new_page(viewport={"width": 1280, "height": 860})
-        try:
-            await page.goto(sandbox_url)
-            # The janitor's demo model asks one question (ask_human) beside its deletion.
-            await page.fill("#say", "/agent run janitor clear the old caches")
-            await page.press("#say", "Enter")
-            answer = "button[data-action-id=question_answer]"
-            await page.wait_for_selector(answer, timeout=20_000)
-            question = page.locator(".msg", has=page.locator(answer))
-            assert "is there anything I should know?" in await question.inner_text()
-            assert "Who may answer" in await question.inner_text()
-
-            # Mallory may not answer: no form, and the bot says why, privately.
-            await act_as(page, "U0MALLORY")
-            await question.locator(answer).click()
-            await page.wait_for_selector("text=You may not answer this question")
-            assert await page.locator("#overlay.open").count() == 0
-
-            # Alice, who started the run, answers through the modal.
-            await act_as(page, "U0ALICE")
-            await question.locator(answer).click()
-            await page.wait_for_selector("#overlay.open textarea")
-            await page.fill("#overlay textarea", "Keep /var/log; the rest may go")
-            await page.screenshot(path=str(out / "sandbox-answer.png"))
-            await page.click("#modal-submit")
-            await page.wait_for_selector("#overlay.open", state="detached")
-            answered = page.locator(".msg", has_text="Answered by @Alice")
-            await answered.wait_for(timeout=20_000)
-            assert "Keep /var/log; the rest may go" in await answered.inner_text()
-            assert await answered.locator(answer).count() == 0
-
-            # Bob approves the deletion; the run resumes once, and the agent got the answer.
-            await act_as(page, "U0BOB")
-            approve = page.locator(".msg", has_text="delete_path").locator(
-                "button[data-action-id=approval_approve]"
-            )
-            await approve.click()
-            await page.wait_for_selector("text=finished", timeout=20_000)
-            await page.locator(".thread-link").first.click()
-            await page.wait_for_selector("#thread.open >> text=Done.")
-            assert "Keep /var/log; the rest may go" in await page.inner_text("#thread-feed")
-        finally:
-            await browser.close()
+        # Then, and only then, the deletion: a path the answer does not forbid.
+        delete = page.locator("#feed .msg", has_text="delete_path on /var/cache/app")
+        await delete.wait_for(timeout=20_000)
+        assert "You answered “Keep /var/log; the rest may go”" in await delete.inner_text()
+        await act_as(page, "U0BOB")
+        await delete.locator(APPROVE).click()
+        await page.wait_for_selector("#feed >> text=finished", timeout=20_000)
+        await page.locator(".thread-link").first.click()
+        await page.wait_for_selector("#thread.open >> text=What happened")
+        thread = await page.inner_text("#thread-feed")
+        assert "You told me: “Keep /var/log; the rest may go”" in thread
+        assert "deleted /var/cache/app (example only)" in thread
 
 
 async def test_edit_then_approve_in_the_browser(sandbox_url: str, tmp_path: Path) -> None:
-    """Bob edits the restart's service in the Edit modal (a wrong value first: the modal says
-    why); the run resumes, the demo model calls the tool again as edited, and it runs with
-    Bob's arguments, without a new card."""
-    assert async_playwright is not None and CHROMIUM is not None
-    out = shots(tmp_path)
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = await browser.new_page(viewport={"width": 1280, "height": 860})
-        try:
-            await page.goto(sandbox_url)
-            await page.fill("#say", "/agent restart the web tier")
-            await page.press("#say", "Enter")
-            edit = "button[data-action-id=approval_edit]"
-            await page.wait_for_function(
-                f"document.querySelectorAll('{edit}').length === 2", timeout=20_000
-            )
-            restart = page.locator(".msg", has_text="wants to run tool restart_service").first
-            scale = page.locator(".msg", has_text="wants to run tool scale_service").first
+    """Bob edits the restart's service; the run resumes, the demo model calls the tool again
+    as edited, it runs with Bob's arguments without a new card, and the summary says so in
+    words."""
+    shot = shots(tmp_path)
+    async with browser_page(sandbox_url) as page:
+        await send(page, TASK)
+        await approve_count(page, 2)
+        ts = await page.locator("#feed .msg", has_text="restart_service on web").get_attribute(
+            "data-ts"
+        )
+        restart = page.locator(f"#feed .msg[data-ts='{ts}']")  # its header changes on edit
+        scale = page.locator("#feed .msg", has_text="scale_service on web").first
 
-            await act_as(page, "U0BOB")
-            await restart.locator(edit).click()
-            field = "#overlay.open textarea[data-block='field:service']"
-            await page.wait_for_selector(field)
-            assert await page.input_value(field) == "restart the web tier"
-            await page.fill(field, "web")
-            await page.screenshot(path=str(out / "sandbox-edit.png"))
-            await page.click("#modal-submit")
-            await page.wait_for_selector("#overlay.open", state="detached")
-            await page.wait_for_selector("text=Edited by @Bob")
+        await act_as(page, "U0BOB")
+        await restart.locator("button[data-action-id=approval_edit]").click()
+        field = "#overlay.open textarea[data-block='field:service']"
+        await page.wait_for_selector(field)
+        assert await page.input_value(field) == "web"
+        await page.fill(field, "api")
+        await page.screenshot(path=shot("edit"))
+        await page.click("#modal-submit")
+        await page.wait_for_selector("#overlay.open", state="detached")
+        await page.wait_for_selector("#feed >> text=Edited by @Bob")
+        assert "restart_service on api" in await restart.inner_text()
 
-            await act_as(page, "U0CAROL")
-            await scale.locator("button[data-action-id=approval_approve]").click()
-            await page.wait_for_selector("text=finished", timeout=20_000)
-            feed = await page.inner_text("#feed")
-            assert feed.count("Approval needed") == 2  # no card for the re-proposed call
-            await page.locator(".thread-link").first.click()
-            await page.wait_for_selector("#thread.open >> text=Done.")
-            thread = await page.inner_text("#thread-feed")
-            assert "restarted web " in thread and "restarted restart the web tier" not in thread
-            await page.screenshot(path=str(out / "sandbox-edited.png"))
-        finally:
-            await browser.close()
+        await act_as(page, "U0CAROL")
+        await scale.locator(APPROVE).click()
+        await page.wait_for_selector("#feed >> text=finished", timeout=20_000)
+        assert await page.locator("#feed .msg", has_text="restart_service on").count() == 1
+        await page.locator(".thread-link").first.click()
+        await page.wait_for_selector("#thread.open >> text=What happened")
+        thread = await page.inner_text("#thread-feed")
+        assert "restarted api (example only)" in thread and "restarted web" not in thread
+        assert "Not run as proposed" not in thread and "U0BOB" not in thread
+        assert "the arguments @Bob edited" in thread  # the note: a mention, not an id
+        await page.screenshot(path=shot("edited"))
 
 
 async def test_a_follow_up_in_the_run_thread_in_the_browser(
     sandbox_url: str, tmp_path: Path
 ) -> None:
     """Alice's run finished; she replies in its thread, and the agent takes that up as the
-    run's next turn: new cards, Bob's approvals, a second answer in the same thread, shown
+    run's next turn: a new card, Bob's approval, a second answer in the same thread, shown
     while it is written, then finalized."""
-    assert async_playwright is not None and CHROMIUM is not None
-    out = shots(tmp_path)
-    approve = "button[data-action-id=approval_approve]"
+    shot = shots(tmp_path)
+    async with browser_page(sandbox_url) as page:
+        await send(page, "/agent restart the web tier")
+        await approve_count(page, 1)
+        await act_as(page, "U0BOB")
+        await page.locator(APPROVE).first.click()
+        await page.wait_for_selector("#feed >> text=finished", timeout=20_000)
 
-    async def approve_all(page: Page, count: int) -> None:
-        for _ in range(count):
-            await page.locator(approve).first.wait_for(timeout=20_000)
-            await page.locator(approve).first.click()
-            await page.wait_for_function(
-                f"document.querySelectorAll('{approve}').length < {count}", timeout=20_000
-            )
-            count -= 1
+        await act_as(page, "U0ALICE")
+        await page.locator(".thread-link").first.click()
+        await page.wait_for_selector("#thread.open >> text=What happened")
+        await page.fill("#reply", "now restart the api tier")
+        await page.press("#reply", "Enter")
+        await page.click("#close-thread")
+        await approve_count(page, 1)
+        card = page.locator("#feed .msg", has=page.locator(APPROVE))
+        assert "restart_service on api" in await card.inner_text()
+        await act_as(page, "U0BOB")
+        await card.locator(APPROVE).click()
+        await page.locator(".thread-link").first.click()
+        await page.wait_for_selector("#thread-feed >> text=still writing", timeout=20_000)
+        await page.screenshot(path=shot("streaming"))
+        await page.wait_for_function(
+            "[...document.querySelectorAll('#thread-feed .msg')]"
+            ".filter(m => m.innerText.includes('What happened')).length === 2",
+            timeout=20_000,
+        )
+        thread = await page.inner_text("#thread-feed")
+        assert thread.index("now restart the api tier") < thread.rindex("What happened")
+        await page.screenshot(path=shot("follow-up"))
 
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = await browser.new_page(viewport={"width": 1280, "height": 860})
-        try:
-            await page.goto(sandbox_url)
-            await page.fill("#say", "/agent restart the web tier")
-            await page.press("#say", "Enter")
-            await page.wait_for_function(
-                f"document.querySelectorAll('{approve}').length === 2", timeout=20_000
-            )
-            await act_as(page, "U0BOB")
-            await approve_all(page, 2)
-            await page.wait_for_selector("text=finished", timeout=20_000)
 
-            # Alice follows up in the run's thread.
-            await act_as(page, "U0ALICE")
-            await page.locator(".thread-link").first.click()
-            await page.wait_for_selector("#thread.open >> text=Done.")
-            await page.fill("#reply", "now do the same for the api tier")
-            await page.press("#reply", "Enter")
-            await page.click("#close-thread")
-            await page.wait_for_function(
-                f"document.querySelectorAll('{approve}').length === 2", timeout=20_000
-            )
-            cards = page.locator(".msg", has=page.locator(approve))
-            assert "the api tier" in await cards.nth(0).inner_text()
-            await act_as(page, "U0BOB")
-            await approve_all(page, 2)
-            await page.locator(".thread-link").first.click()
-            # The answer streams in: shown while written (the demo model writes word by word).
-            await page.wait_for_selector("#thread-feed >> text=still writing", timeout=20_000)
-            await page.screenshot(path=str(out / "sandbox-streaming.png"))
-            await page.wait_for_function(
-                "[...document.querySelectorAll('#thread-feed .msg')]"
-                ".filter(m => m.innerText.includes('Done.')).length === 2",
-                timeout=20_000,
-            )
-            thread = await page.inner_text("#thread-feed")
-            assert thread.index("now do the same for the api tier") < thread.rindex("Done.")
-            await page.screenshot(path=str(out / "sandbox-follow-up.png"))
-        finally:
-            await browser.close()
+async def test_the_page_behaves_like_slack(sandbox_url: str, tmp_path: Path) -> None:
+    """A plain message is only a message; a mention starts a run; `/agent list` shows its
+    blocks, privately, in its place; Cancel asks first; an outsider starts nothing."""
+    shot = shots(tmp_path)
+    async with browser_page(sandbox_url) as page:
+        await send(page, "hello everyone")
+        await page.wait_for_selector("#feed .msg >> text=hello everyone")
+        await page.wait_for_timeout(1500)  # (a wrongly started run would have posted by now)
+        assert "started agent" not in await page.inner_text("#feed")
+
+        # Mallory, an outsider, starts nothing: by command or by mention.
+        await act_as(page, "U0MALLORY")
+        await send(page, "/agent restart the web tier")
+        await page.wait_for_selector("#feed .msg.private >> text=not among the people allowed")
+        await send(page, "@approval-bot restart the web tier")
+        await page.wait_for_timeout(1500)
+        assert "started agent" not in await page.inner_text("#feed")
+
+        # Alice mentions the bot: that starts a run, as in Slack.
+        await act_as(page, "U0ALICE")
+        await send(page, "@approval-bot restart the web tier")
+        await approve_count(page, 1)
+        feed = await page.inner_text("#feed")
+        assert "started agent ops" in feed and "@approval-bot restart the web tier" in feed
+
+        # `/agent list`: the blocks, not only the fallback text; from the bot, to Alice only,
+        # and not pinned below the messages that come after it.
+        await send(page, "/agent list")
+        listed = page.locator("#feed .msg.private", has_text="Unfinished runs in this channel")
+        await listed.wait_for()
+        assert "call(s) waiting for you" not in await listed.inner_text()
+        await page.screenshot(path=shot("list"))
+        await send(page, "after the list")
+        await page.wait_for_selector("#feed .msg >> text=after the list")
+        rows = await page.locator("#feed .msg").all_inner_texts()
+        listed_at = next(i for i, r in enumerate(rows) if "Unfinished runs" in r)
+        assert listed_at < next(i for i, r in enumerate(rows) if "after the list" in r)
+        assert ":pencil2:" not in "".join(rows) and ":raised_hand:" not in "".join(rows)
+
+        # Cancel asks first: "Keep it" sends nothing; "Cancel run" cancels.
+        cancel = page.locator("#feed button[data-action-id=run_cancel]")
+        await cancel.click()
+        await page.wait_for_selector("#confirm.open >> text=Cancel this run?")
+        await page.screenshot(path=shot("cancel"))
+        await page.click("#confirm-no")
+        await page.wait_for_timeout(1000)
+        assert await cancel.count() == 1 and await page.locator(f"#feed {APPROVE}").count() == 1
+        await cancel.click()
+        await page.click("#confirm-yes")
+        await page.wait_for_selector("#feed >> text=Cancelled by @Alice with its run")
+        await cancel.wait_for(state="detached")  # the run message too: ended, nothing to click
+        assert "cancelled by @Alice" in await page.inner_text("#feed")
+        feed = await page.inner_text("#feed")
+        assert "reply in the thread" not in feed
+        await page.screenshot(path=shot("cancelled"))
+
+
+async def test_with_a_policy_the_people_are_its_principals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--policy`: the page's people are the policy's, labelled with what it lets them do; no
+    one gets a made-up id that the policy then refuses."""
+    monkeypatch.chdir(tmp_path)
+    policy = tmp_path / "policy.yml"
+    policy.write_text(
+        "channels:\n  C0OPS:\n    starters: [U0DAN]\n    approvers: [U0EVE]\n", encoding="utf-8"
+    )
+    async with sandbox(tmp_path, policy) as url, browser_page(url) as page:
+        await page.wait_for_selector("header button[data-user=U0DAN].me")
+        people = await page.inner_text("#people")
+        assert "Alice starter" in people and "Bob approver" in people
+        assert "Carol" not in people and "Mallory outsider" in people
+        await send(page, "/agent restart the web tier")
+        await approve_count(page, 1)
+        await act_as(page, "U0EVE")
+        await page.locator(APPROVE).first.click()
+        await page.wait_for_selector("#feed >> text=Approved by @Bob", timeout=20_000)

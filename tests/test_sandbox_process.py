@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,6 +17,9 @@ from typing import Any
 
 import aiohttp
 
+from bot.sandbox.server import cast, sandbox_policy
+from bot.service.policy import ChannelRule
+from bot.service.policy_source import PolicySource
 from bot.testing.harness import wait_until
 from tests.forkserver import ForkedProcess
 from tests.processes import ROOT, fork_with_ports, free_port
@@ -108,7 +112,10 @@ async def test_the_sandbox_serves_a_card_and_stops_cleanly_on_ctrl_c(tmp_path: P
             await wait_until(served, timeout=60, what="the sandbox page")
             served_after = time.monotonic() - began
 
-            status, _ = await post("command", {"user": "U0ALICE", "text": "restart the web tier"})
+            status, _ = await post(
+                "command",
+                {"user": "U0ALICE", "text": "restart the web tier and scale it to 8 replicas"},
+            )
             assert status == 200
 
             async def two_cards() -> list[dict[str, Any]] | None:
@@ -212,3 +219,36 @@ def test_a_bad_policy_is_listed_before_anything_starts(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "bad.yml has problems:" in result.stderr and "approvers" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_page_knows_every_emoji_the_bot_writes() -> None:
+    """Every `:shortcode:` in the bot's own words is drawn on the page (not shown raw)."""
+    written = set()
+    for path in (ROOT / "bot").rglob("*.py"):
+        written |= set(re.findall(r"(?<=[\s\"'(]):([a-z0-9_+]+):(?=[ \"'])", path.read_text()))
+    written -= {"skip"}  # `# fmt: skip` is no emoji
+    page = (ROOT / "bot" / "sandbox" / "page.html").read_text()
+    table = page[page.index("const EMOJI") : page.index("};", page.index("const EMOJI"))]
+    known = set(re.findall(r'"?([a-z0-9_+]+)"?: "', table))
+    assert {"pencil2", "question", "raised_hand"} <= written
+    assert written <= known, sorted(written - known)
+
+
+def test_the_pages_people_are_the_policys_principals() -> None:
+    """Each person is a principal of the policy, labelled with what it lets them do; nobody
+    gets an id the policy does not name (or, for Mallory, one it names)."""
+    rule = ChannelRule(starters=["U0DAN"], approvers=["U0EVE"])
+    assert [(p.user_id, p.name, p.role) for p in cast(rule)] == [
+        ("U0DAN", "Alice", "starter"),
+        ("U0EVE", "Bob", "approver"),
+        ("U0MALLORY", "Mallory", "outsider"),
+    ]
+    anyone = ChannelRule(starters=["*"], approvers=["U0BOB", "U0CAROL", "S0GROUP"])
+    assert [(p.name, p.role) for p in cast(anyone)] == [
+        ("Alice", "starter"), ("Bob", "approver"), ("Carol", "approver"), ("Mallory", "starter"),
+    ]  # fmt: skip
+    policy = PolicySource.from_text(sandbox_policy()).current().policy
+    people = cast(policy.channels["C0SANDBOX"])
+    assert [(p.name, p.role) for p in people] == [
+        ("Alice", "starter"), ("Bob", "approver"), ("Carol", "approver"), ("Mallory", "outsider"),
+    ]  # fmt: skip

@@ -113,7 +113,7 @@ async def test_shell_commands_are_shown_as_commands(redis_url: str) -> None:
     )
     text = await decide_one(redis_url, agent, ALWAYS_APPROVE)
     assert "*Commands:*" in text and "ls -la /srv\nrm -rf /srv/build" in text
-    assert "wants to run shell" in text
+    assert "shell `ls -la /srv`" in text
     # Always approve covered the second shell call: it ran without a second message.
     assert done == ["ls -la /srv", "rm -rf /srv/build", "ls -la /srv", "rm -rf /srv/build"]
     assert sorted(journal) == ["sh1", "sh2"] and journaled("shell") == ["executed", "executed"]
@@ -151,7 +151,6 @@ async def test_local_mcp_tools_name_their_server(redis_url: str) -> None:
     )
     text = await decide_one(redis_url, agent)
     assert "MCP tool `vault/read_secret`" in text and "```key: db```" in text
-    assert "`vault/read_secret`: Read a secret" in text  # the MCP tool's own description
     assert done == ["mcp read_secret {'key': 'db'}"]
     assert journaled("vault/read_secret") == ["executed"]
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from bot.config import ENV_FILE_VARIABLE
-from bot.slack.blocks import permalink, use_slack_api
+from bot.slack.render.base import permalink, use_slack_api
 from bot.testing.harness import BotHarness, wait_until
 from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
 from tests.forkserver import run_bot

@@ -265,7 +265,8 @@ class _ProgressHooks(RunHooks[Any]):
     async def on_tool_start(
         self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool
     ) -> None:
-        await self._say(f"{agent.name} is running tool {tool.name}")
+        # Worded to stay true once the tool has run (the run message keeps its steps).
+        await self._say(f"{agent.name} called {tool.name}")
 
     async def on_handoff(
         self, context: RunContextWrapper[Any], from_agent: Agent[Any], to_agent: Agent[Any]

@@ -27,7 +27,9 @@ def read_metrics(service: str) -> str:
 @function_tool(needs_approval=True)
 def restart_service(ctx: RunContextWrapper[RunContext], service: str) -> str:
     """Restart a service. Always needs a human's approval."""
-    return f"restarted {service} (requested by <@{ctx.context.user_id}>; example only)"
+    # ctx.context says who asked (user_id, from the signed request) and where (channel_id):
+    # a real tool would record it; its result is plain text for the model, not Slack markup.
+    return f"restarted {service} (example only)"
 
 
 async def _many_replicas(ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:

@@ -4,8 +4,8 @@ that plays a Slack channel, so anyone can see and click approval cards without a
 Everything between the page and the stand-in is the real thing: the page's actions become
 correctly signed Slack requests (commands, button clicks, modal submissions, thread replies) sent
 over HTTP to the bot's own `/slack/events`, and what the bot posts through the Web API is what
-the page shows. A small cast of people (a starter, two approvers, an outsider) lets you see the
-policy at work.
+the page shows. A small cast of people, each a real principal of the policy and labelled with
+what it lets them do (a starter, two approvers, an outsider), lets you see the policy at work.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
@@ -28,6 +29,7 @@ from bot.config import Settings
 from bot.engine.registry import AgentRegistry
 from bot.listening import start_site
 from bot.runtime import BotRuntime
+from bot.service.policy import ChannelRule
 from bot.service.policy_source import PolicySource
 from bot.slack.blocks import EDIT_MODAL, REASON_BLOCK, REASON_INPUT
 from bot.testing.harness import edit_values
@@ -49,24 +51,44 @@ class Person:
     role: str
 
 
-def cast(approvers: list[str]) -> list[Person]:
-    """Alice starts runs, Bob and Carol approve (the policy's first two approvers when they are
-    user ids), Mallory may do nothing."""
-    bob, carol = [*approvers, "U0BOB", "U0CAROL"][:2]
-    return [
-        Person("U0ALICE", "Alice", "starter"),
-        Person(bob, "Bob", "approver"),
-        Person(carol, "Carol", "approver"),
-        Person("U0MALLORY", "Mallory", "outsider"),
-    ]
+STARTERS = ("U0ALICE", "U0BOB", "U0CAROL")
+
+
+def _user_ids(principals: list[str]) -> list[str]:
+    return [p for p in principals if p[:1] in "UW"]
+
+
+def cast(rule: ChannelRule) -> list[Person]:
+    """The page's people, each a real principal of the channel's rule, labelled with what the
+    rule lets them do: Bob and Carol are its first two approvers (Carol only if there is a
+    second), Alice a starter who does not approve, Mallory someone the rule does not name
+    (who may start runs only if anyone may)."""
+    approvers = _user_ids(list(rule.approvers))
+    anyone = "*" in rule.starters
+    starters = _user_ids(list(rule.starters))
+
+    def role(user: str) -> str:
+        if user in approvers:
+            return "approver"
+        return "starter" if anyone or user in starters else "outsider"
+
+    people = []
+    alice = next((u for u in starters if u not in approvers), "U0ALICE" if anyone else "")
+    if alice:
+        people.append(Person(alice, "Alice", role(alice)))
+    for user, name in zip(approvers, ("Bob", "Carol"), strict=False):
+        people.append(Person(user, name, role(user)))
+    people.append(Person("U0MALLORY", "Mallory", role("U0MALLORY")))
+    return people
 
 
 def sandbox_policy(channel: str = CHANNEL) -> str:
     return (
-        "# The sandbox's policy: anyone may start runs here; Bob and Carol approve.\n"
+        "# The sandbox's policy: Alice, Bob and Carol may start runs here (and continue them\n"
+        "# in their threads); Bob and Carol approve; Mallory may do nothing.\n"
         "channels:\n"
         f"  {channel}:\n"
-        '    starters: ["*"]\n'
+        f"    starters: [{', '.join(STARTERS)}]\n"
         "    approvers: [U0BOB, U0CAROL]\n"
     )
 
@@ -75,11 +97,11 @@ def sandbox_policy(channel: str = CHANNEL) -> str:
 class Surface:
     """What the page shows beyond the stand-in's messages: private notes and open modals."""
 
-    private: list[dict[str, Any]] = field(default_factory=list)  # {user, text, blocks, ...}
+    private: list[dict[str, Any]] = field(default_factory=list)  # {user, text, blocks, ts, ...}
     triggers: dict[str, str] = field(default_factory=dict)  # trigger id -> user
     closed: set[int] = field(default_factory=set)  # indexes of views closed or submitted
     errors: dict[int, str] = field(default_factory=dict)  # view index -> error to show
-    said: list[dict[str, Any]] = field(default_factory=list)  # people's replies {user, text, ts}
+    said: list[dict[str, Any]] = field(default_factory=list)  # people's messages {user, text, ts}
 
 
 class Sandbox:
@@ -100,7 +122,7 @@ class Sandbox:
         self.slack = FakeSlackAPI(team_id=TEAM)
         self.surface = Surface()
         self.channel = CHANNEL
-        self.people: list[Person] = cast([])
+        self.people: list[Person] = []
         self.runtime: BotRuntime
         self.requests: SlackRequests
         self._bot_runner: web.AppRunner | None = None
@@ -113,8 +135,7 @@ class Sandbox:
             policies = PolicySource.from_text(sandbox_policy())
         policy = policies.current().policy
         self.channel = next(iter(policy.channels))
-        approvers = [p for p in policy.channels[self.channel].approvers if p[0] in "UW"]
-        self.people = cast(approvers)
+        self.people = cast(policy.channels[self.channel])
         # Who is in the channel (`"*"` among approvers or followers): all but the outsider.
         self.slack.channel_members[self.channel] = [
             p.user_id for p in self.people if p.role != "outsider"
@@ -176,17 +197,21 @@ class Sandbox:
         # People's own thread replies reach the bot as events, not through the Web API, so
         # the stand-in never sees them; the page shows them where Slack would.
         shown = sorted([*shown, *self.surface.said], key=lambda m: str(m["ts"]))
-        private = [p for p in self.surface.private if p["user"] == user]
+        # What the bot shows one person only (command answers, ephemerals): from the bot, in
+        # their place among the messages.
+        private = [p for p in self.surface.private if p["to"] == user]
         for e in self.slack.ephemeral:
             if e.get("user") == user and e.get("channel") == self.channel:
                 private.append(
                     {
-                        "user": user,
+                        "to": user,
                         "text": str(e.get("text", "")),
                         "blocks": e.get("blocks") or [],
                         "thread_ts": e.get("thread_ts"),
+                        "ts": str(e.get("message_ts", "")),
                     }
                 )
+        private.sort(key=lambda p: str(p["ts"]))
         modal = None
         for index, opened in enumerate(self.slack.views):
             owner = self.surface.triggers.get(str(opened.get("trigger_id", "")))
@@ -198,6 +223,7 @@ class Sandbox:
                 }
         return {
             "channel": self.channel,
+            "bot": self.slack.bot_user_id,
             "me": user,
             "people": [p.__dict__ for p in self.people],
             "messages": shown,
@@ -206,10 +232,50 @@ class Sandbox:
         }
 
     async def command(self, user: str, text: str) -> None:
+        """`/agent <text>`: its answer, text and blocks, is shown to `user` only."""
         sent = await self.requests.command(text, user=user, channel=self.channel)
         reply = sent.json() if sent.text else None
-        if isinstance(reply, dict) and reply.get("text"):
-            self.surface.private.append({"user": user, "text": reply["text"], "blocks": []})
+        if isinstance(reply, dict) and (reply.get("text") or reply.get("blocks")):
+            self.surface.private.append(
+                {
+                    "to": user,
+                    "text": str(reply.get("text", "")),
+                    "blocks": reply.get("blocks") or [],
+                    "thread_ts": None,
+                    "ts": self.slack._next_ts(),
+                }
+            )
+
+    async def say(self, user: str, text: str) -> None:
+        """`user` posts `text` in the channel. As in Slack, a plain message is only a message;
+        one that mentions the bot (`@approval-bot`) is also an `app_mention`, which starts a
+        run."""
+        ts = self.slack._next_ts()
+        mention = f"<@{self.slack.bot_user_id}>"
+        shown = re.sub(r"@approval-bot\b", mention, text)
+        self.surface.said.append({"user": user, "text": shown, "ts": ts, "thread_ts": None})
+        event = {
+            "type": "message",
+            "channel": self.channel,
+            "user": user,
+            "team": TEAM,
+            "text": shown,
+            "ts": ts,
+            "channel_type": "channel",
+        }
+        await self.requests.send_json(self.requests.event_payload(event))
+        if mention in shown:
+            await self.requests.send_json(
+                self.requests.event_payload({**event, "type": "app_mention"})
+            )
+
+    async def choose(self, user: str, menu: str, option: str, ts: str) -> None:
+        """`user` picks `option` in a message's menu (an overflow)."""
+        payload = self.requests.choose_payload(
+            menu, option, user=user, channel=self.channel, message_ts=ts
+        )
+        self.surface.triggers[payload["trigger_id"]] = user
+        await self.requests.send_interaction(payload)
 
     async def click(self, user: str, action_id: str, value: str, ts: str) -> None:
         payload = self.requests.click_payload(
@@ -296,6 +362,12 @@ def web_app(sandbox: Sandbox) -> web.Application:
             return web.json_response({"ok": False, "error": "unknown person"}, status=400)
         if what == "command":
             await sandbox.command(user, str(body.get("text", "")))
+        elif what == "say":
+            await sandbox.say(user, str(body.get("text", "")))
+        elif what == "choose":
+            await sandbox.choose(
+                user, str(body["action_id"]), str(body["option"]), str(body.get("ts", ""))
+            )
         elif what == "click":
             await sandbox.click(
                 user, str(body["action_id"]), str(body["value"]), str(body.get("ts", ""))

@@ -77,6 +77,8 @@ class Conversation:
     """From the stored snapshot; None when it no longer holds the run (it ended)."""
     decisions: list[CallRecord]
     """The run's calls up to this one, in the order they paused (decided or not)."""
+    context: CallContext | None = None
+    """What the card shows beside the call (the tool's description among it), when kept."""
 
 
 class Details:
@@ -152,4 +154,5 @@ class Details:
         found = transcript(snapshot, call.call_id, run.task) if snapshot is not None else None
         calls = await self.store.run_calls(run.run_id)
         upto = [c for c in calls if (c.pause, c.index) <= (call.pause, call.index)]
-        return Conversation(run, call, found, upto)
+        _, context = await self.store.call_with_context(approval_id)
+        return Conversation(run, call, found, upto, context)

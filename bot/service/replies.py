@@ -5,6 +5,7 @@ renders (`bot.slack.replies` writes Slack's mrkdwn); the service writes no marku
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -87,6 +88,26 @@ def said(template: str, **parts: Part | tuple[Part, ...]) -> Text:
     return Text(tuple(out))
 
 
+def naming(text: str, *users: str) -> tuple[Part, ...]:
+    """The service's own `text` with each of `users` (ids the service wrote into it) as a
+    `Mention`: a sentence kept for the audit trail, told to people."""
+    parts: tuple[Part, ...] = (text,)
+    for user in (u for u in users if u):
+        split: list[Part] = []
+        for part in parts:
+            if not isinstance(part, str):
+                split.append(part)
+                continue
+            pieces = part.split(user)
+            for number, piece in enumerate(pieces):
+                if number:
+                    split.append(Mention(user))
+                if piece:
+                    split.append(piece)
+        parts = tuple(split)
+    return parts
+
+
 def joined(items: Iterable[Part | tuple[Part, ...]], separator: str = ", ") -> tuple[Part, ...]:
     """Items (a part, or a few parts together) with `separator` between them: a list of names
     in a sentence."""
@@ -96,6 +117,48 @@ def joined(items: Iterable[Part | tuple[Part, ...]], separator: str = ", ") -> t
             out.append(separator)
         out.extend(item if isinstance(item, tuple) else (item,))
     return tuple(out)
+
+
+STORED = "\x1e"  # begins a `Text` kept as JSON (a plain note never holds this character)
+
+
+def stored(text: Text) -> str:
+    """`text` as a string to keep (a run's thread note), people and literals still parts."""
+    parts: list[object] = []
+    for part in text.parts:
+        if isinstance(part, str):
+            parts.append(part)
+        elif isinstance(part, Mention):
+            parts.append({"mention": part.user_id})
+        elif isinstance(part, Strong):
+            parts.append({"strong": part.text})
+        else:
+            parts.append({"code" if isinstance(part, Code) else "plain": part.text,
+                          "limit": part.limit})  # fmt: skip
+    return STORED + json.dumps(parts, ensure_ascii=False)
+
+
+def from_stored(value: str) -> str | Text:
+    """What `stored` kept, as a `Text`; a string kept by an earlier version as it is."""
+    if not value.startswith(STORED):
+        return value
+    try:
+        items = json.loads(value[1:])
+    except ValueError:
+        return value[1:]
+    parts: list[Part] = []
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, str):
+            parts.append(item)
+        elif isinstance(item, dict) and "mention" in item:
+            parts.append(Mention(str(item["mention"])))
+        elif isinstance(item, dict) and "strong" in item:
+            parts.append(Strong(str(item["strong"])))
+        elif isinstance(item, dict) and "code" in item:
+            parts.append(Code(str(item["code"]), int(item.get("limit", 200))))
+        elif isinstance(item, dict) and "plain" in item:
+            parts.append(Plain(str(item["plain"]), int(item.get("limit", 200))))
+    return Text(tuple(parts))
 
 
 def _plain(part: Part) -> str:

@@ -38,7 +38,7 @@ from bot.service.grants import grant_note, until_text
 from bot.service.limits import refusal, task_too_long
 from bot.service.policy import CallRule, Verdict, grant_max_of, human
 from bot.service.ports import Actor
-from bot.service.replies import Code, Reply, joined, said
+from bot.service.replies import Code, Mention, Plain, Reply, joined, naming, said, stored
 from bot.service.reviews import Reviews, beyond_text
 from bot.service.streaming import AnswerStream
 from bot.store import keys
@@ -381,21 +381,24 @@ class Runs:
                 detail=f"the one-shot approval of the edit of {edit.approval_id} "
                 f"(digest {edit.digest})",
             )  # fmt: skip
-            await self.store.add_note(
-                run.run_id,
-                f"{call.tool} was called again with the arguments {edit.by} edited, and runs "
-                "with them (approved by that edit; no new request).",
-            )
+            note = said(
+                "{tool} was called again with the arguments {who} edited, and runs with them "
+                "(approved by that edit; no new request).",
+                tool=Code(call.tool), who=Mention(edit.by),
+            )  # fmt: skip
+            await self.store.add_note(run.run_id, stored(note))
             return token if result.resume else ""
         if result is None and not call.decided:
             # Not (or no longer) the edited call: it waits for a person like any other call.
             await self.store.set_pending_call_fields(call.approval_id, {"edit_grant": ""})
             if why:
-                await self.store.add_note(
-                    run.run_id,
-                    f"The edit of {call.tool} by {edit.by if edit else '?'} no longer holds "
-                    f"({why}), so this call of it waits for a decision like any other.",
-                )
+                note = said(
+                    "The edit of {tool} by {who} no longer holds ({why}), so this call of it "
+                    "waits for a decision like any other.",
+                    tool=Code(call.tool), who=Mention(edit.by) if edit else "someone",
+                    why=naming(why, edit.by if edit else ""),
+                )  # fmt: skip
+                await self.store.add_note(run.run_id, stored(note))
         return ""
 
     async def auto_decide(self, run: RunRecord) -> None:
@@ -499,11 +502,12 @@ class Runs:
                     AuditKind.GRANT_DROPPED, call=call, actor=grantor, decision="approve",
                     detail=f"{why}: {grant_detail(grant)}",
                 )  # fmt: skip
-                await self.store.add_note(
-                    run.run_id,
-                    f"The grant by {grant.user} for {call.tool} in this channel no longer holds "
-                    f"({why}), so this call of it waits for a decision like any other.",
-                )
+                dropped = said(
+                    "The grant by {who} for {tool} in this channel no longer holds ({why}), so "
+                    "this call of it waits for a decision like any other.",
+                    who=Mention(grant.user), tool=Code(call.tool), why=naming(why, grant.user),
+                )  # fmt: skip
+                await self.store.add_note(run.run_id, stored(dropped))
             return None
         token = self.core.new_owner()
         note = grant_note(grant, used=True)
@@ -526,11 +530,12 @@ class Runs:
         where = "".join(
             f" where {name} = {canonical(value)}" for name, value in sorted(grant.narrow.items())
         )
-        await self.store.add_note(
-            run.run_id,
-            f"{call.tool} was approved by the grant of {grant.user} in this channel{where} "
-            f"(until {until_text(grant.until)}).",
-        )
+        told = said(
+            "{tool} was approved by the grant of {who} in this channel{where} (until {until}).",
+            tool=Code(call.tool), who=Mention(grant.user), where=Plain(where, 400),
+            until=until_text(grant.until),
+        )  # fmt: skip
+        await self.store.add_note(run.run_id, stored(told))
         return token if result.resume else ""
 
     async def _to_people(self, run: RunRecord, call: CallRecord) -> None:
@@ -560,7 +565,8 @@ class Runs:
         for this agent's tool and the policy in force still lets its decider decide this call
         alone. Otherwise forget that decision (audited, and said in the run thread) so the call
         waits for a person like any other. Returns the resume's owner token when this decided
-        the pause's last call, else ''. (Notes are plain text: the projector escapes them.)"""
+        the pause's last call, else ''. (Notes are `Text`, kept with `stored`: the projector
+        renders them.)"""
         sticky = (await self.store.sticky_decisions(run.run_id)).get(call.sticky)
         if sticky is None:
             return ""
@@ -580,14 +586,16 @@ class Runs:
         verb = "Always approve" if sticky.decision == "approved" else "Always reject"
         if why:
             if await self.store.drop_sticky(run.run_id, call.sticky):
-                text = (
-                    f"The {verb} decision by {sticky.user} on {call.tool} no longer holds "
-                    f"({why}), so this call of it waits for a decision like any other."
-                )
                 await self.core.audit(
                     AuditKind.ALWAYS_DROPPED, call=call, decision=sticky.decision, detail=why
                 )
-                await self.store.add_note(run.run_id, text)
+                note = said(
+                    "The {verb} decision by {who} on {tool} no longer holds ({why}), so this "
+                    "call of it waits for a decision like any other.",
+                    verb=verb, who=Mention(sticky.user), tool=Code(call.tool),
+                    why=naming(why, sticky.user),
+                )  # fmt: skip
+                await self.store.add_note(run.run_id, stored(note))
             return ""
         token = self.core.new_owner()
         result = await self.store.decide(
@@ -610,10 +618,11 @@ class Runs:
             detail=f"{verb} decision on {sticky.approval_id}, re-judged under the current policy",
         )
         shown = "approved" if sticky.decision == "approved" else "rejected"
-        await self.store.add_note(
-            run.run_id,
-            f"{call.tool} was {shown} by the {verb} decision of {sticky.user} earlier in this run.",
-        )
+        note = said(
+            "{tool} was {shown} by the {verb} decision of {who} earlier in this run.",
+            tool=Code(call.tool), shown=shown, verb=verb, who=Mention(sticky.user),
+        )  # fmt: skip
+        await self.store.add_note(run.run_id, stored(note))
         return token if result.resume else ""
 
     async def undeliverable(self, run_id: str, what: str, cause: str) -> None:

@@ -9,7 +9,7 @@ from bot.service.ports import Actor
 from bot.service.replies import Reply
 from bot.slack.commands import AgentCommand
 from bot.slack.listeners.deps import Service
-from bot.slack.overview import overview_message, status_message
+from bot.slack.render.overview import overview_message, status_message
 from bot.slack.replies import shown
 
 

@@ -23,7 +23,7 @@ from bot.outage import log_failure
 from bot.service.approvals import ApprovalService
 from bot.service.people import Overview
 from bot.service.ports import Actor
-from bot.slack.overview import home_view
+from bot.slack.render.overview import home_view
 from bot.slack.serving import serving
 from bot.slack.webapi import Later, Refused, classify
 from bot.store.home import HomeIndex

@@ -2,7 +2,7 @@
 bot's run messages, approval cards, results and review requests.
 
 It takes runs whose outbox has marks (see `bot.store.outbox`), with a lease that it renews while
-it works, reads the current records once, renders them (`blocks`), and delivers only what
+it works, reads the current records once, renders them (`bot.slack.render`), and delivers only what
 differs from what Slack already holds (a content hash per message):
 
 - a post carries message metadata (run id and target); when a post's outcome is unknown (a
@@ -44,14 +44,14 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.outage import log_failure
 from bot.service.foreground import Foreground
 from bot.service.gate import subject_of_call
-from bot.service.replies import when
-from bot.slack import blocks
-from bot.slack.overview import notice_message
+from bot.service.replies import from_stored, when
+from bot.slack.render import card, notices, output, run_message
+from bot.slack.render.base import as_dicts
+from bot.slack.render.overview import notice_message
 from bot.slack.serving import serving
 from bot.slack.streams import AnswerStreams, streamable, streamed
 from bot.slack.streams import found as found_stream
 from bot.slack.streams import opening as opening_state
-from bot.slack.text import quote
 from bot.slack.thread_status import ThreadStatus
 from bot.slack.webapi import Later, Refused, classify
 from bot.stopping import cancel_and_wait
@@ -590,8 +590,8 @@ class Projector:
                 return wait  # let changes gather (a change, or a worker's take, wakes it)
             waiting = await self.store.pause_calls(run.run_id) if run.status == "paused" else []
             progress = await self.store.progress(run.run_id)
-            text, body = blocks.run_message(run, progress, waiting)
-            self._status_due[run.run_id] = blocks.thread_status(run, progress)
+            text, body = run_message.run_message(run, progress, waiting)
+            self._status_due[run.run_id] = run_message.thread_status(run, progress, waiting)
         elif kind == "card":
             call, context = await self.store.call_with_context(keys.Target.parse(target).id)
             if call is None:
@@ -613,7 +613,7 @@ class Projector:
                 # The decision resumed the run: what the resume does (a result, the run's new
                 # status) arrives in a moment, and goes to Slack in the same pass as the card.
                 return mark.since + self.gather - time.time()
-            text, body = blocks.approval_message(run, call, when(call.decided_at), context)
+            text, body = card.approval_message(run, call, when(call.decided_at), context)
         elif kind == "remind":  # a reminder or an escalation, in the card's thread
             approval_id, which = keys.Target.parse(target).reminder
             call = await self.store.get_call(approval_id)
@@ -623,7 +623,7 @@ class Projector:
             thread = shown.get(str(keys.Target("card", approval_id)), Shown()).ts or call.message_ts
             if not thread:
                 return 1.0  # its card is not in Slack yet
-            text, body = blocks.reminder_message(call, which), []
+            text, body = notices.reminder_message(call, which), []
         else:
             if not run.message_ts:
                 # nothing to thread it under yet (or ever, if the run message was refused)
@@ -637,13 +637,13 @@ class Projector:
                 if note is None:
                     await self.outbox.done(run.run_id, target, mark)
                     return None
-                text, body = quote(note, blocks.OUTPUT_LIMIT), []
+                text, body = notices.note_text(from_stored(note)), []
             elif kind == "result":  # `result[:<turn>][#<part>]`: a long answer's parts
                 turn, _, part = keys.Target.parse(target).id.partition("#")
                 number = int(part or 1)
                 answered = await self._answer(run, turn)
                 if answered is not None:
-                    parts = blocks.result_parts(answered)
+                    parts = output.result_parts(answered)
                     if number > len(parts):
                         await self.outbox.done(run.run_id, target, mark)
                         return None
@@ -684,7 +684,7 @@ class Projector:
                         if run.status == RunStatus.PAUSED:
                             waiting = await self.store.pause_calls(run.run_id)
                         progress = await self.store.progress(run.run_id)
-                        text, body = blocks.turn_progress(run, progress, waiting), []
+                        text, body = run_message.turn_progress(run, progress, waiting), []
                         urgency = Urgency.STATUS
                     elif number > 1 or not writing or not (partial and (partial[1] or current.ts)):
                         await self.outbox.done(run.run_id, target, mark)
@@ -699,12 +699,12 @@ class Projector:
                             sent = await self._stream(run, target, mark, current, partial[1])
                             if sent != NOT_STREAMED:
                                 return sent
-                        text, body = blocks.partial_answer(partial[1]), []
+                        text, body = output.partial_answer(partial[1]), []
             else:
                 review_id = keys.Target.parse(target).id
                 voters = await self.store.review_voters(run.run_id, review_id)
-                text, body = blocks.review_message(run, review_id, voters)
-        payload = blocks.as_dicts(body)
+                text, body = notices.review_message(run, review_id, voters)
+        payload = as_dicts(body)
         digest = _digest(text, payload)
         channel = run.channel_id
         if current.ts and current.hash == digest:

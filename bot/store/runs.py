@@ -251,7 +251,8 @@ class Runs:
             await pipe.execute()
 
     async def add_note(self, run_id: str, text: str) -> None:
-        """A plain-text note for the run's thread (escaped once, where it is shown)."""
+        """A note for the run's thread: plain text, or the service's `Text` kept as a string
+        (`bot.service.replies.stored`); rendered and escaped once, where it is shown."""
         await self._add_note(keys=RunKeys(run_id).add_note(), args=[text, now(), self.retention])
         await self.outbox.schedule(run_id)
 

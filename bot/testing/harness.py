@@ -28,7 +28,7 @@ from bot.engine.questions import QUESTION_KIND
 from bot.engine.registry import AgentRegistry
 from bot.runtime import BotRuntime
 from bot.service.policy_source import PolicySource
-from bot.slack import question_blocks
+from bot.slack import blocks as ids
 from bot.slack.blocks import (
     ALWAYS_REJECT,
     EDIT,
@@ -36,6 +36,7 @@ from bot.slack.blocks import (
     REASON_BLOCK,
     REASON_INPUT,
     REJECT,
+    SHOW_CONVERSATION,
 )
 from bot.store.records import ENDED, CallStatus
 from bot.testing.requests import Sent, SlackRequests
@@ -396,7 +397,13 @@ class BotHarness:
     # Acting as people would ----------------------------------------------------------------
 
     async def click(self, message: Message, action_id: str, *, user: str) -> Sent:
-        """`user` clicks the button `action_id` of a message the bot posted."""
+        """`user` clicks the button `action_id` of a message the bot posted (or chooses the
+        option of its More menu that stands for that button)."""
+        menu = message.menu_of(action_id)
+        if menu is not None:
+            return await self.slack.choose(
+                *menu, user=user, channel=message.channel, message_ts=message.ts
+            )
         return await self.slack.click(
             action_id,
             message.button_value(action_id),
@@ -424,7 +431,7 @@ class BotHarness:
     async def answer(self, message: Message, *, user: str, text: str) -> Sent:
         """`user` clicks Answer on a question's card, then submits the modal with `text`."""
         opened = len(self.slack_api.views)
-        sent = await self.click(message, question_blocks.ANSWER, user=user)
+        sent = await self.click(message, ids.ANSWER, user=user)
         assert sent.status == 200, sent
         await wait_until(
             lambda: len(self.slack_api.views) > opened,
@@ -433,7 +440,7 @@ class BotHarness:
         )
         view = self.slack_api.views[-1]["view"]
         field = {"type": "plain_text_input", "value": text}
-        values = {question_blocks.ANSWER_BLOCK: {question_blocks.ANSWER_INPUT: field}}
+        values = {ids.ANSWER_BLOCK: {ids.ANSWER_INPUT: field}}
         return await self.slack.submit(view, values, user=user)
 
     async def open_edit(self, message: Message, *, user: str) -> dict[str, Any]:
@@ -464,6 +471,20 @@ class BotHarness:
         return await self.slack.thread_reply(
             text, user=user, channel=message.channel, thread_ts=message.ts
         )
+
+    async def details(self, message: Message, *, user: str) -> str:
+        """`user` opens a card's details (its More menu: the digest, policy, rule, timers and
+        the conversation); returns the modal's text."""
+        opened = len(self.slack_api.views)
+        sent = await self.click(message, SHOW_CONVERSATION, user=user)
+        assert sent.status == 200, sent
+        await wait_until(
+            lambda: len(self.slack_api.views) > opened,
+            what="the details modal",
+            explain=self.waiting_on,
+        )
+        view: dict[str, Any] = self.slack_api.views[-1]["view"]
+        return Message("", "", "", list(view.get("blocks") or [])).all_text()
 
     async def audit(self) -> list[dict[str, str]]:
         """The audit trail so far, oldest first."""

@@ -166,6 +166,43 @@ class SlackRequests:
         )
         return await self.send_interaction(payload)
 
+    def choose_payload(
+        self,
+        menu: str,
+        option: str,
+        *,
+        user: str,
+        channel: str,
+        message_ts: str = "",
+        team: str | None = None,
+    ) -> dict[str, Any]:
+        """What Slack sends when `user` chooses the option whose value is `option` in the menu
+        (an overflow) whose action id is `menu`."""
+        payload = self.click_payload(
+            menu, "", user=user, channel=channel, message_ts=message_ts, team=team
+        )
+        chosen = {"text": {"type": "plain_text", "text": option}, "value": option}
+        action = {**payload["actions"][0], "type": "overflow", "selected_option": chosen}
+        action.pop("value", None)
+        payload["actions"] = [action]
+        return payload
+
+    async def choose(
+        self,
+        menu: str,
+        option: str,
+        *,
+        user: str,
+        channel: str,
+        message_ts: str = "",
+        team: str | None = None,
+    ) -> Sent:
+        """`user` chooses the option `option` of the menu `menu` (see `choose_payload`)."""
+        payload = self.choose_payload(
+            menu, option, user=user, channel=channel, message_ts=message_ts, team=team
+        )
+        return await self.send_interaction(payload)
+
     def submit_payload(
         self,
         view: dict[str, Any],

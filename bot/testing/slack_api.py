@@ -119,16 +119,34 @@ class Message:
         visit(self.blocks)
         return "\n".join(found)
 
+    def _controls(self) -> list[tuple[str, str, str]]:
+        """(action id, value, menu) of every control in the message's actions blocks, in
+        order; a menu's options stand for the buttons they name (`menu` is the menu's action
+        id, '' for a button)."""
+        found: list[tuple[str, str, str]] = []
+        for block in self.blocks:
+            for element in block.get("elements", []) if block.get("type") == "actions" else []:
+                if element.get("type") == "overflow":
+                    for option in element.get("options", []):
+                        action_id, _, value = str(option.get("value", "")).partition(" ")
+                        found.append((action_id, value, str(element["action_id"])))
+                else:
+                    found.append((element["action_id"], str(element.get("value", "")), ""))
+        return found
+
     def action_ids(self) -> list[str]:
-        return [
-            element["action_id"]
-            for block in self.blocks
-            if block.get("type") == "actions"
-            for element in block.get("elements", [])
-        ]
+        """The action ids of its buttons, and of the buttons its menus' options stand for."""
+        return [action_id for action_id, _, _ in self._controls()]
+
+    def menu_of(self, action_id: str) -> tuple[str, str] | None:
+        """(the menu's action id, the option's value) when `action_id` is a menu option."""
+        for found, value, menu in self._controls():
+            if found == action_id and menu:
+                return menu, f"{action_id} {value}"
+        return None
 
     def accessory_value(self, action_id: str) -> str:
-        """The value of a section's accessory button (Show all, Show conversation)."""
+        """The value of a section's accessory button (Show all)."""
         for block in self.blocks:
             accessory = block.get("accessory") or {}
             if accessory.get("action_id") == action_id:
@@ -136,10 +154,10 @@ class Message:
         raise KeyError(action_id)
 
     def button_value(self, action_id: str) -> str:
-        for block in self.blocks:
-            for element in block.get("elements", []) if block.get("type") == "actions" else []:
-                if element.get("action_id") == action_id:
-                    return str(element["value"])
+        """The value of the button `action_id` (or of the button a menu option stands for)."""
+        for found, value, _ in self._controls():
+            if found == action_id:
+                return value
         raise KeyError(action_id)
 
 
@@ -359,8 +377,20 @@ class FakeSlackAPI:
     def thread(self, channel: str, ts: str) -> list[Message]:
         return [m for m in self.messages.values() if m.channel == channel and m.thread_ts == ts]
 
+    def card_messages(self) -> list[Message]:
+        """The bot's cards (approvals and questions), in any state: the messages whose
+        metadata names a card target."""
+        return [
+            m
+            for m in self.top_level()
+            if str(((m.metadata or {}).get("event_payload") or {}).get("target", "")).startswith(
+                "card:"
+            )
+        ]
+
     def approval_messages(self) -> list[Message]:
-        return [m for m in self.top_level() if "Approval needed" in m.all_text()]
+        """The approval cards, in any state (questions apart: `question_messages`)."""
+        return [m for m in self.card_messages() if "Question from the agent" not in m.all_text()]
 
     def question_messages(self) -> list[Message]:
         """The cards of the agents' questions (`ask_human`)."""
@@ -652,8 +682,9 @@ class FakeSlackAPI:
         return {"messages": sorted(found, key=lambda m: m["ts"])}
 
     def _chat_postEphemeral(self, p: dict[str, Any]) -> dict[str, Any]:
-        self.ephemeral.append(p)
-        return {"message_ts": self._next_ts()}
+        ts = self._next_ts()
+        self.ephemeral.append({**p, "message_ts": ts})  # when it was shown, among the messages
+        return {"message_ts": ts}
 
     def _views_open(self, p: dict[str, Any]) -> dict[str, Any]:
         self.views.append(p)

@@ -20,9 +20,10 @@ from bot.service.edits import EditForm
 from bot.service.grants import ChooseScope
 from bot.service.ports import Actor
 from bot.service.replies import RejectForm, Reply, TypeToConfirm
-from bot.slack import blocks, details, explained, grant_forms
+from bot.slack import blocks
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import RECEIVED, Listener, actor_of, channel_of, left
+from bot.slack.render import details, grants, modals
 from bot.slack.replies import shown
 
 log = logging.getLogger(__name__)
@@ -61,17 +62,46 @@ def register(app: AsyncApp, deps: ListenerDeps) -> None:
     decision = on_decision(deps)
     for action_id in blocks.DECISION_ACTIONS:
         app.action(action_id)(decision)
+    details_listener = on_details(deps)
+    app.action(blocks.MORE)(
+        on_menu(
+            {
+                blocks.ALWAYS_APPROVE: decision,
+                blocks.ALWAYS_REJECT: decision,
+                blocks.SHOW_CONVERSATION: details_listener,
+                blocks.SHOW_ALL: details_listener,
+            }
+        )
+    )
     app.action(blocks.EDIT)(on_edit(deps))
     app.action(blocks.CANCEL_RUN)(on_private_button(deps, "cancel", cancel))
     review_listener = on_private_button(deps, "review", review)
     for action_id in (blocks.REVIEW_DONE, blocks.REVIEW_RERUN):
         app.action(action_id)(review_listener)
-    for action_id in (explained.SHOW_ALL, explained.SHOW_CONVERSATION):
-        app.action(action_id)(on_details(deps))
-    app.action(grant_forms.GRANT_REVOKE)(on_private_button(deps, "revoke grant", revoke_grant))
+    for action_id in (blocks.SHOW_ALL, blocks.SHOW_CONVERSATION):
+        app.action(action_id)(details_listener)
+    app.action(blocks.GRANT_REVOKE)(on_private_button(deps, "revoke grant", revoke_grant))
     reply_listener = on_private_button(deps, "reply answer", reply_answer)
     for action_id in (blocks.REPLY_REJECT, blocks.REPLY_KEEP):
         app.action(action_id)(reply_listener)
+
+
+def on_menu(listeners: dict[str, Listener]) -> Listener:
+    """A card's More menu: the chosen option is the button it names (`blocks.menu_choice`),
+    handled by that button's own listener; an option naming no such button changes nothing."""
+
+    async def on_menu(ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext) -> None:
+        action = (body.get("actions") or [{}])[0]
+        chosen = str((action.get("selected_option") or {}).get("value", ""))
+        action_id, value = blocks.menu_choice(chosen)
+        listener = listeners.get(action_id)
+        if listener is None:
+            await ack()
+            return
+        clicked = {**action, "type": "button", "action_id": action_id, "value": value}
+        await listener(ack, {**body, "actions": [clicked]}, context)
+
+    return on_menu
 
 
 def on_decision(deps: ListenerDeps) -> Listener:
@@ -102,11 +132,11 @@ def on_decision(deps: ListenerDeps) -> Listener:
                 actor, approval_id, always=action_id == blocks.ALWAYS_APPROVE, version=version
             )
             if isinstance(reply, TypeToConfirm):  # nothing decided: ask for the typed value
-                view = blocks.confirm_modal(reply.call, expected=reply.expected, what=reply.what)
+                view = modals.confirm_modal(reply.call, expected=reply.expected, what=reply.what)
                 await open_modal(deps, trigger_id, view, received + TRIGGER_SECONDS, tell,
                                  late=CONFIRM_LATE, failed=CONFIRM_FAILED)  # fmt: skip
             elif isinstance(reply, ChooseScope):  # nothing decided: ask the grant's scope
-                await open_modal(deps, trigger_id, grant_forms.grant_modal(reply),
+                await open_modal(deps, trigger_id, grants.grant_modal(reply),
                                  received + TRIGGER_SECONDS, tell, late=SCOPE_LATE,
                                  failed=SCOPE_FAILED)  # fmt: skip
             elif not reply.ok:
@@ -137,7 +167,7 @@ async def open_reject_form(
     if isinstance(form, Reply):
         await refused(form)
         return
-    view = blocks.reject_modal(form.call, always=always, prefill=form.prefill)
+    view = modals.reject_modal(form.call, always=always, prefill=form.prefill)
     await open_modal(deps, trigger_id, view, deadline, tell, late=FORM_LATE, failed=FORM_FAILED)
 
 
@@ -180,7 +210,7 @@ def on_details(deps: ListenerDeps) -> Listener:
         await ack()
         action = (body.get("actions") or [{}])[0]
         approval_id = str(action.get("value", ""))
-        conversation = str(action.get("action_id", "")) == explained.SHOW_CONVERSATION
+        conversation = str(action.get("action_id", "")) == blocks.SHOW_CONVERSATION
         actor = actor_of(context, body)
         tell = deps.teller(channel_of(body, context), actor.user_id)
         received = float(context.get(RECEIVED) or asyncio.get_running_loop().time())
@@ -272,7 +302,7 @@ async def open_edit_form(
     if isinstance(form, Reply):
         await refused(form)
         return
-    await _open_modal(deps, trigger_id, blocks.edit_modal(form).to_dict(), deadline, tell)
+    await _open_modal(deps, trigger_id, modals.edit_modal(form).to_dict(), deadline, tell)
 
 
 async def _open_modal(

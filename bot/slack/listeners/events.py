@@ -12,10 +12,11 @@ from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from bot.outage import log_failure
 from bot.service.ports import Actor
 from bot.service.replies import ConfirmReject
-from bot.slack import blocks
 from bot.slack.commands import parse
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import Listener, actor_of
+from bot.slack.render.base import as_dicts
+from bot.slack.render.notices import confirm_reply
 from bot.slack.replies import shown
 from bot.slack.text import unescape
 
@@ -80,13 +81,13 @@ def on_message(deps: ListenerDeps) -> Listener:
                 if reply is not None and reply.ok and reply.text:
                     tell(shown(reply))  # queued: said privately
             if isinstance(reply, ConfirmReject):
-                text, body = blocks.confirm_reply(reply.reply_id, reply.text)
+                text, body = confirm_reply(reply.reply_id, reply.text)
                 await deps.client.chat_postEphemeral(
                     channel=channel,
                     user=actor.user_id,
                     thread_ts=str(thread_ts),
                     text=text,
-                    blocks=blocks.as_dicts(body),
+                    blocks=as_dicts(body),
                 )
             elif reply is not None and not reply.ok:
                 tell(shown(reply))

@@ -18,9 +18,10 @@ from bot.outage import log_failure
 from bot.service.ports import Actor
 from bot.service.questions import AnswerForm
 from bot.service.replies import Reply
-from bot.slack import question_blocks
+from bot.slack import blocks
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import RECEIVED, TRY_AGAIN, Listener, actor_of, channel_of, left
+from bot.slack.render import question
 from bot.slack.replies import shown
 
 log = logging.getLogger(__name__)
@@ -52,8 +53,8 @@ def _service(deps: ListenerDeps) -> QuestionService:
 
 def register(app: AsyncApp, deps: ListenerDeps) -> None:
     """Listen to the Answer button and the answer modal's submissions."""
-    app.action(question_blocks.ANSWER)(on_answer_click(deps))
-    app.view(question_blocks.ANSWER_MODAL)(on_answer_submit(deps))
+    app.action(blocks.ANSWER)(on_answer_click(deps))
+    app.view(blocks.ANSWER_MODAL)(on_answer_submit(deps))
 
 
 def on_answer_click(deps: ListenerDeps) -> Listener:
@@ -95,7 +96,7 @@ async def open_answer_form(
     if isinstance(form, Reply):
         await refused(form)
         return
-    view = question_blocks.answer_modal(form.call)
+    view = question.answer_modal(form.call)
     try:
         await asyncio.wait_for(
             deps.client.views_open(trigger_id=trigger_id, view=view.to_dict()), left(deadline)
@@ -120,13 +121,13 @@ def on_answer_submit(deps: ListenerDeps) -> Listener:
         ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], context: AsyncBoltContext
     ) -> None:
         actor = actor_of(context, body)
-        block = question_blocks.ANSWER_BLOCK
+        block = blocks.ANSWER_BLOCK
         try:
             meta = json.loads(view.get("private_metadata") or "{}")
             approval_id = str(meta.get("approval_id", ""))
             channel = str(meta.get("channel") or "")
             values = view.get("state", {}).get("values", {})
-            text = values.get(block, {}).get(question_blocks.ANSWER_INPUT, {}).get("value")
+            text = values.get(block, {}).get(blocks.ANSWER_INPUT, {}).get("value")
         except Exception:
             log_failure(log, "could not read an answer form")
             await ack(response_action="errors", errors={block: TRY_AGAIN})

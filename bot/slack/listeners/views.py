@@ -12,9 +12,10 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from bot.outage import log_failure
 from bot.service.edits import EditErrors, Entered
 from bot.service.replies import Reply
-from bot.slack import blocks, grant_forms
+from bot.slack import blocks
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import TRY_AGAIN, Listener, actor_of
+from bot.slack.render import grants, modals
 from bot.slack.replies import shown
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ def register(app: AsyncApp, deps: ListenerDeps) -> None:
     app.view(blocks.REJECT_MODAL)(on_reject_submit(deps))
     app.view(blocks.CONFIRM_MODAL)(on_confirm_submit(deps))
     app.view(blocks.EDIT_MODAL)(on_edit_submit(deps))
-    app.view(grant_forms.GRANT_MODAL)(on_grant_submit(deps))
+    app.view(blocks.GRANT_MODAL)(on_grant_submit(deps))
 
 
 NOT_OFFERED = "Choose one of the lengths the form offers. Nothing was approved."
@@ -48,13 +49,13 @@ def on_grant_submit(deps: ListenerDeps) -> Listener:
             meta = json.loads(view.get("private_metadata") or "{}")
             approval_id = str(meta.get("approval_id", ""))
             channel = str(meta.get("channel") or "")
-            scope = grant_forms.scope_of(view.get("state", {}).get("values", {}))
+            scope = grants.scope_of(view.get("state", {}).get("values", {}))
         except Exception:
             log_failure(log, "could not read an Always approve form")
-            await ack(response_action="errors", errors={grant_forms.SCOPE_BLOCK: TRY_AGAIN})
+            await ack(response_action="errors", errors={blocks.SCOPE_BLOCK: TRY_AGAIN})
             return
         if scope is None:
-            await ack(response_action="errors", errors={grant_forms.SCOPE_BLOCK: NOT_OFFERED})
+            await ack(response_action="errors", errors={blocks.SCOPE_BLOCK: NOT_OFFERED})
             return
 
         async def approve() -> Reply:
@@ -78,7 +79,7 @@ def on_grant_submit(deps: ListenerDeps) -> Listener:
         elif reply.ok:
             await ack()
         else:
-            await ack(response_action="errors", errors={grant_forms.SCOPE_BLOCK: shown(reply)})
+            await ack(response_action="errors", errors={blocks.SCOPE_BLOCK: shown(reply)})
 
     return on_grant_submit
 
@@ -247,14 +248,14 @@ def on_edit_submit(deps: ListenerDeps) -> Listener:
         elif isinstance(reply, EditErrors):
             errors: dict[str, str] = {}
             for where, what in reply.errors.items():
-                block = blocks.edit_error_block(names, where)
+                block = modals.edit_error_block(names, where)
                 errors[block] = f"{errors[block]} {what}" if block in errors else what
             await ack(response_action="errors", errors=errors)
         elif reply.ok:
             await ack()
         else:
             await ack(
-                response_action="errors", errors={blocks.edit_error_block(names, ""): shown(reply)}
+                response_action="errors", errors={modals.edit_error_block(names, ""): shown(reply)}
             )
 
     return on_edit_submit

@@ -3,36 +3,24 @@ agent's own words, its reasoning summary), what the tool is (its description, it
 and the call rendered for its kind (a patch as a unified diff, shell commands with their working
 directory and timeout, a hosted MCP call with its server, a function tool's arguments as
 key/value lines). Long text is cut visibly; the whole is one click away ("Show all",
-"Show conversation": `bot.slack.details`). All of it is untrusted: escaped here.
+the call's details: `bot.slack.render.details`). All of it is untrusted: escaped here.
 """
 
 from __future__ import annotations
 
 import json
 
-from slack_sdk.models.blocks import (
-    Block,
-    ButtonElement,
-    ContextBlock,
-    MarkdownTextObject,
-    SectionBlock,
-)
+from slack_sdk.models.blocks import Block, ButtonElement, SectionBlock
 
-from bot.slack.text import blockquote, clean, code_block, escape, fit, inline, truncate
+from bot.slack.blocks import SHOW_ALL
+from bot.slack.render.base import SECTION_LIMIT, md
+from bot.slack.text import blockquote, clean, code_block, escape, inline, truncate
 from bot.store.records import ArgumentField, CallContext, CallRecord
 from bot.untrusted import ZWSP
 
-SHOW_ALL = "approval_show_all"
-SHOW_CONVERSATION = "approval_show_conversation"
-
-SECTION_LIMIT = 3000
 SAID_SHOWN = 600  # characters of the agent's words on the card
 THOUGHT_SHOWN = 300
 NO_REASON = "_the agent gave no reason_"
-
-
-def md(text: str) -> MarkdownTextObject:
-    return MarkdownTextObject(text=fit(text, SECTION_LIMIT))
 
 
 def shortened(text: str, limit: int) -> str:
@@ -42,37 +30,29 @@ def shortened(text: str, limit: int) -> str:
 
 
 def why_block(call: CallRecord, context: CallContext) -> SectionBlock:
-    """The agent's own words (quoted: they cannot pass for the bot's), or that it gave none;
-    on a pending card, the Show conversation button."""
+    """The agent's own words (quoted: they cannot pass for the bot's), or that it gave none."""
+    who = f"*Why* (agent *{inline(call.agent, 80)}*):"
     if context.said:
-        text = "*Why, in the agent's words:*\n" + blockquote(
-            shortened(context.said, SAID_SHOWN), SAID_SHOWN + 200
-        )
+        text = f"{who}\n" + blockquote(shortened(context.said, SAID_SHOWN), SAID_SHOWN + 200)
     else:
-        text = f"*Why:* {NO_REASON}"
+        text = f"{who} {NO_REASON}"
     if context.thought:
         text += "\n_Its reasoning summary:_\n" + blockquote(
             shortened(context.thought, THOUGHT_SHOWN), THOUGHT_SHOWN + 200
         )
-    accessory = None
-    if not call.decided:
-        accessory = ButtonElement(
-            text="Show conversation", action_id=SHOW_CONVERSATION, value=call.approval_id
-        )
-    return SectionBlock(text=md(text), accessory=accessory)
+    return SectionBlock(text=md(text))
 
 
-def description_block(call: CallRecord, context: CallContext) -> ContextBlock | None:
-    """The tool's description, one line, and its parameters' descriptions."""
+def description_text(call: CallRecord, context: CallContext) -> str:
+    """The tool's description, one line, and its parameters' descriptions (the call's
+    details modal shows them)."""
     parts = []
     if context.description:
         parts.append(f"`{inline(call.tool, 80)}`: {inline(context.description, 300)}")
     about = [f"_{inline(f.name, 60)}_: {inline(f.about, 150)}" for f in context.fields if f.about]
     if about:
         parts.append("Parameters: " + " · ".join(about))
-    if not parts:
-        return None
-    return ContextBlock(elements=[md("\n".join(parts))])
+    return "\n".join(parts)
 
 
 def _value_line(name: str, value: str) -> str:
@@ -115,7 +95,7 @@ def fields_of(call: CallRecord, context: CallContext) -> tuple[ArgumentField, ..
 
 
 def _fields_text(call: CallRecord, fields: tuple[ArgumentField, ...]) -> tuple[str, bool]:
-    """`*Arguments:*` and one line per argument, long values cut (with a note naming them)."""
+    """One line per argument, long values cut (with a note naming them)."""
     lines = "\n".join(_value_line(f.name, f.value) for f in fields) or "(none)"
     block, cut = _fenced(lines, SECTION_LIMIT - 600)
     notes = [
@@ -135,7 +115,7 @@ def _fields_text(call: CallRecord, fields: tuple[ArgumentField, ...]) -> tuple[s
         notes.append("_(truncated: not every argument is shown)_")
     if (notes or stored_cut) and not call.decided:
         notes.append("*Show all* opens the whole call.")
-    shown = "*Arguments:*\n" + block + ("\n" + "\n".join(notes) if notes else "")
+    shown = block + ("\n" + "\n".join(notes) if notes else "")
     return shown, bool(notes or stored_cut)
 
 
@@ -168,7 +148,7 @@ def what_blocks(call: CallRecord, context: CallContext, limit: int) -> list[Bloc
     elif fields_of(call, context):
         text, cut = _fields_text(call, fields_of(call, context))
     else:
-        text = "*Arguments:*\n" + code_block(call.arguments, limit, call.arguments_chars)
+        text = code_block(call.arguments, limit, call.arguments_chars)
     accessory = None
     if cut and not call.decided:
         accessory = ButtonElement(text="Show all", action_id=SHOW_ALL, value=call.approval_id)
@@ -176,9 +156,5 @@ def what_blocks(call: CallRecord, context: CallContext, limit: int) -> list[Bloc
 
 
 def context_blocks(call: CallRecord, context: CallContext, limit: int) -> list[Block]:
-    """Why, what the tool is, and the call: what replaces the bare arguments on a card."""
-    found: list[Block] = [why_block(call, context)]
-    about = description_block(call, context)
-    if about is not None:
-        found.append(about)
-    return found + what_blocks(call, context, limit)
+    """Why, and the call: what replaces the bare arguments on a card."""
+    return [why_block(call, context), *what_blocks(call, context, limit)]

@@ -1,6 +1,6 @@
 """Block Kit for what people ask about runs: `/agent status`, `/agent list`, the App Home tab,
 and the requester's message about their run's outcomes. All untrusted text goes through
-`bot.slack.text`; links are built from the Slack in use (`blocks.permalink`), no API call."""
+`bot.slack.text`; links are built from the Slack in use (`base.permalink`), no API call."""
 
 from __future__ import annotations
 
@@ -19,19 +19,18 @@ from bot.engine.questions import QUESTION_KIND
 from bot.service.digest import short
 from bot.service.people import Overview, RunView, Waiting
 from bot.service.replies import when
-from bot.slack.blocks import (
+from bot.slack.render.base import (
     ARGUMENT_LABELS,
     ARGUMENTS_LIMIT,
     KIND_LABELS,
-    _md,
     as_dicts,
-    decision_buttons,
-    outcome_word,
+    md,
     permalink,
-    quorum_text,
-    status_text,
 )
-from bot.slack.grant_forms import home_grants
+from bot.slack.render.card import outcome_word, quorum_text
+from bot.slack.render.controls import decision_buttons
+from bot.slack.render.grants import home_grants
+from bot.slack.render.run_message import status_text
 from bot.slack.text import blockquote, code_block, escape, inline, truncate
 from bot.store.records import CallRecord, CallStatus, RunRecord, RunStatus
 
@@ -61,11 +60,11 @@ def _run_line(view: RunView) -> str:
     run = view.run
     line = (
         f"`{run.run_id}` · *{inline(run.agent_name)}* by <@{run.user_id}> in <#{run.channel_id}>"
-        f" · {status_text(run)}{f' · turn {run.turn}' if run.turn > 1 else ''} · "
+        f" · {status_text(run, view.waiting)}{f' · turn {run.turn}' if run.turn > 1 else ''} · "
         f"{_run_link(run)}\n_{_task(run)}_"
     )
     if view.waiting:
-        links = ", ".join(_call_link(c, run, f"`{inline(c.tool, 60)}`") for c in view.waiting[:10])
+        links = ", ".join(_call_link(c, run, inline(c.tool, 60)) for c in view.waiting[:10])
         line += f"\nWaiting for: {links}"
     return line
 
@@ -89,7 +88,7 @@ def status_message(view: RunView) -> tuple[str, list[dict[str, Any]]]:
     lines = [
         f"*Run `{run.run_id}`*: agent *{inline(run.agent_name)}*, started by <@{run.user_id}> "
         f"in <#{run.channel_id}> at {when(run.created_at)}",
-        f"*Status:* {status_text(run)}"
+        f"*Status:* {status_text(run, view.waiting)}"
         + (f" at {when(run.cancelled_at)}" if run.cancelled_at else ""),
         f"*Task:* _{_task(run, 500)}_",
         f"*Run message:* {_run_link(run)}",
@@ -109,7 +108,7 @@ def status_message(view: RunView) -> tuple[str, list[dict[str, Any]]]:
     lines.extend(edit_lines(view))
     lines.extend(turn_lines(view))
     text = "\n".join(lines)
-    return f"Run {run.run_id}: {run.status}", as_dicts([SectionBlock(text=_md(text))])
+    return f"Run {run.run_id}: {run.status}", as_dicts([SectionBlock(text=md(text))])
 
 
 def turn_lines(view: RunView) -> list[str]:
@@ -150,20 +149,18 @@ def overview_message(overview: Overview) -> tuple[str, list[dict[str, Any]]]:
     """`/agent list`: the calls waiting for the asker's decision, then the channel's runs."""
     blocks: list[Block] = []
     if overview.mine:
-        blocks.append(
-            SectionBlock(text=_md(f"*Waiting for your decision ({len(overview.mine)}):*"))
-        )
-        blocks.extend(SectionBlock(text=_md(_waiting_line(w))) for w in overview.mine)
+        blocks.append(SectionBlock(text=md(f"*Waiting for your decision ({len(overview.mine)}):*")))
+        blocks.extend(SectionBlock(text=md(_waiting_line(w))) for w in overview.mine)
     else:
-        blocks.append(SectionBlock(text=_md("*Waiting for your decision:* nothing.")))
+        blocks.append(SectionBlock(text=md("*Waiting for your decision:* nothing.")))
     blocks.append(DividerBlock())
     if overview.runs:
         blocks.append(
-            SectionBlock(text=_md(f"*Unfinished runs in this channel ({len(overview.runs)}):*"))
+            SectionBlock(text=md(f"*Unfinished runs in this channel ({len(overview.runs)}):*"))
         )
-        blocks.extend(SectionBlock(text=_md(_run_line(v))) for v in overview.runs)
+        blocks.extend(SectionBlock(text=md(_run_line(v))) for v in overview.runs)
     else:
-        blocks.append(SectionBlock(text=_md("*Unfinished runs in this channel:* none.")))
+        blocks.append(SectionBlock(text=md("*Unfinished runs in this channel:* none.")))
     text = f"{len(overview.mine)} call(s) waiting for you; {len(overview.runs)} unfinished run(s)"
     return text, as_dicts(blocks[:MAX_BLOCKS])
 
@@ -177,18 +174,20 @@ def _home_call(item: Waiting) -> list[Block]:
     shown = code_block(call.arguments, HOME_ARGUMENTS_LIMIT, call.arguments_chars)
     whole = shown == code_block(call.arguments, ARGUMENTS_LIMIT, call.arguments_chars)
     blocks: list[Block] = [
-        SectionBlock(text=_md(_waiting_line(item))),
-        SectionBlock(text=_md(f"*{label}:*\n{shown}")),
+        SectionBlock(text=md(_waiting_line(item))),
+        SectionBlock(text=md(f"*{label}:*\n{shown}")),
     ]
     if whole:
         blocks.append(
-            ActionsBlock(block_id=f"home:{call.approval_id}", elements=decision_buttons(call))
+            ActionsBlock(
+                block_id=f"home:{call.approval_id}", elements=decision_buttons(call, details=False)
+            )
         )
     else:
         card = _call_link(call, item.run, "its approval request")
         blocks.append(
             ContextBlock(
-                elements=[_md(f"The arguments are too long for this tab: decide on {card}.")]
+                elements=[md(f"The arguments are too long for this tab: decide on {card}.")]
             )
         )
     return blocks
@@ -199,7 +198,7 @@ def home_view(overview: Overview) -> dict[str, Any]:
     arguments and the card's own buttons, and their recent runs."""
     blocks: list[Block] = [HeaderBlock(text="Waiting for your decision")]
     if not overview.mine:
-        blocks.append(SectionBlock(text=_md("Nothing is waiting for your decision.")))
+        blocks.append(SectionBlock(text=md("Nothing is waiting for your decision.")))
     for item in overview.mine:
         blocks.extend(_home_call(item))
     blocks.append(DividerBlock())
@@ -208,10 +207,10 @@ def home_view(overview: Overview) -> dict[str, Any]:
         blocks.extend([*grants, DividerBlock()])
     blocks.append(HeaderBlock(text="Your recent runs"))
     if not overview.runs:
-        blocks.append(SectionBlock(text=_md("You have not started a run yet: `/agent <task>`.")))
-    blocks.extend(SectionBlock(text=_md(_run_line(v))) for v in overview.runs[:HOME_RUNS])
+        blocks.append(SectionBlock(text=md("You have not started a run yet: `/agent <task>`.")))
+    blocks.extend(SectionBlock(text=md(_run_line(v))) for v in overview.runs[:HOME_RUNS])
     blocks.append(
-        ContextBlock(elements=[_md("This tab follows your runs and decisions as they change.")])
+        ContextBlock(elements=[md("This tab follows your runs and decisions as they change.")])
     )
     return {"type": "home", "blocks": as_dicts(blocks[:MAX_BLOCKS])}
 

@@ -1,5 +1,6 @@
-"""The modals behind a card's "Show all" (the whole call) and "Show conversation" (the run's task
-and its conversation up to the call, with the run's decisions so far). Within Slack's modal
+"""The modals behind a card's "Show all" (the whole call) and its details (what the card leaves
+out: digest, policy, rule, timers; then the run's task and its conversation up to the call, with
+the run's decisions so far). Within Slack's modal
 limits (100 blocks, 3,000 characters a section, a 24-character title), escaped like the card.
 """
 
@@ -7,16 +8,25 @@ from __future__ import annotations
 
 import json
 
-from slack_sdk.models.blocks import Block, ContextBlock, SectionBlock
+from slack_sdk.models.blocks import Block, ContextBlock, DividerBlock, SectionBlock
 from slack_sdk.models.views import View
 
 from bot.conversation import Turn
 from bot.service.details import Conversation, WholeCall
+from bot.service.digest import short
 from bot.service.replies import when
-from bot.slack.blocks import _decision_line
-from bot.slack.explained import md, unified_diff
+from bot.slack.render.base import (
+    approvers_text,
+    asked_by,
+    expiry_text,
+    md,
+    person,
+    timers_text,
+)
+from bot.slack.render.card import decision_line, what_text
+from bot.slack.render.card_context import description_text, unified_diff
 from bot.slack.text import blockquote, clean, escape, inline, truncate
-from bot.store.records import CallRecord
+from bot.store.records import CallContext, CallRecord
 from bot.untrusted import ZWSP
 
 MODAL_BLOCKS = 100
@@ -106,21 +116,57 @@ def _decision(call: CallRecord, this: CallRecord) -> str:
         return ":point_left: *This call*: waiting for a decision"
     if not call.decided:
         return ":hourglass_flowing_sand: Waiting for a decision"
-    line = _decision_line(call, when(call.decided_at))
+    line = decision_line(call, when(call.decided_at))
     if call.reason and call.status != "expired":
         line += "\n" + blockquote(call.reason, 600)
     return line
 
 
+def call_facts(conversation: Conversation) -> list[Block]:
+    """What the card leaves out: the tool's description, the digest that binds a decision to
+    this exact call, the policy's version and rule, who may decide, the timers, and how to
+    answer in the card's thread."""
+    run, call = conversation.run, conversation.call
+    lines = [f"{what_text(call)} · {asked_by(run, call)}"]
+    about = description_text(call, conversation.context or CallContext())
+    if about:
+        lines.append(about)
+    facts = [
+        f"Call digest `{short(call.digest)}`" if call.digest else "",
+        f"policy `{inline(call.policy_version)}`" if call.policy_version else "",
+        f"rule `{inline(call.rule)}`" if call.rule else "",
+        f"approvers {approvers_text(call)}",
+    ]
+    if call.original_digest:
+        facts.append(f"digest before the edit `{short(call.original_digest)}`")
+    context = [" · ".join(f for f in facts if f)]
+    timers = " · ".join(t for t in (expiry_text(call), timers_text(call)) if t)
+    if timers:
+        context.append(timers)
+    if not call.decided:
+        context.append(
+            "Reply in the card's thread to comment, or start a reply with `reject:` (or "
+            "`deny:`) to reject with that reason."
+        )
+    return [
+        SectionBlock(text=md("\n".join(lines))),
+        ContextBlock(elements=[md("\n".join(context))]),
+        DividerBlock(),
+    ]
+
+
 def conversation_modal(conversation: Conversation) -> View:
-    """Show conversation: the run's task, then its conversation up to this call (user,
-    assistant, tool calls and results, with the decisions on them), newest last."""
+    """The call's details: what the card leaves out (`call_facts`), then the run's task and
+    its conversation up to this call (user, assistant, tool calls and results, with the
+    decisions on them), newest last."""
     run, call = conversation.run, conversation.call
     task = blockquote(run.task, 1500, run.task_chars)
     head = (
-        f"Run `{inline(run.run_id)}` started by <@{run.user_id}>, agent *{inline(run.agent_name)}*"
+        f"Run `{inline(run.run_id)}` started by {person(run.user_id)}, agent "
+        f"*{inline(run.agent_name)}*"
     )
-    blocks: list[Block] = [SectionBlock(text=md(f"{head}\n*Task:*\n{task}"))]
+    blocks: list[Block] = call_facts(conversation)
+    blocks.append(SectionBlock(text=md(f"{head}\n*Task:*\n{task}")))
     by_call = {c.call_id: c for c in conversation.decisions}
     found = conversation.transcript
     turns: list[str] = []
@@ -148,4 +194,4 @@ def conversation_modal(conversation: Conversation) -> View:
     if others:
         lines = [f"• `{inline(c.tool, 80)}`: {_decision(c, call)}" for c in others]
         blocks.append(SectionBlock(text=md("*Decisions in this run:*\n" + "\n".join(lines))))
-    return _view("Conversation", blocks)
+    return _view("Details", blocks)

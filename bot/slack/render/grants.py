@@ -25,7 +25,6 @@ from slack_sdk.models.blocks import (
     ContextBlock,
     HeaderBlock,
     InputBlock,
-    MarkdownTextObject,
     Option,
     PlainTextObject,
     RadioButtonsElement,
@@ -35,22 +34,21 @@ from slack_sdk.models.views import View
 
 from bot.service.grants import ChooseScope, GrantScope, GrantView, until_text
 from bot.service.policy import human
-from bot.slack.text import fit, inline
+from bot.slack.blocks import (
+    GRANT_MODAL,
+    GRANT_REVOKE,
+    NARROW_BLOCK,
+    NARROW_INPUT,
+    SCOPE_BLOCK,
+    SCOPE_INPUT,
+)
+from bot.slack.render.base import md, person
+from bot.slack.text import inline
 from bot.store.grants import canonical
 from bot.store.records import CallRecord
 
-GRANT_MODAL = "approval_grant_modal"
-SCOPE_BLOCK = "grant_scope"
-SCOPE_INPUT = "grant_scope_input"
-NARROW_BLOCK = "grant_narrow"
-NARROW_INPUT = "grant_narrow_input"
 RUN_ONLY = "run"
-GRANT_REVOKE = "grant_revoke"
 HOME_GRANTS = 20  # grants listed on a Home (the view holds at most 100 blocks)
-
-
-def _md(text: str) -> MarkdownTextObject:
-    return MarkdownTextObject(text=fit(text, 3000))
 
 
 def _where(narrow: dict[str, Any]) -> str:
@@ -72,7 +70,7 @@ def grant_modal(choose: ChooseScope) -> View:
     ]
     blocks: list[Block] = [
         SectionBlock(
-            text=_md(
+            text=md(
                 f"Approve `{inline(call.tool)}` requested by agent *{inline(call.agent)}*, and "
                 "let later calls of it through without a card: for the rest of this run, or "
                 f"in <#{call.channel_id}> for up to {human(choose.grant_max)} (the policy's "
@@ -89,7 +87,7 @@ def grant_modal(choose: ChooseScope) -> View:
     ]
     if choose.arguments:
         narrow = [
-            Option(value=name, text=_md(f"only when `{inline(name, 60)}` = `{inline(value, 80)}`"))
+            Option(value=name, text=md(f"only when `{inline(name, 60)}` = `{inline(value, 80)}`"))
             for name, value in choose.arguments
         ]
         blocks.append(
@@ -103,7 +101,7 @@ def grant_modal(choose: ChooseScope) -> View:
     blocks.append(
         ContextBlock(
             elements=[
-                _md(
+                md(
                     "A channel grant is yours: it is judged again against the policy at each "
                     "use, listed by `/agent grants` and on the App Home, and you or the "
                     "channel's approvers can revoke it there."
@@ -151,7 +149,7 @@ def granted_text(call: CallRecord) -> str:
     except (ValueError, KeyError, TypeError):
         return ""
     if note.get("used"):
-        return f" through the grant of <@{by}>{_where(narrow)}, until {until_text(until)}"
+        return f" through the grant of {person(by)}{_where(narrow)}, until {until_text(until)}"
     return (
         f" (always approve: this channel, {human(round(until - made))}, "
         f"`{inline(call.tool)}`{_where(narrow)}, until {until_text(until)})"
@@ -169,10 +167,10 @@ def home_grants(views: list[GrantView]) -> list[Block]:
         text = (
             f"`{inline(grant.tool or grant.sticky)}` of agent "
             f"*{inline(grant.sticky.partition('::')[0], 60)}*{_where(grant.narrow)} in "
-            f"<#{grant.channel}>: approved without a card, by the grant of <@{grant.user}>, "
+            f"<#{grant.channel}>: approved without a card, by the grant of {person(grant.user)}, "
             f"until {until_text(grant.until)}"
         )
-        blocks.append(SectionBlock(text=_md(text)))
+        blocks.append(SectionBlock(text=md(text)))
         if view.revocable and grant.grant_id:
             confirm = ConfirmObject(
                 title="Revoke this grant?",
@@ -187,6 +185,6 @@ def home_grants(views: list[GrantView]) -> list[Block]:
             blocks.append(ActionsBlock(block_id=f"grant:{grant.grant_id}", elements=[button]))
     if len(views) > HOME_GRANTS:
         blocks.append(
-            ContextBlock(elements=[_md(f"…and {len(views) - HOME_GRANTS} more: `/agent grants`.")])
+            ContextBlock(elements=[md(f"…and {len(views) - HOME_GRANTS} more: `/agent grants`.")])
         )
     return blocks
