@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install run sandbox test lint typecheck docs unit bench bench-more check clean
+.PHONY: install run sandbox test lint typecheck docs unit bench bench-more check clean screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,13 +58,19 @@ test: install
 ## The floor under a decision's cost on this machine (the SDK, Bolt, slack_sdk, redis-py, each
 ## alone), then the cost of a decision against a bare Bolt app and the SDK's own resume, queue throughput,
 ## then 3 replicas + 2 workers on a Redis Cluster within Slack's limits (200 clicks at once),
-## then follow-ups in a run's thread (reply -> first streamed words, Slack calls per turn).
+## then follow-ups in a run's thread (reply -> first streamed words, Slack calls per turn), then the
+## sandbox: `/agent` -> its first card, and that card's size.
 bench: install
 	$(BIN)/python -m benchmarks.floor
 	$(BIN)/python -m benchmarks.decisions
 	$(BIN)/python -m benchmarks.queue_throughput
 	$(BIN)/python -m benchmarks.scale_out
 	$(BIN)/python -m benchmarks.follow_ups
+	$(BIN)/python -m benchmarks.sandbox_first_card
+
+## The sandbox's pictures in docs/ (docs/sandbox-*.png), taken by the browser tests in Chromium.
+screenshots: install
+	SANDBOX_SCREENSHOTS=docs $(BIN)/python -m pytest -q -n 2 tests/test_sandbox_page.py
 
 ## Longer figures: pacing of 50 posts in one channel, Redis for a 40,000-character task, how
 ## a three-node Redis Cluster carries the data and the commands, and what waiting for a

@@ -17,6 +17,7 @@ from typing import Any
 from agents import Agent, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
+from bot import ask_human
 from bot.slack.blocks import APPROVE
 from bot.testing.clock import SkippingClock
 from bot.testing.harness import BotHarness, edit_values, wait_until
@@ -154,3 +155,42 @@ async def test_a_cancelled_card_and_run_say_who_cancelled(redis_url: str) -> Non
         await bot.wait_for_status("cancelled")
         run = render(bot.run_message().blocks, NAMES)
         assert "cancelled by @alice" in run and "continue" not in run and "[" not in run
+
+
+async def test_the_run_message_says_what_is_true_in_each_state(redis_url: str) -> None:
+    """Waiting: for an approval and an answer (a question is no approval). Finished: the
+    steps taken, in a tense that stays true, and an invitation to reply. The thread's note on
+    an edit names its editor as a mention, never a raw id."""
+
+    @function_tool(needs_approval=True)
+    def restart_service(service: str) -> str:
+        """Restart a service."""
+        return f"restarted {service}"
+
+    steps = [
+        [
+            function_call("ask_human", {"question": "Which tier?"}, call_id="q1"),
+            function_call("restart_service", {"service": "web-1"}, call_id="r1"),
+        ],
+        [function_call("restart_service", {"service": "web-2"}, call_id="r2")],
+        [assistant_message("Restarted web-2.")],
+    ]
+    agent = Agent(name="ops", model=ScriptedModel(steps), tools=[restart_service, ask_human])
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await bot.slack.command("restart the web tier", user="U1", channel="C1")
+        [card] = await bot.wait_for_approvals(1)
+        [question] = await bot.wait_for_questions(1)
+        await wait_until(lambda: "Waiting for:" in bot.run_message().all_text(), what="links")
+        waiting = render(bot.run_message().blocks, NAMES)
+        assert "waiting for 1 approval and 1 answer" in waiting, waiting
+        await bot.answer(question, user="U1", text="web")
+        view = await bot.open_edit(card, user="U2")
+        await bot.slack.submit(view, edit_values(view, {"field:service": "web-2"}), user="U2")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        run = render(bot.run_message().blocks, NAMES)
+        assert "finished" in run and "reply in the thread to continue" in run
+        assert "ops called restart_service" in run and "is running" not in run
+        notes = [m.text for m in bot.run_thread()]
+        assert any("the arguments <@U2> edited" in n for n in notes), notes
+        assert not any("U2 edited" in n.replace("<@U2>", "") for n in notes)

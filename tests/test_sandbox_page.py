@@ -130,6 +130,8 @@ async def test_cards_from_start_to_outcome_in_the_browser(sandbox_url: str, tmp_
         assert "Approve\nReject\nEdit\n⋯" in text
         assert "replicas: 8" in await scale.inner_text()
 
+        await page.wait_for_selector("#feed >> text=waiting for 2 approvals")
+
         # Mallory may not decide: the bot tells her so, privately.
         await act_as(page, "U0MALLORY")
         await restart.locator(APPROVE).click()
@@ -201,6 +203,7 @@ async def test_the_agent_asks_first_and_acts_on_the_answer_in_the_browser(
         assert "❓" in text and ":question:" not in text  # emoji as Slack shows them
         # It asks alone: no deletion waits beside the question it should inform.
         assert await page.locator(f"#feed {APPROVE}").count() == 0
+        await page.wait_for_selector("#feed >> text=waiting for 1 answer")  # not "approval"
         await page.screenshot(path=shot("question"))
 
         await act_as(page, "U0MALLORY")
@@ -330,6 +333,7 @@ async def test_the_page_behaves_like_slack(sandbox_url: str, tmp_path: Path) -> 
         await act_as(page, "U0ALICE")
         await send(page, "@approval-bot restart the web tier")
         await approve_count(page, 1)
+        await page.wait_for_selector("#feed >> text=waiting for 1 approval")
         feed = await page.inner_text("#feed")
         assert "started agent ops" in feed and "@approval-bot restart the web tier" in feed
 

@@ -249,7 +249,7 @@ def _outcome(done: _Done) -> str:
         return f"{what}: nobody decided in time, so it did not run."
     if edited_call_in(output) is not None or output.startswith("Not run as proposed"):
         return f"{what}: a reviewer changed the arguments; I ran their version instead."
-    return f"{what}: {_plain(output)}"
+    return f"{what}: “{_plain(output)}”"  # what came back: its result, or a reviewer's reason
 
 
 def _plain(text: str) -> str:

@@ -12,6 +12,7 @@ from slack_sdk.models.blocks import Block, ContextBlock, DividerBlock, SectionBl
 from slack_sdk.models.views import View
 
 from bot.conversation import Turn
+from bot.engine.questions import QUESTION_KIND
 from bot.service.details import Conversation, WholeCall
 from bot.service.digest import short
 from bot.service.replies import when
@@ -26,7 +27,7 @@ from bot.slack.render.base import (
 from bot.slack.render.card import decision_line, what_text
 from bot.slack.render.card_context import description_text, unified_diff
 from bot.slack.text import blockquote, clean, escape, inline, truncate
-from bot.store.records import CallContext, CallRecord
+from bot.store.records import CallContext, CallRecord, CallStatus
 from bot.untrusted import ZWSP
 
 MODAL_BLOCKS = 100
@@ -112,12 +113,15 @@ def _turn_text(turn: Turn, decision: str) -> str:
 
 
 def _decision(call: CallRecord, this: CallRecord) -> str:
-    if call.approval_id == this.approval_id:
-        return ":point_left: *This call*: waiting for a decision"
+    mine = call.approval_id == this.approval_id
     if not call.decided:
+        if mine:
+            return ":point_left: *This call*: waiting for a decision"
         return ":hourglass_flowing_sand: Waiting for a decision"
-    line = decision_line(call, when(call.decided_at))
-    if call.reason and call.status != "expired":
+    line = ("*This call*: " if mine else "") + decision_line(call, when(call.decided_at))
+    # What the agent was told: a rejection's reason, an answer (an approval's stored reason,
+    # such as the grant or Always decision that settled it, is the audit trail's).
+    if call.reason and (call.status == CallStatus.REJECTED or call.kind == QUESTION_KIND):
         line += "\n" + blockquote(call.reason, 600)
     return line
 
