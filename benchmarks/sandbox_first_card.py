@@ -8,7 +8,6 @@ the page's own API sends the command, and the page's state is polled as the page
 from __future__ import annotations
 
 import asyncio
-import socket
 import statistics
 import time
 from typing import Any
@@ -23,13 +22,6 @@ TASK = "restart the web tier and scale it to 8 replicas"
 ROUNDS = 5
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _cards(state: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         m
@@ -39,12 +31,11 @@ def _cards(state: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 async def main() -> None:
-    port = free_port()
-    stop, ready = asyncio.Event(), asyncio.Event()
+    stop, ready = asyncio.Event(), asyncio.get_running_loop().create_future()
     task = asyncio.create_task(
         serve(
             host="127.0.0.1",
-            port=port,
+            port=0,  # the kernel's choice: `ready` says which
             agents="bot.examples.agents:agents",
             policy_file=None,
             offline=True,
@@ -52,7 +43,7 @@ async def main() -> None:
             ready=ready,
         )
     )
-    await asyncio.wait_for(ready.wait(), timeout=60)
+    port: int = await asyncio.wait_for(ready, timeout=60)
     page = f"http://127.0.0.1:{port}"
     took: list[float] = []
     shown: dict[str, Any] = {}
