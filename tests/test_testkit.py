@@ -15,7 +15,7 @@ from agents import Agent, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from bot import ask_human
-from bot.slack import question_blocks
+from bot.slack.blocks import ANSWER
 from bot.testing.harness import BotHarness
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,7 +103,7 @@ async def test_start_and_wait_returns_the_question_a_run_asks_first(redis_url: s
     async with BotHarness(redis_url, careful_ops(*ASKS_FIRST), POLICY) as bot:
         card = await bot.start_and_wait("restart the broken one", user="U1", channel="C1")
         assert "Which service?" in card.all_text()
-        assert question_blocks.ANSWER in card.action_ids()
+        assert ANSWER in card.action_ids()
         await bot.answer(card, user="U1", text="web")
         [approval] = await bot.wait_for_approvals(1)
         await bot.click(approval, "approval_approve", user="U2")
@@ -120,7 +120,7 @@ async def test_a_timeout_says_what_the_run_waits_on(redis_url: str) -> None:
     said = str(waited.value)
     assert "waiting for 1 pending approval message(s)" in said
     assert "is paused, waiting on a question ask_human" in said
-    assert question.button_value(question_blocks.ANSWER) in said  # the call's id
+    assert question.button_value(ANSWER) in said  # the call's id
     assert "0 approval card(s) and 1 question card(s)" in said
 
 
