@@ -26,7 +26,7 @@ import logging
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.markdown import safe_markdown
+from bot.slack.markdown import OPEN_LINK, safe_markdown
 from bot.store.outbox import Shown
 from bot.store.records import RunRecord
 
@@ -59,13 +59,21 @@ def sent_of(shown: Shown) -> tuple[int, str] | None:
     return int(count), digest
 
 
+def _whole_words(text: str) -> str:
+    return text[: max(text.rfind(" "), text.rfind("\n"), text.rfind("\t")) + 1]
+
+
 def streamable(text: str) -> str:
-    """The part of an answer being written that is sent now: up to its last whitespace. What
-    `safe_markdown` makes of a character depends on the rest of its word (`<@U...`,
-    `@here`), so only whole words go out, and what was sent is always the start of what the
-    whole answer becomes: appending stays exact."""
-    cut = max(text.rfind(" "), text.rfind("\n"), text.rfind("\t")) + 1
-    return safe_markdown(text[:cut])[:STREAM_LIMIT]
+    """The part of an answer being written that is sent now: up to its last whitespace, and
+    before a link not yet finished. What `safe_markdown` makes of a character depends on the
+    rest of its word (`<@U...`, `@here`) and of its link (a text that looks like an address
+    becomes the address the link opens), so only whole words and whole links go out, and what
+    was sent is always the start of what the whole answer becomes: appending stays exact."""
+    head = _whole_words(text)
+    unfinished = OPEN_LINK.search(head)
+    if unfinished is not None:
+        head = _whole_words(head[: unfinished.start()])
+    return safe_markdown(head)[:STREAM_LIMIT]
 
 
 def state(markdown: str, ts: str) -> Shown:
