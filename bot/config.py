@@ -194,6 +194,9 @@ class Settings(BaseSettings):
     webhook_max_age_hours: float = Field(
         default=72.0, alias="APPROVAL_BOT_WEBHOOK_MAX_AGE_HOURS", gt=0
     )
+    # Free text (what a person or the agent wrote) leaves as its length and a keyed digest
+    # only, unless this is set: then as it is, with credentials masked (`bot.webhooks`).
+    webhook_free_text: bool = Field(default=False, alias="APPROVAL_BOT_WEBHOOK_FREE_TEXT")
 
     # Tracing of agent runs by the Agents SDK: off unless asked for.
     tracing: Literal["off", "on"] = Field(default="off", alias="APPROVAL_BOT_TRACING")

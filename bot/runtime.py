@@ -297,6 +297,7 @@ class BotRuntime:
             retry=s.webhook_retry_seconds,
             retry_max=s.webhook_retry_max_seconds,
             max_age=s.webhook_max_age_hours * 3600,
+            free_text=s.webhook_free_text,
             lease=s.job_lease_seconds,
             clock=self.clock,
             foreground=self.service.foreground,

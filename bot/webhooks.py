@@ -11,6 +11,16 @@ by age, and what was skipped stays in the audit trail (`approval-bot audit --sin
 
 The signature is Slack's scheme with our headers: `X-Approval-Bot-Signature: v0=<hex>`, the
 HMAC-SHA256 with the webhook secret of `v0:<X-Approval-Bot-Timestamp>:<raw body>`.
+
+What free text leaves the bot (one rule, applied here only: `outgoing`). An audit entry keeps
+its free text (what a person or the agent wrote, or a call's argument values: a task, a
+follow-up, a question and its answer, a rejection reason, edited arguments, a grant's narrowed
+values, a run's output or error) in its `text` field, never elsewhere. An event carries
+`text_chars` (its length) and `text_hmac` (the HMAC-SHA256 of its UTF-8 bytes with the webhook
+secret: whoever holds the secret can match a text they already have, or two events of the same
+text; a reader of the events alone cannot guess a short answer), and `text` itself only when
+the operator sets `APPROVAL_BOT_WEBHOOK_FREE_TEXT=true`, with credentials masked as in the
+logs (`bot.untrusted.redact`). A call's arguments are never sent: its digest binds them.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from bot.service.audit import AuditKind
 from bot.service.foreground import Foreground
 from bot.store.audit import AuditLog
 from bot.store.webhooks import Event, WebhookOutbox, entry_time
+from bot.untrusted import redact
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +64,35 @@ def signature(secret: str, timestamp: int, body: bytes) -> str:
     return f"{SCHEME}=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
 
 
-def payload(event: Event) -> bytes:
+def outgoing(fields: dict[str, str], secret: str, *, free_text: bool) -> dict[str, str | int]:
+    """An audit entry's fields as they may leave the bot (the rule in the module docstring):
+    its free text (`text`) as its length and keyed digest, and as it is (credentials masked)
+    only with `free_text`."""
+    out: dict[str, str | int] = dict(fields)
+    said = fields.get("text", "")
+    out.pop("text", None)
+    if said:
+        out["text_chars"] = len(said)
+        out["text_hmac"] = hmac.new(
+            secret.encode(), said.encode("utf-8", "surrogatepass"), hashlib.sha256
+        ).hexdigest()
+        if free_text:
+            out["text"] = redact(said)
+    return out
+
+
+def payload(event: Event, secret: str = "", *, free_text: bool = False) -> bytes:
     """The JSON body of one event: its id (the idempotency key), kind, time, then the audit
-    entry's other fields as stored (strings; absent when empty)."""
+    entry's other fields as stored (strings; absent when empty), free text as `outgoing`
+    lets it leave."""
     fields = dict(event.fields)
     kind = fields.pop("kind", "")
     try:
         when = float(fields.pop("time", "") or entry_time(event.id))
     except ValueError:
         when = entry_time(event.id)
-    body = {"id": event.id, "kind": kind, "time": when, **fields}
+    shown = outgoing(fields, secret, free_text=free_text)
+    body = {"id": event.id, "kind": kind, "time": when, **shown}
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -87,6 +117,7 @@ class WebhookSender:
         retry_max: float,
         max_age: float,
         lease: float,
+        free_text: bool = False,
         idle: float = WAIT_SECONDS,
         clock: Clock = SYSTEM_CLOCK,
         foreground: Foreground | None = None,
@@ -98,6 +129,7 @@ class WebhookSender:
         self.timeout = timeout
         self.retry, self.retry_max = retry, retry_max
         self.max_age = max_age  # seconds an entry may wait before it is skipped
+        self.free_text = free_text  # free text leaves as it is (masked), not only its digest
         self.lease = lease
         self.idle = min(idle, WAIT_SECONDS)
         self.clock = clock
@@ -164,7 +196,7 @@ class WebhookSender:
     async def _deliver(self, event: Event) -> Literal["sent", "lost", "stale"]:
         """POST one event until the receiver accepts it, the lease is lost (or the process
         stops), or it has waited longer than the bound."""
-        body = payload(event)
+        body = payload(event, self._secret, free_text=self.free_text)
         attempt = 0
         while not self._stopping.is_set():
             if self._stale(event):

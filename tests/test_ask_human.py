@@ -99,8 +99,8 @@ async def test_answered_with_the_button_the_answer_is_the_tools_result(redis_url
     assert kinds.count("asked") == 1 and kinds.count("answered") == 1
     [asked] = [e for e in audit if e["kind"] == "asked"]
     [answered] = [e for e in audit if e["kind"] == "answered"]
-    assert asked["tool"] == "ask_human" and asked["detail"] == QUESTION
-    assert answered["detail"] == answer and answered["user"] == "U2"
+    assert asked["tool"] == "ask_human" and asked["text"] == QUESTION
+    assert answered["text"] == answer and answered["user"] == "U2"
 
 
 async def test_a_thread_reply_by_the_starter_is_the_answer(redis_url: str) -> None:

@@ -60,8 +60,8 @@ async def test_a_follow_up_continues_the_conversation(redis_url: str) -> None:
     assert "what is the answer?" in seen and "The answer is 42." in seen
     assert "remind me: what was it?" in seen
     audit = await bot.audit()
-    assert [e["detail"] for e in audit if e["kind"] == "turn_started"] == [
-        "turn 2: remind me: what was it?"
+    assert [(e["detail"], e["text"]) for e in audit if e["kind"] == "turn_started"] == [
+        ("turn 2", "remind me: what was it?")
     ]
 
 

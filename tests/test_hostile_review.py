@@ -403,7 +403,7 @@ async def test_audit_csv_neutralises_formulas_and_times_are_iso_utc(
     assert all(iso.match(row["time"]) for row in rows)
     lines = [json.loads(line) for line in export("jsonl").splitlines()]
     assert len(lines) == len(rows) and all(iso.match(e["time"]) for e in lines)
-    assert lines[0]["detail"].startswith("=cmd")  # JSON keeps the text as it was
+    assert lines[0]["text"].startswith("=cmd")  # JSON keeps the text as it was
 
 
 # 9. What one person or one channel can start ----------------------------------------------------
@@ -518,7 +518,7 @@ async def test_a_long_task_and_long_arguments_are_stored_once_and_bound_by_their
     assert task in json.dumps(first_input)  # the agent got the whole task
     assert ledger.executed == [("delete_logs", {"path": long_path})]  # and the whole arguments
     [started] = [e for e in entries if e["kind"] == "run_started"]
-    assert len(started["detail"]) < 1100 and f"({len(task):,} characters)" in started["detail"]
+    assert len(started["text"]) < 1100 and f"({len(task):,} characters)" in started["text"]
 
 
 async def test_replayed_commands_take_nothing_from_the_quota(redis_url: str) -> None:

@@ -5,6 +5,8 @@ across a restart, and never in a decision's way."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import signal
 import socket
@@ -14,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from bot import ask_human
 from bot.slack.blocks import APPROVE
 from bot.store.audit import AUDIT_STREAM
 from bot.testing.clock import SkippingClock
@@ -333,3 +337,103 @@ def test_a_webhook_needs_a_secret_an_http_url_and_a_bound_within_the_audit_reten
         webhook_max_age_hours=48, audit_retention_days=1,
     )  # fmt: skip
     assert "APPROVAL_BOT_WEBHOOK_MAX_AGE_HOURS=48 is longer than" in bound
+
+
+# What free text leaves the bot (#29, item 12) ---------------------------------------------------
+
+SAID = {  # free text of each kind, each with a secret the receiver must not get as it is
+    "task": "rotate the keys; the old one is sk-TASKSECRET0123456789",
+    "question": "Which disk? QUESTIONSECRET",
+    "answer": "the second one, ANSWERSECRET",
+    "edit": "/var/log/EDITSECRET",
+    "reason": "not today, REASONSECRET",
+    "output": "Done; the new password is OUTPUTSECRET",
+    "follow_up": "and the db? FOLLOWUPSECRET",
+}
+ORIGINAL = "/var/log/ORIGINALSECRET"  # the agent's own arguments: never sent
+SECRETS = ["TASKSECRET", "QUESTIONSECRET", "ANSWERSECRET", "EDITSECRET", "REASONSECRET",
+           "OUTPUTSECRET", "FOLLOWUPSECRET"]  # fmt: skip
+
+
+def every_kind_of_free_text() -> tuple[Any, Any]:
+    """A run whose task, question and answer, edited arguments, rejection reason, output and
+    follow-up each carry a secret; the agent's original arguments carry one too."""
+    agent, model = ops_agent(
+        [
+            [function_call("ask_human", {"question": SAID["question"]}, call_id="q1")],
+            [function_call("delete_logs", {"path": ORIGINAL}, call_id="c1")],
+            [function_call("delete_logs", {"path": SAID["edit"]}, call_id="c2")],
+            [function_call("restart_service", {"service": "db"}, call_id="c3")],
+            [assistant_message(SAID["output"])],
+            [assistant_message("The db is fine.")],
+        ],
+        Ledger(),
+        extra_tools=[ask_human],
+    )
+    return agent, model
+
+
+async def free_text_run(bot: BotHarness) -> None:
+    await bot.slack.command(SAID["task"], user="U1", channel="C1")
+    [question] = await bot.wait_for_questions(1)
+    await bot.answer(question, user="U2", text=SAID["answer"])
+    [card] = await bot.wait_for_approvals(1)
+    sent = await bot.edit(card, user="U2", path=SAID["edit"])
+    assert sent.status == 200, sent.text
+    [restart] = await wait_until(
+        lambda: [c for c in bot.pending_cards() if "restart_service" in c.all_text()] or None,
+        what="the restart's card",
+    )
+    await bot.reject(restart, user="U3", reason=SAID["reason"])
+    await bot.wait_for_status("finished", timeout=20)
+    await bot.reply(bot.run_message(), SAID["follow_up"], user="U1")
+    await wait_until(
+        lambda: [m for m in bot.run_thread() if "The db is fine." in m.all_text()],
+        what="the follow-up's answer",
+    )
+    await bot.idle()
+
+
+def keyed(text: str) -> str:
+    return hmac.new(SECRET.encode(), text.encode(), hashlib.sha256).hexdigest()
+
+
+@pytest.mark.parametrize("free_text", [False, True], ids=["default", "free-text-on"])
+async def test_free_text_leaves_as_a_digest_unless_the_operator_says_otherwise(
+    redis_url: str, slack_api: FakeSlackAPI, free_text: bool
+) -> None:
+    """By default no free text leaves (its length and keyed digest do); with
+    APPROVAL_BOT_WEBHOOK_FREE_TEXT=true it does, credentials masked. The agent's own
+    arguments never leave, either way."""
+    agent, _ = every_kind_of_free_text()
+    async with Receiver() as receiver:
+        settings = webhook_settings(receiver.url, webhook_free_text=free_text)
+        async with BotHarness(redis_url, agent, POLICY, slack=slack_api, settings=settings) as bot:
+            await free_text_run(bot)
+            audit = await delivered_all(bot, receiver)
+    sent = json.dumps(receiver.accepted, ensure_ascii=False)
+    assert ORIGINAL not in sent and "ORIGINALSECRET" not in sent
+    texts = {(e["kind"], e.get("decision", ""), e["text"]) for e in audit if e.get("text")}
+    # Each kind of free text is in the audit trail's `text` (the operator's), and only there.
+    assert {
+        ("run_started", "", SAID["task"]), ("asked", "", SAID["question"]),
+        ("answered", "answer", SAID["answer"]),
+        ("edited", "edit", json.dumps({"path": SAID["edit"]}, separators=(",", ":"))),
+        ("decided", "reject", SAID["reason"]), ("run_finished", "", SAID["output"]),
+        ("turn_started", "", SAID["follow_up"]),
+    } <= texts, texts  # fmt: skip
+    assert not [e for e in audit if any(s in e.get("detail", "") for s in SECRETS)]
+    events = {e["id"]: e for e in receiver.accepted}
+    for entry in (e for e in audit if e.get("text")):
+        event = events[entry["id"]]
+        assert event["text_chars"] == len(entry["text"])
+        assert event["text_hmac"] == keyed(entry["text"])
+        if free_text:
+            assert event["text"] == entry["text"].replace("sk-TASKSECRET0123456789", "***")
+        else:
+            assert "text" not in event
+    leaked = [s for s in SECRETS if s in sent]
+    if free_text:  # every kind sent, but the credential masked as the logs mask it
+        assert leaked == SECRETS[1:] and "sk-TASKSECRET" not in sent
+    else:
+        assert leaked == []

@@ -97,10 +97,17 @@ def audit_fields(
     actor: Actor | None = None,
     decision: str = "",
     detail: str = "",
+    text: str = "",
 ) -> dict[str, str]:
     """An audit entry's fields: what was decided, about which run or call, by whom, and who
-    asked for it (`requester`: the turn's, when not the run's starter: a follow-up's author)."""
-    fields = {"decision": decision, "detail": detail}
+    asked for it (`requester`: the turn's, when not the run's starter: a follow-up's author).
+
+    `detail` is the bot's own words (identifiers, digests, counts, policy rules); `text` is
+    the entry's **free text**: what a person or the agent wrote, or a call's argument values
+    (a task, a follow-up, a question and its answer, a rejection reason, edited arguments, a
+    grant's narrowed values, a run's output or error). Free text is never put in `detail`:
+    what leaves the bot of it is decided in one place (`bot.webhooks.outgoing`)."""
+    fields = {"decision": decision, "detail": detail, "text": text}
     if run is not None:
         fields.update(run_id=run.run_id, channel=run.channel_id, agent=run.agent_name)
         fields.update(team=run.team_id, user=run.user_id, enterprise=run.enterprise_id)

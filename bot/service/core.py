@@ -124,11 +124,15 @@ class ServiceCore:
         actor: Actor | None = None,
         decision: str = "",
         detail: str = "",
+        text: str = "",
     ) -> None:
         """Append to the audit trail and move the kind's metric; a failure to append is logged
-        loudly but never breaks a flow."""
+        loudly but never breaks a flow. `detail`: the bot's own words; `text`: free text (see
+        `audit_fields`)."""
         kind.tally(decision, call)
-        fields = audit_fields(run=run, call=call, actor=actor, decision=decision, detail=detail)
+        fields = audit_fields(
+            run=run, call=call, actor=actor, decision=decision, detail=detail, text=text
+        )
         try:
             await self.audit_log.append(kind, **fields)
         except Exception:
@@ -144,10 +148,13 @@ class ServiceCore:
         actor: Actor | None = None,
         decision: str = "",
         detail: str = "",
+        text: str = "",
     ) -> None:
         """`audit`, as one command of a pipeline that carries other writes (one round trip)."""
         kind.tally(decision, call)
-        fields = audit_fields(run=run, call=call, actor=actor, decision=decision, detail=detail)
+        fields = audit_fields(
+            run=run, call=call, actor=actor, decision=decision, detail=detail, text=text
+        )
         self.audit_log.append_in(pipe, kind, **fields)
 
     async def enqueue(self, kind: str, run_id: str, execution: str) -> None:

@@ -34,7 +34,7 @@ from bot.service.replies import (
 )
 from bot.store import keys
 from bot.store.calls import EDITED_SINCE
-from bot.store.grants import Grant, GrantStore, grant_detail, new_grant_id
+from bot.store.grants import Grant, GrantStore, grant_detail, grant_values, new_grant_id
 from bot.store.records import (
     AlreadyDecided,
     CallRecord,
@@ -148,9 +148,12 @@ class Decisions:
             return call, run
         decision = ("always_" if always else "") + ("approve" if approve else "reject")
         decision = audited_as or decision
+        typed_wrong = reply is confirm  # its words quote the value to type: an argument's
         await self.core.audit(
-            AuditKind.REFUSED, call=call, actor=actor, decision=decision, detail=reply.text
-        )
+            AuditKind.REFUSED, call=call, actor=actor, decision=decision,
+            detail="typed confirmation refused" if typed_wrong else reply.text,
+            text=reply.text if typed_wrong else "",
+        )  # fmt: skip
         return reply
 
     @staticmethod
@@ -343,10 +346,13 @@ class Decisions:
             if isinstance(result, Voted):
                 kind, detail = AuditKind.APPROVAL_VOTE, f"{result.votes} of {result.required}"
             elif isinstance(result, Decided):
-                kind, detail = AuditKind.DECIDED, reason.strip()
+                kind, detail = AuditKind.DECIDED, ""
             else:
                 return
-            self.core.audit_in(pipe, kind, call=call, actor=actor, decision=decision, detail=detail)
+            self.core.audit_in(
+                pipe, kind, call=call, actor=actor, decision=decision, detail=detail,
+                text=reason.strip(),  # the decider's reason: free text
+            )  # fmt: skip
             if grant is not None and isinstance(result, Decided):
                 GrantStore.put_in(pipe, grant)
                 pipe.hset(keys.call_key(approval_id), "granted", grant_note(grant, used=False))
@@ -354,7 +360,7 @@ class Decisions:
                 mark(pipe, call.run_id, card, self.store.retention)
                 self.core.audit_in(
                     pipe, AuditKind.GRANT_MADE, call=call, actor=actor, decision="approve",
-                    detail=grant_detail(grant),
+                    detail=grant_detail(grant), text=grant_values(grant),
                 )  # fmt: skip
 
         result = await self.store.decide(
@@ -396,7 +402,7 @@ class Decisions:
                 target = await self.store.get_call(settled)
                 await self.core.audit(
                     AuditKind.DECIDED, call=target, actor=actor, decision=decision,
-                    detail=reason.strip() or via,
+                    detail=via, text=reason.strip(),
                 )  # fmt: skip
         # A resume was enqueued with the decision's writes; the cards and the run message
         # follow from the outbox.

@@ -477,13 +477,11 @@ class Edits:
 
         def audited(pipe: Any, result: DecideResult) -> None:
             """The edit (both digests, the editor) and the vote or decision it counts as."""
-            detail = (
-                f"digest {record.original_digest} -> {record.digest}; arguments "
-                f"{canonical_arguments(pretty)[:1000]}"
-            )
             self.core.audit_in(
-                pipe, AuditKind.EDITED, call=call, actor=actor, decision="edit", detail=detail
-            )
+                pipe, AuditKind.EDITED, call=call, actor=actor, decision="edit",
+                detail=f"digest {record.original_digest} -> {record.digest}",
+                text=canonical_arguments(pretty)[:1000],  # the edited arguments: free text
+            )  # fmt: skip
             if isinstance(result, Voted):
                 kind, said_ = AuditKind.APPROVAL_VOTE, f"{result.votes} of {result.required}"
             else:

@@ -113,7 +113,8 @@ class FollowUps:
                 AuditKind.TURN_QUEUED,
                 run=_about(run),
                 actor=actor,
-                detail=f"#{result.position}: {text}",
+                detail=f"#{result.position}",
+                text=text,
             )
             ahead = result.position - 1
             return Reply(
@@ -153,7 +154,8 @@ class FollowUps:
                 run, turn=started.turn, requester="" if asked == run.user_id else asked
             ),
             actor=Actor(run.team_id, asked, run.enterprise_id),
-            detail=f"turn {started.turn}: {started.follow_up.text[:2000]}",
+            detail=f"turn {started.turn}",
+            text=started.follow_up.text[:2000],
         )
         await self.core.enqueue("start", run.run_id, execution)
 

@@ -24,7 +24,7 @@ from bot.service.policy import human
 from bot.service.ports import Actor
 from bot.service.reach import decider_principals
 from bot.service.replies import Code, Mention, Part, Reply, Text, said
-from bot.store.grants import Grant, GrantStore, canonical, grant_detail
+from bot.store.grants import Grant, GrantStore, canonical, grant_detail, grant_values
 from bot.store.home import HomeIndex
 from bot.store.records import CallRecord
 
@@ -193,7 +193,7 @@ class Grants:
         if await self.store.drop(grant):
             await self.core.audit(
                 AuditKind.GRANT_REVOKED, actor=actor, decision="revoke",
-                detail=grant_detail(grant),
+                detail=grant_detail(grant), text=grant_values(grant),
             )  # fmt: skip
 
     async def revoke_grant(self, actor: Actor, channel: str, sticky: str) -> Reply:

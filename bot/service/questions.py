@@ -151,7 +151,7 @@ class Questions:
             if isinstance(result, Decided):
                 self.core.audit_in(
                     pipe, AuditKind.ANSWERED, call=call, actor=actor, decision="answer",
-                    detail=answer,
+                    text=answer,
                 )  # fmt: skip
 
         result = await self.store.decide(

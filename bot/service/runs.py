@@ -42,7 +42,7 @@ from bot.service.replies import Code, Mention, Plain, Reply, joined, naming, sai
 from bot.service.reviews import Reviews, beyond_text
 from bot.service.streaming import AnswerStream
 from bot.store import keys
-from bot.store.grants import Grant, GrantStore, canonical, grant_detail
+from bot.store.grants import Grant, GrantStore, canonical, grant_detail, grant_values
 from bot.store.queue import Job
 from bot.store.records import (
     EARLIER_ALWAYS,
@@ -174,7 +174,7 @@ class Runs:
     async def _start(self, run: RunRecord) -> None:
         try:
             await self.store.create_run(run)  # its run message is now due (the outbox)
-            await self.core.audit(AuditKind.RUN_STARTED, run=run, detail=audited_task(run.task))
+            await self.core.audit(AuditKind.RUN_STARTED, run=run, text=audited_task(run.task))
         except Exception:
             log_failure(log, "could not store new run %s", run.run_id)
             await self.core.safely(
@@ -319,7 +319,7 @@ class Runs:
                 AuditKind.UNDECIDABLE, call=call, detail=undecided[call.approval_id]
             )
         for asked in (c for c in calls if c.kind == QUESTION_KIND):
-            await self.core.audit(AuditKind.ASKED, run=run, call=asked, detail=asked.arguments)
+            await self.core.audit(AuditKind.ASKED, run=run, call=asked, text=asked.arguments)
         try:  # the sweeper indexes them if this process stops first
             await self.store.timers.schedule([c for c in calls if not c.auto])
         except Exception:
@@ -500,7 +500,7 @@ class Runs:
             if await self.grants.drop(grant):
                 await self.core.audit(
                     AuditKind.GRANT_DROPPED, call=call, actor=grantor, decision="approve",
-                    detail=f"{why}: {grant_detail(grant)}",
+                    detail=f"{why}: {grant_detail(grant)}", text=grant_values(grant),
                 )  # fmt: skip
                 dropped = said(
                     "The grant by {who} for {tool} in this channel no longer holds ({why}), so "
@@ -525,7 +525,7 @@ class Runs:
             return ""
         await self.core.audit(
             AuditKind.GRANT_USED, call=call, actor=grantor, decision="approve",
-            detail=grant_detail(grant),
+            detail=grant_detail(grant), text=grant_values(grant),
         )  # fmt: skip
         where = "".join(
             f" where {name} = {canonical(value)}" for name, value in sorted(grant.narrow.items())
@@ -649,7 +649,7 @@ class Runs:
             except NotOwner:  # it changed hands since the read: look again
                 continue
             if isinstance(ended, Ended):
-                await self.core.audit(AuditKind.RUN_FAILED, run=run, detail=error)
+                await self.core.audit(AuditKind.RUN_FAILED, run=run, text=error)
                 await self.core.safely(
                     "tell the starter",
                     self.core.notifier.tell(run.channel_id, run.user_id, error, team=run.team_id),
@@ -871,12 +871,12 @@ class Runs:
         except NotOwner:
             log.info("run %s not failed here: this execution no longer owns it", run.run_id)
 
-    def _audited(self, kind: AuditKind, run: RunRecord, detail: str) -> Callable[[Any], None]:
+    def _audited(self, kind: AuditKind, run: RunRecord, words: str) -> Callable[[Any], None]:
         """The audit entry of a run's end, written with `finish`'s index writes (only when it
-        ended the run)."""
+        ended the run); `words`: its output or error (free text)."""
 
         def audit(pipe: Any) -> None:
-            self.core.audit_in(pipe, kind, run=run, detail=detail)
+            self.core.audit_in(pipe, kind, run=run, text=words)
 
         return audit
 

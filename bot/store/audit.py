@@ -20,7 +20,7 @@ AUDIT_STREAM = f"{PREFIX}:audit"
 
 FIELDS = (
     "time", "kind", "team", "enterprise", "user", "requester", "channel", "run_id",
-    "approval_id", "agent", "tool", "digest", "decision", "detail",
+    "approval_id", "agent", "tool", "digest", "decision", "detail", "text",
 )  # fmt: skip
 
 

@@ -107,14 +107,20 @@ class Grant:
 
 
 def grant_detail(grant: Grant) -> str:
-    """A grant as its audit entries describe it."""
+    """A grant as its audit entries describe it: the arguments it is narrowed to by name, their
+    values apart (`grant_values`: argument values are free text)."""
     until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(grant.until))
-    where = "".join(f" where {name}={canonical(v)}" for name, v in sorted(grant.narrow.items()))
+    where = "".join(f" where {name}" for name in sorted(grant.narrow))
     ident = f", id {grant.grant_id}" if grant.grant_id else ""
     return (
         f"{grant.sticky}{where} in {grant.channel} until {until} "
         f"(grant of {grant.approval_id}{ident})"
     )
+
+
+def grant_values(grant: Grant) -> str:
+    """The values a grant is narrowed to, as its audit entries keep them (`name=value`)."""
+    return " ".join(f"{name}={canonical(v)}" for name, v in sorted(grant.narrow.items()))
 
 
 def _s(value: Any) -> str:
