@@ -276,9 +276,9 @@ async def test_edit_then_approve_in_the_browser(sandbox_url: str, tmp_path: Path
 async def test_a_follow_up_in_the_run_thread_in_the_browser(
     sandbox_url: str, tmp_path: Path
 ) -> None:
-    """Alice's run finished; she replies in its thread, and the agent takes that up as the
-    run's next turn: a new card, Bob's approval, a second answer in the same thread, shown
-    while it is written, then finalized."""
+    """Alice's run finished; Mallory, an outsider, may not continue it; Alice replies in its
+    thread, and the agent takes that up as the run's next turn: a new card, Bob's approval, a
+    second answer in the same thread, shown while it is written, then finalized."""
     shot = shots(tmp_path)
     async with browser_page(sandbox_url) as page:
         await send(page, "/agent restart the web tier")
@@ -287,9 +287,19 @@ async def test_a_follow_up_in_the_run_thread_in_the_browser(
         await page.locator(APPROVE).first.click()
         await page.wait_for_selector("#feed >> text=finished", timeout=20_000)
 
+        # Mallory, an outsider, may not continue it: told so, privately, in the thread.
+        await act_as(page, "U0MALLORY")
+        await page.locator(".thread-link").first.click()
+        await page.wait_for_selector("#thread.open >> text=What happened")
+        await page.fill("#reply", "now restart everything")
+        await page.press("#reply", "Enter")
+        await page.wait_for_selector("#thread-feed .msg.private >> text=may continue it")
+        await page.click("#close-thread")
+
         await act_as(page, "U0ALICE")
         await page.locator(".thread-link").first.click()
         await page.wait_for_selector("#thread.open >> text=What happened")
+        assert await page.locator(f"#feed {APPROVE}").count() == 0  # Mallory's started nothing
         await page.fill("#reply", "now restart the api tier")
         await page.press("#reply", "Enter")
         await page.click("#close-thread")
