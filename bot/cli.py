@@ -1,4 +1,5 @@
-"""`approval-bot serve` runs the bot; `approval-bot check` validates configuration and policy."""
+"""`approval-bot serve` runs the bot; `approval-bot check` validates configuration and policy;
+`approval-bot report` and `approval-bot policy` learn from the audit trail."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import redis
 from bot.checks import collect_problems, load_settings_problems, redacted, redis_survey
 from bot.config import Settings
 from bot.engine.registry import AgentLoadError, AgentRegistry
+from bot.learning import commands as learning_commands
 from bot.service.policy import PolicyError, load_policy
 from bot.store.connection import RedisUnavailable
 
@@ -177,36 +179,28 @@ def parse_time(text: str) -> float:
 
 async def _export_audit(settings: Settings, since: float, until: float | None, fmt: str) -> int:
 
-    from bot.store.audit import FIELDS, AuditLog
-    from bot.store.connection import EmbeddedRedis, open_redis
+    from bot.store.audit import FIELDS, offline_trail
 
-    embedded = None
-    url = settings.redis_url or await EmbeddedRedis.running_url(settings.data_dir)
-    if url is None:
-        if not (settings.data_dir / "appendonlydir").is_dir():
-            print(
-                f"No audit trail: no REDIS_URL and no data in {settings.data_dir}.", file=sys.stderr
-            )
+    async with offline_trail(
+        settings.redis_url, settings.data_dir, mode=settings.redis_mode
+    ) as trail:
+        if trail is None:
+            print(no_trail(settings), file=sys.stderr)
             return 1
-        embedded = EmbeddedRedis(settings.data_dir)
-        await embedded.start()
-        url = embedded.url
-    client, _ = await open_redis(url, max_connections=4, mode=settings.redis_mode)
-    try:
         writer = csv.DictWriter(sys.stdout, fieldnames=["id", *FIELDS], extrasaction="ignore")
         if fmt == "csv":
             writer.writeheader()
-        async for entry in AuditLog(client).read(since=since, until=until):
+        async for entry in trail.read(since=since, until=until):
             entry["time"] = iso_time(entry.get("time", ""))
             if fmt == "csv":
                 writer.writerow({key: csv_cell(value) for key, value in entry.items()})
             else:
                 print(json.dumps(entry, ensure_ascii=False))
-    finally:
-        await client.aclose()
-        if embedded is not None:
-            embedded.stop()
     return 0
+
+
+def no_trail(settings: Settings) -> str:
+    return f"No audit trail: no REDIS_URL and no data in {settings.data_dir}."
 
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -326,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     audit.add_argument("--until", default=None)
     audit.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
     audit.set_defaults(func=_audit)
+    learning_commands.register(sub)
     args = parser.parse_args(argv)
     _configure_logging(args)
     return int(args.func(args))

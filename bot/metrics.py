@@ -139,6 +139,14 @@ WEBHOOK_SKIPPED = Counter(
     "APPROVAL_BOT_WEBHOOK_MAX_AGE_HOURS (each skip is audited as webhook_skipped).",
     registry=REGISTRY,
 )
+SHADOW_DECISIONS = Counter(
+    "approval_bot_shadow_decisions",
+    "Calls a shadow rule (mode: shadow) would have decided, had it been enforced, by rule and "
+    "by what it would have done: auto_approve, auto_reject, ask (its own approvers). Each is "
+    "audited as `shadow`; `approval-bot report shadow` compares them with what people decided.",
+    ["rule", "would"],
+    registry=REGISTRY,
+)
 
 for _outcome in OUTCOMES:
     DECISIONS.labels(outcome=_outcome)

@@ -20,7 +20,8 @@ values, a run's output or error) in its `text` field, never elsewhere. An event 
 secret: whoever holds the secret can match a text they already have, or two events of the same
 text; a reader of the events alone cannot guess a short answer), and `text` itself only when
 the operator sets `APPROVAL_BOT_WEBHOOK_FREE_TEXT=true`, with credentials masked as in the
-logs (`bot.untrusted.redact`). A call's arguments are never sent: its digest binds them.
+logs (`bot.untrusted.redact`). A call's arguments are never sent: its digest binds them (nor
+the `subject` a settled call's entry keeps for backtests).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def outgoing(fields: dict[str, str], secret: str, *, free_text: bool) -> dict[st
     its free text (`text`) as its length and keyed digest, and as it is (credentials masked)
     only with `free_text`."""
     out: dict[str, str | int] = dict(fields)
+    out.pop("subject", None)  # a call's arguments as judged, kept for backtests: never sent
     said = fields.get("text", "")
     out.pop("text", None)
     if said:

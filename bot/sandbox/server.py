@@ -29,6 +29,7 @@ from bot.config import Settings
 from bot.engine.registry import AgentRegistry
 from bot.listening import start_site
 from bot.runtime import BotRuntime
+from bot.sandbox.learning import SHADOW_RULES, report_page
 from bot.service.policy import ChannelRule
 from bot.service.policy_source import PolicySource
 from bot.slack.blocks import EDIT_MODAL, REASON_BLOCK, REASON_INPUT
@@ -90,7 +91,7 @@ def sandbox_policy(channel: str = CHANNEL) -> str:
         f"  {channel}:\n"
         f"    starters: [{', '.join(STARTERS)}]\n"
         "    approvers: [U0BOB, U0CAROL]\n"
-    )
+    ) + SHADOW_RULES
 
 
 @dataclass
@@ -390,6 +391,7 @@ def web_app(sandbox: Sandbox) -> web.Application:
             web.get("/", index),
             web.get("/api/state", state),
             web.post("/api/{what}", act),
+            web.get("/report", report_page(lambda: sandbox.runtime.service.audit_log)),
         ]
     )
     return app

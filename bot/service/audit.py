@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
+from typing import Any
 
 from prometheus_client import Counter
 
 from bot import metrics
+from bot.service.conditions import REQUESTED_AT, encode_subject, stored_subject
+from bot.service.gate import subject_of_call
 from bot.service.ports import Actor
 from bot.store.records import CallRecord, RunRecord
 
@@ -52,6 +55,7 @@ class AuditKind(StrEnum):
     # A rule's conditions could not be decided on a call: a person decides it, under the
     # strictest rule that could apply (`Policy.rule_for`); detail: why, and that rule.
     UNDECIDABLE = "undecidable"
+    SHADOW = "shadow"  # what a shadow rule would have done with a call (bot/service/shadow.py)
 
     def tally(self, decision: str, call: CallRecord | None) -> None:
         """Move this kind's metric for one entry (`decision` and `call` as audited)."""
@@ -71,6 +75,11 @@ def _decided(decision: str, call: CallRecord | None) -> None:
     metrics.decided(decision, call.paused_at if call is not None else "")
 
 
+def _shadow(would: str, call: CallRecord | None) -> None:
+    """A shadow entry's call carries the shadow rule's label as its `rule`."""
+    metrics.SHADOW_DECISIONS.labels(rule=call.rule if call is not None else "", would=would).inc()
+
+
 def _run_cancelled(_decision: str, call: CallRecord | None) -> None:
     if call is None:  # the run (each cancelled call is audited too, and not counted)
         metrics.RUNS_CANCELLED.inc()
@@ -87,11 +96,22 @@ METRICS: dict[AuditKind, Metric] = {
     AuditKind.RUN_FAILED: _counter(metrics.RUN_FAILURES),
     AuditKind.EXPIRED: _counter(metrics.EXPIRIES),
     AuditKind.CANCELLED: _run_cancelled,
+    AuditKind.SHADOW: _shadow,
 }
+
+# The entries that say how a call was settled, and so keep what a backtest replays
+# (`approval-bot policy backtest`, bot/learning/): the call's subject as the policy judged it
+# (the same JSON, bounded by conditions.SUBJECT_LIMIT, as the call itself keeps), when it was
+# requested (`during:`), and what it was posted under (approvers, quorum, typed confirmation).
+# An edit keeps the subject as proposed (the decision after it, the edited one's).
+REPLAYED = frozenset({AuditKind.DECIDED, AuditKind.EXPIRED, AuditKind.GRANT_USED, AuditKind.EDITED})
+# A shadow entry keeps what its rule would have asked (its call's approvers are the rule's).
+JUDGED = REPLAYED | {AuditKind.SHADOW}
 
 
 def audit_fields(
     *,
+    kind: AuditKind | None = None,
     run: RunRecord | None = None,
     call: CallRecord | None = None,
     actor: Actor | None = None,
@@ -100,7 +120,9 @@ def audit_fields(
     text: str = "",
 ) -> dict[str, str]:
     """An audit entry's fields: what was decided, about which run or call, by whom, and who
-    asked for it (`requester`: the turn's, when not the run's starter: a follow-up's author).
+    asked for it (`requester`: the turn's, when not the run's starter: a follow-up's author);
+    for the kinds that settle a call, what a backtest replays (`REPLAYED`: its `subject`, a
+    call's argument values, never leaves the bot either: `bot.webhooks.outgoing`).
 
     `detail` is the bot's own words (identifiers, digests, counts, policy rules); `text` is
     the entry's **free text**: what a person or the agent wrote, or a call's argument values
@@ -118,6 +140,36 @@ def audit_fields(
         fields.update(requester=call.requester)  # the call's turn's (the run may be further)
         if call.rule:  # the rule that decided or routed it
             fields.update(rule=call.rule)
+        if kind in JUDGED:
+            fields.update(judged_fields(call, replayed=kind in REPLAYED))
     if actor is not None:
         fields.update(team=actor.team_id, user=actor.user_id, enterprise=actor.enterprise_id)
     return fields
+
+
+def judged_fields(call: CallRecord, *, replayed: bool) -> dict[str, str]:
+    """What `call` was posted under (approvers, quorum, typed confirmation) and, `replayed`,
+    its subject as judged and when it was requested. Defaults are left out (one approval, no
+    confirmation), as the call's own hash leaves them out."""
+    fields = {"approvers": call.approvers}
+    if call.required > 1:
+        fields["required"] = str(call.required)
+    if call.confirm:
+        fields["confirm"] = call.confirm
+    if replayed:
+        subject = subject_as_decided(call)
+        fields["subject"] = encode_subject(subject)
+        if call.paused_at:
+            fields["requested"] = f"{call.paused_at:.3f}"
+    return fields
+
+
+def subject_as_decided(call: CallRecord) -> dict[str, Any]:
+    """The subject the decision was about: the edited arguments' once a reviewer edited a
+    function or MCP call (what approving it runs; the JSON as entered, read as a stored call's
+    arguments are), else the call's as the policy judged it."""
+    if call.edited_arguments and call.kind in ("function", "hosted_mcp"):
+        return stored_subject(call.kind, call.edited_arguments)
+    subject = subject_of_call(call)
+    subject.pop(REQUESTED_AT, None)
+    return subject

@@ -131,7 +131,7 @@ class ServiceCore:
         `audit_fields`)."""
         kind.tally(decision, call)
         fields = audit_fields(
-            run=run, call=call, actor=actor, decision=decision, detail=detail, text=text
+            kind=kind, run=run, call=call, actor=actor, decision=decision, detail=detail, text=text
         )
         try:
             await self.audit_log.append(kind, **fields)
@@ -153,7 +153,7 @@ class ServiceCore:
         """`audit`, as one command of a pipeline that carries other writes (one round trip)."""
         kind.tally(decision, call)
         fields = audit_fields(
-            run=run, call=call, actor=actor, decision=decision, detail=detail, text=text
+            kind=kind, run=run, call=call, actor=actor, decision=decision, detail=detail, text=text
         )
         self.audit_log.append_in(pipe, kind, **fields)
 

@@ -180,6 +180,9 @@ class ToolRule(Timers):
     reason: str | None = Field(default=None, min_length=1, max_length=2000)
     confirm: Literal["type"] | None = None
     confirm_value: ArgumentPath | None = None
+    # `shadow`: the rule decides nothing; each call it would have decided (in its place in the
+    # rule order) is audited with what it would have done (bot/service/shadow.py).
+    mode: Literal["enforce", "shadow"] = "enforce"
     _conditions: tuple[Condition, ...] = PrivateAttr(default=())
 
     def model_post_init(self, context: Any, /) -> None:
@@ -275,7 +278,13 @@ class Policy(_Strict):
         return self
 
     def rule_for(
-        self, *, channel: str, agent: str, tool: str, subject: Mapping[str, Any] | None = None
+        self,
+        *,
+        channel: str,
+        agent: str,
+        tool: str,
+        subject: Mapping[str, Any] | None = None,
+        enforcing: int | None = None,
     ) -> CallRule | None:
         """The rule that governs a call of `tool` by `agent` in `channel` (None: not allowed):
         the first tool rule that applies (its `when:` read from `subject`, what the call's tool
@@ -284,7 +293,8 @@ class Policy(_Strict):
         A rule whose conditions cannot be decided on `subject` (`Undecidable`) may or may not
         apply, so no rule after it may decide the call by itself: the call goes to a person
         under the strictest rule that could apply (`_undecided`). Arguments that hold a number
-        JSON cannot (NaN, an infinity) are refused outright."""
+        JSON cannot (NaN, an infinity) are refused outright. Shadow rules are skipped, but the
+        one at index `enforcing`, judged as if it were enforced (`bot/service/shadow.py`)."""
         base = self.channels.get(channel)
         if base is None:
             return None
@@ -293,6 +303,8 @@ class Policy(_Strict):
             return self._refused(channel, base, str(subject[REFUSED]))
         could: list[tuple[int, ToolRule, Undecidable]] = []
         for index, rule in enumerate(self.tools):
+            if rule.mode == "shadow" and index != enforcing:
+                continue
             truth = rule.applies(channel, agent, tool, subject)
             if truth is False:
                 continue
@@ -456,7 +468,7 @@ class Policy(_Strict):
             return ()
         found = list(base.approvers)
         for rule in self.tools:
-            if rule.channel in (None, channel) and rule.approvers:
+            if rule.channel in (None, channel) and rule.approvers and rule.mode != "shadow":
                 found.extend(p for p in rule.approvers if p not in found)
         return tuple(found)
 

@@ -40,6 +40,7 @@ from bot.service.policy import CallRule, Verdict, grant_max_of, human
 from bot.service.ports import Actor
 from bot.service.replies import Code, Mention, Plain, Reply, joined, naming, said, stored
 from bot.service.reviews import Reviews, beyond_text
+from bot.service.shadow import shadow_verdicts
 from bot.service.streaming import AnswerStream
 from bot.store import keys
 from bot.store.grants import Grant, GrantStore, canonical, grant_detail, grant_values
@@ -318,6 +319,13 @@ class Runs:
             await self.core.audit(
                 AuditKind.UNDECIDABLE, call=call, detail=undecided[call.approval_id]
             )
+        policy = self.core.policies.current().policy.for_team(run.team_id)
+        for call in calls:  # what the shadow rules would have done (they decide nothing)
+            for shadow in shadow_verdicts(policy, run, call):
+                await self.core.audit(
+                    AuditKind.SHADOW, call=shadow.audited_call(call), decision=shadow.would,
+                    detail=shadow.why,
+                )  # fmt: skip
         for asked in (c for c in calls if c.kind == QUESTION_KIND):
             await self.core.audit(AuditKind.ASKED, run=run, call=asked, text=asked.arguments)
         try:  # the sweeper indexes them if this process stops first

@@ -8,12 +8,15 @@ survive restarts with the same persistence as runs (AOF).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import redis.asyncio as redis
 
+from bot.store.connection import EmbeddedRedis, RedisMode, open_redis
 from bot.store.keys import PREFIX
 
 AUDIT_STREAM = f"{PREFIX}:audit"
@@ -42,13 +45,21 @@ class AuditLog:
 
     def append_in(self, pipe: Any, kind: str, **fields: str) -> Any:
         """Append one entry through `pipe` (a pipeline carrying other writes, or the client)."""
+        return self.entry_in(pipe, kind, fields)
+
+    def entry_in(
+        self, pipe: Any, kind: str, fields: Mapping[str, str], *, at: float | None = None
+    ) -> Any:
+        """`append_in`; `at`: the entry's time when it is not now (a history written for a
+        test or a benchmark, oldest first: a stream's ids only grow)."""
         now = time.time()
-        entry = {"time": f"{now:.3f}", "kind": kind}
+        entry = {"time": f"{now if at is None else at:.3f}", "kind": kind}
         entry.update({k: v for k, v in fields.items() if v})
         minid = None
         if self.retention_days > 0:
             minid = str(int((now - self.retention_days * 86400) * 1000))
-        return pipe.xadd(AUDIT_STREAM, entry, minid=minid, approximate=True)
+        entry_id = "*" if at is None else f"{int(at * 1000)}-*"
+        return pipe.xadd(AUDIT_STREAM, entry, id=entry_id, minid=minid, approximate=True)
 
     async def read(
         self, *, since: float = 0.0, until: float | None = None, batch: int = 500
@@ -65,3 +76,28 @@ class AuditLog:
                 entry["id"] = _text(entry_id)
                 yield entry
             start = "(" + _text(rows[-1][0])
+
+
+@contextlib.asynccontextmanager
+async def offline_trail(
+    redis_url: str | None, data_dir: Path, *, mode: RedisMode = "auto"
+) -> AsyncIterator[AuditLog | None]:
+    """The audit trail for a command that only reads it (`approval-bot audit`, `report`,
+    `policy backtest`): at `redis_url`, else the embedded Redis of `data_dir` (the running
+    bot's, or started for the read and stopped after). None: neither holds a trail."""
+    embedded = None
+    url = redis_url or await EmbeddedRedis.running_url(data_dir)
+    if url is None:
+        if not (data_dir / "appendonlydir").is_dir():
+            yield None
+            return
+        embedded = EmbeddedRedis(data_dir)
+        await embedded.start()
+        url = embedded.url
+    client, _ = await open_redis(url, max_connections=4, mode=mode)
+    try:
+        yield AuditLog(client)
+    finally:
+        await client.aclose()
+        if embedded is not None:
+            embedded.stop()
