@@ -239,6 +239,9 @@ class LocalSentinel:
     def start(self, timeout: float = 20.0) -> None:
         data = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"]
         data += ["--maxmemory-policy", "noeviction", *LISTPACK_SETTINGS]
+        # A replica's full sync starts at once: Redis's default waits 5 s for more replicas to
+        # join it, at the start and again after each failover (the old primary's resync).
+        data += ["--repl-diskless-sync-delay", "0"]
         self.primary_port = self._start("primary", lambda port: ["--port", str(port), *data])
         self.replica_port = self._start(
             "replica",
@@ -256,12 +259,19 @@ class LocalSentinel:
             )
             return [str(config), "--sentinel"]
 
-        self.sentinel_port = self._start("sentinel", sentinel)
+        # The replica in sync before the sentinel starts: the sentinel reads each replica's
+        # state when it finds it, then only every 10 s, and will not promote one it last saw
+        # with its link down ("NOGOODSLAVE").
         deadline = time.monotonic() + timeout
-        while self.replicas_known() < 1 or not self._in_sync():
+        while not self._in_sync():
+            if time.monotonic() > deadline:
+                raise RedisUnavailable("the test replica did not sync in time")
+            time.sleep(0.02)
+        self.sentinel_port = self._start("sentinel", sentinel)
+        while not self._promotable():
             if time.monotonic() > deadline:
                 raise RedisUnavailable("the test sentinel did not see its replica in time")
-            time.sleep(0.1)
+            time.sleep(0.02)
 
     def _sentinel(self) -> redis.Redis:
         return redis.Redis(port=self.sentinel_port, socket_connect_timeout=1)
@@ -274,6 +284,17 @@ class LocalSentinel:
             return 0
         finally:
             client.close()
+
+    def _promotable(self) -> bool:
+        """The sentinel knows a replica whose link to the primary it saw up."""
+        client = self._sentinel()
+        try:
+            found: Any = client.sentinel_slaves(self.service)  # type: ignore[no-untyped-call]
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+        return any(replica.get("master-link-status") == "ok" for replica in found)
 
     def _in_sync(self) -> bool:
         client = redis.Redis(port=self.replica_port, socket_connect_timeout=1)
@@ -299,12 +320,23 @@ class LocalSentinel:
         """Force a failover (`SENTINEL FAILOVER`) and wait until the other node is primary and
         takes writes; its port."""
         before = self.primary()
+        deadline = time.monotonic() + timeout
         client = self._sentinel()
         try:
-            client.execute_command("SENTINEL FAILOVER", self.service)  # type: ignore[no-untyped-call]
+            while True:
+                try:
+                    client.execute_command("SENTINEL FAILOVER", self.service)  # type: ignore[no-untyped-call]
+                    break
+                except redis.ResponseError as exc:
+                    # No replica it would promote yet (its view of one is refreshed every 10 s
+                    # at most, e.g. after an earlier failover), or a failover still under way.
+                    if not str(exc).startswith(("NOGOODSLAVE", "INPROG")):
+                        raise
+                    if time.monotonic() > deadline:
+                        raise RedisUnavailable(f"the sentinel would not fail over: {exc}") from exc
+                    time.sleep(0.1)
         finally:
             client.close()
-        deadline = time.monotonic() + timeout
         while True:
             now = self.primary()
             if now != before and self._writable(now):
