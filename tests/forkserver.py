@@ -1,17 +1,20 @@
-"""Bot processes for tests, forked from a process that has already imported the bot.
+"""Python processes for tests, forked from a process that has already imported the bot.
 
 A fresh `python -m bot ...` spends 4-5 CPU-seconds importing the Agents SDK, openai, Bolt and
-the rest before it does anything; the suite starts some eighty of them, which on a two-core
-CI machine was about half of all the CPU the tests used. So each pytest worker starts one fork
-server (once, lazily): a single-threaded process that imports the bot's modules and then, for
-each request, forks a child that becomes `python -m bot <args>` in the given directory with the
-given environment and standard streams. The child is a real, separate process of the real CLI
-(its own pid, signals, exit code, files); only the imports are shared, copy-on-write.
+the rest before it does anything (a `python -m pytest` in a project of its own, with the test
+kit's plugin, as much again); the suite starts some hundred of them, which on a two-core CI
+machine was about half of all the CPU the tests used. So each pytest worker starts one fork
+server (once, lazily): a single-threaded process that imports the bot's modules (and pytest)
+and then, for each request, forks a child that becomes `python -m <module> <args>` or
+`python <script> <args>` in the given directory with the given environment and standard
+streams. The child is a real, separate process (its own pid, signals, exit code, files); only
+the imports are shared, copy-on-write.
 
 What a fresh interpreter would do differently is made the same in the child: the environment is
-replaced, `sys.path` starts with the working directory and the environment's PYTHONPATH (as
-`python -m` sets it), import caches are dropped (tests write modules), `random` is reseeded.
-Nothing read from the environment at import time is preloaded (`bot.examples` is not).
+replaced, `sys.path` starts with the working directory (`-m`) or the script's directory and the
+environment's PYTHONPATH, import caches are dropped (tests write modules), `tempfile` looks for
+its directory again, `random` is reseeded. Nothing read from the environment at import time is
+preloaded (`bot.examples` is not).
 
 A request may carry bound sockets besides the standard streams: the child gets them from file
 descriptor 3 on with LISTEN_FDS / LISTEN_PID set, as systemd passes them, and the bot serves on
@@ -19,8 +22,9 @@ the one bound to the address it is told (`bot.listening`), so no other process c
 test's port between choosing and serving it.
 
 The server is the child's parent, so it reaps it and sends its exit status back over the
-request's connection; `ForkedProcess` is the `subprocess.Popen` subset the tests use. Tests of
-how the bot starts from a shell (`python -m bot`, the console script) still run it for real.
+request's connection; `ForkedProcess` is the `subprocess.Popen` subset the tests use. What only
+a real interpreter start shows (how the console script finds its modules, `python -m bot`'s
+own start) is still tested with one.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import io
 import json
 import os
 import random
+import runpy
 import select
 import selectors
 import signal
@@ -49,7 +54,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-PRELOAD = ("bot.cli", "bot.runtime", "bot.checks", "bot.sandbox.server", "bot.store.connection")
+# The bot, and pytest with the test kit's plugin (tests that run pytest in a project of its own).
+PRELOAD = (
+    "bot.cli", "bot.runtime", "bot.checks", "bot.sandbox.server", "bot.store.connection",
+    "pytest", "bot.testing.pytest_plugin",
+)  # fmt: skip
 _HEADER = struct.Struct("!I")
 MAX_FDS = 16  # stdin, stdout, stderr and listening sockets
 
@@ -67,8 +76,18 @@ def _recv_exact(conn: socket.socket, size: int) -> bytes:
     return data
 
 
+def _run(argv: list[str]) -> None:
+    """What `python <argv>` runs: `-m module args` or `script args`."""
+    if argv[:1] == ["-m"]:
+        sys.argv = [argv[1], *argv[2:]]  # argv[0] becomes the module's file, as python sets it
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(argv)
+        runpy.run_path(argv[0], run_name="__main__")
+
+
 def _child(request: dict[str, Any], fds: list[int], base_path: list[str]) -> None:
-    """In the forked child: become `python -m bot <args>`; never returns."""
+    """In the forked child: become `python <argv>`; never returns."""
     code = 1
     try:
         # Out of the way first (a received descriptor may have a number a target takes), then
@@ -85,8 +104,11 @@ def _child(request: dict[str, Any], fds: list[int], base_path: list[str]) -> Non
         os.environ.update(request["env"])
         if len(fds) > 3:  # the bot serves on them (`bot.listening`)
             os.environ.update(LISTEN_FDS=str(len(fds) - 3), LISTEN_PID=str(os.getpid()))
+        argv: list[str] = request["argv"]
         extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-        sys.path[:] = [request["cwd"], *extra, *base_path]
+        # `python -m` looks in the working directory first, `python script` beside the script.
+        first = request["cwd"] if argv[0] == "-m" else os.path.dirname(os.path.abspath(argv[0]))
+        sys.path[:] = [first, *extra, *base_path]
         importlib.invalidate_caches()
         tempfile.tempdir = None  # found again from this environment's TMPDIR
         random.seed()
@@ -94,11 +116,9 @@ def _child(request: dict[str, Any], fds: list[int], base_path: list[str]) -> Non
             for stream in (sys.stdout, sys.stderr):
                 if isinstance(stream, io.TextIOWrapper):
                     stream.reconfigure(line_buffering=True)
-        sys.argv = [str(ROOT / "bot" / "__main__.py"), *request["args"]]
-        from bot.cli import main
-
         try:
-            code = main(list(request["args"]))
+            _run(argv)
+            code = 0
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
             if not isinstance(exit_.code, int | None):
@@ -254,17 +274,17 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
-def fork_bot(
-    args: list[str], *, env: dict[str, str], cwd: Path | str, stdout: int | None = None,
+def fork_python(
+    argv: list[str], *, env: dict[str, str], cwd: Path | str, stdout: int | None = None,
     stderr: int | None = None, listeners: Sequence[socket.socket] = (),
 ) -> ForkedProcess:  # fmt: skip
-    """`python -m bot <args>` in `cwd` with exactly `env`; stdin is /dev/null, stdout and
-    stderr are the given file descriptors (this process's own by default). `listeners` are
-    bound sockets the child gets as systemd would pass them (fd 3 on, LISTEN_FDS): a server
-    asked to listen on one's address serves on it (`bot.listening`)."""
+    """`python <argv>` (`-m module ...` or `script ...`) in `cwd` with exactly `env`; stdin is
+    /dev/null, stdout and stderr are the given file descriptors (this process's own by
+    default). `listeners` are bound sockets the child gets as systemd would pass them (fd 3
+    on, LISTEN_FDS): a server asked to listen on one's address serves on it (`bot.listening`)."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(_SERVER.ensure())
-    payload = json.dumps({"args": list(args), "env": dict(env), "cwd": str(cwd)}).encode()
+    payload = json.dumps({"argv": list(argv), "env": dict(env), "cwd": str(cwd)}).encode()
     with open(os.devnull, "rb") as devnull:
         fds = [devnull.fileno(), sys.stdout.fileno() if stdout is None else stdout,
                sys.stderr.fileno() if stderr is None else stderr,
@@ -277,21 +297,27 @@ def fork_bot(
         if not chunk:
             raise RuntimeError("the test fork server closed the connection")
         line += chunk
-    return ForkedProcess(list(args), conn, int(line.split()[1]))
+    return ForkedProcess([sys.executable, *argv], conn, int(line.split()[1]))
 
 
-def run_bot(
-    args: list[str],
-    *,
-    env: dict[str, str],
-    cwd: Path | str,
-    timeout: float = 60,
+def fork_bot(
+    args: list[str], *, env: dict[str, str], cwd: Path | str, stdout: int | None = None,
+    stderr: int | None = None, listeners: Sequence[socket.socket] = (),
+) -> ForkedProcess:  # fmt: skip
+    """`python -m bot <args>`: see `fork_python`."""
+    return fork_python(
+        ["-m", "bot", *args], env=env, cwd=cwd, stdout=stdout, stderr=stderr, listeners=listeners
+    )
+
+
+def run_python(
+    argv: list[str], *, env: dict[str, str], cwd: Path | str, timeout: float = 60,
     check: bool = False,
-) -> subprocess.CompletedProcess[str]:
-    """Like `subprocess.run([python, -m, bot, *args], capture_output=True, text=True)`, but the
-    output as written (no newline translation: a CR stays a CR)."""
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """Like `subprocess.run([python, *argv], capture_output=True, text=True)`, forked (see
+    `fork_python`), but the output as written (no newline translation: a CR stays a CR)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = fork_bot(args, env=env, cwd=cwd, stdout=out.fileno(), stderr=err.fileno())
+        process = fork_python(argv, env=env, cwd=cwd, stdout=out.fileno(), stderr=err.fileno())
         try:
             code = process.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -301,12 +327,20 @@ def run_bot(
         out.seek(0)
         err.seek(0)
         result = subprocess.CompletedProcess(
-            [sys.executable, "-m", "bot", *args], code,
+            [sys.executable, *argv], code,
             out.read().decode(errors="replace"), err.read().decode(errors="replace"),
         )  # fmt: skip
         if check:
             result.check_returncode()
         return result
+
+
+def run_bot(
+    args: list[str], *, env: dict[str, str], cwd: Path | str, timeout: float = 60,
+    check: bool = False,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """`python -m bot <args>`: see `run_python`."""
+    return run_python(["-m", "bot", *args], env=env, cwd=cwd, timeout=timeout, check=check)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,6 @@ the parser `approval-bot check` uses. A sample that rots fails here."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import yaml
 
 from bot.service.policy import parse_policy
 from tests.docs_samples import ROOT, Sample, pages, samples
+from tests.forkserver import run_python
 
 PYTHON = [s for page in pages() for s in samples(page, "python")]
 YAML = [s for page in pages() for s in samples(page, "yaml")]
@@ -134,13 +133,13 @@ def test_a_test_sample_passes_in_a_project_of_its_own(sample: Sample, tmp_path: 
     test_file.write_text(sample.text)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVAL_BOT_"))}
     env["PYTHONPATH"] = str(ROOT)
-    result = subprocess.run(
+    result = run_python(
         [
-            sys.executable, "-m", "pytest", "-q", "-p", "bot.testing.pytest_plugin",
+            "-m", "pytest", "-q", "-p", "bot.testing.pytest_plugin",
             "-p", "no:asyncio", "-p", "no:cacheprovider", "-p", "no:xdist",
             str(test_file.relative_to(tmp_path)),
         ],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+        cwd=tmp_path, env=env, timeout=180,
     )  # fmt: skip
     assert result.returncode == 0, f"{sample.where}:\n{result.stdout}{result.stderr}"
     assert " passed" in result.stdout and "failed" not in result.stdout

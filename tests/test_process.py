@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from bot.store.connection import EmbeddedRedis
 from bot.testing.harness import BOT_TOKEN, SIGNING_SECRET, wait_until
 from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI
+from tests.forkserver import run_bot
 from tests.processes import bot_env, executions, free_port, running_bot
 
 
@@ -77,10 +77,7 @@ async def test_embedded_redis_keeps_pending_approvals_across_a_restart(
             what="the resumed run's output",
         )
         # The audit export finds the running bot's own redis-server (no second server).
-        exported = subprocess.run(
-            [sys.executable, "-m", "bot", "audit", "--since", "1h"],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
+        exported = run_bot(["audit", "--since", "1h"], cwd=tmp_path, env=env, check=True)
         kinds = [json.loads(line)["kind"] for line in exported.stdout.splitlines()]
         assert kinds[:2] == ["run_started", "paused"] and "run_finished" in kinds
     assert executions(tmp_path) == [("start", "/srv/old"), ("end", "/srv/old")]
@@ -93,10 +90,8 @@ async def test_serve_refuses_to_start_without_a_valid_policy(
     bad.write_text("channels:\n  general:\n    approvers: []\n")
     env = bot_env(slack, bad, tmp_path, REDIS_URL="redis://127.0.0.1:1/0")
     env.pop("SLACK_SIGNING_SECRET")
-    result = subprocess.run(
-        [sys.executable, "-m", "bot", "serve", "--http", "--port", str(free_port())],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    # (It stops before it would serve: the port is never bound.)
+    result = run_bot(["serve", "--http", "--port", str(free_port())], cwd=tmp_path, env=env)
     assert result.returncode == 1
     assert "'general' is not a channel id" in result.stderr
     assert "approvers: List should have at least 1 item" in result.stderr
@@ -109,10 +104,8 @@ async def test_serve_without_redis_says_how_to_get_one(
 ) -> None:
     env = bot_env(slack, policy_file, tmp_path)
     env["PATH"] = str(tmp_path / "empty-bin")  # no redis-server anywhere
-    result = subprocess.run(
-        [sys.executable, "-m", "bot", "serve", "--http", "--port", str(free_port())],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    # (It stops before it would serve: the port is never bound.)
+    result = run_bot(["serve", "--http", "--port", str(free_port())], cwd=tmp_path, env=env)
     assert result.returncode == 1
     assert "no `redis-server` is on PATH" in result.stderr
     assert "apt-get install redis-server" in result.stderr and "REDIS_URL" in result.stderr

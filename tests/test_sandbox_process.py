@@ -9,8 +9,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ from bot.sandbox.server import cast, sandbox_policy
 from bot.service.policy import ChannelRule
 from bot.service.policy_source import PolicySource
 from bot.testing.harness import wait_until
-from tests.forkserver import ForkedProcess
+from tests.forkserver import ForkedProcess, run_bot
 from tests.processes import ROOT, fork_with_ports, free_port
 
 
@@ -208,13 +206,8 @@ def test_a_taken_port_is_a_clear_error_and_leaves_nothing_running(tmp_path: Path
 
 def test_a_bad_policy_is_listed_before_anything_starts(tmp_path: Path) -> None:
     (tmp_path / "bad.yml").write_text("channels:\n  C1:\n    approvers: []\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "bot", "sandbox", "--policy", "bad.yml", "--port", "1"],
-        cwd=tmp_path,
-        env=sandbox_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
+    result = run_bot(
+        ["sandbox", "--policy", "bad.yml", "--port", "1"], cwd=tmp_path, env=sandbox_env(tmp_path)
     )
     assert result.returncode == 1
     assert "bad.yml has problems:" in result.stderr and "approvers" in result.stderr

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from bot import ask_human
 from bot.slack.blocks import ANSWER
 from bot.testing.harness import BotHarness
+from tests.forkserver import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "test_my_agent.py"
@@ -32,12 +31,12 @@ def test_the_example_runs_as_is_in_a_project_of_its_own(tmp_path: Path) -> None:
     (tmp_path / "test_my_agent.py").write_text(EXAMPLE.read_text())
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVAL_BOT_"))}
     env["PYTHONPATH"] = str(ROOT)
-    result = subprocess.run(
+    result = run_python(
         [
-            sys.executable, "-m", "pytest", "-q", "-p", "bot.testing.pytest_plugin",
+            "-m", "pytest", "-q", "-p", "bot.testing.pytest_plugin",
             "-p", "no:asyncio", "-p", "no:cacheprovider", "test_my_agent.py",
         ],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path, env=env, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout
@@ -60,12 +59,12 @@ def test_leaks_a_process(tmp_path):
 def test_a_process_left_running_by_a_test_is_named(tmp_path: Path) -> None:
     (tmp_path / "test_leaky.py").write_text(LEAKY_TEST)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
+    result = run_python(
         [
-            sys.executable, "-m", "pytest", "-s", "-p", "bot.testing.pytest_plugin",
+            "-m", "pytest", "-s", "-p", "bot.testing.pytest_plugin",
             "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "base"), "test_leaky.py",
         ],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path, env=env, timeout=120,
     )  # fmt: skip
     [pid] = [int(found) for found in re.findall(r"LEAKED (\d+)", result.stdout)]
     try:
