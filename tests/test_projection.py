@@ -134,7 +134,12 @@ async def test_a_hung_slack_does_not_hold_up_the_resumed_run(redis_url: str) -> 
     runs and the run ends in Redis; the run's own messages (its status, the result) do not
     queue behind the hung update; the card shows the decision once Slack answers again."""
     ledger = Ledger()
-    async with BotHarness(redis_url, _agent(ledger), POLICY) as bot:
+    # The decided card waits for the resume (its end makes the run due at once), so the card's
+    # update, the run message's and the result go out in one pass, the one this holds up, on
+    # any machine. (With the default quarter second, a resume slower than that, on a loaded
+    # machine, left the card to a pass of its own, and the run's end waited behind it.)
+    gather = {"projector_gather_seconds": 10.0}
+    async with BotHarness(redis_url, _agent(ledger), POLICY, settings=gather) as bot:
         await bot.slack.command("clean", user="U1", channel="C1")
         [card] = await bot.wait_for_approvals(1, timeout=20)
         await bot.idle()
