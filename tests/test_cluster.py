@@ -124,7 +124,7 @@ async def test_a_sentinel_failover_in_a_burst_runs_no_tool_twice(tmp_path: Path)
     }
     settings = {
         "user_start_burst": 0, "channel_start_burst": 0, "user_open_runs": 0,
-        "redis_wait_replicas": 1, "job_lease_seconds": 3,
+        "redis_wait_replicas": 1, "job_lease_seconds": 10,
     }  # fmt: skip
     try:
         async with BotHarness(sentinel.url, agents, POLICY, settings=settings) as bot:
