@@ -40,15 +40,19 @@ typecheck: install
 docs: install
 	$(BIN)/mkdocs build --strict
 
-# The tests mostly wait (on Redis, the Slack stand-in, bot processes): more workers than cores
-# pays (2 cores: -n 3; -n 4 made timing tests time out on a loaded machine). Each worker
-# starts its own redis-server. The slowest are printed.
-PYTEST_WORKERS ?= 3
+# The tests mostly wait (on Redis, the Slack stand-in, bot processes, a browser): more workers
+# than cores pays. Each worker starts its own redis-server. The longest tests start first and
+# each worker is handed a test or two at a time (--maxschedchunk 1), so that no long test
+# starts last (tests/conftest.py keeps each test's time from the run before). Bytecode is
+# cached even where PYTHONDONTWRITEBYTECODE is set: every worker, fork server and bot process
+# would compile the same modules (and pytest rewrite the same tests) again. It ends with the
+# slowest tests and every skipped test with its reason (-rs; on CI, CI=true, a skip is a
+# failure unless a browser or Docker is missing: tests/conftest.py).
+PYTEST_WORKERS ?= 4
 
-# It ends with the slowest tests and every skipped test with its reason (-rs; on CI, CI=true,
-# a skip is a failure unless a browser or Docker is missing: tests/conftest.py).
 unit: install
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=15 -rfEs
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --maxschedchunk 1 \
+		--durations=15 -rfEs
 
 ## Everything CI runs: lint, types, the docs site, and the test suite against a real redis-server.
 # All at once (the tests mostly wait, mypy mostly computes); each one's output together.
