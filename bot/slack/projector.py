@@ -654,7 +654,7 @@ class Projector:
                         ts = await self._found_stream(run, current)
                         current = Shown(ts, current.hash, 0.0) if ts else Shown()
                         if ts:
-                            await self._posted(run, target, ts)
+                            await self._posted(run, target, ts, current.hash)  # still a stream
                     if number == 1 and streamed(current):  # Slack's own stream: ended here
                         closed = await self._end_stream(run, target, mark, current, answered, text)
                         if closed is True:
@@ -778,7 +778,7 @@ class Projector:
             if ts:
                 log.info("found the answer stream of run %s already open", run.run_id)
                 current = Shown(ts, current.hash, 0.0)
-                await self._posted(run, target, ts)
+                await self._posted(run, target, ts, current.hash)  # still a stream
         opening = not current.ts
         if opening and not streamable(text):
             return 0.5  # not a whole word yet: the stream opens with the first one
@@ -803,9 +803,9 @@ class Projector:
             if not opening:
                 await self.outbox.set_shown(run.run_id, target, current)  # `~x` if unknown
             raise failure from exc
-        if opening:
-            await self._posted(run, target, current.ts)
-        await self.outbox.delivered(run.run_id, target, current, mark)
+        # The ts with the stream's state, in one write: a ts recorded alone (a process killed
+        # before the next write) reads as a posted message, whose updates never end the stream.
+        await self._posted(run, target, current.ts, current.hash, mark)
         return None
 
     async def _found_stream(self, run: RunRecord, tried: Shown) -> str:
