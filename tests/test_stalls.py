@@ -2,25 +2,31 @@
 
 Slack counts an answer later than three seconds as a failure (and retries events). Each test
 stalls something the bot depends on (a SIGSTOPped redis-server, a `usergroups.list` or
-`views.open` that never answers, a storm of clicks on a cold group cache), times the signed
+`views.open` that never answers, a storm of clicks on a cold group cache), sends the signed
 HTTP request into the real Bolt app, then checks that the work was still done, exactly once,
 and that the clicker was told what happened.
+
+What proves that an answer did not wait is the order of events, not a stopwatch (on a busy
+machine anything takes longer): it came while the stall still held (the test ends it only
+later), or before what the ack budget sets off when it runs out (the note that the click is
+still being worked on). The budget itself is below Slack's limit (`test_the_ack_budget_...`);
+how fast the answers are is measured by `benchmarks/decisions.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
-import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 from agents import Agent, function_tool
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.config import Settings
 from bot.service.ports import GroupLookupError
 from bot.slack.app import FORM_FAILED, FORM_LATE, STILL_WORKING, STILL_WORKING_COMMAND
 from bot.slack.blocks import APPROVE, REJECT
@@ -30,8 +36,6 @@ from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
 from tests.agents_for_tests import POLICY
 from tests.stateless_agents import StatelessModel
-
-T = TypeVar("T")
 
 SLACK_LIMIT = 3.0  # seconds: Slack's own limit for an answer
 BUDGET = 1.5  # the default APPROVAL_BOT_ACK_BUDGET_SECONDS
@@ -68,10 +72,8 @@ def stateless_agent(executed: list[str]) -> Agent[Any]:
     return Agent(name="ops", model=StatelessModel(), tools=[delete_logs])
 
 
-async def timed(request: Awaitable[T]) -> tuple[T, float]:
-    started = time.monotonic()
-    result = await request
-    return result, time.monotonic() - started
+def test_the_ack_budget_is_below_slacks_limit() -> None:
+    assert Settings.model_fields["ack_budget_seconds"].default == BUDGET < SLACK_LIMIT
 
 
 async def get(http: aiohttp.ClientSession, url: str) -> int:
@@ -104,18 +106,17 @@ async def test_a_redis_stall_holds_no_answer(slack_api: FakeSlackAPI, tmp_path: 
             aiohttp.ClientSession() as http,
         ):
             card = await bot.start_and_wait("/var/log/a", user="U1")
+            # Every answer below comes while Redis is stalled: none waited for it.
             with stalled(own):
-                click, click_took = await timed(bot.click(card, APPROVE, user="U2"))
-                command, command_took = await timed(
-                    bot.slack.command("/var/log/b", user="U1", channel="C1")
+                click = await bot.click(card, APPROVE, user="U2")
+                # At once: before the budget ran out and its note was sent.
+                noted_before_the_ack = list(slack_api.ephemeral_to("U2"))
+                command = await bot.slack.command("/var/log/b", user="U1", channel="C1")
+                reply = await bot.slack.thread_reply(
+                    "looks right to me", user="U3", channel="C1", thread_ts=card.ts
                 )
-                reply, reply_took = await timed(
-                    bot.slack.thread_reply(
-                        "looks right to me", user="U3", channel="C1", thread_ts=card.ts
-                    )
-                )
-                healthz, healthz_took = await timed(get(http, f"{bot.url}/healthz"))
-                readyz, readyz_took = await timed(get(http, f"{bot.url}/readyz"))
+                healthz = await get(http, f"{bot.url}/healthz")
+                readyz = await get(http, f"{bot.url}/readyz")
                 # The click could not be recorded yet: its clicker hears that it is in hand.
                 await wait_until(
                     lambda: STILL_WORKING in slack_api.ephemeral_to("U2"),
@@ -123,13 +124,11 @@ async def test_a_redis_stall_holds_no_answer(slack_api: FakeSlackAPI, tmp_path: 
                 )
                 assert executed == [] and not decided(card)
             assert (click.status, command.status, reply.status) == (200, 200, 200)
-            # A click is answered at once (it never waits for the budget); the rest in budget.
-            assert click_took < BUDGET, click_took
-            assert reply_took < SLACK_LIMIT, reply_took
-            assert command_took < SLACK_LIMIT, command_took
+            # A click is answered at once (it never waits for the budget); the command at the
+            # budget, saying it is still being worked on.
+            assert noted_before_the_ack == []
             assert STILL_WORKING_COMMAND in command.text
-            assert healthz == 200 and healthz_took < 1.0, healthz_took
-            assert readyz == 503 and readyz_took < SLACK_LIMIT, readyz_took
+            assert healthz == 200 and readyz == 503
             # Redis is back: the click is applied, once; the command's run starts and pauses.
             await wait_until(lambda: executed == ["/var/log/a"], timeout=20, what="the tool")
             await wait_until(
@@ -167,8 +166,9 @@ async def test_a_hanging_group_lookup_holds_no_click(
         redis_url, stateless_agent(executed), GROUP_POLICY, slack=slack_api
     ) as bot:
         card = await bot.start_and_wait("/var/log/a", user="U1")
-        click, took = await timed(bot.click(card, APPROVE, user="U2"))
-        assert click.status == 200 and took < BUDGET, took  # at once, not at the budget
+        click = await bot.click(card, APPROVE, user="U2")
+        # At once, not at the budget: before the note the budget sets off.
+        assert click.status == 200 and slack_api.ephemeral_to("U2") == []
         # Slack does not answer: the click is refused, closed, with the reason.
         refusal = await wait_until(
             lambda: [t for t in slack_api.ephemeral_to("U2") if "could not check" in t],
@@ -194,8 +194,9 @@ async def test_a_hanging_views_open_holds_no_reject_click(
     async with BotHarness(redis_url, stateless_agent(executed), POLICY, slack=slack_api) as bot:
         card = await bot.start_and_wait("/var/log/a", user="U1")
         slack_api.hang("views.open")
-        click, took = await timed(bot.click(card, REJECT, user="U2"))
-        assert click.status == 200 and took < BUDGET, took  # at once, not at the budget
+        click = await bot.click(card, REJECT, user="U2")
+        # At once, not at the budget: before the note the budget sets off.
+        assert click.status == 200 and slack_api.ephemeral_to("U2") == []
         await wait_until(lambda: slack_api.ephemeral_to("U2") == [FORM_LATE], what="the note")
         assert slack_api.hanging == 1  # told while Slack still holds the call
         slack_api.release()
@@ -277,7 +278,9 @@ async def test_group_lookups_are_shared_cached_and_refreshed_in_the_background()
     async with FakeSlackAPI() as slack:
         slack.usergroups = {"S0SRE": ("sre", ["U2"])}
         client = AsyncWebClient(token="xoxb-t", base_url=slack.url)
-        groups = SlackGroups(client, ttl=0.3, failure_ttl=0.3, max_stale=2.0, wait=0.5)
+        # Stale for a long while after 0.3 s, and a caller waits for a lookup up to a minute:
+        # a stale answer that came at all while the refresh hangs did not wait for it.
+        groups = SlackGroups(client, ttl=0.3, failure_ttl=0.3, max_stale=600.0, wait=60.0)
 
         def lookups() -> int:
             return len(slack.calls_to("usergroups.list"))
@@ -290,7 +293,7 @@ async def test_group_lookups_are_shared_cached_and_refreshed_in_the_background()
         slack.usergroups = {"S0SRE": ("sre", ["U2", "U3"])}
         slack.hang("usergroups.list")
         stale = await asyncio.wait_for(
-            asyncio.gather(*(groups.members("T1", "@sre") for _ in range(10))), 0.2
+            asyncio.gather(*(groups.members("T1", "@sre") for _ in range(10))), 30
         )
         assert stale == [frozenset({"U2"})] * 10
         await wait_until(lambda: slack.hanging == 1, what="the refresh")
@@ -313,18 +316,18 @@ async def test_group_lookups_are_shared_cached_and_refreshed_in_the_background()
             else:
                 raise AssertionError("a failed lookup granted membership")
         assert lookups() == 3
-        # Slack slow on a cold cache: refused in bounded time, closed.
-        await asyncio.sleep(0.35)
+        await groups.close()
+        # Slack slow on a cold cache: refused after the wait, closed, while Slack still hangs.
+        groups = SlackGroups(client, ttl=0.3, failure_ttl=0.3, max_stale=2.0, wait=0.5)
         slack.fail_methods.clear()
         slack.hang("usergroups.list")
-        started = time.monotonic()
         try:
-            await groups.members("T1", "@sre")
+            await asyncio.wait_for(groups.members("T1", "@sre"), 30)
         except GroupLookupError as exc:
             assert "within 0.5 s" in str(exc)
         else:
             raise AssertionError("a hanging lookup granted membership")
-        assert time.monotonic() - started < 1.0
+        assert slack.hanging >= 1
         slack.release()
         await groups.close()
 
@@ -337,8 +340,9 @@ async def test_no_request_waits_for_bolt_to_ask_slack_who_the_bot_is(
     executed: list[str] = []
     async with BotHarness(redis_url, stateless_agent(executed), POLICY, slack=slack_api) as bot:
         slack_api.hang("auth.test")
-        sent, took = await timed(bot.slack.command("/var/log/a", user="U1", channel="C1"))
-        assert sent.status == 200 and took < SLACK_LIMIT, took
+        # (Had it asked, the answer would wait for as long as auth.test hangs: for ever.)
+        sent = await asyncio.wait_for(bot.slack.command("/var/log/a", user="U1", channel="C1"), 30)
+        assert sent.status == 200 and len(slack_api.calls_to("auth.test")) == 1
         [card] = await bot.wait_for_approvals(1)
         await bot.click(card, APPROVE, user="U2")
         await wait_until(lambda: executed == ["/var/log/a"], what="the tool")
