@@ -239,10 +239,13 @@ class LocalSentinel:
     def start(self, timeout: float = 20.0) -> None:
         data = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"]
         data += ["--maxmemory-policy", "noeviction", *LISTPACK_SETTINGS]
-        # A replica's full sync starts at once: Redis's default waits 5 s for more replicas to
-        # join it, at the start and again after each failover (the old primary's resync).
-        data += ["--repl-diskless-sync-delay", "0"]
-        self.primary_port = self._start("primary", lambda port: ["--port", str(port), *data])
+        # The first sync starts at once (Redis's default waits 5 s for more replicas to join
+        # it). Only the first: the replica, once promoted, syncs the old primary as Redis does
+        # by default, as it would in production (the failover tests' timing is Redis's own).
+        at_once = ["--repl-diskless-sync-delay", "0"]
+        self.primary_port = self._start(
+            "primary", lambda port: ["--port", str(port), *data, *at_once]
+        )
         self.replica_port = self._start(
             "replica",
             lambda port: ["--port", str(port), *data,
