@@ -22,9 +22,10 @@ the one bound to the address it is told (`bot.listening`), so no other process c
 test's port between choosing and serving it.
 
 The server is the child's parent, so it reaps it and sends its exit status back over the
-request's connection; `ForkedProcess` is the `subprocess.Popen` subset the tests use. What only
-a real interpreter start shows (how the console script finds its modules, `python -m bot`'s
-own start) is still tested with one.
+request's connection; `ForkedProcess` is the `subprocess.Popen` subset the tests use. How a
+console script finds its modules is tested here too: the child's `sys.path` starts as an
+interpreter's would for that script (tests/test_trip_ups.py fails if the bot stops putting the
+working directory on it).
 """
 
 from __future__ import annotations

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from bot.config import ENV_FILE_VARIABLE
 from bot.slack.render.base import permalink, use_slack_api
 from bot.testing.harness import BotHarness, wait_until
 from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
-from tests.forkserver import run_bot
+from tests.forkserver import run_bot, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,8 +103,10 @@ def test_agents_in_the_working_directory_are_importable(tmp_path: Path) -> None:
         SLACK_SIGNING_SECRET="s",
         APPROVAL_BOT_AGENTS="myteam.agents:agents",
     )
-    run = [sys.executable, str(script), "check"]
-    result = subprocess.run(run, cwd=project, env=env, capture_output=True, text=True, timeout=60)
+    # `python <script>`, as the console script runs, forked (its `sys.path` starts with the
+    # script's directory, not the working directory, as an interpreter's does).
+    run = [str(script), "check"]
+    result = run_python(run, cwd=project, env=env)
     assert result.returncode == 0, result.stderr
     assert "OK: agents dba (default dba)" in result.stdout
 
@@ -113,7 +114,7 @@ def test_agents_in_the_working_directory_are_importable(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env["APPROVAL_BOT_POLICY"] = str(project / "policy.yml")
-    failed = subprocess.run(run, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
+    failed = run_python(run, cwd=elsewhere, env=env)
     assert failed.returncode == 1
     assert "cannot import 'myteam.agents'" in failed.stderr
     assert f"looked in the working directory {elsewhere}" in failed.stderr
@@ -124,10 +125,7 @@ def test_a_missing_dependency_of_the_agents_module_is_named(tmp_path: Path) -> N
     (tmp_path / "team_with_a_gap.py").write_text("import not_installed_anywhere\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVAL_BOT_"))}
     env.update(PYTHONPATH=str(ROOT), APPROVAL_BOT_AGENTS="team_with_a_gap:agents")
-    result = subprocess.run(
-        [sys.executable, str(console_script(tmp_path)), "check"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    result = run_python([str(console_script(tmp_path)), "check"], cwd=tmp_path, env=env)
     assert "'team_with_a_gap' imports 'not_installed_anywhere', which is not installed" in (
         result.stderr
     )
