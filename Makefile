@@ -48,7 +48,7 @@ docs: install
 # would compile the same modules (and pytest rewrite the same tests) again. It ends with the
 # slowest tests and every skipped test with its reason (-rs; on CI, CI=true, a skip is a
 # failure unless a browser or Docker is missing: tests/conftest.py).
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 5
 
 unit: install
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --maxschedchunk 1 \
