@@ -4,18 +4,39 @@ the suite's summary says about skipped tests."""
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import AsyncIterator, Generator
 from pathlib import Path
 
 import pytest
 
 from bot.testing.slack_api import FakeSlackAPI
+from tests import forkserver
 from tests.agents_for_tests import POLICY
 from tests.capabilities import ALLOWED_ON_CI
 
 # A test that silently does not run is worse than one that fails: on CI (CI=true) a skip is a
 # failure unless a missing browser or Docker is its reason (`tests.capabilities`). Locally,
 # every skip is listed with its reason at the end of `make test`.
+
+
+SHARED_SERVER = pytest.StashKey[subprocess.Popen[bytes]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under xdist, one fork server (tests/forkserver.py) for every worker, started by the
+    controller as the workers start (each imports the bot again otherwise: seconds of CPU)."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        process, address = forkserver.start_server()
+        os.environ[forkserver.SHARED] = address  # the workers inherit it
+        config.stash[SHARED_SERVER] = process
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    process = config.stash.get(SHARED_SERVER, None)
+    if process is not None:
+        forkserver.stop_server(process)
+        os.environ.pop(forkserver.SHARED, None)
 
 
 def on_ci() -> bool:

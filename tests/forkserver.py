@@ -190,8 +190,37 @@ def serve(address: str) -> None:
 # The client ------------------------------------------------------------------------------------
 
 
+SHARED = "TEST_FORK_SERVER"  # the address of a server all of a session's workers share
+
+
+def start_server() -> tuple[subprocess.Popen[bytes], str]:
+    """A fork server, starting (not yet ready: `wait_ready`); its process and address."""
+    directory = tempfile.mkdtemp(prefix="bot-forkserver-")
+    address = os.path.join(directory, "socket")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != SHARED}
+    env["PYTHONPATH"] = str(ROOT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.forkserver", address],
+        cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    return process, address
+
+
+def wait_ready(process: subprocess.Popen[bytes]) -> None:
+    assert process.stdout is not None
+    if process.stdout.readline().strip() != b"ready":
+        raise RuntimeError("the test fork server did not start (see stderr)")
+
+
+def stop_server(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait(timeout=10)
+
+
 class _Server:
-    """This pytest worker's fork server, started on first use."""
+    """The fork server this process uses: the session's (the xdist controller starts one for
+    all its workers: tests/conftest.py), or one of its own, started on first use."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -199,27 +228,34 @@ class _Server:
         self.address = ""
 
     def ensure(self) -> str:
+        if os.environ.get(SHARED):
+            return os.environ[SHARED]
         with self.lock:
             if self.process is not None and self.process.poll() is None:
                 return self.address
-            directory = tempfile.mkdtemp(prefix="bot-forkserver-")
-            self.address = os.path.join(directory, "socket")
-            env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-            env["PYTHONPATH"] = str(ROOT)
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.forkserver", self.address],
-                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            )  # fmt: skip
-            assert self.process.stdout is not None
-            if self.process.stdout.readline().strip() != b"ready":
-                raise RuntimeError("the test fork server did not start (see stderr)")
+            self.process, self.address = start_server()
+            wait_ready(self.process)
             atexit.register(self.stop)
             return self.address
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        if self.process is not None:
+            stop_server(self.process)
+
+
+def _connect(address: str, timeout: float = 120.0) -> socket.socket:
+    """A connection to the server at `address`; the session's may still be importing."""
+    deadline = time.monotonic() + timeout
+    while True:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(address)
+            return conn
+        except (FileNotFoundError, ConnectionRefusedError):
+            conn.close()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no test fork server at {address}") from None
+            time.sleep(0.05)
 
 
 _SERVER = _Server()
@@ -283,8 +319,7 @@ def fork_python(
     /dev/null, stdout and stderr are the given file descriptors (this process's own by
     default). `listeners` are bound sockets the child gets as systemd would pass them (fd 3
     on, LISTEN_FDS): a server asked to listen on one's address serves on it (`bot.listening`)."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect(_SERVER.ensure())
+    conn = _connect(_SERVER.ensure())
     payload = json.dumps({"argv": list(argv), "env": dict(env), "cwd": str(cwd)}).encode()
     with open(os.devnull, "rb") as devnull:
         fds = [devnull.fileno(), sys.stdout.fileno() if stdout is None else stdout,
