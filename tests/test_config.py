@@ -9,12 +9,16 @@ from pathlib import Path
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.clock import SYSTEM_CLOCK
 from bot.config import Settings
 from bot.engine.registry import AgentLoadError, AgentRegistry
 from bot.service.authorize import Authorizer, Installation
+from bot.service.judgement import Judgement
 from bot.service.policy import PolicyError, load_policy, parse_policy
+from bot.service.policy_source import PolicySource
 from bot.service.ports import Actor
 from bot.slack.groups import SlackGroups
+from bot.store.records import RunRecord
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import POLICY
 from tests.forkserver import run_bot
@@ -99,12 +103,15 @@ async def test_policy_rules() -> None:
         assert not await start("U9", "C2")
         assert not await start("U5", "C3")
 
+        judgement = Judgement(PolicySource.from_text(POLICY), authorizer, SYSTEM_CLOCK)
+
         async def decide(user: str, channel: str, starter: str = "U1", team: str = "T1") -> bool:
             rule = policy.rule_for(channel=channel, agent="ops", tool="t")
-            verdict = await authorizer.may_decide(
-                policy, Actor(team_id=team, user_id=user), run_team="T1", requester=starter,
-                channel=channel, tool="t", rule=rule,
-            )  # fmt: skip
+            run = RunRecord("r", team_id="T1", user_id=starter, channel_id=channel,
+                            agent_name="ops", task="t")  # fmt: skip
+            verdict = await judgement.person(
+                policy, rule, Actor(team_id=team, user_id=user), run, "t", asked_by=starter
+            )
             return verdict.allowed
 
         assert await decide("U2", "C1") and not await decide("U9", "C1")

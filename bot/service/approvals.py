@@ -6,8 +6,9 @@ workers, so that Slack gets its acknowledgement within three seconds.
 
 `ApprovalService` is a front: it builds one `ServiceCore` (the collaborators and shared helpers)
 and the flows that receive it (and, where one needs another, that other), and exposes their
-public methods. Nothing inherits from anything: a click goes `decide` -> `Decisions.decide` ->
-`Gate.judge` -> `RunStore.decide`, each a plain method call on an object named in a constructor.
+public methods. Nothing inherits from anything: a click goes `decide` -> `Decisions.decide`
+-> `Judgement.settle` -> `RunStore.decide`, each a plain method call on an object named in a
+constructor.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from bot.service.decisions import Decisions
 from bot.service.details import Details
 from bot.service.edits import Edits
 from bot.service.foreground import Foreground
-from bot.service.gate import Gate
 from bot.service.grants import Grants
+from bot.service.judgement import Judgement
 from bot.service.limits import StartLimits
 from bot.service.people import People
 from bot.service.policy_source import PolicySource
@@ -48,11 +49,12 @@ class ApprovalService:
 
     Who holds what: `core` (store, engine, notifier, policies, authorizer, audit, queue,
     journal, admission, limits, foreground; background tasks) is shared by every flow;
-    `gate` judges a call against the policy in force; `reviews` stops runs for a person and
-    settles reviews; `runs` (with the gate and the reviews) starts, executes and settles
-    runs; `decisions` (with the gate) records clicks and thread replies; `timers` fires
-    expiry, reminders and escalation; `people` (with the gate) answers cancel, status and
-    the lists; `sweeper` (with the runs) finishes what a stopped process left half done.
+    `judgement` judges every way of settling a call against the policy in force; `reviews`
+    stops runs for a person and settles reviews; `runs` (with the judgement and the reviews)
+    starts, executes and settles runs; `decisions` (with the judgement) records clicks and
+    thread replies; `timers` fires expiry, reminders and escalation; `people` (with the
+    judgement) answers cancel, status and the lists; `sweeper` (with the runs) finishes what a
+    stopped process left half done.
     """
 
     def __init__(
@@ -76,15 +78,15 @@ class ApprovalService:
             admission=admission, limits=limits, foreground=foreground,
         )  # fmt: skip
         self.core = core
-        self.gate = Gate(core.store, core.policies, core.authorizer)
-        self.reviews = Reviews(core)
-        self.runs = Runs(core, self.gate, self.reviews)
-        self.questions = Questions(core, self.gate)
-        self.decisions = Decisions(core, self.gate, answer=self.questions.answer)
+        self.judgement = Judgement(core.policies, core.authorizer, core.store.timers.clock)
+        self.reviews = Reviews(core, self.judgement)
+        self.runs = Runs(core, self.judgement, self.reviews)
+        self.questions = Questions(core)
+        self.decisions = Decisions(core, self.judgement, answer=self.questions.answer)
         self.edits = Edits(core, self.decisions)
         self.timers = Timers(core)
-        self.people = People(core, self.gate)
-        self.details = Details(core, self.gate)
+        self.people = People(core, self.judgement)
+        self.details = Details(core, self.judgement)
         self.sweeper = Sweeper(core, self.runs)
         self.grants = Grants(core)
 

@@ -216,13 +216,12 @@ class Authorizer:
         actor: Actor,
         *,
         run_team: str,
-        requester: str,
         channel: str,
         tool: str,
         rule: CallRule | None,
     ) -> Verdict:
-        """May the actor decide a call governed by `rule` (from the current policy)? Without
-        self-approval, not a call `requester` (who asked for it) is the actor."""
+        """Is the actor among those who decide a call governed by `rule` (from the current
+        policy)? Self-approval is judged with the rest by `bot.service.judgement`."""
         served = self.served(policy, actor)
         if not served.allowed:
             return served
@@ -242,15 +241,6 @@ class Authorizer:
                     "(approvers: {approvers}).",
                     tool=Code(tool),
                     approvers=principal_parts(rule.approvers),
-                ),
-            )
-        if actor.user_id == requester and not rule.allow_self:
-            return Verdict(
-                False,
-                said(
-                    "You asked for this call, and self-approval is not allowed for tool "
-                    "{tool}: ask another approver.",
-                    tool=Code(tool),
                 ),
             )
         return ALLOWED

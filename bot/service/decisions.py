@@ -9,32 +9,26 @@ from typing import Any
 
 from bot.engine.questions import QUESTION_KIND
 from bot.service.audit import AuditKind
-from bot.service.conditions import value_to_type
 from bot.service.core import ServiceCore
-from bot.service.digest import digest_of
-from bot.service.gate import Gate, rule_for, subject_of_call
 from bot.service.grants import (
     ChooseScope,
     GrantScope,
     choices_up_to,
     grant_note,
     narrowable,
-    scope_refusal,
 )
-from bot.service.policy import CallRule, grant_max_of
+from bot.service.judgement import Allowed, Attempt, Judgement, Refused, TypeFirst, Way
+from bot.service.policy import grant_max_of
 from bot.service.ports import Actor
 from bot.service.replies import (
-    Code,
     ConfirmReject,
     RejectForm,
     Reply,
     TypeToConfirm,
     already_text,
-    said,
 )
 from bot.store import keys
-from bot.store.calls import EDITED_SINCE
-from bot.store.grants import Grant, GrantStore, grant_detail, grant_values, new_grant_id
+from bot.store.grants import Grant, GrantStore, grant_detail, grant_values
 from bot.store.records import (
     AlreadyDecided,
     CallRecord,
@@ -65,140 +59,70 @@ TYPE_FIRST = (
 class Decisions:
     """Clicks, modal submissions and thread replies on pending calls."""
 
-    def __init__(self, core: ServiceCore, gate: Gate, answer: Answer | None = None) -> None:
+    def __init__(
+        self, core: ServiceCore, judgement: Judgement, answer: Answer | None = None
+    ) -> None:
         self.core = core
         self.store = core.store
-        self.gate = gate
+        self.judgement = judgement
         self.answer = answer  # a reply on a question's card is an answer (questions.py)
 
     async def check(
-        self, actor: Actor, approval_id: str, *, approve: bool, audited_as: str
+        self, actor: Actor, approval_id: str, attempt: Attempt, *, audited_as: str
     ) -> tuple[CallRecord, RunRecord] | Reply:
-        """The checks of a click (`_check`), for another flow that acts as a decision does (an
-        edit is an approval); a refusal is audited with the decision `audited_as`."""
-        checked = await self._check(
-            actor, approval_id, approve=approve, always=False, audited_as=audited_as
-        )
-        if isinstance(checked, TypeToConfirm):  # typed confirmation is asked on Approve only
-            return Reply(
-                False,
-                "This call needs typed confirmation, so it cannot be edited: approve or reject "
-                "it from its card.",
-            )
-        return checked
+        """The checks of a decision (`_check`), for another flow that acts as one (an edit is
+        an approval); a refusal is audited with the decision `audited_as`."""
+        checked = await self._check(actor, approval_id, attempt, audited_as=audited_as)
+        if isinstance(checked, TypeToConfirm):  # (only a click is asked to type)
+            return Reply(False, TYPE_FIRST)
+        if isinstance(checked, Reply):
+            return checked
+        return checked[0], checked[1]
 
-    async def _check(
-        self,
-        actor: Actor,
-        approval_id: str,
-        *,
-        approve: bool,
-        always: bool,
-        typed: str | None = None,
+    async def refused(
+        self, actor: Actor, call: CallRecord, attempt: Attempt, judged: Refused,
         audited_as: str = "",
-        version: str = "",
-    ) -> tuple[CallRecord, RunRecord] | Reply | TypeToConfirm:
-        """Everything that must hold before a decision is recorded; a Reply when it does not,
-        and a TypeToConfirm when the approval needs a typed value that was not given.
-        `version`: the version token of the card clicked ("": not checked); a card drawn
-        before an edit decides nothing, and is redrawn (decide.lua checks it again)."""
-        call, stored_run = await self.store.call_and_run(approval_id)  # one round trip
-        if call is None:
-            return Reply(False, Gone().why)
-        run, verdict = await self.gate.authorize(actor, call, stored_run)
-        confirm = None
-        if run is not None and verdict.allowed and approve and not call.decided:
-            rule = rule_for(self.gate.policies.current().policy.for_team(run.team_id), run, call)
-            confirm = self._confirmation(call, rule, always=always, typed=typed)
-            if isinstance(confirm, TypeToConfirm):
-                return confirm
-        # The checks, in order; who decided is told only to people allowed to decide.
-        if run is None or not verdict.allowed:
-            reply = Reply(False, verdict.said)
-        elif call.decided:
-            earlier = AlreadyDecided(call.status, call.decided_by, call.decided_at, call.via)
-            reply = Reply(False, already_text(earlier))
-        elif call.kind == QUESTION_KIND:  # an answer is text: bot/service/questions.py
-            reply = Reply(False, "This is a question from the agent: answer it with Answer.")
-        elif version and version != call.version:
+    ) -> Reply:  # fmt: skip
+        """Audit a refusal of `attempt` (redrawing a card drawn before an edit) and say it."""
+        if judged.stale:
             await self.store.redraw_card(call.approval_id)
-            reply = Reply(False, EDITED_SINCE)
-        elif always and (not call.allow_always or (approve and call.required > 1)):
-            reply = Reply(
-                False,
-                said(
-                    "Always decisions are not allowed for tool {tool}: "
-                    "decide this call on its own.",
-                    tool=Code(call.tool),
-                ),
-            )
-        elif always and approve and call.edited_sha:
-            reply = Reply(
-                False,
-                "This call was edited: approve the edited call on its own (Always approve would "
-                "also cover calls nobody was shown).",
-            )
-        elif digest_of(call) != call.digest:
-            reply = Reply(
-                False, "This call changed since it was posted, so no decision can apply to it."
-            )
-        elif isinstance(confirm, Reply):  # Always approve, a wrong value, an unreadable one
-            reply = confirm
-        else:
-            return call, run
-        decision = ("always_" if always else "") + ("approve" if approve else "reject")
-        decision = audited_as or decision
-        typed_wrong = reply is confirm  # its words quote the value to type: an argument's
+        always = attempt.way in (Way.ALWAYS, Way.GRANT)
+        decision = ("always_" if always else "") + ("approve" if attempt.approve else "reject")
+        reply = Reply(False, judged.said)
         await self.core.audit(
-            AuditKind.REFUSED, call=call, actor=actor, decision=decision,
-            detail="typed confirmation refused" if typed_wrong else reply.text,
-            text=reply.text if typed_wrong else "",
+            AuditKind.REFUSED, call=call, actor=actor, decision=audited_as or decision,
+            detail="typed confirmation refused" if judged.quotes else reply.text,
+            text=reply.text if judged.quotes else "",
         )  # fmt: skip
         return reply
 
-    @staticmethod
-    def _confirmation(
-        call: CallRecord, rule: CallRule | None, *, always: bool, typed: str | None
-    ) -> TypeToConfirm | Reply | None:
-        """What the rule's `confirm: type` asks of an approval (by the policy in force): None
-        when it asks nothing or `typed` is right; a TypeToConfirm when nothing was typed; a
-        refusal for Always approve, a wrong value, or a value that cannot be read."""
-        if rule is None or not rule.confirm:
-            return None
-        if always:
-            return Reply(
-                False,
-                said(
-                    "Always approve is not offered for tool {tool}: each of its calls needs "
-                    "typed confirmation. Click Approve.",
-                    tool=Code(call.tool),
-                ),
-            )
-        what = rule.confirm_value or "tool"
-        expected = call.tool if what == "tool" else value_to_type(subject_of_call(call), what)
-        if expected is None:
-            return Reply(
-                False,
-                said(
-                    "This call cannot be confirmed: the value to type ({what}) cannot be read "
-                    "from its arguments. It can only be rejected.",
-                    what=Code(what),
-                ),
-            )
-        if typed is None:
-            return TypeToConfirm(call, expected, what)
-        if typed.strip() != expected.strip():
-            wrong = said("That is not {expected}: nothing was approved.", expected=Code(expected))
-            return Reply(False, wrong)
-        return None
+    async def _check(
+        self, actor: Actor, approval_id: str, attempt: Attempt, *, audited_as: str = ""
+    ) -> tuple[CallRecord, RunRecord, Allowed] | Reply | TypeToConfirm:
+        """Everything that must hold before a decision is recorded (`Judgement.settle`): the
+        judgement's Allowed, a Reply when it refuses (audited), a TypeToConfirm when the
+        approval needs a typed value that was not given."""
+        call, run = await self.store.call_and_run(approval_id)  # one round trip
+        if call is None:
+            return Reply(False, Gone().why)
+        if run is None:
+            judged: Allowed | Refused | TypeFirst = Refused("This run no longer exists.")
+        else:
+            judged = await self.judgement.settle(actor, run, call, attempt)
+        if isinstance(judged, TypeFirst):
+            return TypeToConfirm(call, judged.expected, judged.what)
+        if isinstance(judged, Refused) or run is None:
+            assert isinstance(judged, Refused)
+            return await self.refused(actor, call, attempt, judged, audited_as)
+        return call, run, judged
 
     async def _settled_alongside(
         self, actor: Actor, run: RunRecord, call: CallRecord, *, approve: bool
     ) -> list[str]:
         """The pause's other pending calls an Always decision on `call` also settles: those of
-        the same agent's same tool that this person may decide alone under their own rules
-        (the same approvers, a quorum of one, Always allowed, and allowed by the policy now).
-        Every other call stays pending, on its own card."""
+        the same agent's same tool, offered with the same approvers, that this person may
+        settle by Always too (`Judgement.settle`, each under its own rule in force). Every
+        other call stays pending, on its own card."""
         found = []
         for other in await self.store.pause_calls(call.run_id):
             if (
@@ -206,65 +130,23 @@ class Decisions:
                 or other.decided
                 or other.sticky != call.sticky
                 or other.pause != call.pause
-                or other.required != 1
-                or not other.allow_always
                 or other.approvers != call.approvers
-                or digest_of(other) != other.digest
             ):
                 continue
-            rule, verdict = await self.gate.judge(actor, run, other)
-            if (
-                rule is not None
-                and rule.required == 1
-                and rule.allow_always
-                and verdict.allowed
-                and not (approve and rule.confirm)  # each of those is approved by typing
-            ):
+            judged = await self.judgement.settle(actor, run, other, Attempt(Way.ALWAYS, approve))
+            if isinstance(judged, Allowed):
                 found.append(other.approval_id)
         return found
-
-    async def _grant_of(
-        self, actor: Actor, run: RunRecord, call: CallRecord, scope: GrantScope | None
-    ) -> Grant | Reply | None:
-        """The channel grant an "Always approve" of `call` makes with the `scope` its reviewer
-        chose, judged against the rule in force (a longer time than its `grant_max`, or an
-        argument the call does not have, is refused: a Reply); None: Always is run-only (no
-        scope chosen, "this run only", or a rule without `grant_max`)."""
-        policy = self.gate.policies.current().policy.for_team(run.team_id)
-        rule, _ = await self.gate.judge(actor, run, call)
-        lasts = grant_max_of(policy, rule)
-        if scope is None or (scope.seconds == 0 and not scope.narrow):
-            return None
-        narrow, refusal = scope_refusal(
-            call, lasts, scope, rule.source if rule is not None else "none"
-        )
-        if refusal is not None:
-            return Reply(False, refusal)
-        made = self.store.timers.clock.time()
-        return Grant(
-            sticky=call.sticky, team=run.team_id, user=actor.user_id, channel=run.channel_id,
-            made=made, until=made + scope.seconds, approval_id=call.approval_id, narrow=narrow,
-            grant_id=new_grant_id(), tool=call.tool,
-        )  # fmt: skip
-
-    async def _scope_to_choose(
-        self, actor: Actor, run: RunRecord, call: CallRecord
-    ) -> ChooseScope | None:
-        """Always approve under a rule with `grant_max` (in force now): the scope to choose."""
-        rule, _ = await self.gate.judge(actor, run, call)
-        lasts = grant_max_of(self.gate.policies.current().policy.for_team(run.team_id), rule)
-        if lasts <= 0:
-            return None
-        return ChooseScope(call, lasts, choices_up_to(lasts), narrowable(call))
 
     async def reject_form(
         self, actor: Actor, approval_id: str, *, always: bool
     ) -> RejectForm | Reply:
         """Check a reject click before its modal opens: the modal only opens for a live call."""
-        checked = await self._check(actor, approval_id, approve=False, always=always)
+        attempt = Attempt(Way.ALWAYS if always else Way.CLICK, approve=False)
+        checked = await self._check(actor, approval_id, attempt)
         if isinstance(checked, Reply | TypeToConfirm):  # (a rejection types nothing)
             return checked if isinstance(checked, Reply) else Reply(False, TYPE_FIRST)
-        call, _ = checked
+        call = checked[0]
         comments = await self.store.comments(approval_id)
         # Only comments by people who may decide the call pre-fill the reason the model gets.
         return RejectForm(call, "\n".join(c["text"] for c in comments if c.get("approver")))
@@ -277,16 +159,15 @@ class Decisions:
         grant's scope: then nothing is decided, a form asks for it. `version`: the version
         token the clicked card carries (`CallRecord.version`): a card drawn before an edit of
         the call approves nothing."""
-        checked = await self._check(
-            actor, approval_id, approve=True, always=always, version=version
-        )
+        attempt = Attempt(Way.ALWAYS if always else Way.CLICK, version=version)
+        checked = await self._check(actor, approval_id, attempt)
         if isinstance(checked, Reply | TypeToConfirm):
             return checked
-        call, run = checked
+        call, run, allowed = checked
         if always:
-            choose = await self._scope_to_choose(actor, run, call)
-            if choose is not None:
-                return choose
+            lasts = grant_max_of(self.judgement.policy_for(run), allowed.rule)
+            if lasts > 0:
+                return ChooseScope(call, lasts, choices_up_to(lasts), narrowable(call))
         return await self._record(
             actor, call, run, approve=True, always=always, reason="", version=version
         )
@@ -301,28 +182,24 @@ class Decisions:
         reason: str = "",
         typed: str | None = None,
         scope: GrantScope | None = None,
+        way: Way | None = None,
     ) -> Reply:
         """Authorize and record one decision; resume the run if it was the pause's last.
         `typed`: the value typed in the confirmation modal (rules with `confirm: type`).
-        `scope`: what the Always approve form chose (judged against the policy in force)."""
-        checked = await self._check(actor, approval_id, approve=approve, always=always, typed=typed)
+        `scope`: what the Always approve form chose (judged against the policy in force).
+        `way`: how it was asked (by default a click, Always, or a grant with a scope)."""
+        if way is None:
+            grants = always and approve and scope is not None
+            way = Way.GRANT if grants else Way.ALWAYS if always else Way.CLICK
+        attempt = Attempt(way, approve, typed=typed, scope=scope)
+        checked = await self._check(actor, approval_id, attempt)
         if isinstance(checked, TypeToConfirm):
             return Reply(False, TYPE_FIRST)
         if isinstance(checked, Reply):
             return checked
-        call, run = checked
-        grant: Grant | None = None
-        if always and approve:
-            chosen = await self._grant_of(actor, run, call, scope)
-            if isinstance(chosen, Reply):
-                await self.core.audit(
-                    AuditKind.REFUSED, call=call, actor=actor, decision="always_approve",
-                    detail=chosen.text,
-                )  # fmt: skip
-                return chosen
-            grant = chosen
+        call, run, allowed = checked
         return await self._record(
-            actor, call, run, approve=approve, always=always, reason=reason, grant=grant
+            actor, call, run, approve=approve, always=always, reason=reason, grant=allowed.grant
         )
 
     async def _record(
@@ -427,12 +304,13 @@ class Decisions:
         match = REJECT_REPLY.match(text)
         if match:
             return await self.decide(
-                actor, approval_id, approve=False, always=False, reason=match.group(1)
-            )
+                actor, approval_id, approve=False, always=False, reason=match.group(1),
+                way=Way.REPLY,
+            )  # fmt: skip
         if call is None or call.decided:
             return Reply(True)
-        _, verdict = await self.gate.authorize(actor, call)
-        if not verdict.allowed:
+        run = await self.store.get_run(call.run_id)
+        if run is None or not await self.judgement.may_decide(actor, run, call):
             return Reply(True)  # a comment by someone who may not decide: not kept
         await self.store.add_comment(approval_id, actor.user_id, text, ts=ts)
         if not MAYBE_REJECT.match(text):

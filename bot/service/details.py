@@ -16,7 +16,8 @@ from bot.conversation import Transcript
 from bot.engine.approvals import PendingApproval
 from bot.engine.transcript import transcript, whole_call_text
 from bot.service.core import ServiceCore
-from bot.service.gate import Gate, rule_for
+from bot.service.gate import rule_for
+from bot.service.judgement import Judgement, Ruled
 from bot.service.policy import ALLOWED, Verdict
 from bot.service.ports import Actor, GroupLookupError
 from bot.service.replies import Reply
@@ -84,10 +85,10 @@ class Conversation:
 class Details:
     """Show all, Show conversation."""
 
-    def __init__(self, core: ServiceCore, gate: Gate) -> None:
+    def __init__(self, core: ServiceCore, judgement: Judgement) -> None:
         self.core = core
         self.store = core.store
-        self.gate = gate
+        self.judgement = judgement
 
     async def may_view(self, actor: Actor, run: RunRecord, call: CallRecord) -> Verdict:
         """May `actor` see what the card of `call` shows and what lies behind it? Its run's
@@ -103,8 +104,8 @@ class Details:
         if actor.user_id in (run.user_id, call.asked_by(run)):
             return ALLOWED
         policy = policy.for_team(run.team_id)
-        decide = await self.gate.under(policy, rule_for(policy, run, call), actor, run, call)
-        if decide.allowed:
+        ruled = Ruled(policy, rule_for(policy, run, call))
+        if await self.judgement.may_decide(actor, run, call, ruled):
             return ALLOWED
         channels = self.core.authorizer.channels
         if channels is not None:

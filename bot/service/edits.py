@@ -23,13 +23,15 @@ from typing import Any, Literal
 
 import jsonschema
 
-from bot.engine.approvals import arguments_sha, canonical_arguments
-from bot.engine.arguments import NonFiniteNumber, NotFinite, loads_json
+from bot.engine.approvals import NO_ARGUMENTS, arguments_sha, canonical_arguments
+from bot.engine.arguments import NonFiniteNumber, NotFinite, Reading, loads_json, read_json
 from bot.service.audit import AuditKind
+from bot.service.conditions import encode_subject, subject_of
 from bot.service.core import ServiceCore
 from bot.service.decisions import Decisions
 from bot.service.digest import digest_of
-from bot.service.gate import rule_for
+from bot.service.gate import subject_of_call
+from bot.service.judgement import Attempt, Refused, Way
 from bot.service.ports import Actor
 from bot.service.replies import Code, Reply, already_text, said
 from bot.store.edits import EditRecord
@@ -312,11 +314,12 @@ class Edits:
         function tool's schema and JSON arguments; a hosted MCP call's JSON arguments (no
         schema: the server's tools are not known here); a shell call's commands; a patch's
         diff (text)."""
-        checked = await self.decisions.check(actor, approval_id, approve=True, audited_as="edit")
+        checked = await self.decisions.check(
+            actor, approval_id, Attempt(Way.EDIT), audited_as="edit"
+        )
         if isinstance(checked, Reply):
             return checked
         call, run = checked
-        rule = rule_for(self.core.policies.current().policy.for_team(run.team_id), run, call)
         reply: Reply | None = None
         function = call.kind == "function"
         schema = (
@@ -335,12 +338,7 @@ class Edits:
             arguments = current
         elif call.kind == "apply_patch":
             arguments = patch_parts(current)[1]
-        if (
-            rule is None
-            or not call.allow_edit
-            or call.kind not in EDITABLE_KINDS
-            or not rule.editable(call.kind)
-        ):
+        if call.kind not in EDITABLE_KINDS:  # (the judgement asked the rule in force)
             reply = Reply(
                 False,
                 said(
@@ -437,22 +435,27 @@ class Edits:
             if invalid is not None:
                 return invalid
             # What the tool would receive, read as the agent's own calls are (the same parser).
-            received = self.core.engine.receive(
+            reading = self.core.engine.receive(
                 run.agent_name, call.agent, call.tool, json.dumps(parsed)
             )
-            if isinstance(received, NotFinite):
-                name = received.where.split(".")[1] if received.where.count(".") else WHOLE
+            if isinstance(reading, NotFinite):
+                name = reading.where.split(".")[1] if reading.where.count(".") else WHOLE
                 where = name if name in {f.name for f in fields} else WHOLE
-                said = NOT_FINITE if where else f"{NOT_FINITE} ({received.where})"
+                said = NOT_FINITE if where else f"{NOT_FINITE} ({reading.where})"
                 return EditErrors({where: said})
+        else:
+            reading = read_json(json.dumps(parsed))
         return await self._changed(
-            actor, call, run, json.dumps(parsed, indent=2, ensure_ascii=False)
+            actor, call, run, json.dumps(parsed, indent=2, ensure_ascii=False), reading
         )
 
     async def _changed(
-        self, actor: Actor, call: CallRecord, run: RunRecord, pretty: str
-    ) -> Reply | EditErrors:
-        """Apply an edit that changes something, within the bounds of a stored call."""
+        self, actor: Actor, call: CallRecord, run: RunRecord, pretty: str,
+        reading: Reading = NO_ARGUMENTS,
+    ) -> Reply | EditErrors:  # fmt: skip
+        """Apply an edit that changes something, within the bounds of a stored call, and that
+        its editor could approve as edited (the judgement of the edit, on what the tool would
+        receive: `reading` for JSON arguments)."""
         if (
             canonical_arguments(pretty) == canonical_arguments(call.arguments)
             and not call.edited_sha
@@ -462,7 +465,22 @@ class Edits:
             return EditErrors({WHOLE: "Nothing changed since the last edit: use Approve."})
         if len(pretty) > SHOWN_ARGUMENTS:
             return EditErrors({WHOLE: f"At most {SHOWN_ARGUMENTS:,} characters of arguments."})
+        attempt = Attempt(Way.EDIT, edited=self._edited_subject(call, pretty, reading))
+        judged = await self.decisions.judgement.settle(actor, run, call, attempt)
+        if isinstance(judged, Refused):
+            refused = await self.decisions.refused(actor, call, attempt, judged, "edit")
+            return EditErrors({WHOLE: refused.text})
         return await self._apply(actor, call, run, pretty)
+
+    @staticmethod
+    def _edited_subject(call: CallRecord, pretty: str, reading: Reading) -> dict[str, Any]:
+        """What the policy reads of the call as edited: the arguments as the tool would read
+        them, a shell call's commands; a patch keeps its file and kind."""
+        if call.kind == "shell":
+            return subject_of("shell", NO_ARGUMENTS, encode_subject({"command": pretty}))
+        if call.kind == "apply_patch":
+            return subject_of_call(call)
+        return subject_of(call.kind, reading)
 
     async def _apply(self, actor: Actor, call: CallRecord, run: RunRecord, pretty: str) -> Reply:
         sha = arguments_sha(pretty)

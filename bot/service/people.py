@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.digest import digest_of
-from bot.service.gate import Gate, rule_for, subject_of_call
+from bot.service.gate import rule_for, subject_of_call
 from bot.service.grants import Grants, GrantView
+from bot.service.judgement import Judgement, Ruled
 from bot.service.policy import CallRule, Policy, Verdict
 from bot.service.ports import Actor
 from bot.service.reach import decider_principals
@@ -93,10 +94,10 @@ def bad_run_id(text: str) -> Text:
 class People:
     """Cancel, status and the lists of what waits for whom."""
 
-    def __init__(self, core: ServiceCore, gate: Gate) -> None:
+    def __init__(self, core: ServiceCore, judgement: Judgement) -> None:
         self.core = core
         self.store = core.store
-        self.gate = gate
+        self.judgement = judgement
         self.grants = Grants(core)
 
     async def _managed(self, actor: Actor, run_id: str) -> RunRecord | Reply:
@@ -279,8 +280,7 @@ class People:
                 continue
             if actor.user_id in call.voter_ids():
                 continue
-            verdict = await self.gate.under(pending.policy, rule, actor, run, call)
-            if verdict.allowed:
+            if await self.judgement.may_decide(actor, run, call, Ruled(pending.policy, rule)):
                 found.append(Waiting(run, call))
                 if len(found) == MAX_LISTED:
                     break

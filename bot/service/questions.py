@@ -17,7 +17,7 @@ from bot.service.audit import AuditKind
 from bot.service.authorize import principal_parts
 from bot.service.core import ServiceCore
 from bot.service.digest import digest_of
-from bot.service.gate import Gate, rule_for
+from bot.service.gate import rule_for
 from bot.service.policy import Verdict
 from bot.service.ports import Actor
 from bot.service.replies import Mention, Part, Reply, Text, said, when
@@ -64,10 +64,9 @@ class Questions:
     """Answering the agent's questions (thread replies on a question's card come here from
     `Decisions.thread_reply`)."""
 
-    def __init__(self, core: ServiceCore, gate: Gate) -> None:
+    def __init__(self, core: ServiceCore) -> None:
         self.core = core
         self.store = core.store
-        self.gate = gate
 
     async def _may_answer(self, actor: Actor, run: RunRecord, call: CallRecord) -> Verdict:
         """May `actor` answer `call`? The served workspace, the run's workspace, and the

@@ -9,6 +9,7 @@ import logging
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.gate import subject_of_call
+from bot.service.judgement import Judgement, requester_of
 from bot.service.ports import Actor
 from bot.service.replies import Reply
 from bot.store import keys
@@ -23,8 +24,9 @@ log = logging.getLogger(__name__)
 class Reviews:
     """Stopping for a review, and settling it exactly once."""
 
-    def __init__(self, core: ServiceCore) -> None:
+    def __init__(self, core: ServiceCore, judgement: Judgement) -> None:
         self.core = core
+        self.judgement = judgement  # who may settle a review: as who may decide its calls
 
     async def stop_for_review(self, run: RunRecord, attempt: str, kind: str, what: str) -> None:
         """Stop for a person: whether a call had its effect is unknown. Nothing re-runs."""
@@ -61,11 +63,8 @@ class Reviews:
             read = subject_of_call(paused[key]) if key in paused else {}
             rule = policy.rule_for(channel=run.channel_id, agent=agent, tool=tool, subject=read)
             required = max(required, rule.required if rule is not None else 1)
-            asked = paused[key].asked_by(run) if key in paused else run.asked_by
-            verdict = await core.authorizer.may_decide(
-                policy, actor, run_team=run.team_id, requester=asked,
-                channel=run.channel_id, tool=tool, rule=rule,
-            )  # fmt: skip
+            asked_by = requester_of(run, paused.get(key))
+            verdict = await self.judgement.person(policy, rule, actor, run, tool, asked_by=asked_by)
             if not verdict.allowed:
                 await core.audit(AuditKind.REFUSED, run=run, actor=actor,
                                  decision=f"review_{action}", detail=verdict.reason)  # fmt: skip

@@ -33,10 +33,11 @@ from bot.service.details import context_of
 from bot.service.digest import digest_of
 from bot.service.edits import EDITABLE_KINDS, edit_message
 from bot.service.follow_ups import FollowUps
-from bot.service.gate import Gate, keep_subject, rule_for, subject_of_call
+from bot.service.gate import keep_subject, rule_for, subject_of_call
 from bot.service.grants import grant_note, until_text
+from bot.service.judgement import Allowed, Attempt, Judgement, Refused, Way
 from bot.service.limits import refusal, task_too_long
-from bot.service.policy import CallRule, Verdict, grant_max_of, human
+from bot.service.policy import CallRule, Verdict
 from bot.service.ports import Actor
 from bot.service.replies import Code, Mention, Plain, Reply, joined, naming, said, stored
 from bot.service.reviews import Reviews, beyond_text
@@ -94,10 +95,10 @@ def time_call(call: CallRecord, rule: CallRule) -> None:
 class Runs:
     """A run from its command to its end, one job at a time."""
 
-    def __init__(self, core: ServiceCore, gate: Gate, reviews: Reviews) -> None:
+    def __init__(self, core: ServiceCore, judgement: Judgement, reviews: Reviews) -> None:
         self.core = core
         self.store = core.store
-        self.gate = gate
+        self.judgement = judgement
         self.reviews = reviews
         self.grants = GrantStore(core.store.redis)
         self.follow_ups = FollowUps(core)
@@ -371,13 +372,9 @@ class Runs:
         why = "the edit is gone" if edit is None else ""
         if edit is not None:
             editor = Actor(edit.team, edit.by, run.enterprise_id)
-            rule, verdict = await self.gate.judge(editor, run, call)
-            if rule is None or not rule.editable(call.kind):
-                why = "the policy no longer offers Edit for this tool"
-            elif rule.required > edit.required:
-                why = f"the policy now requires {rule.required} approvers for this tool"
-            elif not verdict.allowed:
-                why = f"{edit.by} may no longer decide it"
+            attempt = Attempt(Way.EDITED_CALL, edit_required=edit.required)
+            judged = await self.judgement.settle(editor, run, call, attempt)
+            why = judged.reason if isinstance(judged, Refused) else ""
         token = self.core.new_owner()
         result = None
         if not why:
@@ -417,17 +414,16 @@ class Runs:
         """
         resume_owner = ""
         calls = await self.store.pause_calls(run.run_id)
-        policy = self.core.policies.current().policy.for_team(run.team_id)
         for call in calls:
             if not call.auto or call.decided:
                 continue
             # Re-judged by the policy in force: it decides only if it still decides this call
             # automatically the same way (or now rejects it); otherwise a person decides.
-            rule = rule_for(policy, run, call)
-            auto = "reject" if rule is None else (rule.auto or "")
-            if auto != call.auto and auto != "reject":
+            judged = await self.judgement.settle(None, run, call, Attempt(Way.RULE))
+            if not isinstance(judged, Allowed):
                 await self._to_people(run, call)
                 continue
+            rule, auto = judged.rule, judged.auto
             source = "channel not in policy" if rule is None else rule.source
             reason = (rule.reason if rule is not None else "") or (
                 f"automatic decision of policy rule {source}"
@@ -491,21 +487,13 @@ class Runs:
     async def _use_grant(self, run: RunRecord, call: CallRecord, grant: Grant) -> str | None:
         """Settle `call` with `grant` (its resume's owner token, or '' when the pause still
         waits), or drop the grant when it no longer holds (None)."""
-        policy = self.gate.policies.current().policy.for_team(run.team_id)
         grantor = Actor(grant.team, grant.user, run.enterprise_id)
-        rule, verdict = await self.gate.judge(grantor, run, call)
-        lasts = grant_max_of(policy, rule)
-        why = ""
-        if grant.until <= self.store.timers.clock.time():
-            why = "it expired"
-        elif lasts <= 0:
-            why = "the policy no longer allows grants for this tool"
-        elif grant.until - grant.made > lasts + 1:
-            why = f"the policy now allows grants of at most {human(lasts)}"
-        elif not verdict.allowed:
-            why = f"{grant.user} may no longer decide it"
-        if why:
+        judged = await self.judgement.settle(
+            grantor, run, call, Attempt(Way.GRANT_USE, grant=grant)
+        )
+        if isinstance(judged, Refused):
             if await self.grants.drop(grant):
+                why = judged.reason
                 await self.core.audit(
                     AuditKind.GRANT_DROPPED, call=call, actor=grantor, decision="approve",
                     detail=f"{why}: {grant_detail(grant)}", text=grant_values(grant),
@@ -579,21 +567,13 @@ class Runs:
         if sticky is None:
             return ""
         decider = Actor(sticky.team, sticky.user, run.enterprise_id)
-        rule, verdict = await self.gate.judge(decider, run, call)
-        why = ""
-        if rule is None:
-            why = "the channel is no longer in the policy"
-        elif not rule.allow_always:
-            why = "the policy no longer allows Always decisions for this tool"
-        elif rule.required > 1:
-            why = f"the policy now requires {rule.required} approvers for this tool"
-        elif rule.confirm and sticky.decision == "approved":
-            why = "the policy asks for typed confirmation of each call of this tool"
-        elif not verdict.allowed:
-            why = f"{sticky.user} may no longer decide it"
-        verb = "Always approve" if sticky.decision == "approved" else "Always reject"
-        if why:
+        approve = sticky.decision == "approved"
+        attempt = Attempt(Way.EARLIER_ALWAYS, approve)
+        judged = await self.judgement.settle(decider, run, call, attempt)
+        verb = "Always approve" if approve else "Always reject"
+        if isinstance(judged, Refused):
             if await self.store.drop_sticky(run.run_id, call.sticky):
+                why = judged.reason
                 await self.core.audit(
                     AuditKind.ALWAYS_DROPPED, call=call, decision=sticky.decision, detail=why
                 )
