@@ -103,7 +103,7 @@ async def test_edit_approved_runs_the_tool_with_the_edited_arguments_only(redis_
         card = await bot.start_and_wait("clean", user="U1")
         approval_id = card.button_value(APPROVE)
         view = await bot.open_edit(card, user="U2")
-        assert json.loads(view["private_metadata"]) == {"approval_id": approval_id}
+        assert json.loads(view["private_metadata"]) == {"approval_id": approval_id, "version": "0"}
         sent = await bot.slack.submit(
             view, edit_values(view, {"field:path": "/var/log/app"}), user="U2"
         )

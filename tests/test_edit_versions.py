@@ -6,6 +6,8 @@ Signed HTTP into the real Bolt app, real Redis, the Slack Web API stand-in at th
 
 from __future__ import annotations
 
+import json
+
 from bot.slack.blocks import APPROVE, approval_and_version
 from bot.store.calls import EDITED_SINCE
 from bot.store.outbox import Shown
@@ -106,4 +108,40 @@ async def test_decide_lua_refuses_an_old_version_atomically(redis_url: str) -> N
         )
         await bot.idle()
         assert (await store.outbox.shown(run_id))[target].hash == before
+    assert ledger.executed == []
+
+
+async def test_an_edit_form_opened_before_another_edit_is_refused_and_replaces_nothing(
+    redis_url: str,
+) -> None:
+    """Case 6 of #29: U2 opens Edit; U3 edits and so votes; U2 then submits the form opened
+    before U3's edit. It is refused with a sentence naming U3's edit; U3's arguments and vote
+    stand, and U3's edit is not lost to anyone."""
+    ledger = Ledger()
+    agent, _ = ops_agent(edited_then({"path": "/"}, {"path": "/var/log/app"}), ledger)
+    async with BotHarness(redis_url, agent, QUORUM) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        approval_id = card.button_value(APPROVE)
+        stale = await bot.open_edit(card, user="U2")
+        fresh = await bot.open_edit(card, user="U3")
+        sent = await bot.slack.submit(
+            fresh, edit_values(fresh, {"field:path": "/var/log/app"}), user="U3"
+        )
+        assert sent.status == 200 and not sent.text, sent.text
+        await bot.idle()
+        late = await bot.slack.submit(
+            stale, edit_values(stale, {"field:path": "/var/log/other"}), user="U2"
+        )
+        await bot.idle()
+        call = await bot.runtime.service.store.get_call(approval_id)
+        audit = await bot.audit()
+    answer = late.json() if late.text else None
+    assert answer is not None and answer["response_action"] == "errors", late.text
+    [said] = answer["errors"].values()
+    assert "out of date" in said and "U3" in said and "edited this call" in said, said
+    assert call is not None and call.status == CallStatus.PENDING
+    assert json.loads(call.edited_arguments) == {"path": "/var/log/app"}
+    assert (call.edited_by, call.voter_ids(), call.edits) == ("U3", ["U3"], 1)
+    assert [e["user"] for e in audit if e["kind"] == "edited"] == ["U3"]
+    assert [(e["user"], e["decision"]) for e in audit if e["kind"] == "refused"] == [("U2", "edit")]
     assert ledger.executed == []

@@ -21,10 +21,13 @@ import fnmatch
 import json
 import math
 import operator
+import posixpath
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import re2
 
 from bot.engine.arguments import NotFinite, Reading, Received, read_json
 
@@ -42,9 +45,11 @@ SUBJECT_LIMIT = 32_000
 """Characters of subject JSON kept beside a call; beyond it the arguments count as unreadable
 (every condition on them is undecidable), at posting and whenever the call is judged again."""
 
-REGEX_INPUT_LIMIT = 4096
-"""Longest string a `re:` condition is tried on (longer: undecidable). Python's regular
-expressions can backtrack for long on crafted input, and the arguments are the agent's."""
+_RE2 = re2.Options()
+_RE2.log_errors = False  # a pattern it refuses is `approval-bot check`'s to say, with its line
+"""`re:` conditions run on RE2 (google-re2): linear in the input, whatever the pattern (Python's
+`re` backtracks: `(a+)+$` on 29 characters took 13 s of the event loop), so no string of a
+subject (at most `SUBJECT_LIMIT` characters) is too long to try."""
 
 PATH = re.compile(r"^(?:args(?:\.[^.\s]+)*|command|path|operation)$")
 COMPARISON = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(.*?)\s*$")
@@ -95,8 +100,9 @@ class Condition:
     """One `path: condition` of a rule's `when:`, ready to test."""
 
     path: str
-    kind: str  # glob | regex | compare | one_of | exists
-    spec: Any  # the glob text, the compiled pattern, (op, number), the allowed values, a bool
+    kind: str  # glob | path | regex | compare | one_of | exists
+    spec: Any  # the glob, the normalised path glob, the compiled pattern (RE2), (op, number),
+    # the allowed values, a bool
 
     def test(self, subject: Mapping[str, Any]) -> Truth:
         """Whether the condition holds for `subject`, or why that cannot be decided."""
@@ -109,16 +115,18 @@ class Condition:
             return False  # absent (only `exists: false` holds), or a root of another kind
         if self.kind == "one_of":
             return any(_same(value, allowed) for allowed in self.spec)
-        if self.kind in ("glob", "regex"):
+        if self.kind in ("glob", "path", "regex"):
             if not isinstance(value, str):
                 return Undecidable(self.path, f"is {_kind_of(value)}, not text")
             if self.kind == "glob":
                 return fnmatch.fnmatchcase(value, self.spec)
-            if len(value) > REGEX_INPUT_LIMIT:
-                return Undecidable(
-                    self.path, f"is {len(value):,} characters long, too long for a regular "
-                    f"expression (at most {REGEX_INPUT_LIMIT:,})",
-                )  # fmt: skip
+            if self.kind == "path":
+                if ".." in value.split("/"):
+                    return Undecidable(
+                        self.path, "goes up a directory (`..`): where it leads depends on the "
+                        "file system (symbolic links), not on the text",
+                    )  # fmt: skip
+                return path_matches(normal_path(value), self.spec)
             return self.spec.fullmatch(value) is not None
         if not _is_number(value):
             return Undecidable(self.path, f"is {_kind_of(value)}, not a number")
@@ -164,9 +172,21 @@ def parse_condition(path: str, spec: Any) -> Condition:
     if isinstance(spec, str):
         if spec.startswith("re:"):
             try:
-                return Condition(path, "regex", re.compile(spec[3:]))
-            except re.error as exc:
-                raise ConditionError(f"{spec!r} is not a valid regular expression: {exc}") from None
+                return Condition(path, "regex", re2.compile(spec[3:], _RE2))
+            except re2.error as exc:
+                why = exc.args[0] if exc.args else exc
+                why = why.decode(errors="replace") if isinstance(why, bytes) else str(why)
+                raise ConditionError(
+                    f"{spec!r} is not a valid regular expression: {why} (re: runs on RE2: no "
+                    "look-around, no backreferences)"
+                ) from None
+        if is_path_pattern(path, spec):
+            if ".." in spec.split("/"):
+                raise ConditionError(
+                    f"{spec!r}: a path pattern has no `..` (paths are matched normalised, and "
+                    "a path that goes up a directory is never matched)"
+                )
+            return Condition(path, "path", normal_path(spec))
         compared = COMPARISON.match(spec)
         if compared:
             op, number = compared.groups()
@@ -204,6 +224,37 @@ def parse_condition(path: str, spec: Any) -> Condition:
         "a condition is a glob string, a list of allowed values, 're:<regex>', a comparison "
         "('> 10') or {exists: true|false}"
     )
+
+
+def is_path_pattern(path: str, pattern: str) -> bool:
+    """Whether a glob is matched as a path: every glob on a patch's `path`, and a glob on the
+    arguments with a `/` in it (a shell's `command` is text: its globs are plain)."""
+    return path == "path" or (path.startswith("args") and "/" in pattern)
+
+
+def normal_path(text: str) -> str:
+    """`text` as `posixpath.normpath` writes it (`//` and `/./` collapsed, a trailing `/`
+    dropped, `a/../b` is `b`), and a leading `//` as `/` (POSIX leaves two to the system)."""
+    normal = posixpath.normpath(text)
+    return "/" + normal.lstrip("/") if normal.startswith("//") else normal
+
+
+def path_matches(value: str, pattern: str) -> bool:
+    """Whether the normalised path `value` matches the path glob `pattern`, one segment at a
+    time: `*`, `?` and `[...]` never match a `/`; a `**` segment matches any number of segments
+    (none included). Time: segments times pattern segments."""
+    values = value.split("/")
+    # reach[i]: the first i segments of the value match the pattern's segments so far.
+    reach = [True] + [False] * len(values)
+    for part in pattern.split("/"):
+        if part == "**":
+            for i in range(1, len(reach)):
+                reach[i] = reach[i] or reach[i - 1]
+        else:
+            reach = [False] + [
+                reach[i] and fnmatch.fnmatchcase(values[i], part) for i in range(len(values))
+            ]
+    return reach[-1]
 
 
 FOUND, ABSENT, MISSING = "found", "absent", "missing"

@@ -307,7 +307,7 @@ class Edits:
         self.decisions = decisions
 
     async def _editable(
-        self, actor: Actor, approval_id: str
+        self, actor: Actor, approval_id: str, version: str = ""
     ) -> tuple[CallRecord, RunRecord, dict[str, Any] | None, dict[str, Any] | str] | Reply:
         """Everything that must hold before an edit: the checks of Approve (the same people,
         the same refusals), then that this call may be edited and what it edits is known: a
@@ -315,7 +315,7 @@ class Edits:
         schema: the server's tools are not known here); a shell call's commands; a patch's
         diff (text)."""
         checked = await self.decisions.check(
-            actor, approval_id, Attempt(Way.EDIT), audited_as="edit"
+            actor, approval_id, Attempt(Way.EDIT, version=version), audited_as="edit"
         )
         if isinstance(checked, Reply):
             return checked
@@ -398,12 +398,14 @@ class Edits:
         return EditForm(call, form_fields(schema, arguments), pretty)
 
     async def submit_edit(
-        self, actor: Actor, approval_id: str, entered: Entered
+        self, actor: Actor, approval_id: str, entered: Entered, *, version: str = ""
     ) -> Reply | EditErrors:
         """Apply a submitted edit: the arguments are read against the tool's schema (errors go
         back to the form, nothing decided); then one compare-and-swap records them, counts the
-        editor's approval, and with a quorum of one decides the call."""
-        checked = await self._editable(actor, approval_id)
+        editor's approval, and with a quorum of one decides the call. `version`: the version of
+        the call the form was opened on: after another edit, the form is out of date, and
+        nothing is replaced."""
+        checked = await self._editable(actor, approval_id, version)
         if isinstance(checked, Reply):
             return checked
         call, run, schema, current = checked
@@ -465,7 +467,8 @@ class Edits:
             return EditErrors({WHOLE: "Nothing changed since the last edit: use Approve."})
         if len(pretty) > SHOWN_ARGUMENTS:
             return EditErrors({WHOLE: f"At most {SHOWN_ARGUMENTS:,} characters of arguments."})
-        attempt = Attempt(Way.EDIT, edited=self._edited_subject(call, pretty, reading))
+        subject = self._edited_subject(call, pretty, reading)
+        attempt = Attempt(Way.EDIT, version=call.version, edited=subject)
         judged = await self.decisions.judgement.settle(actor, run, call, attempt)
         if isinstance(judged, Refused):
             refused = await self.decisions.refused(actor, call, attempt, judged, "edit")

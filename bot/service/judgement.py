@@ -37,7 +37,7 @@ from bot.service.grants import GrantScope, scope_refusal
 from bot.service.policy import CallRule, Policy, Verdict, grant_max_of, human
 from bot.service.policy_source import PolicySource
 from bot.service.ports import Actor
-from bot.service.replies import Code, Text, already_text, said
+from bot.service.replies import Code, Mention, Text, already_text, said, when
 from bot.store.calls import EDITED_SINCE
 from bot.store.grants import Grant, new_grant_id
 from bot.store.records import AlreadyDecided, CallRecord, RunRecord
@@ -268,6 +268,14 @@ class Judgement:
         if call.kind == QUESTION_KIND:  # an answer is text: bot/service/questions.py
             return "This is a question from the agent: answer it with Answer."
         if attempt.version and attempt.version != call.version:
+            if attempt.way == Way.EDIT and call.edited_by:
+                return said(
+                    "This form is out of date: {who} edited this call at {at}, after you opened "
+                    "it (their arguments are on the card). Nothing was changed: click Edit again "
+                    "to start from their edit.",
+                    who=Mention(call.edited_by),
+                    at=when(call.edited_at),
+                )
             return EDITED_SINCE
         return None
 

@@ -215,6 +215,7 @@ def on_edit_submit(deps: ListenerDeps) -> Listener:
         try:
             meta = json.loads(view.get("private_metadata") or "{}")
             approval_id = str(meta.get("approval_id", ""))
+            version = str(meta.get("version", ""))  # (a form opened before versions: "")
             values = view.get("state", {}).get("values", {})
             entered = entered_of(values)
             names = [str(b)[len(blocks.EDIT_FIELD) :] for b in values if
@@ -226,7 +227,7 @@ def on_edit_submit(deps: ListenerDeps) -> Listener:
 
         async def edit() -> Reply | EditErrors:
             try:
-                return await deps.service.submit_edit(actor, approval_id, entered)
+                return await deps.service.submit_edit(actor, approval_id, entered, version=version)
             except Exception:
                 log_failure(log, "could not apply an edit")
                 return Reply(False, TRY_AGAIN)

@@ -121,7 +121,8 @@ def _edit_element(field: EditField) -> Any:
 
 def edit_modal(form: EditForm) -> View:
     """The modal behind Edit: one input per argument for a flat schema, else the arguments as
-    one JSON text. Its metadata is only the call's opaque id (checked again on submit)."""
+    one JSON text. Its metadata is only the call's opaque id and the version of the call it
+    was opened on (a submission after another edit changes nothing; checked again on submit)."""
     call = form.call
     what = {"shell": "commands", "apply_patch": "diff"}.get(call.kind, "arguments")
     intro = (
@@ -163,7 +164,7 @@ def edit_modal(form: EditForm) -> View:
         title=PlainTextObject(text="Edit, then approve"),
         submit=PlainTextObject(text="Approve edited"),
         close=PlainTextObject(text="Cancel"),
-        private_metadata=json.dumps({"approval_id": call.approval_id}),
+        private_metadata=json.dumps({"approval_id": call.approval_id, "version": call.version}),
         blocks=[SectionBlock(text=md(intro)), *inputs],
     )
 
