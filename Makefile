@@ -60,12 +60,13 @@ test: install
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck docs unit
 
 ## The floor under a decision's cost on this machine (the SDK, Bolt, slack_sdk, redis-py, each
-## alone), then the cost of a decision against a bare Bolt app and the SDK's own resume, queue throughput,
+## alone), the Redis round trips of a run and of a decision, then the cost of a decision against a bare Bolt app and the SDK's own resume, queue throughput,
 ## then 3 replicas + 2 workers on a Redis Cluster within Slack's limits (200 clicks at once),
 ## then follow-ups in a run's thread (reply -> first streamed words, Slack calls per turn), then the
 ## sandbox: `/agent` -> its first card, and that card's size.
 bench: install
 	$(BIN)/python -m benchmarks.floor
+	$(BIN)/python -m benchmarks.costs
 	$(BIN)/python -m benchmarks.decisions
 	$(BIN)/python -m benchmarks.queue_throughput
 	$(BIN)/python -m benchmarks.scale_out

@@ -22,8 +22,8 @@ class InstantModel(Model):
 agents = {"bench": Agent(name="bench", model=InstantModel())}
 
 
-def _respond(call: Any) -> list[Any]:
-    """Stateless: after its tool's output, answer; else call `deploy` with the task's first 100
+def _respond(call: Any, tool: str = "deploy") -> list[Any]:
+    """Stateless: after its tool's output, answer; else call `tool` with the task's first 100
     characters (runs start and resume in any order, in any process)."""
     items = call.input if isinstance(call.input, list) else [
         {"role": "user", "content": str(call.input)}
@@ -35,7 +35,7 @@ def _respond(call: Any) -> list[Any]:
     first = items[0] if isinstance(items[0], dict) else items[0].model_dump()
     task = str(first.get("content", ""))
     call_id = f"call_{zlib.crc32(task.encode())}"
-    return [function_call("deploy", {"target": task[:100]}, call_id=call_id)]
+    return [function_call(tool, {"target": task[:100]}, call_id=call_id)]
 
 
 class OneCallModel(Model):
@@ -64,4 +64,27 @@ def deployer() -> Agent[Any]:
     return Agent(name="deployer", model=OneCallModel(), tools=[deploy])
 
 
-approvals = {"deployer": deployer()}
+@function_tool
+def look(target: str) -> str:
+    """Look at a target: needs no approval."""
+    return f"looked at {target}"
+
+
+class FreeCallModel(Model):
+    """The minimal run that needs no decision: one call of a tool that needs no approval,
+    then a final answer."""
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        step = ScriptedModel([ModelStep.respond(lambda call: _respond(call, "look"))])
+        return await step.get_response(*args, **kwargs)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        step = ScriptedModel([ModelStep.respond(lambda call: _respond(call, "look"))])
+        return step.stream_response(*args, **kwargs)
+
+
+def looker() -> Agent[Any]:
+    return Agent(name="looker", model=FreeCallModel(), tools=[look])
+
+
+approvals = {"deployer": deployer(), "looker": looker()}

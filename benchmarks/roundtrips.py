@@ -1,14 +1,24 @@
-"""Start the bot with every Redis round trip counted (`BENCH_ROUNDTRIPS=1 make bench`).
+"""Count the bot's Redis round trips (`BENCH_ROUNDTRIPS=1 make bench`, and the tests that hold
+a decision's and a run's counts below their goals).
 
 A round trip is one write to a Redis connection (a pipeline is one, whatever it holds); each is
-counted under the names of the commands it sends. SIGUSR1 writes the counts so far as JSON to
+counted under the names of the commands it sends. Two kinds are set apart, for they do not
+depend on what the bot is asked to do but on how long it runs: a poll that found nothing (the
+projector's, the App Home publisher's and the timers' look at their index, a worker's read of
+the job stream: their reply is empty), and the periodic upkeep (the sweeper). What is left is
+what the bot's work cost, whatever the machine's speed.
+
+In-process (tests, benchmarks): `counting()` installs the counter; `RoundTrips.snapshot()`
+before and after a phase. As a program (`python -m benchmarks.roundtrips <bot's arguments>`)
+it starts the bot with every round trip counted; SIGUSR1 writes the counts so far as JSON to
 the file named by BENCH_ROUNDTRIPS_FILE. With BENCH_ROUNDTRIPS_CALLERS set, each name also
 says which of the bot's functions sent it (the innermost three), to find what a round trip is
-for. Then the bot runs as `python -m bot` would.
+for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -16,18 +26,28 @@ import re
 import signal
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from redis.asyncio.connection import AbstractConnection
 
-COUNTS: Counter[str] = Counter()
 SCRIPTS: dict[str, str] = {}  # sha1 -> script file name
+BOT = str(Path(__file__).resolve().parents[1] / "bot") + os.sep
+# Functions whose round trips are polls: an empty reply means it found nothing to do.
+POLLS = ("Outbox.claim", "HomeIndex.claim", "JobQueue.read", "JobQueue.reclaim",
+         "WebhookOutbox.")  # fmt: skip
+# Periodic upkeep, whatever the traffic (counted apart): the sweeper, the timers' loop (its
+# look at the earliest timer finds calls' expiries hours away), the webhook sender's.
+UPKEEP = ("Sweeper.", "Timers.timers_forever", "WebhookSender.", "PolicySource.")
+# A test's or benchmark's own looks at the bot (the harness's waits): not the bot's work.
+OBSERVER = ("BotHarness.",)
 
 
 def _shape(key: str) -> str:
-    """A key without its ids: `ab:{<run>}:outbox` for `ab:{0123...}:outbox`."""
+    """A key without its ids: `ab:{<id>}:outbox` for `ab:{0123...}:outbox`."""
     return re.sub(r"[0-9a-f]{16}[^:}]*", "<id>", key)
 
 
@@ -38,9 +58,6 @@ def _scripts() -> None:
         body = path.read_bytes()
         for text in (body, prelude + b"\n" + body, prelude + body):
             SCRIPTS[hashlib.sha1(text).hexdigest()] = path.stem
-
-
-_send = AbstractConnection.send_packed_command
 
 
 def _name(packed: Any) -> str:
@@ -61,36 +78,106 @@ def _name(packed: Any) -> str:
     return "+".join(names)
 
 
-BOT = str(Path(__file__).resolve().parents[1] / "bot") + os.sep
-CALLERS = bool(os.environ.get("BENCH_ROUNDTRIPS_CALLERS"))
-
-
-def _callers() -> str:
-    """The innermost three functions of the bot on the stack (a coroutine's awaiting chain)."""
+def _callers() -> list[str]:
+    """The bot's functions on the stack, innermost first (a coroutine's awaiting chain)."""
     found: list[str] = []
-    frame = sys._getframe(2)
-    while frame is not None and len(found) < 3:
+    frame: FrameType | None = sys._getframe(3)
+    while frame is not None:
         if frame.f_code.co_filename.startswith(BOT):
             found.append(frame.f_code.co_qualname)
-        frame = frame.f_back  # type: ignore[assignment]
-    return " <- ".join(found)
+        frame = frame.f_back
+    return found
+
+
+def _empty(reply: Any) -> bool:
+    """A poll's reply that found nothing: nil, an empty list, or XAUTOCLAIM's `0-0, [], []`."""
+    if reply is None or reply == [] or reply == {}:
+        return True
+    if isinstance(reply, list | tuple) and reply and reply[0] in (b"0-0", "0-0"):
+        return all(not part for part in reply[1:])
+    return False
+
+
+@dataclass
+class RoundTrips:
+    """Round trips so far, by name: the work's, the empty polls', the upkeep's."""
+
+    work: Counter[str] = field(default_factory=Counter)
+    polls: Counter[str] = field(default_factory=Counter)
+    upkeep: Counter[str] = field(default_factory=Counter)
+    callers: bool = bool(os.environ.get("BENCH_ROUNDTRIPS_CALLERS"))
+
+    def snapshot(self) -> Counter[str]:
+        """The work's round trips so far (subtract two snapshots for a phase's)."""
+        return Counter(self.work)
+
+    def count(self, connection: Any, packed: Any) -> None:
+        chain = _callers()
+        name = _name(packed) + (f" [{' <- '.join(chain[:3])}]" if self.callers else "")
+        if any(c.startswith(OBSERVER) for c in chain):
+            return
+        if any(c.startswith(UPKEEP) for c in chain):
+            self.upkeep[name] += 1
+            return
+        self.work[name] += 1
+        poll = next((c for c in chain if c.startswith(POLLS)), None)
+        connection._roundtrip = name if poll is not None else None
+
+    def replied(self, connection: Any, reply: Any) -> None:
+        name = getattr(connection, "_roundtrip", None)
+        if name is None:
+            return
+        connection._roundtrip = None
+        if _empty(reply):
+            self.work[name] -= 1
+            if not self.work[name]:
+                del self.work[name]
+            self.polls[name] += 1
+
+
+COUNTS = RoundTrips()
+_send = AbstractConnection.send_packed_command
+_read = AbstractConnection.read_response
 
 
 async def _counted(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
-    COUNTS[_name(command) + (f" [{_callers()}]" if CALLERS else "")] += 1
+    COUNTS.count(self, command)
     await _send(self, command, check_health)
+
+
+async def _replied(self: AbstractConnection, *args: Any, **kwargs: Any) -> Any:
+    reply = await _read(self, *args, **kwargs)
+    COUNTS.replied(self, reply)
+    return reply
+
+
+def install() -> RoundTrips:
+    """Count every round trip of this process from now on."""
+    if AbstractConnection.send_packed_command is not _counted:
+        _scripts()
+        AbstractConnection.send_packed_command = _counted  # type: ignore[method-assign]
+        AbstractConnection.read_response = _replied  # type: ignore[method-assign]
+    return COUNTS
+
+
+@contextlib.contextmanager
+def counting() -> Iterator[RoundTrips]:
+    """Count every round trip of this process while in the block (then no more)."""
+    installed = AbstractConnection.send_packed_command is _counted
+    yield install()
+    if not installed:
+        AbstractConnection.send_packed_command = _send  # type: ignore[method-assign]
+        AbstractConnection.read_response = _read  # type: ignore[method-assign]
 
 
 def _dump(signum: int, frame: FrameType | None) -> None:
     with open(os.environ["BENCH_ROUNDTRIPS_FILE"], "w") as out:
-        json.dump(COUNTS, out)
+        json.dump(COUNTS.work, out)
 
-
-AbstractConnection.send_packed_command = _counted  # type: ignore[method-assign]
-signal.signal(signal.SIGUSR1, _dump)
-_scripts()
 
 if __name__ == "__main__":
+    install()
+    signal.signal(signal.SIGUSR1, _dump)
     from bot.cli import main
 
     sys.exit(main())

@@ -259,6 +259,7 @@ class BotRuntime:
             run_changed=self.home.run_changed,
             foreground=self.service.foreground,
             streams=s.slack_streaming == "auto",
+            run_posted=self.service.runs.start_in,
         )
         self._projector_task = asyncio.create_task(self.projector.run(), name="projector")
         self._home_task = asyncio.create_task(self.home.run(), name="app-home")

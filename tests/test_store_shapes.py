@@ -25,7 +25,10 @@ def test_each_script_gets_the_keys_its_header_lists() -> None:
     task, outbox, pause = keys.task_key(RUN), keys.outbox_key(RUN), keys.pause_key(RUN)
     turns, history = keys.turns_key(RUN), keys.history_key(RUN)
     partial = keys.partial_key(RUN)
-    assert k.finish() == [run, state, snapshot, task, outbox, pause, turns, history, partial]
+    followups = keys.followups_key(RUN)
+    assert k.finish() == [
+        run, state, snapshot, task, outbox, pause, turns, history, partial, followups,
+    ]  # fmt: skip
     assert k.turn() == [run, turns, keys.followups_key(RUN), outbox, keys.progress_key(RUN)]
     assert k.save_pause([CALL, OTHER]) == [
         run, state, snapshot, task, outbox, pause, keys.call_key(CALL), keys.call_key(OTHER),
@@ -41,6 +44,11 @@ def test_each_script_gets_the_keys_its_header_lists() -> None:
     ]  # fmt: skip
     assert k.cancel([CALL]) == [run, pause, outbox, task, keys.call_key(CALL)]
     assert k.take_job() == [run, state, task]
+    assert k.take_job([CALL, OTHER]) == [
+        run, state, task, keys.call_key(CALL), keys.call_key(OTHER), keys.arguments_key(CALL),
+        keys.arguments_key(OTHER),
+    ]  # fmt: skip
+    assert k.end_call() == [keys.journal_key(RUN), run]
     assert k.resolve_review() == [run, keys.journal_key(RUN), outbox]
     assert k.record_outcomes() == [keys.outcomes_key(RUN), outbox]
 

@@ -53,10 +53,12 @@ class Begin:
 class Journal(Protocol):
     async def begin(self, run_id: str, call_id: str, attempt: str, tool: str) -> Begin: ...
 
-    async def end(self, run_id: str, call_id: str, attempt: str, output: str) -> None: ...
+    async def end(self, run_id: str, call_id: str, attempt: str, output: str) -> bool:
+        """Record the output; True when `attempt` still owns the run."""
+        ...
 
 
-@dataclass(frozen=True)
+@dataclass
 class Execution:
     """The attempt currently executing a run in this task."""
 
@@ -64,6 +66,16 @@ class Execution:
     attempt: str
     journal: Journal
     seen: dict[str, int] = field(default_factory=dict)  # calls without an id, counted
+    owned: bool = False
+    """The store confirmed, since the last model call, that this attempt still owns the run
+    (its take, or a journal write): the check before the next model call need not ask again
+    (`confirmed`)."""
+
+    def confirmed(self) -> bool:
+        """Whether ownership was confirmed since the last time this was asked (and forget it:
+        each model call needs a confirmation of its own)."""
+        owned, self.owned = self.owned, False
+        return owned
 
 
 CURRENT: contextvars.ContextVar[Execution | None] = contextvars.ContextVar(
@@ -115,10 +127,11 @@ async def _through_journal(
         begin = await execution.journal.begin(execution.run_id, key, execution.attempt, tool_name)
     except Exception as exc:
         raise JournalUnavailable(f"could not journal call {key} before it ran") from exc
-    if begin.action == "skip":
-        return skipped(begin.output)
     if begin.action == "review":
         raise CallNeedsReview(key, tool_name)
+    execution.owned = True  # begin_call.lua checked it
+    if begin.action == "skip":
+        return skipped(begin.output)
     try:
         result = await run()
     except Exception as exc:
@@ -131,7 +144,9 @@ async def _through_journal(
 
 async def _end(execution: Execution, key: str, output: str) -> None:
     try:
-        await execution.journal.end(execution.run_id, key, execution.attempt, output)
+        execution.owned = await execution.journal.end(
+            execution.run_id, key, execution.attempt, output
+        )
     except Exception as exc:  # the retry finds the call left executing: a person decides
         raise JournalUnavailable(f"could not journal call {key} after it ran") from exc
 

@@ -252,6 +252,7 @@ class Decisions:
             version=version,
             after=audited,
             enqueue=True,
+            pause=run.calls,
         )
         if isinstance(result, AlreadyDecided):
             reply = Reply(False, already_text(result))

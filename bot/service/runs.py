@@ -44,8 +44,9 @@ from bot.service.reviews import Reviews, beyond_text
 from bot.service.shadow import shadow_verdicts
 from bot.service.streaming import AnswerStream
 from bot.store import keys
+from bot.store.admission import AdmissionStore
 from bot.store.grants import Grant, GrantStore, canonical, grant_detail, grant_values
-from bot.store.queue import Job
+from bot.store.queue import Acknowledgement, Job, JobQueue
 from bot.store.records import (
     EARLIER_ALWAYS,
     GRANTED,
@@ -133,22 +134,20 @@ class Runs:
         if verdict.allowed and task_too_long(self.core.limits, task):
             verdict = Verdict(False, task_too_long(self.core.limits, task))
         run_id = keys.new_run_id()
-        # A replay of a command already handled starts nothing and costs no quota.
-        if (
-            verdict.allowed
-            and delivery_id
-            and not await self.store.first_delivery("command", delivery_id)
-        ):
-            log.info("ignored a replayed command (trigger %s)", delivery_id)
-            return Reply(True)
         if verdict.allowed:
+            # A replay of a command already handled (`delivery_id`, the command's trigger id)
+            # starts nothing and costs no quota.
             admission = await self.core.admission.admit(
                 self.core.limits.quota,
                 team=actor.team_id,
                 user=actor.user_id,
                 channel=channel,
                 run_id=run_id,
+                delivery_id=delivery_id,
             )
+            if admission.verdict == "replay":
+                log.info("ignored a replayed command (trigger %s)", delivery_id)
+                return Reply(True)
             if admission.verdict != "ok":
                 verdict = Verdict(False, refusal(self.core.limits, admission))
         if not verdict.allowed:
@@ -174,9 +173,16 @@ class Runs:
         return Reply(True)
 
     async def _start(self, run: RunRecord) -> None:
-        try:
-            await self.store.create_run(run)  # its run message is now due (the outbox)
-            await self.core.audit(AuditKind.RUN_STARTED, run=run, text=audited_task(run.task))
+        """Store the run (its message is then due): its start job is enqueued once the message
+        is in Slack (`start_in`): its tools' thread, and a run whose message Slack refuses
+        never starts."""
+        words = audited_task(run.task)
+
+        def audited(pipe: Any) -> None:
+            self.core.audit_in(pipe, AuditKind.RUN_STARTED, run=run, text=words)
+
+        try:  # its run message is now due (the outbox); its audit entry rides with the indexes
+            await self.store.create_run(run, after=audited)
         except Exception:
             log_failure(log, "could not store new run %s", run.run_id)
             await self.core.safely(
@@ -189,18 +195,26 @@ class Runs:
                     team=run.team_id,
                 ),
             )
-            return
-        try:
-            await self.core.queue.enqueue("start", run.run_id, run.owner)
-        except Exception:
-            # The sweeper enqueues runs that were never taken by a worker; nothing is lost.
-            log_failure(log, "could not enqueue the start of run %s", run.run_id)
 
-    async def _settle(self, run: RunRecord, owner: str, outcome: Outcome) -> None:
-        """Store and show what a start or resume ended with. Raises only when Redis is
-        unreachable (or a write was not confirmed): the job is then retried."""
+    @staticmethod
+    def start_in(pipe: Any, run: RunRecord) -> None:
+        """The start job of a run whose first turn waits for its message (its tools' thread),
+        written in the pipeline that records the message's post (or, when Slack has been
+        away for `START_WITHOUT_MESSAGE`, without it). A run already taken, or not running,
+        needs none; a duplicate is harmless (only one delivery takes an execution). If this
+        never comes (the process stopped), the sweeper enqueues the start (a run due and
+        not taken)."""
+        if run.status == RunStatus.RUNNING and run.turn <= 1 and run.owner and "/" not in run.owner:
+            JobQueue.enqueue_in(pipe, "start", run.run_id, run.owner)
+
+    async def _settle(
+        self, run: RunRecord, owner: str, outcome: Outcome, ack: Acknowledgement | None = None
+    ) -> None:
+        """Store and show what a start or resume ended with (an end carries the job's `ack`).
+        Raises only when Redis is unreachable (or a write was not confirmed): the job is then
+        retried."""
         try:
-            await self._settle_unsafe(run, owner, outcome)
+            await self._settle_unsafe(run, owner, outcome, ack)
         except Exception as exc:
             if unreachable(exc):
                 raise  # a verdict written now could outlive what was not: retry (run_job)
@@ -209,29 +223,32 @@ class Runs:
                 run, owner, f"The bot could not record the run's result ({redact(str(exc))})."
             )
 
-    async def _settle_unsafe(self, run: RunRecord, owner: str, outcome: Outcome) -> None:
+    async def _settle_unsafe(
+        self, run: RunRecord, owner: str, outcome: Outcome, ack: Acknowledgement | None
+    ) -> None:
         if isinstance(outcome, Stopped):
             log.info("run %s was cancelled; its execution stopped before a model call", run.run_id)
             return
         if isinstance(outcome, Finished):
-            try:  # its audit entry rides with the index writes that follow the end
-                await self.store.finish(
+            try:  # its audit entry (and the job's ack) ride with the writes that follow the end
+                ended = await self.store.finish(
                     run.run_id,
                     owner,
                     status=RunStatus.FINISHED,
                     text=outcome.output,
                     drop_snapshot=True,
                     channel=run.channel_id,
-                    after=self._audited(AuditKind.RUN_FINISHED, run, outcome.output[:2000]),
+                    after=self._audited(AuditKind.RUN_FINISHED, run, outcome.output[:2000], ack),
                     history=outcome.history,  # kept by the script that ends the run
                 )
             except NotOwner:
                 log.info("run %s not finished here: this execution no longer owns it", run.run_id)
                 return
-            await self.follow_ups.next_turn(run)  # a follow-up that came meanwhile, if any
+            if isinstance(ended, Ended) and ended.followups:
+                await self.follow_ups.next_turn(run)  # a follow-up that came meanwhile
             return
         if isinstance(outcome, Failed):
-            await self._fail(run, owner, outcome.error)
+            await self._fail(run, owner, outcome.error, ack)
             return
         if isinstance(outcome, NeedsReview):
             shown = f"`{plain(outcome.tool)}` (call `{plain(outcome.call_id)}`)"
@@ -644,21 +661,17 @@ class Runs:
                 )
                 return
 
-    async def run_job(self, job: Job) -> None:
+    async def run_job(self, job: Job, ack: Acknowledgement | None = None) -> None:
         """Execute one start or resume job. Idempotent: a delivery for a run that moved on, or
         a duplicate message, does nothing; a redelivery after a worker stopped continues only
-        where that is safe (see `_safe_to_retry`)."""
-        if job.kind == "start":  # it runs once its message is shown (the thread it posts in)
-            run = await self.store.get_run(job.run_id)
-            if run is None:
-                return
-            if not run.message_ts:
-                run = await self._shown(run)
+        where that is safe (see `_safe_to_retry`). `ack`: the job's acknowledgement, sent with
+        the run's end when the job ends it."""
         attempt = f"{job.execution}/{self.core.new_owner()}"
         try:
             took = await self.store.take_run(
-                job.run_id, job.execution, job.message_id, attempt, resume=job.kind == "resume"
-            )
+                job.run_id, job.execution, job.message_id, attempt, resume=job.kind == "resume",
+                pause=job.pause,
+            )  # fmt: skip
         except Exception as exc:
             if unreachable(exc):  # the take may stand, unconfirmed: not an attempt that ran
                 await self.store.forgive_attempt(job.run_id, attempt)
@@ -668,11 +681,17 @@ class Runs:
             return
         run = took.run
         run.owner = attempt
+        if job.kind == "start" and run.turn <= 1 and not run.message_ts:
+            # Enqueued before its message was shown (Slack away, or the sweeper): it runs once
+            # the message is in Slack (its tools' thread), or after a while without it.
+            run = await self._shown(run)
+            if run.status != RunStatus.RUNNING or run.owner != attempt:
+                return  # Slack refused its message for good (the run failed), or cancelled
         if taken == "retry":
             if attempts > MAX_ATTEMPTS:
                 await self._fail(
                     run, attempt, f"The bot tried {MAX_ATTEMPTS} times to run this and each "
-                    "attempt stopped before it finished; it gave up. Check the bot's logs."
+                    "attempt stopped before it finished; it gave up. Check the bot's logs.", ack,
                 )  # fmt: skip
                 return
             if not await self._retry_is_safe(run, job, attempt):
@@ -680,13 +699,14 @@ class Runs:
             await self.core.audit(
                 AuditKind.JOB_RETRIED, run=run, detail=f"{job.kind} job {job.message_id}"
             )
-        execution = Execution(run.run_id, attempt, self.core.journal)
+        # Taken just now: ownership confirmed for the first model call (`_stop_check`).
+        execution = Execution(run.run_id, attempt, self.core.journal, owned=True)
         stream = AnswerStream(self.store.turns, run.run_id, run.turn)
         try:
             if job.kind == "start" and run.turn > 1:
                 outcome = await self._next_turn(run, execution, stream)
                 await stream.close()
-                await self._settle(run, attempt, outcome)
+                await self._settle(run, attempt, outcome, ack)
             elif job.kind == "start":
                 outcome = await self.core.engine.start(
                     run.agent_name,
@@ -694,13 +714,13 @@ class Runs:
                     self._context(run),
                     progress=self._progress(run),
                     execution=execution,
-                    stop=self._stop_check(run.run_id),
+                    stop=self._stop_check(execution),
                     stream=stream,
                 )
                 await stream.close()
-                await self._settle(run, attempt, outcome)
+                await self._settle(run, attempt, outcome, ack)
             else:
-                await self._resume_owned(run, attempt, execution, took, stream)
+                await self._resume_owned(run, attempt, execution, took, stream, ack)
         except Exception as exc:
             if unreachable(exc) or cause_of(exc, JournalUnavailable) is not None:
                 # Redis unreachable, or a write no replica confirmed: no verdict. The job stays
@@ -734,16 +754,21 @@ class Runs:
             self._context(run),
             progress=self._progress(run),
             execution=execution,
-            stop=self._stop_check(run.run_id),
+            stop=self._stop_check(execution),
             stream=stream,
         )
 
-    def _stop_check(self, run_id: str) -> StopCheck:
-        """Asked by the engine before every model call: was the run cancelled meanwhile? (Read
-        from the run's record: one HGET; a Redis error lets the run go on, and its next
-        owner-checked write is refused anyway.)"""
+    def _stop_check(self, execution: Execution) -> StopCheck:
+        """Asked by the engine before every model call: was the run cancelled meanwhile? Not
+        if the store confirmed, since the last model call, that this attempt still owns the
+        run (its take, or the journal's write after a tool: a cancel clears the owner); else
+        read from the run's record (one HGET; a Redis error lets the run go on, and its next
+        owner-checked write is refused anyway)."""
+        run_id = execution.run_id
 
         async def stop() -> bool:
+            if execution.confirmed():
+                return False
             try:
                 return await self.store.run_status(run_id) == RunStatus.CANCELLED
             except Exception:
@@ -798,7 +823,7 @@ class Runs:
 
     async def _resume_owned(
         self, run: RunRecord, owner: str, execution: Execution, taken: Taken,
-        stream: AnswerStream,
+        stream: AnswerStream, ack: Acknowledgement | None = None,
     ) -> None:  # fmt: skip
         calls, snapshot = await self.store.pause_of(taken)
         if snapshot is None:
@@ -837,15 +862,18 @@ class Runs:
             progress=self._progress(run),
             execution=execution,
             run_id=run.run_id,
-            stop=self._stop_check(run.run_id),
+            stop=self._stop_check(execution),
             task=run.task or None,  # a snapshot refers to its run's task (layout 3)
             stream=stream,
         )
         await stream.close()
-        await self._settle(run, owner, outcome)
+        await self._settle(run, owner, outcome, ack)
 
-    async def _fail(self, run: RunRecord, owner: str, error: str) -> None:
-        """End the run as failed. `error` is plain text (escaped once, where it is shown)."""
+    async def _fail(
+        self, run: RunRecord, owner: str, error: str, ack: Acknowledgement | None = None
+    ) -> None:
+        """End the run as failed (with the job's `ack`). `error` is plain text (escaped once,
+        where it is shown)."""
         try:
             await self.store.finish(
                 run.run_id,
@@ -854,17 +882,25 @@ class Runs:
                 text=error,
                 drop_snapshot=False,
                 channel=run.channel_id,
-                after=self._audited(AuditKind.RUN_FAILED, run, error),
+                after=self._audited(AuditKind.RUN_FAILED, run, error, ack),
             )
         except NotOwner:
             log.info("run %s not failed here: this execution no longer owns it", run.run_id)
 
-    def _audited(self, kind: AuditKind, run: RunRecord, words: str) -> Callable[[Any], None]:
-        """The audit entry of a run's end, written with `finish`'s index writes (only when it
-        ended the run); `words`: its output or error (free text)."""
+    def _audited(
+        self, kind: AuditKind, run: RunRecord, words: str, ack: Acknowledgement | None = None
+    ) -> Callable[[Any], None]:
+        """The audit entry of a run's end (`words`: its output or error, free text), and the
+        acknowledgement of the job that ended it, written with `finish`'s index writes (only
+        when it ended the run)."""
 
         def audit(pipe: Any) -> None:
             self.core.audit_in(pipe, kind, run=run, text=words)
+            AdmissionStore.forget_in(
+                pipe, team=run.team_id, user=run.asked_by, channel=run.channel_id, run_id=run.run_id
+            )
+            if ack is not None:
+                ack.send_in(pipe)
 
         return audit
 

@@ -16,7 +16,7 @@ from logging import WARNING
 from bot.outage import log_failure
 from bot.service.approvals import ApprovalService
 from bot.stopping import cancel_and_wait
-from bot.store.queue import Job, JobQueue
+from bot.store.queue import Acknowledgement, Job, JobQueue
 
 log = logging.getLogger(__name__)
 
@@ -85,15 +85,18 @@ class Worker:
                 await asyncio.sleep(1.0)
 
     async def _handle(self, job: Job) -> None:
-        renew = asyncio.create_task(self._renew(job))
+        ack = Acknowledgement(job)  # sent with the run's end, when the job ends the run
+        renew = asyncio.create_task(self._renew(job, ack))
         try:
-            await self.service.run_job(job)
+            await self.service.run_job(job, ack)
         except Exception:
             log_failure(log, "job %s (%s of run %s) crashed; it will be retried", job.message_id,
                           job.kind, job.run_id)  # fmt: skip
             return
         finally:
             await cancel_and_wait(renew)
+        if ack.sent:
+            return
         try:
             if not await self.queue.ack(self.consumer, job):
                 log.warning("job %s was taken over by another worker; not acknowledged here",
@@ -101,9 +104,11 @@ class Worker:
         except Exception:
             log_failure(log, "could not acknowledge job %s", job.message_id, level=WARNING)
 
-    async def _renew(self, job: Job) -> None:
+    async def _renew(self, job: Job, ack: Acknowledgement) -> None:
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
+            if ack.sent:
+                return  # acknowledged with the run's end: nothing more to hold
             try:
                 if not await self.queue.renew(self.consumer, job):
                     log.warning(

@@ -79,6 +79,12 @@ PACED = 0.05  # seconds of pacing worth giving a run's lease back for
 
 Undeliverable = Callable[[str, str, str], Awaitable[None]]
 RunChanged = Callable[[RunRecord], Awaitable[None]]
+# Writes to send with the record of a run message's first post (a pipeline, the run as read):
+# the run's start job, which waits for its message (`Runs.start_in`).
+RunPosted = Callable[[Any, RunRecord], None]
+# A run whose message Slack has not taken for this long starts without it (its tools get no
+# thread); a message Slack refuses for good stops the run instead.
+START_WITHOUT_MESSAGE = 30.0
 
 
 def _digest(text: str, body: list[dict[str, Any]]) -> str:
@@ -133,6 +139,7 @@ class Projector:
         foreground: Foreground | None = None,
         streams: bool = True,
         statuses: SharedPacer | None = None,
+        run_posted: RunPosted | None = None,
     ) -> None:
         self.store = store
         self.grants = GrantStore(store.redis)
@@ -160,6 +167,7 @@ class Projector:
         self.notice = notice
         self.notice_window = notice_window
         self.run_changed = run_changed  # the App Home publisher's hook
+        self.run_posted = run_posted  # the service's: a run starts once its message is shown
         # Slack's chat streaming for answers, and the thread's status line, where the
         # workspace offers them (a setting).
         self.streams = AnswerStreams(client, enabled=streams)
@@ -400,7 +408,19 @@ class Projector:
             self._not_before[key] = time.monotonic() + wait
             log.warning("delivering %s of run %s failed (%s, attempt %d); again in %.1fs",
                         target, run_id, later, failures, wait)  # fmt: skip
+            if target == "run" and not shown.get(target, Shown()).ts:
+                await self._start_without_message(run)
         return wait
+
+    async def _start_without_message(self, run: RunRecord) -> None:
+        """Slack has not taken the run's message for `START_WITHOUT_MESSAGE`: the run starts
+        without it (its messages follow when Slack is back)."""
+        if self.run_posted is None or time.time() < run.created_at + START_WITHOUT_MESSAGE:
+            return
+        with contextlib.suppress(Exception):  # (Redis away: the sweeper starts it)
+            async with self.store.redis.pipeline(transaction=False) as pipe:
+                self.run_posted(pipe, run)
+                await pipe.execute()
 
     async def _note_outcomes(
         self, run: RunRecord, marks: dict[str, Mark], read: dict[str, CallRecord]
@@ -938,7 +958,10 @@ class Projector:
         kind = keys.target_kind(target)
         if kind == "run":
             run.message_ts = ts
-            await self.store.set_run_message(run.run_id, ts)
+            posted = self.run_posted
+            await self.store.set_run_message(
+                run.run_id, ts, (lambda pipe: posted(pipe, run)) if posted is not None else None
+            )
         elif kind == "card":  # indexed for thread replies (idempotent)
             await self.store.set_call_message(keys.Target.parse(target).id, run.channel_id, ts)
         elif kind == "review":

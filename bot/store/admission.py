@@ -3,6 +3,7 @@ checked and taken in one Lua script (`admit.lua`), so a burst of commands cannot
 
 from __future__ import annotations
 
+import secrets
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -13,7 +14,8 @@ import redis.asyncio as redis
 from bot.store import keys
 from bot.store.records import ENDED
 
-Verdict = Literal["ok", "user_rate", "channel_rate", "user_open", "channel_open"]
+Verdict = Literal["ok", "user_rate", "channel_rate", "user_open", "channel_open", "replay"]
+SEEN_SECONDS = 3600  # a command's delivery id is remembered this long (a replay starts nothing)
 MISSING_GRACE_SECONDS = 60.0
 
 
@@ -43,7 +45,10 @@ def _s(value: bytes | str) -> str:
 
 
 class AdmissionStore:
-    """Checks and takes a run's place under the quota (see `admit.lua`)."""
+    """Checks and takes a run's place under the quota (see `admit.lua`). A run leaves the
+    open-run sets with its end (`forget_in`, in the writes that follow it); one that ended
+    otherwise (cancelled, refused by Slack, its records expired) is dropped when a cap would
+    refuse a new run (`_forget_ended`), so a start reads no other run in the common case."""
 
     def __init__(self, client: redis.Redis, *, retention_seconds: int) -> None:
         self.redis = client
@@ -73,22 +78,43 @@ class AdmissionStore:
             await self.redis.zrem(key, *ended)
 
     async def admit(
-        self, quota: Quota, *, team: str, user: str, channel: str, run_id: str
+        self,
+        quota: Quota,
+        *,
+        team: str,
+        user: str,
+        channel: str,
+        run_id: str,
+        delivery_id: str = "",
     ) -> Admission:
+        """Admit `run_id`, or say which limit refuses it; `replay` when `delivery_id` (a
+        command's trigger id) was admitted or refused before: nothing is taken again."""
         user_open, channel_open = keys.user_open_key(team, user), keys.channel_open_key(channel)
-        now = time.time()
-        for key in (user_open, channel_open):
-            await self._forget_ended(key, now)
-        reply = await self._admit(
-            keys=[keys.user_bucket_key(team, user), keys.channel_bucket_key(channel), user_open,
-                  channel_open],
-            args=[f"{now:.3f}", quota.user_per_minute / 60, quota.user_burst,
-                  quota.channel_per_minute / 60, quota.channel_burst, quota.user_open,
-                  quota.channel_open, run_id, self.retention],
-        )  # fmt: skip
-        verdict = _s(reply[0])
-        figure = int(reply[1]) if len(reply) > 1 else 0
+        token = secrets.token_hex(8)
+        for attempt in range(2):
+            now = time.time()
+            reply = await self._admit(
+                keys=[keys.user_bucket_key(team, user), keys.channel_bucket_key(channel),
+                      user_open, channel_open, keys.command_seen_key(delivery_id)],
+                args=[f"{now:.3f}", quota.user_per_minute / 60, quota.user_burst,
+                      quota.channel_per_minute / 60, quota.channel_burst, quota.user_open,
+                      quota.channel_open, run_id, self.retention,
+                      token if delivery_id else "", SEEN_SECONDS],
+            )  # fmt: skip
+            verdict = _s(reply[0])
+            figure = int(reply[1]) if len(reply) > 1 else 0
+            full = {"user_open": user_open, "channel_open": channel_open}.get(verdict)
+            if full is None or attempt:
+                break
+            await self._forget_ended(full, now)  # then asked once more
         return Admission(verdict, figure)  # type: ignore[arg-type]
+
+    @staticmethod
+    def forget_in(pipe: Any, *, team: str, user: str, channel: str, run_id: str) -> None:
+        """A run (its turn asked for by `user`) ended: off the open-run sets, in a pipeline
+        that carries the end's other writes."""
+        pipe.zrem(keys.user_open_key(team, user), run_id)
+        pipe.zrem(keys.channel_open_key(channel), run_id)
 
     async def ask(self, team: str, user: str, per_minute: int) -> int:
         """Count one list asked for by this person: 0 when within `per_minute` (a fixed

@@ -279,6 +279,7 @@ class Calls:
         version: str = "",
         after: Callable[[Any, DecideResult], None] | None = None,
         enqueue: bool = False,
+        pause: str = "",
     ) -> DecideResult:
         """Record one decision atomically; see decide.lua for the rules.
 
@@ -292,7 +293,9 @@ class Calls:
         `after(pipe, result)`: writes to send with the index write that follows a recorded
         decision or vote (an audit entry), in the same round trip. `enqueue`: when this was the
         pause's last decision, its resume job (owned by `owner`) goes in that round trip too,
-        after the due entry (a caller that settles several calls enqueues once itself)."""
+        after the due entry (a caller that settles several calls enqueues once itself), naming
+        `pause` (the run's `calls` as the caller read them: the worker's take then reads the
+        pause's calls with the run)."""
         run_id = keys.run_of(approval_id)
         if run_id is None:
             return Gone()
@@ -333,7 +336,7 @@ class Calls:
                 if resumes:  # waits for a worker
                     pipe.zadd(keys.DUE_RUNS, {run_id: float(now())})
                     if enqueue:  # last: a worker that takes it finds the due entry to clear
-                        JobQueue.enqueue_in(pipe, "resume", run_id, owner)
+                        JobQueue.enqueue_in(pipe, "resume", run_id, owner, pause)
                 await pipe.execute()
         return result
 

@@ -41,8 +41,13 @@ class RedisJournal:
         )
         return decode_begin(reply)
 
-    async def end(self, run_id: str, call_id: str, attempt: str, output: str) -> None:
-        await self._end(keys=RunKeys(run_id).end_call(), args=[call_id, attempt, output, now()])
+    async def end(self, run_id: str, call_id: str, attempt: str, output: str) -> bool:
+        """Record the call's output; True when `attempt` still owns the run (the check before
+        the next model call then asks nothing more: see `Execution.confirmed`)."""
+        reply = await self._end(
+            keys=RunKeys(run_id).end_call(), args=[call_id, attempt, output, now()]
+        )
+        return int(reply) == 1
 
     async def entries(self, run_id: str) -> dict[str, dict[str, Any]]:
         raw = await self.redis.hgetall(keys.journal_key(run_id))

@@ -140,6 +140,12 @@ def channel_open_key(channel: str) -> str:
     return f"{PREFIX}:{{limits}}:open:channel:{channel}"
 
 
+def command_seen_key(delivery_id: str) -> str:
+    """A `/agent` command's trigger id already admitted or refused (a replay starts nothing),
+    beside the limits it is checked with (one script)."""
+    return f"{PREFIX}:{{limits}}:seen:{delivery_id}"
+
+
 def message_key(channel: str, ts: str) -> str:
     """Maps a message (channel, ts) to what it shows, for thread replies: an approval id (a
     card), or a run id (a run message: replies there are follow-ups)."""
@@ -407,6 +413,7 @@ class RunKeys:
         return [
             self.run, self.state, self.snapshot, self.task, self.outbox, self.pause,
             turns_key(self.run_id), history_key(self.run_id), partial_key(self.run_id),
+            followups_key(self.run_id),
         ]  # fmt: skip
 
     def turn(self) -> list[str]:
@@ -471,8 +478,13 @@ class RunKeys:
     def cancel(self, approval_ids: Sequence[str]) -> list[str]:
         return [self.run, self.pause, self.outbox, self.task, *(call_key(i) for i in approval_ids)]
 
-    def take_job(self) -> list[str]:
-        return [self.run, self.state, self.task]
+    def take_job(self, pause: Sequence[str] = ()) -> list[str]:
+        """take_job.lua: the run, its snapshot and task, then the hashes and the arguments keys
+        of the calls of `pause` (approval ids: the pause the job names)."""
+        return [
+            self.run, self.state, self.task, *(call_key(i) for i in pause),
+            *(arguments_key(i) for i in pause),
+        ]  # fmt: skip
 
     def to_review(self) -> list[str]:
         return [self.run, self.outbox]
@@ -484,7 +496,7 @@ class RunKeys:
         return [self.run, self.journal]
 
     def end_call(self) -> list[str]:
-        return [self.journal]
+        return [self.journal, self.run]
 
     def add_note(self) -> list[str]:
         return [self.notes, self.outbox]

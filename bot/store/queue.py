@@ -36,11 +36,43 @@ class Job:
     kind: str  # start | resume
     run_id: str
     execution: str  # the execution token the run's owner field held when it was enqueued
+    pause: str = ""
+    """A resume: the tokens of the pause it resumes (the run's `calls`, as the decision that
+    enqueued it read them), so that taking it reads the calls too; '': not named."""
 
     @classmethod
     def parse(cls, message_id: Any, fields: dict[Any, Any]) -> Job:
         data = {_text(k): _text(v) for k, v in fields.items()}
-        return cls(_text(message_id), data["kind"], data["run_id"], data["execution"])
+        return cls(
+            _text(message_id), data["kind"], data["run_id"], data["execution"],
+            data.get("pause", ""),
+        )  # fmt: skip
+
+
+@dataclass
+class Acknowledgement:
+    """A worker's acknowledgement of one delivered job: written with the writes that follow
+    the run's end when that is what the job did (one round trip less), else by the worker
+    once the job is handled."""
+
+    job: Job
+    sent: bool = False
+
+    def send_in(self, pipe: Any) -> None:
+        """XACK the job in a pipeline that follows the run's end. Only the execution that owns
+        the run can end it, so no other worker runs this job's execution: the acknowledgement
+        needs no check of who holds the delivery. (The stream's trim is left to the next
+        checked ack, or the sweeper's pass.)"""
+        pipe.xack(STREAM, GROUP, self.job.message_id)
+        self.sent = True
+
+
+def _fields(kind: str, run_id: str, execution: str, pause: str) -> dict[str, str]:
+    """A job message: what it does, to which run, for which execution (and a resume's pause)."""
+    fields = {"kind": kind, "run_id": run_id, "execution": execution}
+    if pause:
+        fields["pause"] = pause
+    return fields
 
 
 def _stream_order(entry_id: str) -> tuple[int, int]:
@@ -67,16 +99,15 @@ class JobQueue:
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def enqueue(self, kind: str, run_id: str, execution: str) -> str:
-        fields = {"kind": kind, "run_id": run_id, "execution": execution}
-        message_id = await self.redis.xadd(STREAM, fields)  # type: ignore[arg-type]
+    async def enqueue(self, kind: str, run_id: str, execution: str, pause: str = "") -> str:
+        message_id = await self.redis.xadd(STREAM, _fields(kind, run_id, execution, pause))  # type: ignore[arg-type]
         return _text(message_id)
 
     @staticmethod
-    def enqueue_in(pipe: Any, kind: str, run_id: str, execution: str) -> None:
+    def enqueue_in(pipe: Any, kind: str, run_id: str, execution: str, pause: str = "") -> None:
         """`enqueue`, as one command of a pipeline that carries other writes (one round trip:
         a decision's job goes with its audit entry and index writes)."""
-        pipe.xadd(STREAM, {"kind": kind, "run_id": run_id, "execution": execution})
+        pipe.xadd(STREAM, _fields(kind, run_id, execution, pause))
 
     async def read(self, consumer: str, count: int, block_ms: int) -> list[Job]:
         """New jobs for this consumer, waiting up to `block_ms` for some."""

@@ -44,7 +44,7 @@ from bot.store.snapshots import SNAPSHOT_TAG as SNAPSHOT_TAG
 from bot.store.snapshots import decode_snapshot as decode_snapshot
 from bot.store.snapshots import encode_snapshot as encode_snapshot
 from bot.store.snapshots import stored_snapshot
-from bot.store.texts import run_from, split_call, split_run, unpack_text
+from bot.store.texts import call_from, run_from, split_call, split_run, unpack_text
 from bot.store.timers import Timers
 from bot.store.turns import Turns
 
@@ -91,16 +91,24 @@ class Taken:
     """A resume's pause (None: not read)."""
 
 
-def decode_take(reply: list[Any], run_id: str) -> Taken:
+def decode_take(reply: list[Any], run_id: str, pause: Sequence[str] = ()) -> Taken:
     """take_job.lua's reply: {'skip', why} | {kind, previous owner, attempts, snapshot string
-    or '', task key's value or '', run hash fields and values...}."""
+    or '', task key's value or '', the calls of `pause` (the pause the job named; none when
+    it is not the run's), run hash fields and values...}."""
     kind = text(reply[0])
     if kind == "skip":
         return Taken("skip", 0)
     assert kind in ("fresh", "retry"), kind
-    flat = reply[5:]
+    flat = reply[6:]
     run = run_from(dict(zip(flat[::2], flat[1::2], strict=True)), reply[4] or None, run_id)
-    return Taken(kind, int(reply[2]), run, reply[3] or None)  # type: ignore[arg-type]
+    calls = None
+    if reply[5]:
+        found = (
+            call_from(dict(zip(raw[::2], raw[1::2], strict=True)), arguments or None, i)
+            for i, (raw, arguments) in zip(pause, reply[5], strict=True)
+        )
+        calls = sorted((c for c in found if c is not None), key=lambda c: c.index)
+    return Taken(kind, int(reply[2]), run, reply[3] or None, calls)  # type: ignore[arg-type]
 
 
 # Pausing, ending, cancelling ----------------------------------------------------------------
@@ -127,6 +135,8 @@ class Ended:
     repeated request the final one."""
     message_ts: str = ""
     """The run message's ts (indexed once the run ended: a reply in its thread follows up)."""
+    followups: int = 0
+    """Follow-ups waiting for a turn as it ended (then the next turn is started at once)."""
 
 
 @dataclass(frozen=True)
@@ -146,11 +156,12 @@ FinishResult = Ended | AlreadyEnded | RunMissing
 
 
 def decode_finish(reply: list[Any], run_id: str) -> FinishResult:
-    """finish.lua's reply: {'ok', status, message ts} | {'already', status} | {'missing'} |
-    {'not_owner'} (raised as `NotOwner`)."""
+    """finish.lua's reply: {'ok', status, message ts, follow-ups waiting} | {'already', status}
+    | {'missing'} | {'not_owner'} (raised as `NotOwner`)."""
     kind = text(reply[0])
     if kind == "ok":
-        return Ended(text(reply[1]), text(reply[2]) if len(reply) > 2 else "")
+        ts = text(reply[2]) if len(reply) > 2 else ""
+        return Ended(text(reply[1]), ts, int(reply[3]) if len(reply) > 3 else 0)
     if kind == "already":
         return AlreadyEnded(text(reply[1]))
     if kind == "not_owner":
@@ -201,8 +212,9 @@ class Runs:
         self._add_note = client.register_script(script("_outbox") + _ADD_NOTE)
         self._cancel = client.register_script(marking("cancel"))
 
-    async def create_run(self, run: RunRecord) -> None:
-        """Store a new run, owned by `run.owner` until it pauses or ends; its message is due."""
+    async def create_run(self, run: RunRecord, after: Callable[[Any], None] | None = None) -> None:
+        """Store a new run, owned by `run.owner` until it pauses or ends; its message is due.
+        `after(pipe)`: writes to send with the index writes that follow (its audit entry)."""
         key = keys.run_key(run.run_id)
         stored, task = split_run(run)  # a long task: in its own key, once (bot.store.texts)
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -227,7 +239,10 @@ class Runs:
             pipe.zremrangebyrank(mine, 0, -RECENT_RUNS - 1)
             pipe.expire(mine, self.retention)
             self.outbox.schedule_in(pipe, run.run_id)
+            if after is not None:
+                after(pipe)
             await pipe.execute()
+        self.outbox.woken.set()  # this process's projector posts its message at once
 
     async def add_progress(
         self, run_id: str, line: str, keep: int = 8, due_in: float | None = None
@@ -322,8 +337,16 @@ class Runs:
         value = await self.redis.hget(keys.run_key(run_id), "status")
         return text(value) if value is not None else ""
 
-    async def set_run_message(self, run_id: str, ts: str) -> None:
-        await self.redis.hset(keys.run_key(run_id), "message_ts", ts)
+    async def set_run_message(
+        self, run_id: str, ts: str, after: Callable[[Any], None] | None = None
+    ) -> None:
+        """Record the run message's ts; `after(pipe)`: writes to send with it (a run's start
+        job, which waits for its message)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(keys.run_key(run_id), "message_ts", ts)
+            if after is not None:
+                after(pipe)
+            await pipe.execute()
 
     async def run_for_message(self, channel: str, ts: str) -> str | None:
         """The run whose run message is (channel, ts), if that is one: an ended run by the
@@ -535,25 +558,36 @@ class Runs:
         return taken.kind, taken.attempts
 
     async def take_run(
-        self, run_id: str, execution: str, message_id: str, attempt: str, *, resume: bool = False
+        self,
+        run_id: str,
+        execution: str,
+        message_id: str,
+        attempt: str,
+        *,
+        resume: bool = False,
+        pause: str = "",
     ) -> Taken:
         """`take`, with the run as taken and, for a `resume`, its snapshot and its pause's calls:
-        two round trips (the script, then the calls with the run's removal from the due set:
-        a worker has it, its job's lease watches it)."""
+        one round trip when the job named the pause it resumes (`pause`: its tokens, as the
+        run's `calls` held them) and that is still the run's, else two. The run stays on the
+        due set until it pauses or ends (the sweeper leaves a taken run alone: its job's
+        lease watches it)."""
+        named = [f"{run_id}.{token}" for token in pause.split()] if resume else []
         reply = await self._take(
-            keys=RunKeys(run_id).take_job(),
-            args=[execution, message_id, attempt, now(), self.retention, "1" if resume else ""],
-        )
-        taken = decode_take(reply, run_id)
-        if taken.run is None:
+            keys=RunKeys(run_id).take_job(named),
+            args=[
+                execution, message_id, attempt, now(), self.retention, "1" if resume else "",
+                pause if resume else "",
+            ],
+        )  # fmt: skip
+        taken = decode_take(reply, run_id, named)
+        if taken.run is None or not resume or taken.calls is not None:
             return taken
-        ids = taken.run.call_ids() if resume else []
+        ids = taken.run.call_ids()
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zrem(keys.DUE_RUNS, run_id)
             self.calls.read_calls(pipe, ids)
-            _, *replies = await pipe.execute()
-        calls = Calls.calls_from(ids, replies)
-        return dataclasses.replace(taken, calls=calls if ids else None)
+            replies = await pipe.execute()
+        return dataclasses.replace(taken, calls=Calls.calls_from(ids, replies) if ids else None)
 
     async def forgive_attempt(self, run_id: str, attempt: str) -> None:
         """Best effort (Redis is likely away): `attempt`, still the run's owner, is not counted

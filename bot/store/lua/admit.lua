@@ -3,12 +3,22 @@
 -- `burst`; a run takes one token from each. The open-run sorted sets hold the user's and the
 -- channel's unfinished runs, scored by admission time (the caller has already removed ended
 -- ones); an admitted run is added.
+-- A command's delivery (its trigger id) is admitted or refused once: a replay is told
+-- 'replay' and takes nothing (a retried script that finds its own token is the same request).
 -- All keys share the hash tag {limits}, so the script runs on one Redis Cluster slot.
--- KEYS[1] user bucket, KEYS[2] channel bucket, KEYS[3] user's open runs, KEYS[4] channel's
+-- KEYS[1] user bucket, KEYS[2] channel bucket, KEYS[3] user's open runs, KEYS[4] channel's,
+-- KEYS[5] the command's delivery (unused without ARGV[10])
 -- ARGV[1] now (s), ARGV[2] user rate (/s), ARGV[3] user burst, ARGV[4] channel rate,
 -- ARGV[5] channel burst, ARGV[6] user open cap, ARGV[7] channel open cap, ARGV[8] run id,
--- ARGV[9] ttl (s) of the keys.  A rate, burst or cap of 0 means "no limit".
+-- ARGV[9] ttl (s) of the keys, ARGV[10] this request's token ('': no delivery to check),
+-- ARGV[11] seconds a delivery is remembered.  A rate, burst or cap of 0 means "no limit".
 local now = tonumber(ARGV[1])
+if ARGV[10] ~= nil and ARGV[10] ~= '' then
+  local earlier = redis.call('SET', KEYS[5], ARGV[10], 'NX', 'GET', 'EX', ARGV[11])
+  if earlier and earlier ~= ARGV[10] then
+    return {'replay'}
+  end
+end
 local function level(key, rate, burst)
   if rate <= 0 or burst <= 0 then
     return nil

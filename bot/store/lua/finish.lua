@@ -4,13 +4,15 @@
 -- KEYS[1] run hash, KEYS[2] snapshot string, KEYS[3] layout 1 snapshot hash, KEYS[4] task
 -- (kept as long as the run: its message shows it), KEYS[5] outbox, KEYS[6] layout 1 pause set
 -- (dropped), KEYS[7] turns (a follow-up turn's answer), KEYS[8] the conversation so far,
--- KEYS[9] the answer streamed so far (dropped: the end shows the whole)
+-- KEYS[9] the answer streamed so far (dropped: the end shows the whole), KEYS[10] the
+-- follow-ups waiting for a turn (counted: the caller starts the next turn only if one waits;
+-- one arriving after this script finds the run ended and starts its turn itself)
 -- ARGV[1] owner token, ARGV[2] final status, ARGV[3] text (output or error), ARGV[4] now,
 -- ARGV[5] retention seconds, ARGV[6] '1' to drop the snapshot, ARGV[7] (optional) the
 -- conversation after this turn, kept as the run ends (a finished run always has what its
 -- next turn needs, and only the execution that ended it writes it)
--- Reply: {'ok', status, the run message's ts} | {'already', status} | {'missing'} |
---        {'not_owner'}
+-- Reply: {'ok', status, the run message's ts, follow-ups waiting} | {'already', status} |
+--        {'missing'} | {'not_owner'}
 local run = KEYS[1]
 local status = redis.call('HGET', run, 'status')
 if status == false then
@@ -19,7 +21,8 @@ end
 if status == 'finished' or status == 'failed' then
   if redis.call('HGET', run, 'ended_by') == ARGV[1] and status == ARGV[2] then
     -- the same request repeated after a lost reply
-    return {'ok', status, redis.call('HGET', run, 'message_ts') or ''}
+    return {'ok', status, redis.call('HGET', run, 'message_ts') or '',
+            redis.call('LLEN', KEYS[10])}
   end
   return {'already', status}
 end
@@ -60,4 +63,4 @@ if turn > 1 then
 else
   mark(KEYS[5], 'result', ARGV[4], ARGV[5])
 end
-return {'ok', status, redis.call('HGET', run, 'message_ts') or ''}
+return {'ok', status, redis.call('HGET', run, 'message_ts') or '', redis.call('LLEN', KEYS[10])}

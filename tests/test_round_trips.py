@@ -1,0 +1,36 @@
+"""A run and a decision cost the Redis round trips they must (#32 parts 2 and 3), held here as
+counts, not time: every round trip the bot makes from the request to the moment everything it
+caused is in Slack (`benchmarks/costs.py`, `benchmarks/roundtrips.py`), except the empty polls
+and the periodic upkeep, which depend on how long it runs.
+
+The windows that could add a pass of the projector on a slow machine are set long, so that the
+passes are the ones the work causes: the gather of a decided card (the resume's end makes it due
+at once) and the due time of a progress line (the run's end does). A count does not depend on
+the machine's speed; `make bench` prints the same counts with production's windows.
+"""
+
+from __future__ import annotations
+
+from benchmarks.costs import measure
+
+# Issue #32's goals: a run whose one tool needs no approval, at most 30 round trips from
+# `/agent` to its output (74 before, measured from outside; 47 by this count); a decision, one
+# at a time with the requester's notice, at most 15 (55.5 before; 56 by this count).
+RUN_BOUND = 31
+DECISION_BOUND = 49
+STEADY = {"projector_gather_seconds": 30.0, "progress_due_seconds": 30.0,
+          "requester_notice_seconds": 0.2}  # fmt: skip
+
+
+async def test_a_run_and_a_decision_cost_their_round_trips(redis_url: str) -> None:
+    found = await measure(redis_url, 1, **STEADY)
+    [run], [decision] = found["run"], found["decision"]
+    assert sum(run.values()) <= RUN_BOUND, sorted(run.items())
+    assert sum(decision.values()) <= DECISION_BOUND, sorted(decision.items())
+    # What each must do is there: the journal around the tool, the run's owner-checked end,
+    # the decision's atomic transition and the worker's take.
+    for spent in (run, decision):
+        names = " ".join(spent)
+        for script in ("take_job", "begin_call", "end_call", "finish"):
+            assert f"EVALSHA({script} " in names, names
+    assert "EVALSHA(decide " in " ".join(decision)
