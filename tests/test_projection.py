@@ -274,6 +274,9 @@ async def test_untrusted_text_is_escaped_once_and_a_long_task_fits(redis_url: st
 # A lost Redis reply ---------------------------------------------------------------------------
 
 
+SLOW_REFILL = {"user_starts_per_minute": 1}  # a start's token comes back after a minute
+
+
 class LosingProxy:
     """A TCP proxy in front of redis-server that, once armed, forwards a command containing
     `marker` and its reply from Redis, then drops the connection instead of passing the reply
@@ -333,12 +336,22 @@ async def test_a_lost_reply_on_the_command_claim_does_not_drop_the_command(
     ledger = Ledger()
     async with (
         LosingProxy(redis_url) as proxy,
-        BotHarness(proxy.url, _agent(ledger), POLICY) as bot,
+        BotHarness(proxy.url, _agent(ledger), POLICY, settings=SLOW_REFILL) as bot,
     ):
-        proxy.marker = b"ab:seen:command"
+        service = bot.runtime.service  # another person's admission: admit.lua is loaded
+        await service.admission.admit(
+            service.limits.quota, team="T0TEST", user="U9", channel="C9", run_id="r9",
+            delivery_id="warm",
+        )  # fmt: skip
+        proxy.marker = b"{limits}:seen:"  # admit.lua's claim of the command's trigger id
         await bot.slack.command("clean", user="U1", channel="C1")
         [card] = await bot.wait_for_approvals(1, timeout=20)
         assert proxy.dropped == 1
+        # The retried admission was given the first one's answer: one start taken, not two.
+        bucket = keys.user_bucket_key(bot.slack_api.team_id, "U1")
+        tokens = await bot.runtime.service.store.redis.hget(bucket, "tokens")
+        burst = bot.runtime.settings.user_start_burst
+        assert float(tokens) > burst - 1.5, tokens
         await approve_and_finish(bot, card)
     assert ledger.names() == ["delete_logs"]
 
