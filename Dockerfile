@@ -8,7 +8,9 @@ FROM python:3.11.13-slim-bookworm AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY bot ./bot
-RUN pip install --no-cache-dir --no-compile --prefix=/install .
+# The bot and its `cel` extra (`when: {cel: ...}` conditions); pyproject.toml bounds the versions.
+# hadolint ignore=DL3013
+RUN pip install --no-cache-dir --no-compile --prefix=/install ".[cel]"
 
 FROM python:3.11.13-slim-bookworm
 ENV PYTHONUNBUFFERED=1 \

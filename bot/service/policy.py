@@ -30,15 +30,19 @@ from pydantic import (
     PrivateAttr,
     StringConstraints,
     ValidationError,
+    field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from bot.engine.questions import TOOL_NAME as QUESTION_TOOL
 from bot.errors import ApprovalBotError
+from bot.service.cel import CEL, CelCondition, compile_cel
 from bot.service.conditions import (
     REFUSED,
     REQUESTED_AT,
     Condition,
+    ConditionError,
     Truth,
     Undecidable,
     check_path,
@@ -151,7 +155,13 @@ def _condition_spec(spec: Any) -> Any:
     return spec
 
 
+def _when_key(key: str) -> str:
+    """A `when:` key: an argument path, or `cel` (a CEL expression, `bot.service.cel`)."""
+    return key if key == CEL else check_path(key)
+
+
 ArgumentPath = Annotated[str, AfterValidator(check_path)]
+WhenKey = Annotated[str, AfterValidator(_when_key)]
 ConditionSpec = Annotated[Any, AfterValidator(_condition_spec)]
 
 
@@ -163,7 +173,7 @@ class ToolRule(Timers):
     match: str = Field(min_length=1)
     agent: str | None = None  # glob on the agent name
     channel: ChannelId | None = None
-    when: dict[ArgumentPath, ConditionSpec] | None = Field(default=None, min_length=1)
+    when: dict[WhenKey, ConditionSpec] | None = Field(default=None, min_length=1)
     # When the call was requested (the rule's clock and days): e.g. nights to the on-call.
     during: During | None = None
     approvers: list[Principal] | None = Field(default=None, min_length=1)
@@ -183,10 +193,28 @@ class ToolRule(Timers):
     # `shadow`: the rule decides nothing; each call it would have decided (in its place in the
     # rule order) is audited with what it would have done (bot/service/shadow.py).
     mode: Literal["enforce", "shadow"] = "enforce"
-    _conditions: tuple[Condition, ...] = PrivateAttr(default=())
+    _conditions: tuple[Condition | CelCondition, ...] = PrivateAttr(default=())
 
     def model_post_init(self, context: Any, /) -> None:
-        self._conditions = tuple(parse_condition(p, c) for p, c in (self.when or {}).items())
+        self._conditions = tuple(
+            compile_cel(c) if p == CEL else parse_condition(p, c)
+            for p, c in (self.when or {}).items()
+        )
+
+    @field_validator("when")
+    @classmethod
+    def _cel_compiles(cls, when: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A `cel:` condition is compiled and type-checked as the policy is read; what is
+        wrong with it is said at its own key (and line)."""
+        if when is not None and CEL in when:
+            try:
+                compile_cel(when[CEL])
+            except ConditionError as exc:
+                error = PydanticCustomError("cel", "{why}", {"why": str(exc)})
+                raise ValidationError.from_exception_data(
+                    "when", [InitErrorDetails(type=error, loc=(CEL,), input=when[CEL])]
+                ) from None
+        return when
 
     @model_validator(mode="after")
     def _keys_agree(self) -> ToolRule:
