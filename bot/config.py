@@ -165,6 +165,18 @@ class Settings(BaseSettings):
         default=5.0, alias="APPROVAL_BOT_HOME_REFRESH_SECONDS", ge=0
     )
 
+    # Whether approvals are real (docs/review.md): a card of N characters takes N / this many
+    # seconds to read (a decision in less is counted as made faster than its card can be
+    # read); an approver whose approvals each come within RUBBER_STAMP_SECONDS, STREAK times in
+    # a row, is told privately and the alarm is in the channel's report (STREAK 0: never).
+    review_read_chars_per_second: float = Field(
+        default=500.0, alias="APPROVAL_BOT_REVIEW_READ_CHARS_PER_SECOND", gt=0
+    )
+    rubber_stamp_seconds: float = Field(
+        default=5.0, alias="APPROVAL_BOT_RUBBER_STAMP_SECONDS", ge=0
+    )
+    rubber_stamp_streak: int = Field(default=30, alias="APPROVAL_BOT_RUBBER_STAMP_STREAK", ge=0)
+
     # Operations: shutdown budget, logs, the metrics/health port of worker and Socket Mode.
     drain_seconds: float = Field(default=20.0, alias="APPROVAL_BOT_DRAIN_SECONDS", gt=0)
     log_level: str = Field(default="INFO", alias="APPROVAL_BOT_LOG_LEVEL")

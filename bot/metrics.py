@@ -148,6 +148,38 @@ SHADOW_DECISIONS = Counter(
     registry=REGISTRY,
 )
 
+# Whether approvals are real (bot/service/attention.py). By channel, not by person: a label per
+# person would grow without bound; `approval-bot report reviewers` has each person's figures.
+REVIEW_SECONDS = Histogram(
+    "approval_bot_review_seconds",
+    "From a card shown in Slack to a person's decision on it (approvals, votes, rejections), "
+    "by channel.",
+    ["channel"],
+    buckets=(1, 2, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 86400),
+    registry=REGISTRY,
+)
+REVIEW_TOO_FAST = Counter(
+    "approval_bot_review_too_fast",
+    "Decisions made in less time than their card takes to read "
+    "(APPROVAL_BOT_REVIEW_READ_CHARS_PER_SECOND), by channel.",
+    ["channel"],
+    registry=REGISTRY,
+)
+REVIEW_UNOPENED = Counter(
+    "approval_bot_review_unopened",
+    "Decisions on cards whose arguments were folded, made without opening Show all or the "
+    "conversation, by channel.",
+    ["channel"],
+    registry=REGISTRY,
+)
+RUBBER_STAMPS = Counter(
+    "approval_bot_rubber_stamp_alarms",
+    "Rubber-stamp alarms: an approver's quick approvals in a row reached "
+    "APPROVAL_BOT_RUBBER_STAMP_STREAK, by channel.",
+    ["channel"],
+    registry=REGISTRY,
+)
+
 for _outcome in OUTCOMES:
     DECISIONS.labels(outcome=_outcome)
 

@@ -25,6 +25,7 @@ from bot.engine.tracing import Tracing
 from bot.listening import start_site
 from bot.outage import OUTAGE
 from bot.service.approvals import ApprovalService
+from bot.service.attention import AttentionSettings
 from bot.service.authorize import Authorizer
 from bot.service.foreground import Foreground
 from bot.service.limits import StartLimits
@@ -203,6 +204,11 @@ class BotRuntime:
                 lists_per_minute=s.user_lists_per_minute,
             ),
             foreground=Foreground(max_wait=s.lull_max_seconds),
+            attention=AttentionSettings(
+                read_chars_per_second=s.review_read_chars_per_second,
+                stamp_seconds=s.rubber_stamp_seconds,
+                stamp_streak=s.rubber_stamp_streak,
+            ),
         )
         self.home = HomePublisher(
             self.service,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 
 from bot.engine.runner import Engine
+from bot.service.attention import Attention, AttentionSettings
 from bot.service.authorize import Authorizer
 from bot.service.core import ServiceCore
 from bot.service.decisions import Decisions
@@ -71,6 +72,7 @@ class ApprovalService:
         admission: AdmissionStore,
         limits: StartLimits | None = None,
         foreground: Foreground | None = None,
+        attention: AttentionSettings | None = None,
     ) -> None:
         core = ServiceCore(
             store=store, engine=engine, notifier=notifier, policies=policies,
@@ -82,11 +84,14 @@ class ApprovalService:
         self.reviews = Reviews(core, self.judgement)
         self.runs = Runs(core, self.judgement, self.reviews)
         self.questions = Questions(core)
-        self.decisions = Decisions(core, self.judgement, answer=self.questions.answer)
+        self.attention = Attention(core, attention)
+        self.decisions = Decisions(
+            core, self.judgement, answer=self.questions.answer, attended=self.attention.decided
+        )
         self.edits = Edits(core, self.decisions)
         self.timers = Timers(core)
         self.people = People(core, self.judgement)
-        self.details = Details(core, self.judgement)
+        self.details = Details(core, self.judgement, viewed=self.attention.viewed)
         self.sweeper = Sweeper(core, self.runs)
         self.grants = Grants(core)
 

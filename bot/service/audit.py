@@ -56,6 +56,11 @@ class AuditKind(StrEnum):
     # strictest rule that could apply (`Policy.rule_for`); detail: why, and that rule.
     UNDECIDABLE = "undecidable"
     SHADOW = "shadow"  # what a shadow rule would have done with a call (bot/service/shadow.py)
+    # Whether approvals are real (bot/service/attention.py): a person opened what lies behind
+    # a card (decision: show_all | conversation), and a person's quick approvals in a row
+    # raised the rubber-stamp alarm (detail: how many, how quick).
+    VIEWED = "viewed"
+    RUBBER_STAMP = "rubber_stamp"
 
     def tally(self, decision: str, call: CallRecord | None) -> None:
         """Move this kind's metric for one entry (`decision` and `call` as audited)."""

@@ -50,6 +50,8 @@ HOLD_REPLY_SECONDS = 3600
 
 # Records a person's answer to a question (`Questions.answer`): (actor, approval id, text).
 Answer = Callable[[Actor, str, str], Awaitable[Reply]]
+# Told of each decision or vote a person made (`bot.service.attention`): (actor, call, decision).
+Attended = Callable[[Actor, CallRecord, str], None]
 
 TYPE_FIRST = (
     "This call needs typed confirmation: click Approve on its card and type the value it asks for."
@@ -60,12 +62,17 @@ class Decisions:
     """Clicks, modal submissions and thread replies on pending calls."""
 
     def __init__(
-        self, core: ServiceCore, judgement: Judgement, answer: Answer | None = None
+        self,
+        core: ServiceCore,
+        judgement: Judgement,
+        answer: Answer | None = None,
+        attended: Attended | None = None,
     ) -> None:
         self.core = core
         self.store = core.store
         self.judgement = judgement
         self.answer = answer  # a reply on a question's card is an answer (questions.py)
+        self.attended = attended
 
     async def check(
         self, actor: Actor, approval_id: str, attempt: Attempt, *, audited_as: str
@@ -271,6 +278,8 @@ class Decisions:
                 AuditKind.REFUSED, call=call, actor=actor, decision=decision, detail=reply.text
             )
             return reply
+        if self.attended is not None:
+            self.attended(actor, call, decision)
         if isinstance(result, Voted):
             return reply  # audited; the card shows the vote (decide.lua marked it in the outbox)
         assert isinstance(result, Decided)

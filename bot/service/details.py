@@ -10,6 +10,7 @@ Also where a pause's explanations (`PendingApproval`'s words and descriptions) b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bot.conversation import Transcript
@@ -85,10 +86,17 @@ class Conversation:
 class Details:
     """Show all, Show conversation."""
 
-    def __init__(self, core: ServiceCore, judgement: Judgement) -> None:
+    def __init__(
+        self,
+        core: ServiceCore,
+        judgement: Judgement,
+        viewed: Callable[[Actor, CallRecord, str], None] | None = None,
+    ) -> None:
         self.core = core
         self.store = core.store
         self.judgement = judgement
+        # Told who opened what lies behind which card (`bot.service.attention`).
+        self.viewed = viewed
 
     async def may_view(self, actor: Actor, run: RunRecord, call: CallRecord) -> Verdict:
         """May `actor` see what the card of `call` shows and what lies behind it? Its run's
@@ -137,6 +145,8 @@ class Details:
         if isinstance(allowed, Reply):
             return allowed
         call, run = allowed
+        if self.viewed is not None:
+            self.viewed(actor, call, "show_all")
         if call.arguments_chars <= len(call.arguments):
             return WholeCall(call, call.arguments)  # stored whole
         snapshot = await self.store.load_snapshot(run.run_id)
@@ -151,6 +161,8 @@ class Details:
         if isinstance(allowed, Reply):
             return allowed
         call, run = allowed
+        if self.viewed is not None:
+            self.viewed(actor, call, "conversation")
         snapshot = await self.store.load_snapshot(run.run_id)
         found = transcript(snapshot, call.call_id, run.task) if snapshot is not None else None
         calls = await self.store.run_calls(run.run_id)

@@ -1,0 +1,112 @@
+"""Whether approvals are real (#33 part 3), as it happens: who opened what lies behind a card
+is audited, and an approver whose approvals come quickly many times in a row is told
+privately (the rubber-stamp alarm), with the alarm in the audit trail. Through signed
+requests, against the real bot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.testing import assistant_message, function_call
+
+from bot.slack.blocks import APPROVE
+from bot.slack.explained import SHOW_ALL, SHOW_CONVERSATION
+from bot.testing.harness import BotHarness, wait_until
+from bot.testing.requests import Sent
+from bot.testing.slack_api import Message
+from tests.agents_for_tests import POLICY, Ledger, ops_agent
+
+# Every approval is quick (within an hour of its card), three in a row raise the alarm.
+ALARM = {"rubber_stamp_streak": 3, "rubber_stamp_seconds": 3600}
+
+
+def deletes(count: int) -> list[Any]:
+    """One model turn that asks to delete `count` paths at once (one pause), then an answer."""
+    calls = [function_call("delete_logs", {"path": f"/var/log/{n}"}, call_id=f"d{n}")
+             for n in range(count)]  # fmt: skip
+    return [calls, [assistant_message("done")]]
+
+
+async def show(bot: BotHarness, card: Message, action: str, user: str) -> Sent:
+    """`user` clicks Show all or Show conversation on `card`."""
+    return await bot.slack.click(
+        action, card.accessory_value(action), user=user, channel=card.channel, message_ts=card.ts
+    )
+
+
+async def entries(bot: BotHarness, kind: str) -> list[dict[str, str]]:
+    return [e for e in await bot.audit() if e["kind"] == kind]
+
+
+async def decide_all(bot: BotHarness, cards: list[Message], decisions: list[str]) -> None:
+    for card, decision in zip(cards, decisions, strict=True):
+        if decision == "approve":
+            sent = await bot.click(card, APPROVE, user="U2")
+            assert sent.status == 200
+        else:
+            await bot.reject(card, user="U2", reason="not this one")
+
+
+async def test_approvals_in_a_row_raise_the_alarm_privately(redis_url: str) -> None:
+    agent, _ = ops_agent(deletes(3), Ledger())
+    async with BotHarness(redis_url, agent, POLICY, settings=ALARM) as bot:
+        await bot.slack.command("clean up", user="U1", channel="C1")
+        cards = await bot.wait_for_cards(3)
+        await decide_all(bot, cards, ["approve"] * 3)
+        await bot.wait_for_status("finished")
+        told = await wait_until(
+            lambda: [t for t in bot.slack_api.ephemeral_to("U2") if "in a row" in t],
+            what="the alarm",
+        )
+        assert "You have approved 3 calls in a row, each within 3600 seconds" in told[0]
+        await bot.idle()
+        alarms = await entries(bot, "rubber_stamp")
+        assert [(a["user"], a["channel"], a["decision"]) for a in alarms] == [("U2", "C1", "alarm")]
+        assert alarms[0]["detail"] == "3 approvals in a row, each within 3600 s"
+        # Nobody else was told.
+        assert not any("in a row" in t for t in bot.slack_api.ephemeral_to("U1"))
+
+
+async def test_a_rejection_ends_the_streak(redis_url: str) -> None:
+    agent, _ = ops_agent(deletes(4), Ledger())
+    async with BotHarness(redis_url, agent, POLICY, settings=ALARM) as bot:
+        await bot.slack.command("clean up", user="U1", channel="C1")
+        cards = await bot.wait_for_cards(4)
+        await decide_all(bot, cards, ["approve", "approve", "reject", "approve"])
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        decided = await entries(bot, "decided")
+        assert [e["decision"] for e in decided] == ["approve", "approve", "reject", "approve"]
+        assert await entries(bot, "rubber_stamp") == []
+        assert not any("in a row" in t for t in bot.slack_api.ephemeral_to("U2"))
+
+
+async def test_opening_show_all_or_the_conversation_is_audited(redis_url: str) -> None:
+    long = "x" * 5000  # folded on the card: Show all opens the whole call
+    steps = [[function_call("delete_logs", {"path": long}, call_id="d1")],
+             [assistant_message("done")]]  # fmt: skip
+    agent, _ = ops_agent(steps, Ledger())
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        card = await bot.start_and_wait("clean up", user="U1")
+        approval_id = card.accessory_value(SHOW_ALL)
+        for action, user in ((SHOW_ALL, "U3"), (SHOW_CONVERSATION, "U2")):
+            opened = len(bot.slack_api.views) + 1
+            sent = await show(bot, card, action, user)
+            assert sent.status == 200
+            await wait_until(lambda n=opened: len(bot.slack_api.views) >= n, what="the modal")
+        viewed = await wait_until(lambda: _at_least(bot, "viewed", 2), what="two views")
+        assert sorted((v["user"], v["decision"]) for v in viewed) == [
+            ("U2", "conversation"),
+            ("U3", "show_all"),
+        ]
+        assert {v["approval_id"] for v in viewed} == {approval_id}
+        # Someone who may not see the card opens nothing, and nothing is audited.
+        sent = await show(bot, card, SHOW_ALL, "U9")
+        await wait_until(lambda: bot.slack_api.ephemeral_to("U9"), what="the refusal")
+        await bot.idle()
+        assert len(await entries(bot, "viewed")) == 2
+
+
+async def _at_least(bot: BotHarness, kind: str, count: int) -> list[dict[str, str]] | None:
+    found = await entries(bot, kind)
+    return found if len(found) >= count else None
