@@ -9,8 +9,8 @@ from typing import Any
 
 from agents.testing import assistant_message, function_call
 
-from bot.slack.blocks import APPROVE
-from bot.slack.explained import SHOW_ALL, SHOW_CONVERSATION
+from bot import metrics
+from bot.slack.blocks import APPROVE, SHOW_ALL, SHOW_CONVERSATION
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.requests import Sent
 from bot.testing.slack_api import Message
@@ -110,3 +110,36 @@ async def test_opening_show_all_or_the_conversation_is_audited(redis_url: str) -
 async def _at_least(bot: BotHarness, kind: str, count: int) -> list[dict[str, str]] | None:
     found = await entries(bot, kind)
     return found if len(found) >= count else None
+
+
+def sample(name: str, channel: str = "C1") -> float:
+    return metrics.REGISTRY.get_sample_value(name, {"channel": channel}) or 0.0
+
+
+async def test_a_folded_card_decided_unopened_is_counted(redis_url: str) -> None:
+    """The card's reading is recorded with its ts (its characters, its arguments folded); a
+    decision on a folded card without opening what it hides is counted, one after opening is
+    not, and a decision quicker than the card can be read is counted as such."""
+    steps = [[function_call("delete_logs", {"path": "x" * 5000}, call_id=f"d{n}")
+              for n in range(2)], [assistant_message("done")]]  # fmt: skip
+    agent, _ = ops_agent(steps, Ledger())
+    # Nobody reads a card in a thousandth of a second: both decisions are too fast.
+    slow = {"review_read_chars_per_second": 0.001}
+    async with BotHarness(redis_url, agent, POLICY, settings=slow) as bot:
+        await bot.slack.command("clean up", user="U1", channel="C1")
+        first, second = await bot.wait_for_cards(2)
+        calls = [await bot.runtime.service.store.get_call(c.accessory_value(SHOW_ALL))
+                 for c in (first, second)]  # fmt: skip
+        assert all(c is not None and c.folded and c.card_chars > 500 for c in calls)
+        unopened, fast = sample("approval_bot_review_unopened_total"), sample(
+            "approval_bot_review_too_fast_total")  # fmt: skip
+        opened = len(bot.slack_api.views) + 1
+        await show(bot, first, SHOW_ALL, "U2")
+        await wait_until(lambda: len(bot.slack_api.views) >= opened, what="Show all")
+        await wait_until(lambda: _at_least(bot, "viewed", 1), what="the view recorded")
+        for card in (first, second):
+            await bot.click(card, APPROVE, user="U2")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        assert sample("approval_bot_review_unopened_total") == unopened + 1
+        assert sample("approval_bot_review_too_fast_total") == fast + 2

@@ -45,6 +45,7 @@ from bot.outage import log_failure
 from bot.service.foreground import Foreground
 from bot.service.gate import subject_of_call
 from bot.service.replies import from_stored, when
+from bot.slack.blocks import SHOW_ALL
 from bot.slack.render import card, notices, output, run_message
 from bot.slack.render.base import as_dicts
 from bot.slack.render.overview import notice_message
@@ -89,6 +90,29 @@ START_WITHOUT_MESSAGE = 30.0
 
 def _digest(text: str, body: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps([text, body], sort_keys=True).encode()).hexdigest()[:24]
+
+
+def card_reading(body: list[dict[str, Any]]) -> tuple[int, bool]:
+    """What a card asks of its reader: the characters of its text (buttons' labels aside), and
+    whether its arguments are folded (it offers Show all). Recorded with the card's ts, for
+    the review figures (`bot.service.attention`)."""
+    chars, folded = 0, False
+
+    def visit(value: Any, button: bool) -> None:
+        nonlocal chars, folded
+        if isinstance(value, dict):
+            folded = folded or value.get("action_id") == SHOW_ALL
+            button = button or value.get("type") == "button"
+            if value.get("type") in ("mrkdwn", "plain_text") and not button:
+                chars += len(str(value.get("text", "")))
+            for item in value.values():
+                visit(item, button)
+        elif isinstance(value, list):
+            for item in value:
+                visit(item, button)
+
+    visit(body, False)
+    return chars, folded
 
 
 def _urgency(kind: str, *, posted: bool) -> Urgency:
@@ -770,7 +794,7 @@ class Projector:
                     },
                 )
                 current.ts = str(response["ts"])
-                await self._posted(run, target, current.ts, digest, mark)
+                await self._posted(run, target, current.ts, digest, mark, payload)
                 return None
         except Exception as exc:
             # Slack's limit is per method and channel (posts) or workspace (updates): every
@@ -949,7 +973,13 @@ class Projector:
         )
 
     async def _posted(
-        self, run: RunRecord, target: str, ts: str, digest: str = "", mark: Mark | None = None
+        self,
+        run: RunRecord,
+        target: str,
+        ts: str,
+        digest: str = "",
+        mark: Mark | None = None,
+        body: list[dict[str, Any]] | None = None,
     ) -> None:
         """Record a new message's ts where the rest of the bot looks for it; with the hash of
         what it shows and its `mark`, the message is delivered. (Until its ts is in `shown`, a
@@ -963,7 +993,10 @@ class Projector:
                 run.run_id, ts, (lambda pipe: posted(pipe, run)) if posted is not None else None
             )
         elif kind == "card":  # indexed for thread replies (idempotent)
-            await self.store.set_call_message(keys.Target.parse(target).id, run.channel_id, ts)
+            chars, folded = card_reading(body) if body is not None else (0, False)
+            await self.store.set_call_message(
+                keys.Target.parse(target).id, run.channel_id, ts, card_chars=chars, folded=folded
+            )
         elif kind == "review":
             await self.store.set_run_fields(run.run_id, review_ts=ts)
         if mark is None:
