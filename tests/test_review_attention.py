@@ -29,8 +29,9 @@ def deletes(count: int) -> list[Any]:
 
 async def show(bot: BotHarness, card: Message, action: str, user: str) -> Sent:
     """`user` clicks Show all or Show conversation on `card`."""
+    approval_id = card.accessory_value(SHOW_ALL)  # (Show conversation is in the More menu)
     return await bot.slack.click(
-        action, card.accessory_value(action), user=user, channel=card.channel, message_ts=card.ts
+        action, approval_id, user=user, channel=card.channel, message_ts=card.ts
     )
 
 
