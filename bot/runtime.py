@@ -263,6 +263,7 @@ class BotRuntime:
             notice=s.requester_notice,
             notice_window=s.requester_notice_seconds,
             run_changed=self.home.run_changed,
+            card_posted=self.service.card_posted,
             foreground=self.service.foreground,
             streams=s.slack_streaming == "auto",
             run_posted=self.service.runs.start_in,

@@ -11,6 +11,7 @@ from agents.testing import assistant_message, function_call
 
 from bot import metrics
 from bot.slack.blocks import APPROVE, SHOW_ALL, SHOW_CONVERSATION
+from bot.store.outbox import Shown
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.requests import Sent
 from bot.testing.slack_api import Message
@@ -129,9 +130,14 @@ async def test_a_folded_card_decided_unopened_is_counted(redis_url: str) -> None
     async with BotHarness(redis_url, agent, POLICY, settings=slow) as bot:
         await bot.slack.command("clean up", user="U1", channel="C1")
         first, second = await bot.wait_for_cards(2)
-        calls = [await bot.runtime.service.store.get_call(c.accessory_value(SHOW_ALL))
-                 for c in (first, second)]  # fmt: skip
-        assert all(c is not None and c.folded and c.card_chars > 500 for c in calls)
+        run_id = str((first.metadata or {})["event_payload"]["run_id"])
+        shown = await bot.runtime.service.store.outbox.shown(run_id)
+        cards = [v for k, v in shown.items() if k.startswith("card:")]
+        assert len(cards) == 2 and all(c.folded and c.card_chars > 500 for c in cards)
+        posted = await wait_until(lambda: _at_least(bot, "card_shown", 2), what="cards audited")
+        assert {(e["decision"], e["detail"]) for e in posted} == {
+            ("folded", f"{c.card_chars} characters") for c in cards
+        }
         unopened, fast = sample("approval_bot_review_unopened_total"), sample(
             "approval_bot_review_too_fast_total")  # fmt: skip
         opened = len(bot.slack_api.views) + 1
@@ -144,3 +150,17 @@ async def test_a_folded_card_decided_unopened_is_counted(redis_url: str) -> None
         await bot.idle()
         assert sample("approval_bot_review_unopened_total") == unopened + 1
         assert sample("approval_bot_review_too_fast_total") == fast + 2
+
+
+def test_what_a_card_asked_is_kept_within_a_compact_hash_value() -> None:
+    """The reading rides with what Slack holds of the card (`Shown`), within 64 bytes, and an
+    entry written before it existed still reads."""
+    for shown in (
+        Shown("1796568635.032562", "f" * 24, 1796568635.5, "99999f"),
+        Shown("1796568635.032562", "f" * 24, 0.0, "123456f"),
+    ):
+        assert len(shown.encode()) <= 64
+        assert Shown.decode(shown.encode()) == shown
+    assert Shown.decode(Shown("1.2", "h", 0.0, "812").encode()).card_chars == 812
+    old = Shown.decode("1796568635.032562 " + "f" * 24)
+    assert (old.card_chars, old.folded, old.posting) == (0, False, 0.0)

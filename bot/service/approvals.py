@@ -138,6 +138,8 @@ class ApprovalService:
         self.answer = self.questions.answer
         # What lies behind a card: its call's whole text, the run's conversation.
         self.whole_call = self.details.whole_call
+        # A card was posted (the projector says so): what it asked of its reader.
+        self.card_posted = self.attention.card_shown
         self.conversation = self.details.conversation
 
         # Reviews, timers, people, the sweeper.

@@ -21,14 +21,18 @@ from bot.outage import log_failure
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.ports import Actor
+from bot.store import keys
 from bot.store.attention import AttentionStore, Noted
-from bot.store.records import CallRecord
+from bot.store.outbox import Shown
+from bot.store.records import CallRecord, RunRecord
 
 log = logging.getLogger(__name__)
 
-# What a decision or a view is audited as, for the report (`bot.learning.reviewers`).
+# What a view or a card is audited as, for the report (`bot.learning.reviewers`).
 SHOW_ALL = "show_all"
 CONVERSATION = "conversation"
+FOLDED = "folded"  # a card's arguments were folded (it offered Show all)
+WHOLE = "whole"
 APPROVALS = frozenset({"approve", "always_approve"})
 
 
@@ -75,6 +79,19 @@ class Attention:
         self.settings = settings or AttentionSettings()
         self.store = AttentionStore(core.store.redis, retention_seconds=core.store.retention)
 
+    def card_shown(self, run: RunRecord, approval_id: str, chars: int, folded: bool) -> None:
+        """A call's card was posted: what it asked of its reader (`card_shown` in the audit:
+        folded or whole, and its characters)."""
+        self.core.spawn(self._card_shown(run, approval_id, chars, folded), name="card-shown")
+
+    async def _card_shown(self, run: RunRecord, approval_id: str, chars: int, folded: bool) -> None:
+        call = await self.core.store.get_call(approval_id)
+        if call is not None:
+            await self.core.audit(
+                AuditKind.CARD_SHOWN, run=run, call=call, decision=FOLDED if folded else WHOLE,
+                detail=f"{chars} characters",
+            )  # fmt: skip
+
     def viewed(self, actor: Actor, call: CallRecord, what: str) -> None:
         """`actor` opened what lies behind `call`'s card (`SHOW_ALL`, `CONVERSATION`)."""
         self.core.spawn(self._viewed(actor, call, what), name="attention-viewed")
@@ -103,21 +120,24 @@ class Attention:
                         call.approval_id)  # fmt: skip
             return
         channel = call.channel_id
+        card = await self.core.store.outbox.shown_one(
+            call.run_id, str(keys.Target("card", call.approval_id))
+        )
         if shown:
             metrics.REVIEW_SECONDS.labels(channel=channel).observe(max(0.0, now - shown))
-        if self._too_fast(call, noted):
+        if self._too_fast(card, noted):
             metrics.REVIEW_TOO_FAST.labels(channel=channel).inc()
-        if call.folded and not await self.store.viewed(call.approval_id, actor.user_id):
+        if card.folded and not await self.store.viewed(call.approval_id, actor.user_id):
             metrics.REVIEW_UNOPENED.labels(channel=channel).inc()
         if noted.alarmed:
             await self._alarm(actor, call, noted.alarmed)
 
-    def _too_fast(self, call: CallRecord, noted: Noted) -> bool:
+    def _too_fast(self, card: Shown, noted: Noted) -> bool:
         """Decided in less time than its card takes to read (unknown: not counted)."""
         return (
             noted.attention is not None
-            and call.card_chars > 0
-            and noted.attention < self.settings.read_seconds(call.card_chars)
+            and card.card_chars > 0
+            and noted.attention < self.settings.read_seconds(card.card_chars)
         )
 
     async def _alarm(self, actor: Actor, call: CallRecord, streak: int) -> None:

@@ -57,10 +57,12 @@ class AuditKind(StrEnum):
     UNDECIDABLE = "undecidable"
     SHADOW = "shadow"  # what a shadow rule would have done with a call (bot/service/shadow.py)
     # Whether approvals are real (bot/service/attention.py): a person opened what lies behind
-    # a card (decision: show_all | conversation), and a person's quick approvals in a row
-    # raised the rubber-stamp alarm (detail: how many, how quick).
+    # a card (decision: show_all | conversation), a person's quick approvals in a row raised
+    # the rubber-stamp alarm (detail: how many, how quick).
     VIEWED = "viewed"
     RUBBER_STAMP = "rubber_stamp"
+    # A call's card was posted: decision folded | whole (its arguments), detail its characters.
+    CARD_SHOWN = "card_shown"
 
     def tally(self, decision: str, call: CallRecord | None) -> None:
         """Move this kind's metric for one entry (`decision` and `call` as audited)."""

@@ -86,6 +86,8 @@ RunPosted = Callable[[Any, RunRecord], None]
 # A run whose message Slack has not taken for this long starts without it (its tools get no
 # thread); a message Slack refuses for good stops the run instead.
 START_WITHOUT_MESSAGE = 30.0
+# A call's card was posted: (run, approval id, its characters, its arguments folded).
+CardPosted = Callable[[RunRecord, str, int, bool], None]
 
 
 def _digest(text: str, body: list[dict[str, Any]]) -> str:
@@ -94,8 +96,9 @@ def _digest(text: str, body: list[dict[str, Any]]) -> str:
 
 def card_reading(body: list[dict[str, Any]]) -> tuple[int, bool]:
     """What a card asks of its reader: the characters of its text (buttons' labels aside), and
-    whether its arguments are folded (it offers Show all). Recorded with the card's ts, for
-    the review figures (`bot.service.attention`)."""
+    whether its arguments are folded (it offers Show all). Kept with what Slack holds
+    (`Shown.reading`) and told to the service (`card_posted`), for the review figures
+    (`bot.service.attention`)."""
     chars, folded = 0, False
 
     def visit(value: Any, button: bool) -> None:
@@ -160,6 +163,7 @@ class Projector:
         notice: str = "dm",
         notice_window: float = 3.0,
         run_changed: RunChanged | None = None,
+        card_posted: CardPosted | None = None,
         foreground: Foreground | None = None,
         streams: bool = True,
         statuses: SharedPacer | None = None,
@@ -192,6 +196,7 @@ class Projector:
         self.notice_window = notice_window
         self.run_changed = run_changed  # the App Home publisher's hook
         self.run_posted = run_posted  # the service's: a run starts once its message is shown
+        self.card_posted = card_posted  # the service's (review figures, the advisor)
         # Slack's chat streaming for answers, and the thread's status line, where the
         # workspace offers them (a setting).
         self.streams = AnswerStreams(client, enabled=streams)
@@ -807,7 +812,8 @@ class Projector:
                 # not posted (or deleted in Slack since): the next attempt posts afresh
                 await self.outbox.set_shown(run.run_id, target, Shown())
             raise failure from exc
-        await self.outbox.delivered(run.run_id, target, Shown(current.ts, digest, 0.0), mark)
+        delivered = Shown(current.ts, digest, 0.0, current.reading)  # (what the card asked)
+        await self.outbox.delivered(run.run_id, target, delivered, mark)
         return None
 
     async def _stream(
@@ -993,10 +999,13 @@ class Projector:
                 run.run_id, ts, (lambda pipe: posted(pipe, run)) if posted is not None else None
             )
         elif kind == "card":  # indexed for thread replies (idempotent)
-            chars, folded = card_reading(body) if body is not None else (0, False)
-            await self.store.set_call_message(
-                keys.Target.parse(target).id, run.channel_id, ts, card_chars=chars, folded=folded
-            )
+            approval_id = keys.Target.parse(target).id
+            await self.store.set_call_message(approval_id, run.channel_id, ts)
+            if body is not None:
+                chars, folded = card_reading(body)
+                shown.reading = f"{chars}{'f' if folded else ''}"
+                if self.card_posted is not None:
+                    self.card_posted(run, approval_id, chars, folded)
         elif kind == "review":
             await self.store.set_run_fields(run.run_id, review_ts=ts)
         if mark is None:

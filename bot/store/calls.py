@@ -216,18 +216,9 @@ class Calls:
         )
         return bool(reply)
 
-    async def set_call_message(
-        self, approval_id: str, channel: str, ts: str, *, card_chars: int = 0, folded: bool = False
-    ) -> None:
-        """The call's card is `ts` in `channel` (indexed for thread replies); what it showed:
-        `card_chars` characters, its arguments `folded` (0, False: not known)."""
-        shown = {"channel_id": channel, "message_ts": ts}
-        if card_chars:
-            shown["card_chars"] = str(card_chars)
-        if folded:
-            shown["folded"] = "1"
+    async def set_call_message(self, approval_id: str, channel: str, ts: str) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(keys.call_key(approval_id), mapping=shown)  # type: ignore[arg-type]
+            pipe.hset(keys.call_key(approval_id), mapping={"channel_id": channel, "message_ts": ts})
             pipe.set(keys.message_key(channel, ts), approval_id, ex=self.retention)
             await pipe.execute()
 

@@ -118,11 +118,17 @@ class Shown:
     ts: str = ""
     hash: str = ""
     posting: float = 0.0
+    # What a card asked of its reader when it was posted: its text's characters, then `f` when
+    # its call's arguments were folded (it offered Show all), e.g. `812f` (#33: whether
+    # approvals are real, `bot.service.attention`); "" for other messages.
+    reading: str = ""
 
     def encode(self) -> str:
-        """As the shown hash stores it: `<ts> <hash>[ <posting>]`, within a compact hash's
-        64-byte values (layout 2 stored JSON, still read)."""
+        """As the shown hash stores it: `<ts> <hash>[ <posting>[ <reading>]]`, within a compact
+        hash's 64-byte values (layout 2 stored JSON, still read)."""
         stored = f"{self.ts} {self.hash}"
+        if self.reading:
+            return f"{stored} {f'{self.posting:.3f}' if self.posting else '0'} {self.reading}"
         return f"{stored} {self.posting:.3f}" if self.posting else stored
 
     @classmethod
@@ -130,8 +136,20 @@ class Shown:
         if value.startswith("{"):
             return cls(**json.loads(value))
         ts, _, rest = value.partition(" ")
-        digest, _, posting = rest.partition(" ")
-        return cls(ts, digest, float(posting or 0))
+        digest, _, rest = rest.partition(" ")
+        posting, _, reading = rest.partition(" ")
+        return cls(ts, digest, float(posting or 0), reading)
+
+    @property
+    def card_chars(self) -> int:
+        """A card's characters when it was posted (0: not known)."""
+        digits = self.reading.rstrip("f")
+        return int(digits) if digits.isdigit() else 0
+
+    @property
+    def folded(self) -> bool:
+        """A card showed its call's arguments folded (it offered Show all)."""
+        return self.reading.endswith("f")
 
 
 @dataclass(frozen=True)
@@ -226,6 +244,11 @@ class Outbox:
     def parse_shown(raw: dict[Any, Any]) -> dict[str, Shown]:
         """What Slack holds, from a shown hash as HGETALL returns it."""
         return {_s(k): Shown.decode(_s(v)) for k, v in raw.items()}
+
+    async def shown_one(self, run_id: str, target: str) -> Shown:
+        """What Slack holds of one message (an empty `Shown`: nothing known)."""
+        value = await self.redis.hget(keys.shown_key(run_id), target)
+        return Shown.decode(_s(value)) if value is not None else Shown()
 
     async def set_shown(self, run_id: str, target: str, shown: Shown) -> None:
         key = keys.shown_key(run_id)

@@ -280,10 +280,6 @@ class CallRecord:
     # and that turn's number (0: the first). Self-approval is judged against the requester.
     requester: str = ""
     turn: int = 0
-    # What its card showed when it was posted (the projector records it with the message's
-    # ts): its text's length, and whether the arguments were folded (a Show all button).
-    card_chars: int = 0
-    folded: bool = False
 
     def __post_init__(self) -> None:
         _typed(self)
