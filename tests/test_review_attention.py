@@ -11,6 +11,7 @@ from agents.testing import assistant_message, function_call
 
 from bot import metrics
 from bot.slack.blocks import APPROVE, SHOW_ALL, SHOW_CONVERSATION
+from bot.store.attention import Past, attention_of, streak_of
 from bot.store.outbox import Shown
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.requests import Sent
@@ -164,3 +165,18 @@ def test_what_a_card_asked_is_kept_within_a_compact_hash_value() -> None:
     assert Shown.decode(Shown("1.2", "h", 0.0, "812").encode()).card_chars == 812
     old = Shown.decode("1796568635.032562 " + "f" * 24)
     assert (old.card_chars, old.folded, old.posting) == (0, False, 0.0)
+
+
+def test_a_backlog_read_card_after_card_has_the_time_since_the_decision_before() -> None:
+    """Cards shown long ago and approved a second apart had a second each; a rejection or a
+    slow approval ends a streak."""
+    latest = [  # newest first
+        Past(100.0, 10.0, True, "d"),
+        Past(99.0, 10.0, True, "c"),
+        Past(98.0, 10.0, True, "b"),
+        Past(90.0, 89.0, False, "a"),
+    ]
+    assert [attention_of(latest, i) for i in range(4)] == [1.0, 1.0, 8.0, 1.0]
+    assert streak_of(latest, 5.0) == 2  # b had 8 s
+    assert streak_of(latest, 10.0) == 3  # a was a rejection
+    assert attention_of([Past(5.0, 0.0, True, "x")], 0) is None  # nothing known

@@ -86,7 +86,7 @@ class ApprovalService:
         self.questions = Questions(core)
         self.attention = Attention(core, attention)
         self.decisions = Decisions(
-            core, self.judgement, answer=self.questions.answer, attended=self.attention.decided
+            core, self.judgement, answer=self.questions.answer, attended=self.attention.decided_in
         )
         self.edits = Edits(core, self.decisions)
         self.timers = Timers(core)

@@ -1,11 +1,12 @@
 """Whether approvals are real: how much attention each person's decisions got.
 
-Recorded as it happens, off the decision's path (a tracked background task after the decision
-is recorded): who opened what lies behind a card (Show all, the conversation: an audit entry
-`viewed`), and for each decision by a person, the time the card had their attention (since the
-card was shown, or since their previous decision when that is shorter: a backlog read one card
-after another), compared with the time the card takes to read (its characters at
-`read_chars_per_second`). An approver whose approvals come quickly `stamp_streak` times in a
+Recorded as it happens: what each card asked of its reader when it was posted (an audit entry
+`card_shown`: its characters, its arguments folded or whole), who opened what lies behind a
+card (Show all, the conversation: `viewed`), and for each decision by a person, in the round
+trip that writes its audit entry (no round trip more), the time the card had their attention
+(since the card was shown, or since their previous decision when that is shorter: a backlog
+read one card after another), compared with the time the card takes to read (its characters
+at `read_chars_per_second`). An approver whose approvals come quickly `stamp_streak` times in a
 row (each within `stamp_seconds`) is told privately, and the alarm is audited (`rubber_stamp`),
 so the channel's report shows it. `approval-bot report reviewers` reads the same entries back.
 """
@@ -14,16 +15,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from bot import metrics
 from bot.outage import log_failure
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.ports import Actor
-from bot.store import keys
 from bot.store.attention import AttentionStore, Noted
-from bot.store.outbox import Shown
 from bot.store.records import CallRecord, RunRecord
 
 log = logging.getLogger(__name__)
@@ -77,20 +78,21 @@ class Attention:
     def __init__(self, core: ServiceCore, settings: AttentionSettings | None = None) -> None:
         self.core = core
         self.settings = settings or AttentionSettings()
-        self.store = AttentionStore(core.store.redis, retention_seconds=core.store.retention)
+        self.store = AttentionStore(
+            core.store.redis,
+            retention_seconds=core.store.retention,
+            kept=self.settings.stamp_streak + 1,
+        )
 
-    def card_shown(self, run: RunRecord, approval_id: str, chars: int, folded: bool) -> None:
+    def card_shown(self, run: RunRecord, call: CallRecord, chars: int, folded: bool) -> None:
         """A call's card was posted: what it asked of its reader (`card_shown` in the audit:
         folded or whole, and its characters)."""
-        self.core.spawn(self._card_shown(run, approval_id, chars, folded), name="card-shown")
-
-    async def _card_shown(self, run: RunRecord, approval_id: str, chars: int, folded: bool) -> None:
-        call = await self.core.store.get_call(approval_id)
-        if call is not None:
-            await self.core.audit(
-                AuditKind.CARD_SHOWN, run=run, call=call, decision=FOLDED if folded else WHOLE,
-                detail=f"{chars} characters",
-            )  # fmt: skip
+        decision = FOLDED if folded else WHOLE
+        self.core.spawn(
+            self.core.audit(AuditKind.CARD_SHOWN, run=run, call=call, decision=decision,
+                            detail=f"{chars} characters"),
+            name="card-shown",
+        )  # fmt: skip
 
     def viewed(self, actor: Actor, call: CallRecord, what: str) -> None:
         """`actor` opened what lies behind `call`'s card (`SHOW_ALL`, `CONVERSATION`)."""
@@ -101,47 +103,55 @@ class Attention:
             await self.store.add_viewer(call.approval_id, actor.user_id)
         await self.core.audit(AuditKind.VIEWED, call=call, actor=actor, decision=what)
 
-    def decided(self, actor: Actor, call: CallRecord, decision: str) -> None:
-        """`actor` decided `call` (or voted on it) with `decision`, as audited."""
-        self.core.spawn(self._decided(actor, call, decision), name="attention-decided")
-
-    async def _decided(self, actor: Actor, call: CallRecord, decision: str) -> None:
-        s = self.settings
+    def decided_in(
+        self, pipe: Any, actor: Actor, call: CallRecord, decision: str
+    ) -> Callable[[Sequence[Any]], None]:
+        """`actor` decided `call` (or voted on it) with `decision`, as audited: the commands
+        that record it join `pipe` (the round trip of the decision's audit entry, first in it),
+        and what to do with their replies is returned (the figures, the alarm)."""
         now = time.time()  # as Slack's timestamps (the card's `shown`)
         shown = shown_at(call)
-        try:
-            noted = await self.store.note_decision(
-                actor.team_id, actor.user_id, now=now, shown=shown,
-                approve=decision in APPROVALS or decision == "vote", quick=s.stamp_seconds,
-                streak=s.stamp_streak,
-            )  # fmt: skip
-        except Exception:
-            log_failure(log, "could not record the attention of a decision on %s",
-                        call.approval_id)  # fmt: skip
-            return
-        channel = call.channel_id
-        card = await self.core.store.outbox.shown_one(
-            call.run_id, str(keys.Target("card", call.approval_id))
-        )
-        if shown:
-            metrics.REVIEW_SECONDS.labels(channel=channel).observe(max(0.0, now - shown))
-        if self._too_fast(card, noted):
-            metrics.REVIEW_TOO_FAST.labels(channel=channel).inc()
-        if card.folded and not await self.store.viewed(call.approval_id, actor.user_id):
-            metrics.REVIEW_UNOPENED.labels(channel=channel).inc()
-        if noted.alarmed:
-            await self._alarm(actor, call, noted.alarmed)
+        token = self.store.decision_in(
+            pipe, actor.team_id, actor.user_id, run_id=call.run_id,
+            approval_id=call.approval_id, at=now, shown=shown, approve=decision in APPROVALS,
+        )  # fmt: skip
 
-    def _too_fast(self, card: Shown, noted: Noted) -> bool:
+        def then(replies: Sequence[Any]) -> None:
+            try:
+                noted = self.store.noted(replies, token, self.settings.stamp_seconds)
+                self._figures(actor, call, noted, waited=now - shown if shown else None)
+            except Exception:
+                log_failure(log, "could not count the attention of a decision on %s",
+                            call.approval_id)  # fmt: skip
+
+        return then
+
+    def _figures(
+        self, actor: Actor, call: CallRecord, noted: Noted, *, waited: float | None
+    ) -> None:
+        channel = call.channel_id
+        if waited is not None:
+            metrics.REVIEW_SECONDS.labels(channel=channel).observe(max(0.0, waited))
+        if self._too_fast(noted):
+            metrics.REVIEW_TOO_FAST.labels(channel=channel).inc()
+        if noted.card.folded and not noted.opened:
+            metrics.REVIEW_UNOPENED.labels(channel=channel).inc()
+        threshold = self.settings.stamp_streak
+        if threshold and noted.streak == threshold:
+            self.core.spawn(self._alarm(actor, call, noted.streak), name="rubber-stamp")
+
+    def _too_fast(self, noted: Noted) -> bool:
         """Decided in less time than its card takes to read (unknown: not counted)."""
+        chars = noted.card.card_chars
         return (
             noted.attention is not None
-            and card.card_chars > 0
-            and noted.attention < self.settings.read_seconds(card.card_chars)
+            and chars > 0
+            and noted.attention < self.settings.read_seconds(chars)
         )
 
     async def _alarm(self, actor: Actor, call: CallRecord, streak: int) -> None:
         s = self.settings
+        await self.store.restart_streak(actor.team_id, actor.user_id)
         metrics.RUBBER_STAMPS.labels(channel=call.channel_id).inc()
         detail = f"{streak} approvals in a row, each within {s.stamp_seconds:g} s"
         await self.core.audit(

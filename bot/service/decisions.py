@@ -28,6 +28,7 @@ from bot.service.replies import (
     already_text,
 )
 from bot.store import keys
+from bot.store.calls import Then
 from bot.store.grants import Grant, GrantStore, grant_detail, grant_values
 from bot.store.records import (
     AlreadyDecided,
@@ -50,8 +51,10 @@ HOLD_REPLY_SECONDS = 3600
 
 # Records a person's answer to a question (`Questions.answer`): (actor, approval id, text).
 Answer = Callable[[Actor, str, str], Awaitable[Reply]]
-# Told of each decision or vote a person made (`bot.service.attention`): (actor, call, decision).
-Attended = Callable[[Actor, CallRecord, str], None]
+# Records the attention behind each decision or vote a person made, in the round trip of its
+# audit entry (`bot.service.attention`): (pipeline, actor, call, decision) -> what to do with
+# the replies.
+Attended = Callable[[Any, Actor, CallRecord, str], Then]
 
 TYPE_FIRST = (
     "This call needs typed confirmation: click Approve on its card and type the value it asks for."
@@ -225,14 +228,16 @@ class Decisions:
         )
         decision = ("always_" if always else "") + ("approve" if approve else "reject")
 
-        def audited(pipe: Any, result: DecideResult) -> None:
-            """The decision's (or vote's) audit entry, sent with the write that follows it."""
+        def audited(pipe: Any, result: DecideResult) -> Then | None:
+            """The decision's (or vote's) audit entry, sent with the write that follows it, and
+            (first in that round trip) what records the attention it got."""
             if isinstance(result, Voted):
                 kind, detail = AuditKind.APPROVAL_VOTE, f"{result.votes} of {result.required}"
             elif isinstance(result, Decided):
                 kind, detail = AuditKind.DECIDED, ""
             else:
-                return
+                return None
+            then = self.attended(pipe, actor, call, decision) if self.attended else None
             self.core.audit_in(
                 pipe, kind, call=call, actor=actor, decision=decision, detail=detail,
                 text=reason.strip(),  # the decider's reason: free text
@@ -246,6 +251,7 @@ class Decisions:
                     pipe, AuditKind.GRANT_MADE, call=call, actor=actor, decision="approve",
                     detail=grant_detail(grant), text=grant_values(grant),
                 )  # fmt: skip
+            return then
 
         result = await self.store.decide(
             approval_id,
@@ -278,8 +284,6 @@ class Decisions:
                 AuditKind.REFUSED, call=call, actor=actor, decision=decision, detail=reply.text
             )
             return reply
-        if self.attended is not None:
-            self.attended(actor, call, decision)
         if isinstance(result, Voted):
             return reply  # audited; the card shows the vote (decide.lua marked it in the outbox)
         assert isinstance(result, Decided)

@@ -86,8 +86,8 @@ RunPosted = Callable[[Any, RunRecord], None]
 # A run whose message Slack has not taken for this long starts without it (its tools get no
 # thread); a message Slack refuses for good stops the run instead.
 START_WITHOUT_MESSAGE = 30.0
-# A call's card was posted: (run, approval id, its characters, its arguments folded).
-CardPosted = Callable[[RunRecord, str, int, bool], None]
+# A call's card was posted: (run, the call, its characters, its arguments folded).
+CardPosted = Callable[[RunRecord, CallRecord, int, bool], None]
 
 
 def _digest(text: str, body: list[dict[str, Any]]) -> str:
@@ -632,6 +632,7 @@ class Projector:
         current = shown.get(target, Shown())
         thread = ""
         urgency: Urgency | None = None  # as its kind says, unless it shows only a status
+        card_call: CallRecord | None = None  # a card's call
         if kind == "run":
             ended = run.status in ("finished", "failed")  # nothing more to gather
             wait = self._run_wait(run, mark.since) if current.ts and not ended else 0.0
@@ -663,6 +664,7 @@ class Projector:
                 # status) arrives in a moment, and goes to Slack in the same pass as the card.
                 return mark.since + self.gather - time.time()
             text, body = card.approval_message(run, call, when(call.decided_at), context)
+            card_call = call
         elif kind == "remind":  # a reminder or an escalation, in the card's thread
             approval_id, which = keys.Target.parse(target).reminder
             call = await self.store.get_call(approval_id)
@@ -800,6 +802,8 @@ class Projector:
                 )
                 current.ts = str(response["ts"])
                 await self._posted(run, target, current.ts, digest, mark, payload)
+                if kind == "card" and self.card_posted is not None and card_call is not None:
+                    self.card_posted(run, card_call, *card_reading(payload))
                 return None
         except Exception as exc:
             # Slack's limit is per method and channel (posts) or workspace (updates): every
@@ -999,13 +1003,10 @@ class Projector:
                 run.run_id, ts, (lambda pipe: posted(pipe, run)) if posted is not None else None
             )
         elif kind == "card":  # indexed for thread replies (idempotent)
-            approval_id = keys.Target.parse(target).id
-            await self.store.set_call_message(approval_id, run.channel_id, ts)
+            await self.store.set_call_message(keys.Target.parse(target).id, run.channel_id, ts)
             if body is not None:
                 chars, folded = card_reading(body)
                 shown.reading = f"{chars}{'f' if folded else ''}"
-                if self.card_posted is not None:
-                    self.card_posted(run, approval_id, chars, folded)
         elif kind == "review":
             await self.store.set_run_fields(run.run_id, review_ts=ts)
         if mark is None:

@@ -1,53 +1,34 @@
-"""How closely each person reviews: who opened what lies behind a card, and each person's run
-of quick approvals (the rubber-stamp alarm, `bot.service.attention`).
+"""How closely each person reviews: who opened what lies behind a card, and each person's
+latest decisions (the rubber-stamp alarm, `bot.service.attention`).
 
 - `ab:{run}:call:<token>:viewers` (set, the call's retention): who opened Show all or the
   conversation of the call (the audit trail says when; this set answers at decision time).
-- `ab:attention:<team>:<user>` (hash, a day after the person's last decision): `last`, when
-  they last decided something, and `streak`, their approvals in a row that each came quickly.
-  One script reads and writes it, so two decisions of one person (two tabs, a batch) count
-  once each.
+- `ab:attention:<team>:<user>` (list, a day after the person's last decision): their latest
+  decisions, newest first, `<time> <card shown> <a|r> <id>` each, at most `KEPT`.
+
+A decision's reads and writes here ride in the round trip that writes its audit entry (`*_in`:
+commands added to that pipeline, their replies read back by `noted`), so a decision costs no
+round trip more for them.
 """
 
 from __future__ import annotations
 
+import math
+import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as redis
 
 from bot.store import keys
 from bot.store.keys import PREFIX
+from bot.store.outbox import Shown
 from bot.store.scripts import text
 
-KEEP_STREAK_SECONDS = 86400
-
-# KEYS[1] the person's hash; ARGV: now, shown (0: unknown), approve (1/0), quick seconds,
-# streak that raises the alarm (0: never), keep (s). The attention a decision got is the time
-# since the card was shown or since the person's previous decision, whichever is shorter (a
-# backlog read one card after another: each card had the time since the one before). A quick
-# approval adds to the streak, anything else ends it; at the threshold the alarm is raised and
-# the streak starts again. Returns {attention (ms, -1: unknown), streak, alarmed}.
-_NOTE = """
-local now, shown = tonumber(ARGV[1]), tonumber(ARGV[2])
-local last = tonumber(redis.call('HGET', KEYS[1], 'last') or '0') or 0
-local attention = -1
-if shown > 0 then attention = now - shown end
-if last > 0 and (attention < 0 or now - last < attention) then attention = now - last end
-local streak = 0
-if ARGV[3] == '1' and attention >= 0 and attention <= tonumber(ARGV[4]) then
-  streak = (tonumber(redis.call('HGET', KEYS[1], 'streak') or '0') or 0) + 1
-end
-local alarmed = 0
-local threshold = tonumber(ARGV[5])
-if threshold > 0 and streak >= threshold then
-  alarmed = streak
-  streak = 0
-end
-redis.call('HSET', KEYS[1], 'last', ARGV[1], 'streak', streak)
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[6]))
-if attention >= 0 then attention = math.floor(attention * 1000 + 0.5) end
-return {attention, streak, alarmed}
-"""
+KEEP_SECONDS = 86400
+# The commands `decision_in` adds to a pipeline, whose replies `noted` reads (in that order).
+DECISION_COMMANDS = 6
 
 
 def viewers_key(approval_id: str) -> str:
@@ -59,24 +40,65 @@ def person_key(team: str, user: str) -> str:
 
 
 @dataclass(frozen=True)
+class Past:
+    """One of a person's latest decisions."""
+
+    at: float
+    shown: float  # when its card was shown (0: unknown)
+    approve: bool
+    token: str
+
+
+def _past(value: Any) -> Past | None:
+    parts = text(value).split(" ")
+    if len(parts) != 4:
+        return None
+    try:
+        return Past(float(parts[0]), float(parts[1]), parts[2] == "a", parts[3])
+    except ValueError:
+        return None
+
+
+def attention_of(latest: Sequence[Past], index: int) -> float | None:
+    """The seconds decision `index` of `latest` (newest first) had its card's attention: since
+    the card was shown, or since the decision before it when that is shorter (a backlog read
+    one card after another); None: neither is known."""
+    now = latest[index]
+    found = now.at - now.shown if now.shown else math.inf
+    if index + 1 < len(latest):
+        found = min(found, now.at - latest[index + 1].at)
+    return None if math.isinf(found) else max(0.0, found)
+
+
+def streak_of(latest: Sequence[Past], quick: float) -> int:
+    """Approvals in a row, newest first, each with at most `quick` seconds of attention."""
+    count = 0
+    for index, past in enumerate(latest):
+        seconds = attention_of(latest, index)
+        if not past.approve or seconds is None or seconds > quick:
+            break
+        count += 1
+    return count
+
+
+@dataclass(frozen=True)
 class Noted:
-    """What one decision did to its decider's record."""
+    """What a decision's round trip found: the attention it got, its decider's streak of
+    quick approvals, the card's reading, and whether the decider opened what it hides."""
 
     attention: float | None
-    """Seconds the card had the decider's attention (see `_NOTE`); None: unknown."""
     streak: int
-    """Quick approvals in a row, this one included (0: it was not one)."""
-    alarmed: int
-    """The streak that raised the alarm now (0: none)."""
+    card: Shown
+    opened: bool
 
 
 class AttentionStore:
-    """Viewers of calls, and each person's streak of quick approvals."""
+    """Viewers of calls, and each person's latest decisions."""
 
-    def __init__(self, client: redis.Redis, *, retention_seconds: int) -> None:
+    def __init__(self, client: redis.Redis, *, retention_seconds: int, kept: int = 31) -> None:
         self.redis = client
         self.retention = retention_seconds
-        self._note = client.register_script(_NOTE)
+        self.kept = kept  # decisions kept per person: the alarm's streak, and one before it
 
     async def add_viewer(self, approval_id: str, user: str) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -84,28 +106,37 @@ class AttentionStore:
             pipe.expire(viewers_key(approval_id), self.retention)
             await pipe.execute()
 
-    async def viewed(self, approval_id: str, user: str) -> bool:
-        """Whether `user` opened what lies behind the call's card."""
-        return bool(await self.redis.sismember(viewers_key(approval_id), user))
+    def decision_in(
+        self, pipe: Any, team: str, user: str, *, run_id: str, approval_id: str, at: float,
+        shown: float, approve: bool,
+    ) -> str:  # fmt: skip
+        """Add to `pipe` the `DECISION_COMMANDS` commands that record a person's decision (at
+        `at`, on a card shown at `shown`, 0: unknown) and read back what `noted` needs; returns
+        the entry's token (to find it among the replies)."""
+        token = secrets.token_hex(4)
+        key = person_key(team, user)
+        pipe.lpush(key, f"{at:.3f} {shown:.3f} {'a' if approve else 'r'} {token}")
+        pipe.ltrim(key, 0, self.kept - 1)
+        pipe.expire(key, KEEP_SECONDS)
+        pipe.lrange(key, 0, self.kept - 1)
+        pipe.hget(keys.shown_key(run_id), str(keys.Target("card", approval_id)))
+        pipe.sismember(viewers_key(approval_id), user)
+        return token
 
-    async def note_decision(
-        self,
-        team: str,
-        user: str,
-        *,
-        now: float,
-        shown: float,
-        approve: bool,
-        quick: float,
-        streak: int,
-    ) -> Noted:
-        """Record a person's decision (at `now`; the card shown at `shown`, 0: unknown);
-        `quick`: the most seconds of attention an approval may have had to count towards the
-        streak; `streak`: the run of them that raises the alarm (0: never)."""
-        reply = await self._note(
-            keys=[person_key(team, user)],
-            args=[f"{now:.3f}", f"{shown:.3f}", "1" if approve else "0", quick, streak,
-                  KEEP_STREAK_SECONDS],
-        )  # fmt: skip
-        attention, count, alarmed = (int(text(v)) for v in reply)
-        return Noted(None if attention < 0 else attention / 1000, count, alarmed)
+    @staticmethod
+    def noted(replies: Sequence[Any], token: str, quick: float) -> Noted:
+        """What `decision_in`'s commands found (`replies`: theirs, in order)."""
+        latest = [p for p in (_past(v) for v in replies[3] or []) if p is not None]
+        mine = next((i for i, p in enumerate(latest) if p.token == token), None)
+        since = latest[mine:] if mine is not None else []
+        card = Shown.decode(text(replies[4])) if replies[4] is not None else Shown()
+        return Noted(
+            attention=attention_of(since, 0) if since else None,
+            streak=streak_of(since, quick),
+            card=card,
+            opened=bool(replies[5]),
+        )
+
+    async def restart_streak(self, team: str, user: str) -> None:
+        """After an alarm: the next quick approvals count from none."""
+        await self.redis.delete(person_key(team, user))

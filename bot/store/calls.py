@@ -81,6 +81,10 @@ def read_context(raw: bytes | str | None) -> CallContext | None:
         return None
 
 
+# What to do with the replies of the commands a decision's `after` added (`Calls.decide`).
+Then = Callable[[Sequence[Any]], None]
+
+
 class Calls:
     """Reads and writes of a run's calls; a decision is one owner-checked script."""
 
@@ -277,7 +281,7 @@ class Calls:
         also: Sequence[str] = (),
         via: str = "",
         version: str = "",
-        after: Callable[[Any, DecideResult], None] | None = None,
+        after: Callable[[Any, DecideResult], Then | None] | None = None,
         enqueue: bool = False,
         pause: str = "",
     ) -> DecideResult:
@@ -291,7 +295,8 @@ class Calls:
         "": not checked): when the call was edited since, nothing is decided (`EDITED_SINCE`)
         and its card is redrawn.
         `after(pipe, result)`: writes to send with the index write that follows a recorded
-        decision or vote (an audit entry), in the same round trip. `enqueue`: when this was the
+        decision or vote (an audit entry), in the same round trip, first; it may return what
+        to do with the replies (all of them, its own first). `enqueue`: when this was the
         pause's last decision, its resume job (owned by `owner`) goes in that round trip too,
         after the due entry (a caller that settles several calls enqueues once itself), naming
         `pause` (the run's `calls` as the caller read them: the worker's take then reads the
@@ -326,9 +331,10 @@ class Calls:
         if text(reply[0]) == "edited":  # decide.lua marked the card: it is redrawn
             await self.outbox.schedule(run_id)
         if recorded:
+            then = None
             async with self.redis.pipeline(transaction=False) as pipe:
                 if after is not None:  # first: what it marks is delivered by the schedule
-                    after(pipe, result)
+                    then = after(pipe, result)
                 resumes = isinstance(result, Decided) and result.resume
                 # A resumed run's card waits for the resume (a pass now would only find that
                 # out, read for nothing and hand the run back, while the resume runs).
@@ -337,7 +343,9 @@ class Calls:
                     pipe.zadd(keys.DUE_RUNS, {run_id: float(now())})
                     if enqueue:  # last: a worker that takes it finds the due entry to clear
                         JobQueue.enqueue_in(pipe, "resume", run_id, owner, pause)
-                await pipe.execute()
+                replies = await pipe.execute()
+            if then is not None:
+                then(replies)
         return result
 
     async def redraw_card(self, approval_id: str) -> None:
