@@ -23,7 +23,7 @@ from bot.checks import load_settings_problems, redacted
 from bot.config import Settings
 from bot.learning import backtest, suggest
 from bot.learning.history import History, read_history
-from bot.learning.report import SECTIONS, report_data, report_text
+from bot.learning.report import SECTIONS, TABLES, Options, report_csv, report_data, report_text
 from bot.service.policy import Policy, PolicyError, load_policy
 from bot.store.audit import offline_trail
 from bot.store.connection import RedisUnavailable
@@ -64,7 +64,14 @@ def register(sub: Any) -> None:
     report.add_argument("sections", nargs="*", metavar="SECTION", help="default: all")
     _window(report)
     report.add_argument("--limit", type=int, default=20, help="calls listed per list (0: all)")
-    report.add_argument("--json", action="store_true", help="print JSON")
+    report.add_argument("--channel", default="", help="only this channel (its id, e.g. C0123)")
+    shape = report.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="print JSON")
+    shape.add_argument(
+        "--csv",
+        action="store_true",
+        help="print one table as CSV (sections with a table: " + ", ".join(TABLES) + ")",
+    )
     report.set_defaults(func=_report)
     policy = sub.add_parser(
         "policy", help="learn from the audit trail: backtest a policy file, suggest rules"
@@ -148,15 +155,38 @@ def _report(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return CANNOT
+    table = _table(args.sections) if args.csv else ""
+    if table is None:
+        return CANNOT
     settings = _settings()
     history = _history(settings, args.days) if settings is not None else None
-    if history is None:
+    if settings is None or history is None:
         return CANNOT
-    if args.json:
-        print(json.dumps(report_data(history, args.sections), ensure_ascii=True))
+    options = Options(
+        limit=args.limit,
+        channel=args.channel.strip(),
+        read_chars_per_second=settings.review_read_chars_per_second,
+    )
+    if table:
+        sys.stdout.write(report_csv(history, table, options))
+    elif args.json:
+        print(json.dumps(report_data(history, args.sections, options), ensure_ascii=True))
     else:
-        print("\n".join(report_text(history, args.sections, limit=args.limit)))
+        print("\n".join(report_text(history, args.sections, options)))
     return 0
+
+
+def _table(names: list[str]) -> str | None:
+    """The one section `--csv` prints (None: said why on stderr)."""
+    named = names or TABLES
+    if len(named) != 1 or named[0] not in TABLES:
+        print(
+            f"--csv prints one table: name one of {', '.join(TABLES)} "
+            f"(e.g. approval-bot report {TABLES[0]} --csv).",
+            file=sys.stderr,
+        )
+        return None
+    return named[0]
 
 
 def _backtest(args: argparse.Namespace) -> int:

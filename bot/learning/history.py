@@ -1,4 +1,5 @@
-"""The decided calls and the shadow verdicts of the audit trail, as typed records.
+"""The decided calls, the shadow verdicts and the review entries of the audit trail, as typed
+records.
 
 A call is settled by one of the entries `bot.service.audit.REPLAYED` names, which keep what a
 backtest needs: the call's subject as the policy judged it, when it was requested, where and by
@@ -90,12 +91,41 @@ class ShadowEntry:
     detail: str
 
 
+# The entries that say how closely people review (bot/service/attention.py), besides the
+# decisions: a card posted (folded or whole, its characters), a person who opened what lies
+# behind a card, a quorum vote, a rubber-stamp alarm.
+REVIEWED: frozenset[str] = frozenset(
+    {AuditKind.CARD_SHOWN, AuditKind.VIEWED, AuditKind.APPROVAL_VOTE, AuditKind.RUBBER_STAMP}
+)
+
+
+@dataclass(frozen=True)
+class ReviewEntry:
+    """One of the `REVIEWED` entries."""
+
+    at: float
+    kind: str
+    decision: str  # card_shown: folded | whole; viewed: show_all | conversation; a vote's
+    user: str  # who viewed, voted or was alarmed ("" for card_shown)
+    team: str
+    channel: str
+    approval_id: str
+    detail: str  # card_shown: "<n> characters"
+
+    @property
+    def chars(self) -> int:
+        """A card_shown entry's characters (0: unknown)."""
+        first = self.detail.split(" ", 1)[0]
+        return int(first) if first.isdigit() else 0
+
+
 @dataclass
 class History:
     """What one read of the trail found."""
 
     decided: list[DecidedCall] = field(default_factory=list)
     shadows: list[ShadowEntry] = field(default_factory=list)
+    reviews: list[ReviewEntry] = field(default_factory=list)
     entries: int = 0  # entries read, of every kind
     since: float = 0.0
     until: float = 0.0
@@ -110,6 +140,8 @@ class History:
         shadow = shadow_entry(entry)
         if shadow is not None:
             self.shadows.append(shadow)
+        elif entry.get("kind", "") in REVIEWED:
+            self.reviews.append(review_entry(entry))
 
     @property
     def replayable(self) -> list[DecidedCall]:
@@ -201,6 +233,19 @@ def shadow_entry(entry: dict[str, str]) -> ShadowEntry | None:
         channel=entry.get("channel", ""),
         agent=entry.get("agent", ""),
         tool=entry.get("tool", ""),
+        detail=entry.get("detail", ""),
+    )
+
+
+def review_entry(entry: dict[str, str]) -> ReviewEntry:
+    return ReviewEntry(
+        at=_number(entry.get("time", "")),
+        kind=entry.get("kind", ""),
+        decision=entry.get("decision", ""),
+        user=entry.get("user", ""),
+        team=entry.get("team", ""),
+        channel=entry.get("channel", ""),
+        approval_id=entry.get("approval_id", ""),
         detail=entry.get("detail", ""),
     )
 

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from bot.learning.history import read_history
-from bot.learning.report import report_text
+from bot.learning.report import Options, report_text
 from bot.store.audit import AuditLog
 
 SHADOW_RULES = """\
@@ -31,7 +31,7 @@ def report_page(trail: Callable[[], AuditLog]) -> Callable[[web.Request], Awaita
 
     async def report(_: web.Request) -> web.Response:
         history = await read_history(trail(), since=0.0, until=time.time())
-        text = "\n".join(report_text(history, [], limit=0)) + "\n"
+        text = "\n".join(report_text(history, [], Options(limit=0))) + "\n"
         return web.Response(
             text=text, content_type="text/plain", headers={"X-Content-Type-Options": "nosniff"}
         )

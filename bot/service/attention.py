@@ -8,7 +8,7 @@ trip that writes its audit entry (no round trip more), the time the card had the
 read one card after another), compared with the time the card takes to read (its characters
 at `read_chars_per_second`). An approver whose approvals come quickly `stamp_streak` times in a
 row (each within `stamp_seconds`) is told privately, and the alarm is audited (`rubber_stamp`),
-so the channel's report shows it. `approval-bot report reviewers` reads the same entries back.
+so the channel's report shows it. `approval-bot report reviews` reads the same entries back.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from bot.store.records import CallRecord, RunRecord
 
 log = logging.getLogger(__name__)
 
-# What a view or a card is audited as, for the report (`bot.learning.reviewers`).
+# What a view or a card is audited as, for the report (`bot.learning.reviews`).
 SHOW_ALL = "show_all"
 CONVERSATION = "conversation"
 FOLDED = "folded"  # a card's arguments were folded (it offered Show all)

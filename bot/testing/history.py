@@ -118,6 +118,24 @@ class HistoryWriter:
         fields = audit_fields(kind=AuditKind.SHADOW, call=shadowed, decision=would, detail=detail)
         self.pending.append((at, AuditKind.SHADOW, fields))
 
+    def shown(self, call: CallRecord, chars: int, *, folded: bool = False, at: float) -> None:
+        """`call`'s card was posted at `at`: `chars` characters, its arguments folded or not
+        (as the projector's hook audits it: `card_shown`)."""
+        fields = audit_fields(kind=AuditKind.CARD_SHOWN, call=call,
+                              decision="folded" if folded else "whole",
+                              detail=f"{chars} characters")  # fmt: skip
+        self.pending.append((at, AuditKind.CARD_SHOWN, fields))
+
+    def person(
+        self, kind: AuditKind, call: CallRecord, by: str, decision: str, *, at: float,
+        detail: str = "",
+    ) -> None:  # fmt: skip
+        """An entry of `by` about `call`: `viewed` (show_all, conversation), `approval_vote`
+        (approve), `rubber_stamp` (alarm), as the service audits them."""
+        actor = Actor(self.team, by, "")
+        fields = audit_fields(kind=kind, call=call, actor=actor, decision=decision, detail=detail)
+        self.pending.append((at, kind, fields))
+
     def raw(self, at: float, kind: str, fields: dict[str, str]) -> None:
         """Any entry, as given (an entry of an older version, another kind)."""
         self.pending.append((at, kind, fields))
