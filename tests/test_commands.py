@@ -82,7 +82,11 @@ async def test_duplicate_event_deliveries_are_ignored(redis_url: str) -> None:
 
 
 async def test_a_run_whose_job_was_never_enqueued_is_picked_up(redis_url: str) -> None:
-    """The process that created a run stopped before enqueueing its job: the sweeper does."""
+    """The process that created a run stopped before enqueueing its job: the sweeper does.
+
+    This bot's projector would enqueue it too, once it has posted the run's message (a run
+    starts once its message is shown, `Runs.start_in`); that post hangs here until the sweep
+    is done, so the start the worker takes can only be the sweeper's."""
     ledger = Ledger()
     ops, _ = ops_agent([[assistant_message("one")], [assistant_message("two")]], ledger)
     async with BotHarness(redis_url, ops, POLICY) as bot:
@@ -91,24 +95,33 @@ async def test_a_run_whose_job_was_never_enqueued_is_picked_up(redis_url: str) -
         await bot.idle()
         service = bot.runtime.service
         store = service.store
-        stamp = f"{time.time() - 120:.3f}"
+        stamp = f"{time.time() - 120:.3f}"  # due for two minutes
+        # Created now: the projector does not start it without its message (as it would once
+        # Slack has failed it for `START_WITHOUT_MESSAGE`) while the test looks.
+        created = f"{time.time():.3f}"
+        bot.slack_api.hang("chat.postMessage", times=1000, when=lambda p: "left behind" in str(p))
 
-        def run(owner: str) -> RunRecord:
+        def run(owner: str, task: str) -> RunRecord:
             return RunRecord(
                 run_id=keys.new_run_id(), team_id="T0TEST", user_id="U1", channel_id="C1",
-                agent_name="ops", task="t", status="running", owner=owner,
-                message_ts=bot.run_message().ts, created_at=stamp, updated_at=stamp,
+                agent_name="ops", task=task, status="running", owner=owner,
+                message_ts=bot.run_message().ts, created_at=created, updated_at=stamp,
             )  # fmt: skip
 
-        stalled = run("deadbeef0000:1234")  # never taken by any worker
-        taken = run("deadbeef0000:5678/worker:1")  # a worker has it: its lease decides
+        stalled = run("deadbeef0000:1234", "left behind")  # never taken by any worker
+        taken = run("deadbeef0000:5678/worker:1", "taken")  # a worker has it: its lease decides
         for record in (stalled, taken):
             await store.create_run(record)
         assert await service.requeue_stalled(older_than=60) == 1
+
+        async def finished() -> bool:
+            done = await store.get_run(stalled.run_id)
+            return done is not None and done.status == "finished"
+
+        await wait_until(finished, timeout=30, what="the swept run to finish")
+        bot.slack_api.release()  # its message is posted (the start that follows it is a no-op)
         await bot.idle()
-        done = await store.get_run(stalled.run_id)
         still = await store.get_run(taken.run_id)
-        assert done is not None and done.status == "finished"
         assert still is not None and still.status == "running"
         # A duplicate job for an execution already taken does nothing.
         await bot.runtime.queue.enqueue("start", stalled.run_id, "deadbeef0000:1234")
