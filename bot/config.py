@@ -15,6 +15,8 @@ from urllib.parse import urlparse
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bot.weekly import parse_schedule
+
 ENV_FILE_VARIABLE = "APPROVAL_BOT_ENV_FILE"
 DEFAULT_REJECTION_TEXT = (
     "A human reviewer rejected this tool call. Do not retry it; "
@@ -176,6 +178,9 @@ class Settings(BaseSettings):
         default=5.0, alias="APPROVAL_BOT_RUBBER_STAMP_SECONDS", ge=0
     )
     rubber_stamp_streak: int = Field(default=30, alias="APPROVAL_BOT_RUBBER_STAMP_STREAK", ge=0)
+    # The weekly review digest to each channel (bot/service/review_digest.py): off, weekly
+    # (Monday 09:00 UTC) or a day and a UTC time (fri 16:30).
+    review_digest: str = Field(default="off", alias="APPROVAL_BOT_REVIEW_DIGEST")
 
     # Operations: shutdown budget, logs, the metrics/health port of worker and Socket Mode.
     drain_seconds: float = Field(default=20.0, alias="APPROVAL_BOT_DRAIN_SECONDS", gt=0)
@@ -225,6 +230,12 @@ class Settings(BaseSettings):
         if not isinstance(logging.getLevelName(level), int):
             raise ValueError("use DEBUG, INFO, WARNING, ERROR or CRITICAL")
         return level
+
+    @field_validator("review_digest")
+    @classmethod
+    def _weekly(cls, value: str) -> str:
+        schedule = parse_schedule(value)
+        return str(schedule) if schedule is not None else "off"
 
     @field_validator("webhook_url")
     @classmethod

@@ -30,6 +30,7 @@ from bot.service.authorize import Authorizer
 from bot.service.foreground import Foreground
 from bot.service.limits import StartLimits
 from bot.service.policy_source import PolicySource
+from bot.service.review_digest import ReviewDigests
 from bot.service.worker import Worker
 from bot.slack.app import build_app, remember_auth_test
 from bot.slack.channels import SlackChannels
@@ -41,6 +42,7 @@ from bot.slack.notifier import SlackNotifier
 from bot.slack.oauth import Distribution
 from bot.slack.projector import Projector
 from bot.slack.render.base import use_slack_api
+from bot.slack.review_digest import DigestPoster
 from bot.slack.tokens import WorkspaceTokens
 from bot.slack.webapi import build_client
 from bot.stopping import cancel_and_wait
@@ -55,6 +57,7 @@ from bot.store.queue import JobQueue
 from bot.store.runs import RunStore
 from bot.store.webhooks import WebhookOutbox
 from bot.webhooks import WebhookSender
+from bot.weekly import parse_schedule
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +103,7 @@ class BotRuntime:
         self.service: ApprovalService
         self.app: AsyncApp
         self.distribution: Distribution | None = None  # OAuth distribution's parts, if set
+        self.digests: ReviewDigests | None = None  # the weekly review digest, when set
 
     def _distribution(self) -> Distribution:
         """OAuth distribution's parts (bot/slack/oauth.py): installations and states in
@@ -273,6 +277,13 @@ class BotRuntime:
         self._sweeper = asyncio.create_task(
             self.service.sweep_forever(s.job_lease_seconds), name="sweeper"
         )
+        schedule = parse_schedule(s.review_digest)
+        if schedule is not None:  # the weekly review digest, on the timer loop's passes
+            self.digests = ReviewDigests(
+                self.service.core, schedule, DigestPoster(self.client).post,
+                read_chars_per_second=s.review_read_chars_per_second,
+            )  # fmt: skip
+            self.service.timers.on_pass.append(self.digests.tick)
         self._timers = asyncio.create_task(
             self.service.timers_forever(every=s.timers_poll_seconds, lease=s.job_lease_seconds),
             name="timers",

@@ -12,15 +12,25 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 
-from bot.learning.reviews import CSV_COLUMNS, percentile
+from bot.learning.reviews import CSV_COLUMNS, ReviewFigures, percentile
 from bot.service.audit import AuditKind, audit_fields
 from bot.service.ports import Actor
+from bot.slack.blocks import APPROVE
+from bot.slack.review_digest import digest_text
 from bot.store.audit import AuditLog
+from bot.store.digests import digest_key
+from bot.testing.clock import SkippingClock
+from bot.testing.harness import BotHarness, wait_until
 from bot.testing.history import TEAM, HistoryWriter
+from bot.weekly import DAYS, WEEK, Weekly, parse_schedule
+from tests.agents_for_tests import POLICY, Ledger, ops_agent
 from tests.forkserver import run_bot
+from tests.test_config import check
 from tests.test_policy_learning import command_env
+from tests.test_review_attention import deletes
 
 DAY = 86400.0
 
@@ -147,3 +157,96 @@ def test_percentiles_are_by_nearest_rank() -> None:
     twenty = [float(n) for n in range(20, 0, -1)]
     assert (percentile(twenty, 0.5), percentile(twenty, 0.95)) == (10.0, 19.0)
     assert percentile([7.0], 0.95) == 7.0 and percentile([], 0.5) is None
+
+
+# The weekly digest -------------------------------------------------------------------------
+
+
+def digests(bot: BotHarness, channel: str = "C1") -> list[str]:
+    return [m.text for m in bot.slack_api.top_level(channel) if "Review digest" in m.text]
+
+
+async def passed(bots: list[BotHarness], due: float) -> None:
+    """Every replica's timer loop has looked past the digest's time (so a post it spawned is
+    among its background tasks), and each is idle."""
+    for bot in bots:
+        digest = bot.runtime.digests
+        assert digest is not None
+        await wait_until(lambda d=digest: d.due == due, what="the timer loop's pass")
+        await bot.idle()
+
+
+async def test_the_weekly_digest_is_posted_once_across_replicas(redis_url: str) -> None:
+    """Two replicas share Redis and Slack; the digest is set for ten minutes from now. People
+    decide through signed requests (two approvals raise the rubber-stamp alarm, then a
+    rejection); nothing is posted until the skipping clock passes the time, then the channel
+    gets one digest, whichever replica claimed it. A third replica started after the time
+    (within the day it would still send it) finds it claimed; the next week, with nothing
+    decided, posts nothing."""
+    clock = SkippingClock()
+    at = (clock.time() // 60 + 10) * 60
+    moment = time.gmtime(at)
+    schedule = f"{DAYS[moment.tm_wday]} {moment.tm_hour:02d}:{moment.tm_min:02d}"
+    settings = {"review_digest": schedule, "rubber_stamp_streak": 2,
+                "rubber_stamp_seconds": 3600}  # fmt: skip
+    agent, _ = ops_agent(deletes(3), Ledger())
+    async with (
+        BotHarness(redis_url, agent, POLICY, settings=settings, clock=clock) as one,
+        BotHarness(redis_url, agent, POLICY, settings=settings, clock=clock,
+                   slack=one.slack_api) as two,
+    ):  # fmt: skip
+        assert one.runtime.settings.review_digest == schedule
+        await one.slack.command("clean up", user="U1", channel="C1")
+        first, second, third = await one.wait_for_cards(3)
+        assert (await one.click(first, APPROVE, user="U2")).status == 200
+        assert (await two.click(second, APPROVE, user="U2")).status == 200
+        await two.reject(third, user="U2", reason="not this one")
+        await one.wait_for_status("finished")
+        await passed([one, two], at)
+        assert digests(one) == []
+        clock.advance(at - clock.time() + 1)
+        await passed([one, two], at + WEEK)
+        [digest] = digests(one)
+        assert await one.runtime.redis.get(digest_key(at)) is not None
+        for line in ("*Everyone*: 3 decisions (2 approved, 1 rejected); time to decision p50 ",
+                     "<@U2>: 3 decisions (2 approved, 1 rejected); time to decision p50 ",
+                     "; 1 rubber-stamp alarm\n",
+                     "`approval-bot report reviews --channel C1`"):  # fmt: skip
+            assert line in digest
+        assert "<@U1>" not in digest  # the starter decided nothing
+        async with BotHarness(redis_url, agent, POLICY, settings=settings, clock=clock,
+                              slack=one.slack_api) as three:  # fmt: skip
+            await passed([three], at + WEEK)
+        clock.advance(WEEK)
+        await passed([one, two], at + 2 * WEEK)
+        assert len(digests(one)) == 1
+        assert await one.runtime.redis.get(digest_key(at + WEEK)) is not None  # claimed, empty
+
+
+def test_the_digest_escapes_what_it_shows() -> None:
+    odd = ReviewFigures(channel="C1", approver="<!channel>&", approvals=1, seconds=[3.0])
+    text = digest_text("C1<!here>", [odd], 1_800_000_000.0)
+    assert "<!channel>" not in text and "<!here>" not in text
+    assert "`&lt;!channel&gt;&amp;`: 1 decision (1 approved, 0 rejected)" in text
+    assert "reviews --channel C1&lt;!here&gt;" in text
+
+
+def test_a_time_of_the_week() -> None:
+    assert parse_schedule("off") is None and parse_schedule("") is None
+    assert str(parse_schedule("weekly")) == "mon 09:00"
+    assert parse_schedule(" Friday  16:30 ") == Weekly(4, 16 * 60 + 30)
+    for wrong in ("daily", "fri", "fri 24:00", "fri 9:5", "someday 09:00"):
+        with pytest.raises(ValueError, match="use off, weekly"):
+            parse_schedule(wrong)
+    thursday = 0.0  # 1 January 1970, 00:00 UTC
+    monday_nine = Weekly(0, 9 * 60)
+    assert monday_nine.last(thursday) == 4 * 86400 + 9 * 3600 - WEEK
+    assert monday_nine.last(4 * 86400 + 9 * 3600) == 4 * 86400 + 9 * 3600
+    assert Weekly(3, 0).last(thursday) == 0.0
+
+
+def test_a_digest_setting_that_is_not_a_time_of_the_week_is_refused(tmp_path: Path) -> None:
+    result = check(tmp_path, POLICY, APPROVAL_BOT_REVIEW_DIGEST="every day")
+    assert result.returncode == 1
+    assert "APPROVAL_BOT_REVIEW_DIGEST" in result.stderr
+    assert "use off, weekly (Monday 09:00 UTC) or a day and a UTC time" in result.stderr

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from logging import WARNING
 
 from bot.engine.questions import QUESTION_KIND
@@ -42,6 +43,9 @@ class Timers:
         self.core = core
         self.store = core.store
         self._timers_stop: asyncio.Event | None = None
+        # Called on each pass of the loop, on the same clock (the weekly review digest): each
+        # must return at once (what takes time, it spawns).
+        self.on_pass: list[Callable[[], None]] = []
 
     def stop_timers(self) -> None:
         """Ask `timers_forever` to return (a cancellation that lands inside a Redis command
@@ -65,6 +69,11 @@ class Timers:
                     wait = 0.0
             except Exception:
                 log_failure(log, "firing timers failed; retrying", level=WARNING)
+            for hook in self.on_pass:
+                try:
+                    hook()
+                except Exception:
+                    log_failure(log, "a timer loop's hook failed", level=WARNING)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), wait)
 
