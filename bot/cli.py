@@ -18,15 +18,44 @@ from typing import Any
 
 import redis
 
-from bot.checks import collect_problems, load_settings_problems, redacted, redis_survey
-from bot.config import Settings
+from bot.checks import (
+    collect_problems,
+    load_settings_problems,
+    policy_placeholders,
+    redacted,
+    redis_survey,
+)
+from bot.config import Settings, export_openai
 from bot.engine.registry import AgentLoadError, AgentRegistry
 from bot.learning import commands as learning_commands
 from bot.service.policy import PolicyError, load_policy
 from bot.store.connection import RedisUnavailable
 
 
+def _check_policy(path: Path) -> int:
+    """`check --policy FILE`: the policy alone, as CI checks it (no Slack secrets, no Redis, no
+    agents needed)."""
+    try:
+        policy = load_policy(path)
+    except PolicyError as exc:
+        print(f"{len(exc.problems)} problem(s) found in {path}:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 1
+    placeholders = policy_placeholders(policy)
+    if placeholders:
+        print(f"1 problem found in {path}:\n  - {placeholders[0]}", file=sys.stderr)
+        return 1
+    print(
+        f"OK: policy {path} with {len(policy.channels)} channel(s), {len(policy.tools)} tool "
+        f"rule(s) and {len(policy.workspaces)} workspace section(s)."
+    )
+    return 0
+
+
 def _check(args: argparse.Namespace) -> int:
+    if args.policy is not None:
+        return _check_policy(Path(args.policy))
     settings, problems = collect_problems(socket_mode=args.socket)
     if problems:
         print(f"{len(problems)} problem(s) found:", file=sys.stderr)
@@ -48,6 +77,12 @@ def _check(args: argparse.Namespace) -> int:
         except (redis.RedisError, OSError) as exc:
             print(f"Redis: answers PING, but could not be surveyed ({type(exc).__name__}).")
     return 0
+
+
+TRY_THE_SANDBOX = (
+    "To try the bot first, with nothing to set up (no Slack app, no model key): `make sandbox` "
+    "(or `approval-bot sandbox`), then open http://127.0.0.1:3000."
+)
 
 
 def run_loop(main: Coroutine[Any, Any, None], loop: str) -> None:
@@ -75,6 +110,8 @@ def _launch(
         print(f"The {what} cannot start:", file=sys.stderr)
         for problem in problems:
             print(f"  - {problem}", file=sys.stderr)
+        if slack_transport:
+            print(TRY_THE_SANDBOX, file=sys.stderr)
         return 1
 
     async def main() -> None:
@@ -236,12 +273,15 @@ def _audit(args: argparse.Namespace) -> int:
     return asyncio.run(_export_audit(settings, since, until, args.format))
 
 
-def _configure_logging(args: argparse.Namespace) -> None:
-    """`--log-level` (before or after the command) wins over APPROVAL_BOT_LOG_LEVEL; the format
-    is APPROVAL_BOT_LOG_FORMAT. Invalid settings are reported by the command itself."""
+def _prepare(args: argparse.Namespace) -> None:
+    """Logging: `--log-level` (before or after the command) wins over APPROVAL_BOT_LOG_LEVEL;
+    the format is APPROVAL_BOT_LOG_FORMAT. The OpenAI key and URL of `.env` are put where the
+    SDK reads them. Invalid settings are reported by the command itself."""
     from bot.logs import configure_logging
 
     settings, _ = load_settings_problems()
+    if settings is not None:
+        export_openai(settings)
     level = args.log_level or args.top_log_level or (settings.log_level if settings else "INFO")
     configure_logging(level, settings.log_format if settings else "text")
 
@@ -255,17 +295,25 @@ def _log_level(text: str) -> str:
 
 def _ops_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--log-level", type=_log_level, default=None, help="default: APPROVAL_BOT_LOG_LEVEL, INFO"
+        "--log-level",
+        type=_log_level,
+        default=None,
+        metavar="LEVEL",
+        help="default: APPROVAL_BOT_LOG_LEVEL, INFO",
     )
     parser.add_argument(
         "--metrics-port",
         type=int,
         default=None,
+        metavar="PORT",
         help="port of /metrics, /healthz and /readyz in worker and Socket Mode "
         "(default: APPROVAL_BOT_METRICS_PORT, 9090; 0: none)",
     )
     parser.add_argument(
-        "--metrics-host", default=None, help="default: APPROVAL_BOT_METRICS_HOST, 127.0.0.1"
+        "--metrics-host",
+        default=None,
+        metavar="HOST",
+        help="default: APPROVAL_BOT_METRICS_HOST, 127.0.0.1",
     )
 
 
@@ -278,9 +326,17 @@ def _token_key(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Every command and option of `approval-bot`."""
     parser = argparse.ArgumentParser(prog="approval-bot", description=__doc__)
-    parser.add_argument("--log-level", dest="top_log_level", type=_log_level, default=None)
+    parser.add_argument(
+        "--log-level",
+        dest="top_log_level",
+        type=_log_level,
+        default=None,
+        metavar="LEVEL",
+        help="DEBUG, INFO, WARNING, ERROR or CRITICAL (default: APPROVAL_BOT_LOG_LEVEL, INFO)",
+    )
     parser.set_defaults(log_level=None)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the bot")
@@ -299,14 +355,24 @@ def main(argv: list[str] | None = None) -> int:
     worker.set_defaults(func=_worker)
     check = sub.add_parser("check", help="validate configuration, agents and policy")
     check.add_argument("--socket", action="store_true", help="check for Socket Mode")
+    check.add_argument(
+        "--policy",
+        default=None,
+        metavar="FILE",
+        help="check only this policy file: no Slack secrets, Redis or agents needed (for CI)",
+    )
     check.set_defaults(func=_check)
     sandbox = sub.add_parser(
         "sandbox", help="try the bot in a browser: a local Slack stand-in, no Slack app needed"
     )
     sandbox.add_argument("--host", default="127.0.0.1")
     sandbox.add_argument("--port", type=int, default=3000)
-    sandbox.add_argument("--agents", default=None, help="package.module:attr (default: examples)")
-    sandbox.add_argument("--policy", default=None, help="a policy file (default: the sandbox's)")
+    sandbox.add_argument(
+        "--agents", default=None, metavar="MODULE:ATTR", help="default: the example agents"
+    )
+    sandbox.add_argument(
+        "--policy", default=None, metavar="FILE", help="a policy file (default: the sandbox's)"
+    )
     sandbox.add_argument(
         "--offline", action="store_true", help="use the demo model even with OPENAI_API_KEY set"
     )
@@ -316,13 +382,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     key.set_defaults(func=_token_key)
     audit = sub.add_parser("audit", help="export the audit trail")
-    audit.add_argument("--since", default="30d", help="date, time or age (default 30d)")
-    audit.add_argument("--until", default=None)
+    audit.add_argument(
+        "--since", default="30d", metavar="WHEN", help="date, time or age (default 30d)"
+    )
+    audit.add_argument("--until", default=None, metavar="WHEN", help="date, time or age")
     audit.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
     audit.set_defaults(func=_audit)
     learning_commands.register(sub)
-    args = parser.parse_args(argv)
-    _configure_logging(args)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _prepare(args)
     return int(args.func(args))
 
 

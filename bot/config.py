@@ -139,6 +139,10 @@ class Settings(BaseSettings):
     # The timer loop looks for due timers at least this often (and wakes for the earliest one
     # it knows of): the delay before a timer set by another process, or moved, fires.
     timers_poll_seconds: float = Field(default=1.0, alias="APPROVAL_BOT_TIMERS_POLL_SECONDS", gt=0)
+    # While Slack refuses the bot token (auth.test), it is asked again this often.
+    slack_auth_retry_seconds: float = Field(
+        default=5.0, alias="APPROVAL_BOT_SLACK_AUTH_RETRY_SECONDS", gt=0
+    )
 
     # What one person or one channel may cost (0: no limit).
     user_starts_per_minute: float = Field(
@@ -221,6 +225,9 @@ class Settings(BaseSettings):
         default=None, alias="APPROVAL_BOT_TRACE_SENSITIVE_DATA"
     )
     tracing_api_key: SecretStr | None = Field(default=None, alias="APPROVAL_BOT_TRACING_API_KEY")
+    # The OpenAI client reads these from the process environment; `.env` is honoured too
+    # (`export_openai`, before anything builds a client).
+    openai_api_key: SecretStr | None = Field(default=None, alias="OPENAI_API_KEY")
     openai_base_url: str | None = Field(default=None, alias="OPENAI_BASE_URL")
 
     @field_validator("log_level")
@@ -376,6 +383,16 @@ def env_file() -> str | None:
     """The `.env` file to read: `.env` in the working directory unless APPROVAL_BOT_ENV_FILE
     names another; empty means none (tests set it, so a developer's `.env` never leaks in)."""
     return os.environ.get(ENV_FILE_VARIABLE, ".env") or None
+
+
+def export_openai(settings: Settings) -> None:
+    """Put OPENAI_API_KEY and OPENAI_BASE_URL, when only `.env` sets them, into the process
+    environment, where the Agents SDK and the OpenAI client look (a variable already set in
+    the environment wins, as it does for every setting)."""
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+    for name, value in (("OPENAI_API_KEY", key), ("OPENAI_BASE_URL", settings.openai_base_url)):
+        if value and name not in os.environ:
+            os.environ[name] = value
 
 
 def load_settings() -> Settings:

@@ -201,6 +201,8 @@ def test_serve_and_worker_answer_with_the_same_list(tmp_path: Path, command: lis
     assert "Redis does not answer" in err
     assert "APPROVAL_BOT_MAX_TURNS" in err
     assert "OPENAI_API_KEY is not set" in err
+    # The one thing that works at once is offered where Slack settings are what is missing.
+    assert ("`make sandbox`" in err) == (command[0] == "serve")
 
 
 def test_the_lull_maximum_stays_below_the_ack_budget() -> None:
@@ -287,3 +289,92 @@ def test_allow_edit_defaults_by_kind_of_call() -> None:
         assert not rule.editable(kind)
     set_rule = policy.rule_for(channel="C1", agent="ops", tool="sh")
     assert set_rule is not None and set_rule.editable("shell")
+
+
+def test_openai_settings_in_dotenv_are_honoured(tmp_path: Path) -> None:
+    """compose.yml says to put OPENAI_API_KEY in `.env`: `make run` reads it there too."""
+    (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-from-dotenv-1234\n")
+    slack = {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s"}
+    result = check(tmp_path, POLICY, APPROVAL_BOT_ENV_FILE=".env", **slack)
+    assert result.returncode == 0, result.stderr
+    assert "sk-from-dotenv" not in result.stdout + result.stderr
+    (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-...\n")  # the placeholder is judged too
+    placeholder = check(tmp_path, POLICY, APPROVAL_BOT_ENV_FILE=".env", **slack)
+    assert "OPENAI_API_KEY still holds a placeholder" in placeholder.stderr
+    # Without it, in `.env` or the environment, the check says so (as before).
+    (tmp_path / ".env").write_text("APPROVAL_BOT_LOG_LEVEL=INFO\n")
+    missing = check(tmp_path, POLICY, APPROVAL_BOT_ENV_FILE=".env", **slack)
+    assert "OPENAI_API_KEY is not set" in missing.stderr
+
+
+TYPOS = """\
+tools:
+  - match: delete_*
+    requierd_approvals: 2
+channels:
+  C0AAAAAAA:
+    aprovers: [U0AAAAAAA]
+    starters: [bob]
+defaults:
+  allow_self_approval: maybe
+  timerz: 3
+"""
+
+
+def test_check_policy_alone_for_ci(tmp_path: Path) -> None:
+    """`check --policy FILE` needs no Slack secrets, Redis or agents; its findings come in the
+    file's order, and a misspelled key is told the key it was meant to be."""
+    policy = tmp_path / "candidate.yml"
+    policy.write_text(TYPOS)
+    env = base_env(tmp_path, None, APPROVAL_BOT_AGENTS="no_such_module:agents",
+                   REDIS_URL="redis://127.0.0.1:1/0")  # fmt: skip
+    bad = run_bot(["check", "--policy", str(policy)], env=env, cwd=tmp_path)
+    assert bad.returncode == 1
+    found = [line for line in bad.stderr.splitlines() if line.startswith("  - ")]
+    lines = [int(line.split(":")[1]) for line in found]
+    assert lines == sorted(lines) and len(found) == 6, bad.stderr
+    assert f"6 problem(s) found in {policy}" in bad.stderr
+    text = bad.stderr
+    assert "'requierd_approvals' (did you mean `required_approvals`?)" in text
+    assert f"{policy}:6: channels.C0AAAAAAA.aprovers: unknown key 'aprovers' (did you mean " \
+        "`approvers`?)" in text  # fmt: skip
+    assert "'timerz' (see the policy reference)" in text  # nothing close enough to guess
+    assert "SLACK_" not in text and "Redis" not in text and "no_such_module" not in text
+
+    policy.write_text("channels:\n  C0AAAAAAA:\n    approvers: [U0AAAAAAA]\n")
+    good = run_bot(["check", "--policy", str(policy)], env=env, cwd=tmp_path)
+    assert good.returncode == 0, good.stderr
+    assert good.stdout.startswith(f"OK: policy {policy} with 1 channel(s)")
+
+    policy.write_text((ROOT / "policy.example.yml").read_text())
+    example = run_bot(["check", "--policy", str(policy)], env=env, cwd=tmp_path)
+    assert example.returncode == 1 and "example ids" in example.stderr
+
+
+def test_help_names_each_option_value_plainly() -> None:
+    """`--log-level LEVEL`, not the `TOP_LOG_LEVEL` of its destination: every option that takes
+    a value shows a short word for it, in every command."""
+    import argparse
+
+    from bot.cli import build_parser
+
+    def parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+        found = [parser]
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for child in action.choices.values():
+                    found += parsers(child)
+        return found
+
+    shown = {}
+    for parser in parsers(build_parser()):
+        for action in parser._actions:
+            if action.option_strings and action.nargs != 0:
+                metavar = action.metavar or action.dest.upper()
+                shown[f"{parser.prog} {action.option_strings[0]}"] = str(metavar)
+    odd = {option: metavar for option, metavar in shown.items() if "_" in metavar}
+    assert not odd
+    assert shown["approval-bot --log-level"] == "LEVEL"
+    assert shown["approval-bot serve --log-level"] == "LEVEL"
+    assert shown["approval-bot check --policy"] == "FILE"
+    assert "--log-level LEVEL" in build_parser().format_help()

@@ -49,7 +49,11 @@ def _count(text: str) -> int:
 
 def _window(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--days", type=_days, default=30.0, help="the window: the last DAYS days (default 30)"
+        "--days",
+        type=_days,
+        default=30.0,
+        metavar="N",
+        help="the window: the last N days (default 30)",
     )
 
 
@@ -63,8 +67,12 @@ def register(sub: Any) -> None:
     )
     report.add_argument("sections", nargs="*", metavar="SECTION", help="default: all")
     _window(report)
-    report.add_argument("--limit", type=int, default=20, help="calls listed per list (0: all)")
-    report.add_argument("--channel", default="", help="only this channel (its id, e.g. C0123)")
+    report.add_argument(
+        "--limit", type=int, default=20, metavar="N", help="calls listed per list (0: all)"
+    )
+    report.add_argument(
+        "--channel", default="", metavar="CHANNEL", help="only this channel (its id, e.g. C0123)"
+    )
     shape = report.add_mutually_exclusive_group()
     shape.add_argument("--json", action="store_true", help="print JSON")
     shape.add_argument(
@@ -85,7 +93,9 @@ def register(sub: Any) -> None:
     )
     test.add_argument("candidate", help="the policy file to try (e.g. NEW.yml)")
     _window(test)
-    test.add_argument("--limit", type=int, default=20, help="calls listed per set (0: all)")
+    test.add_argument(
+        "--limit", type=int, default=20, metavar="N", help="calls listed per set (0: all)"
+    )
     test.add_argument("--json", action="store_true", help="print JSON")
     test.set_defaults(func=_backtest)
     advise = commands.add_parser(
@@ -96,10 +106,17 @@ def register(sub: Any) -> None:
     )
     _window(advise)
     advise.add_argument(
-        "--min-approvals", type=_count, default=5, help="approvals a pattern needs (default 5)"
+        "--min-approvals",
+        type=_count,
+        default=5,
+        metavar="N",
+        help="approvals a pattern needs (default 5)",
     )
     advise.add_argument(
-        "--policy", default=None, help="the policy in force (default: APPROVAL_BOT_POLICY)"
+        "--policy",
+        default=None,
+        metavar="FILE",
+        help="the policy in force (default: APPROVAL_BOT_POLICY)",
     )
     advise.set_defaults(func=_suggest)
 

@@ -49,6 +49,7 @@ from bot.service.conditions import (
     parse_condition,
 )
 from bot.service.during import During
+from bot.service.policy_keys import meant
 from bot.service.policy_lines import line_of, nodes_of
 from bot.service.replies import Text
 
@@ -593,7 +594,7 @@ def parse_policy(text: str, *, source: str = "policy") -> Policy:
             line = line_of(nodes, loc)
             return f"{source}:{line}" if line is not None else source
 
-        problems = []
+        problems: list[tuple[int, str]] = []  # (line, problem), told in the file's order
         for error in exc.errors():
             message = error["msg"]
             if error["type"] == "string_pattern_mismatch":
@@ -602,13 +603,18 @@ def parse_policy(text: str, *, source: str = "policy") -> Policy:
             if error["type"] == "value_error":
                 message = str(error["ctx"]["error"])
             if error["type"] == "extra_forbidden" and error["loc"]:
-                message = f"unknown key {str(error['loc'][-1])!r} (see the policy reference)"
+                guess = meant(Policy, error["loc"])
+                hint = f"did you mean `{guess}`?" if guess else "see the policy reference"
+                message = f"unknown key {str(error['loc'][-1])!r} ({hint})"
             if error["type"] == "value_error" and not error["loc"]:  # _timers_make_sense
                 for problem in message.split("; "):
-                    problems.append(f"{at(_loc_in(problem))}: {problem}")
+                    place = _loc_in(problem)
+                    problems.append((line_of(nodes, place) or 0, f"{at(place)}: {problem}"))
                 continue
-            problems.append(f"{at(error['loc'])}: {_location(error['loc'])}: {message}")
-        raise PolicyError(problems) from None
+            where = f"{at(error['loc'])}: {_location(error['loc'])}: {message}"
+            problems.append((line_of(nodes, error["loc"]) or 0, where))
+        problems.sort(key=lambda each: each[0])  # stable: one line's problems keep their order
+        raise PolicyError([problem for _, problem in problems]) from None
 
 
 def _loc_in(problem: str) -> tuple[int | str, ...]:
