@@ -9,7 +9,9 @@ the same value for them: aggregate them with `max`, not `sum`.
 from __future__ import annotations
 
 import contextlib
+import platform
 import time
+from importlib import metadata
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -17,6 +19,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
     disable_created_metrics,
     generate_latest,
 )
@@ -180,8 +183,59 @@ RUBBER_STAMPS = Counter(
     registry=REGISTRY,
 )
 
+# The kinds of request Slack sends, as the ack histogram labels them (anything else: "other").
+ACK_KINDS = (
+    "command",
+    "block_actions",
+    "view_submission",
+    "view_closed",
+    "block_suggestion",
+    "event_callback",
+    "shortcut",
+    "message_action",
+)
+ACK_SECONDS = Histogram(
+    "approval_bot_ack_seconds",
+    "From a Slack request's arrival to this process's answer, by kind of request (command, "
+    "block_actions, view_submission, event_callback, ...). Slack counts an answer after 3 s "
+    "as failed; the bot answers by APPROVAL_BOT_ACK_BUDGET_SECONDS.",
+    ["kind"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0),
+    registry=REGISTRY,
+)
+SLACK_AUTH_OK = Gauge(
+    "approval_bot_slack_auth_ok",
+    "1 once Slack's auth.test accepted the bot token, 0 while it fails (the bot refuses every "
+    "request then, and /readyz answers 503). 1 under OAuth distribution (a token per workspace).",
+    registry=REGISTRY,
+)
+BUILD = Info(
+    "approval_bot_build",
+    "The running bot's version and the Python it runs on (the value is always 1).",
+    registry=REGISTRY,
+)
+
+
+def version() -> str:
+    """The installed package's version ("unknown" when run from a tree not installed)."""
+    try:
+        return metadata.version("slack-approval-bot")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+BUILD.info({"version": version(), "python": platform.python_version()})
+
 for _outcome in OUTCOMES:
     DECISIONS.labels(outcome=_outcome)
+for _kind in (*ACK_KINDS, "other"):
+    ACK_SECONDS.labels(kind=_kind)
+
+
+def acknowledged(body: dict[str, object], seconds: float) -> None:
+    """Observe the time one Slack request waited for its answer."""
+    kind = "command" if body.get("command") else str(body.get("type") or "")
+    ACK_SECONDS.labels(kind=kind if kind in ACK_KINDS else "other").observe(max(0.0, seconds))
 
 
 def decided(outcome: str, paused_at: float | str = "") -> None:

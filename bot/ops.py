@@ -3,7 +3,8 @@ HTTP server of their own in worker and Socket Mode processes (which receive noth
 
 - `/healthz` is liveness: 200 while the process serves requests, without touching Redis, so an
   orchestrator does not restart every replica while Redis is briefly away.
-- `/readyz` is readiness: 200 when Redis answers a PING within a second, 503 otherwise.
+- `/readyz` is readiness: 200 when Redis answers a PING within a second and Slack has accepted
+  the bot token (`auth.test`), 503 otherwise, saying which.
 - `/metrics` refreshes the gauges read from Redis (with the same short timeout), then renders.
 """
 
@@ -25,10 +26,16 @@ PROBE_SECONDS = 1.0
 
 Check = Callable[[], Awaitable[bool]]
 Refresh = Callable[[], Awaitable[None]]
+SlackProblem = Callable[[], "str | None"]
 
 
-def routes(ready: Check, refresh: Refresh) -> list[web.RouteDef]:
-    """The three endpoints; `ready` pings Redis, `refresh` updates the Redis-backed gauges."""
+def _no_problem() -> str | None:
+    return None
+
+
+def routes(ready: Check, refresh: Refresh, slack: SlackProblem = _no_problem) -> list[web.RouteDef]:
+    """The three endpoints; `ready` pings Redis, `refresh` updates the Redis-backed gauges,
+    `slack` says why Slack does not accept the token (None: it does)."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"ok": True})
@@ -38,9 +45,13 @@ def routes(ready: Check, refresh: Refresh) -> list[web.RouteDef]:
             up = await asyncio.wait_for(ready(), PROBE_SECONDS)
         except Exception:  # a timeout, or Redis refused
             up = False
-        if up:
-            return web.json_response({"ok": True, "redis": "up"})
-        return web.json_response({"ok": False, "redis": "unreachable"}, status=503)
+        problem = slack()
+        said = {
+            "ok": up and problem is None,
+            "redis": "up" if up else "unreachable",
+            "slack": "up" if problem is None else f"auth.test failed: {problem}",
+        }
+        return web.json_response(said, status=200 if said["ok"] else 503)
 
     async def scrape(_: web.Request) -> web.Response:
         try:
@@ -61,10 +72,17 @@ class PortUnavailable(ApprovalBotError):
 class OpsServer:
     """The small HTTP server of a process without a Slack HTTP endpoint."""
 
-    def __init__(self, host: str, port: int, ready: Check, refresh: Refresh) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        ready: Check,
+        refresh: Refresh,
+        slack: SlackProblem = _no_problem,
+    ) -> None:
         self.host, self.port = host, port
         app = web.Application()
-        app.add_routes(routes(ready, refresh))
+        app.add_routes(routes(ready, refresh, slack))
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         self._started = False
 

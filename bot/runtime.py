@@ -36,7 +36,7 @@ from bot.slack.app import build_app, remember_auth_test
 from bot.slack.channels import SlackChannels
 from bot.slack.groups import SlackGroups
 from bot.slack.home import HomePublisher
-from bot.slack.installation import learn_installation, learn_once
+from bot.slack.installation import SlackAuth, learn_installation, learn_once
 from bot.slack.intake import Refusal, admit, bolt_request
 from bot.slack.notifier import SlackNotifier
 from bot.slack.oauth import Distribution
@@ -92,6 +92,7 @@ class BotRuntime:
         self._timers: asyncio.Task[None] | None = None
         self._worker_task: asyncio.Task[None] | None = None
         self._installation: asyncio.Task[None] | None = None
+        self.slack_auth = SlackAuth()  # whether Slack accepts the token (auth.test)
         self.worker: Worker | None = None
         self.projector: Projector
         self._projector_task: asyncio.Task[None] | None = None
@@ -220,6 +221,8 @@ class BotRuntime:
             interval=s.home_refresh_seconds,
             poll=s.home_poll_seconds,
         )
+        if self.distribution is not None:  # a token per workspace, each checked by Bolt
+            self.slack_auth = SlackAuth(accepted=True)
         secret = s.slack_signing_secret.get_secret_value() if s.slack_signing_secret else None
         if secret is not None or self.socket_mode:  # a worker-only process receives nothing
             self.app = build_app(
@@ -230,6 +233,7 @@ class BotRuntime:
                 ack_budget=s.ack_budget_seconds,
                 home=self.home,
                 distribution=self.distribution,
+                auth=self.slack_auth,
             )
         # Learned before serving when Slack answers; retried in the background if not (until
         # then every request is refused, closed). The Bolt app keeps the answer too.
@@ -237,9 +241,18 @@ class BotRuntime:
         answered = partial(remember_auth_test, app) if app is not None else None
         if self.distribution is not None:
             pass  # each request's workspace is found by Bolt's authorization
-        elif not await learn_once(self.client, authorizer, answered):
+        elif not await learn_once(
+            self.client, authorizer, answered, self.slack_auth, s.slack_auth_retry_seconds
+        ):
             self._installation = asyncio.create_task(
-                learn_installation(self.client, authorizer, answered=answered), name="auth.test"
+                learn_installation(
+                    self.client,
+                    authorizer,
+                    s.slack_auth_retry_seconds,
+                    answered=answered,
+                    auth=self.slack_auth,
+                ),
+                name="auth.test",
             )
         policy = await store.eviction_policy()
         if policy not in (None, "noeviction"):
@@ -370,6 +383,10 @@ class BotRuntime:
         """Redis answers (the probe of `/readyz`)."""
         return await self.service.store.ping()
 
+    def slack_problem(self) -> str | None:
+        """Why Slack does not accept the bot token (None once it does): `/readyz` says it."""
+        return self.slack_auth.problem
+
     async def refresh_gauges(self) -> None:
         """Read the shared state the gauges of `/metrics` describe."""
         store = self.service.store
@@ -391,7 +408,7 @@ class BotRuntime:
         if port == 0:
             return None
         host = host or self.settings.metrics_host
-        return ops.OpsServer(host, port, self.ready, self.refresh_gauges)
+        return ops.OpsServer(host, port, self.ready, self.refresh_gauges, self.slack_problem)
 
     # HTTP ---------------------------------------------------------------------------------
 
@@ -425,9 +442,8 @@ class BotRuntime:
             return await to_aiohttp_response(await flow.handle_callback(bolt_req))
 
         web_app = web.Application(client_max_size=1024 * 1024)
-        web_app.add_routes(
-            [web.post("/slack/events", events), *ops.routes(self.ready, self.refresh_gauges)]
-        )
+        operations = ops.routes(self.ready, self.refresh_gauges, self.slack_problem)
+        web_app.add_routes([web.post("/slack/events", events), *operations])
         if self.distribution is not None and getattr(self, "app", None) is not None:
             web_app.add_routes(
                 [web.get("/slack/install", oauth), web.get("/slack/oauth_redirect", oauth)]

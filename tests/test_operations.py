@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
+from platform import python_version
 from typing import Any
 
 import aiohttp
@@ -20,6 +22,7 @@ from bot.logs import configure_logging
 from bot.slack.blocks import APPROVE
 from bot.store.connection import EmbeddedRedis
 from bot.testing.harness import BotHarness, wait_until
+from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
 from tests.test_config import check
 
@@ -35,6 +38,9 @@ METRICS = {
     "approval_bot_slack_rate_limited_total": "Slack 429s",
     "approval_bot_resumes_total": "resumes",
     "approval_bot_run_failures_total": "failures",
+    "approval_bot_ack_seconds": "ack latency",
+    "approval_bot_build_info": "build info",
+    "approval_bot_slack_auth_ok": "Slack accepts the token",
 }
 
 
@@ -97,6 +103,13 @@ async def test_metrics_name_every_metric_and_follow_decisions(redis_url: str) ->
     assert moved("approval_bot_runs_started_total") == 1
     assert moved("approval_bot_run_failures_total") == 0
     assert value(after, "approval_bot_pending_calls") == 0
+    # Each of Slack's requests is timed to its answer: the command, the two clicks.
+    assert moved("approval_bot_ack_seconds_count", kind="command") == 1
+    assert moved("approval_bot_ack_seconds_count", kind="block_actions") == 2
+    assert moved("approval_bot_ack_seconds_bucket", kind="command", le="+Inf") == 1
+    build = {"version": metadata.version("slack-approval-bot"), "python": python_version()}
+    assert value(after, "approval_bot_build_info", **build) == 1
+    assert value(after, "approval_bot_slack_auth_ok") == 1
     assert ledger.names() == ["delete_logs"]
 
 
@@ -155,6 +168,70 @@ async def test_healthz_is_liveness_and_readyz_follows_redis(tmp_path: Any) -> No
                 assert "approval_bot_scrape_errors_total" in await response.text()
     finally:
         own.stop()
+
+
+async def test_while_slack_refuses_the_token_readyz_says_so_and_so_is_the_person_told(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Slack answers the bot's auth.test with `invalid_auth`, then accepts the token again:
+    not ready (and the gauge 0) until then, a command's author is told why in a sentence,
+    and the log has one line when it starts failing and one when it recovers, however often
+    the bot asked meanwhile."""
+    caplog.set_level(logging.INFO)
+    slack = FakeSlackAPI()
+    await slack.start()
+    refusing = {"auth.test"}
+    slack.fail_error = "invalid_auth"
+    slack.fail_when = lambda method, _: method in refusing
+    agent, _ = ops_agent(delete_steps(), Ledger())
+    retry = {"slack_auth_retry_seconds": 0.05}
+    try:
+        async with BotHarness(redis_url, agent, POLICY, slack=slack, settings=retry) as bot, \
+                aiohttp.ClientSession() as http:  # fmt: skip
+
+            async def readyz() -> tuple[int, dict[str, Any]]:
+                async with http.get(f"{bot.url}/readyz") as response:
+                    return response.status, await response.json()
+
+            assert await readyz() == (
+                503,
+                {"ok": False, "redis": "up", "slack": "auth.test failed: invalid_auth"},
+            )
+            _, found = await scrape(bot.url)
+            assert value(found, "approval_bot_slack_auth_ok") == 0
+            told = await bot.slack.command("clean", user="U1", channel="C1")
+            assert told.status == 200
+            assert told.json() == {"response_type": "ephemeral", "text": REFUSED}
+            # The bot keeps asking; the log does not repeat itself.
+            asked = len(slack.calls_to("auth.test"))
+            await wait_until(
+                lambda: len(slack.calls_to("auth.test")) >= asked + 3, what="auth.test retries"
+            )
+            lines = [r for r in caplog.records if r.name == "bot.slack.installation"]
+            assert [r.levelname for r in lines] == ["ERROR"]
+            assert "refuses the bot token (auth.test: invalid_auth)" in lines[0].getMessage()
+            assert "check SLACK_BOT_TOKEN" in lines[0].getMessage()
+            assert not [r for r in caplog.records if r.exc_info or (r is not lines[0]
+                        and r.levelno >= logging.ERROR)]  # fmt: skip
+            assert bot.slack_api.top_level() == []
+
+            refusing.clear()  # Slack accepts the token again
+            await wait_until(lambda: bot.runtime.slack_problem() is None, what="auth.test")
+            assert await readyz() == (200, {"ok": True, "redis": "up", "slack": "up"})
+            _, found = await scrape(bot.url)
+            assert value(found, "approval_bot_slack_auth_ok") == 1
+            lines = [r for r in caplog.records if r.name == "bot.slack.installation"]
+            assert [r.levelname for r in lines] == ["ERROR", "INFO"]
+            assert "accepts the bot token again" in lines[1].getMessage()
+            await bot.start_and_wait("clean", user="U1")  # and the bot works
+    finally:
+        await slack.stop()
+
+
+REFUSED = (
+    "The bot cannot act right now: Slack does not accept its token (invalid_auth). Please tell "
+    "whoever runs the bot to check SLACK_BOT_TOKEN; it works again as soon as Slack accepts it."
+)
 
 
 # Tracing --------------------------------------------------------------------------------------

@@ -31,9 +31,11 @@ from slack_bolt.middleware.authorization.async_single_team_authorization import 
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot import metrics
 from bot.service.approvals import ApprovalService
 from bot.service.foreground import Foreground
 from bot.slack.home import HomePublisher
+from bot.slack.installation import SlackAuth
 from bot.slack.listeners import actions, commands, events, middleware, views
 from bot.slack.listeners import questions as question_listeners
 from bot.slack.listeners.actions import FORM_FAILED, FORM_LATE, TRIGGER_SECONDS
@@ -75,10 +77,17 @@ class _BudgetedApp(AsyncApp):  # type: ignore[misc]
     a tracked task."""
 
     def __init__(
-        self, *, budget: float, spawn: Spawn, foreground: Foreground, **kwargs: Any
+        self,
+        *,
+        budget: float,
+        spawn: Spawn,
+        foreground: Foreground,
+        auth: SlackAuth | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.budget = budget
+        self._auth = auth
         self._spawn = spawn
         self._foreground = foreground
         # Listeners answer a little before the budget, so that their answer is the one sent.
@@ -95,6 +104,9 @@ class _BudgetedApp(AsyncApp):  # type: ignore[misc]
         received = loop.time()
         req.context[RECEIVED] = received
         req.context[DEADLINE] = received + self.budget - self._margin
+        if self._auth is not None and not self._auth.ok and not _before_auth(req.body):
+            metrics.acknowledged(req.body, loop.time() - received)
+            return _refused(req.body, self._auth.refusal())
         context = req.context
         # The request's workspace, from its signed body: every Web API call of its handling
         # (and of the tasks it starts) carries that workspace's token (bot/slack/serving.py).
@@ -104,7 +116,9 @@ class _BudgetedApp(AsyncApp):  # type: ignore[misc]
             task = asyncio.ensure_future(super().async_dispatch(req))
         await asyncio.wait({task}, timeout=self.budget)
         if task.done():
-            return task.result()
+            response: BoltResponse = task.result()
+            metrics.acknowledged(req.body, loop.time() - received)
+            return response
 
         async def finish() -> None:
             response = await task
@@ -115,7 +129,22 @@ class _BudgetedApp(AsyncApp):  # type: ignore[misc]
             )  # fmt: skip
 
         self._spawn(finish(), "late request")
+        metrics.acknowledged(req.body, loop.time() - received)
         return BoltResponse(status=200, body="")
+
+
+def _before_auth(body: dict[str, Any]) -> bool:
+    """Slack's own checks of the endpoint, answered whatever the token (by Bolt)."""
+    return body.get("type") == "url_verification" or body.get("ssl_check") == "1"
+
+
+def _refused(body: dict[str, Any], sentence: str) -> BoltResponse:
+    """While Slack refuses the bot token nothing can be done, and Bolt would ask Slack again
+    on every request (and answer with its own apology or an empty 200 and a traceback): a
+    command's author is told why, privately; other requests are acknowledged."""
+    if body.get("command"):
+        return BoltResponse(status=200, body={"response_type": "ephemeral", "text": sentence})
+    return BoltResponse(status=200, body="")
 
 
 def remember_auth_test(app: AsyncApp, reply: Any) -> None:
@@ -158,16 +187,19 @@ def build_app(
     ack_budget: float = ACK_BUDGET_SECONDS,
     home: HomePublisher | None = None,
     distribution: Distribution | None = None,
+    auth: SlackAuth | None = None,
 ) -> AsyncApp:
     """Wire Slack's commands, button clicks, modal submissions and thread replies: the app,
     its middleware and error handler, then each listener module's `register`. With
-    `distribution`, many workspaces install the app (bot/slack/oauth.py)."""
+    `distribution`, many workspaces install the app (bot/slack/oauth.py). With `auth`, every
+    request is refused (with a sentence) while Slack does not accept the bot token."""
     _quiet_token_warning(client.token)
     oauth = distribution.app_options(client) if distribution is not None else {}
     app = _BudgetedApp(
         budget=ack_budget,
         spawn=service.spawn,
         foreground=service.foreground,
+        auth=auth,
         client=client,
         signing_secret=signing_secret,
         request_verification_enabled=not socket_mode,
