@@ -9,6 +9,7 @@ import gc
 import logging
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -92,6 +93,7 @@ class BotRuntime:
         self._timers: asyncio.Task[None] | None = None
         self._worker_task: asyncio.Task[None] | None = None
         self._installation: asyncio.Task[None] | None = None
+        self._stopping = False
         self.slack_auth = SlackAuth()  # whether Slack accepts the token (auth.test)
         self.worker: Worker | None = None
         self.projector: Projector
@@ -237,23 +239,14 @@ class BotRuntime:
             )
         # Learned before serving when Slack answers; retried in the background if not (until
         # then every request is refused, closed). The Bolt app keeps the answer too.
-        app = getattr(self, "app", None)
-        answered = partial(remember_auth_test, app) if app is not None else None
-        if self.distribution is not None:
-            pass  # each request's workspace is found by Bolt's authorization
-        elif not await learn_once(
-            self.client, authorizer, answered, self.slack_auth, s.slack_auth_retry_seconds
-        ):
-            self._installation = asyncio.create_task(
-                learn_installation(
-                    self.client,
-                    authorizer,
-                    s.slack_auth_retry_seconds,
-                    answered=answered,
-                    auth=self.slack_auth,
-                ),
-                name="auth.test",
-            )
+        if self.distribution is None:  # else each request's workspace is found by Bolt
+            if not await learn_once(
+                self.client, authorizer, self._answered(), self.slack_auth,
+                s.slack_auth_retry_seconds,
+            ):  # fmt: skip
+                self._learn_again()
+            for client in (self.client, self.delivery_client):
+                client.token_refused = self._token_refused
         policy = await store.eviction_policy()
         if policy not in (None, "noeviction"):
             log.warning(
@@ -311,6 +304,33 @@ class BotRuntime:
             )
             self._worker_task = asyncio.create_task(self.worker.run(), name="worker")
 
+    def _answered(self) -> Callable[[Any], None] | None:
+        app = getattr(self, "app", None)
+        return partial(remember_auth_test, app) if app is not None else None
+
+    def _learn_again(self) -> None:
+        """Ask Slack's auth.test again, every APPROVAL_BOT_SLACK_AUTH_RETRY_SECONDS, until it
+        accepts the token (once at a time)."""
+        if self._stopping or (self._installation is not None and not self._installation.done()):
+            return
+        self._installation = asyncio.create_task(
+            learn_installation(
+                self.client,
+                self.service.authorizer,
+                self.settings.slack_auth_retry_seconds,
+                answered=self._answered(),
+                auth=self.slack_auth,
+            ),
+            name="auth.test",
+        )
+
+    def _token_refused(self, error: str) -> None:
+        """A Web API call was answered that the token is refused (revoked while the bot runs):
+        not ready, and nothing done, until auth.test accepts it again."""
+        every = self.settings.slack_auth_retry_seconds
+        self.slack_auth.failed(error, rejected=True, every=every, method="a Web API call")
+        self._learn_again()
+
     async def _start_webhooks(self) -> None:
         """The webhook delivery loop, when a webhook is configured (every process runs one;
         one at a time delivers). Its cursor is set before anything is served, so the first
@@ -347,6 +367,7 @@ class BotRuntime:
         def left() -> float:
             return max(0.0, deadline - loop.time())
 
+        self._stopping = True  # a token refused from now on starts no auth.test loop
         await _cancel(self._installation)
         # Finish in-flight runs while still heartbeating, so no other process takes them for
         # orphans; only then stop the loops.
@@ -385,7 +406,7 @@ class BotRuntime:
 
     def slack_problem(self) -> str | None:
         """Why Slack does not accept the bot token (None once it does): `/readyz` says it."""
-        return self.slack_auth.problem
+        return self.slack_auth.said()
 
     async def refresh_gauges(self) -> None:
         """Read the shared state the gauges of `/metrics` describe."""

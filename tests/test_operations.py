@@ -195,7 +195,7 @@ async def test_while_slack_refuses_the_token_readyz_says_so_and_so_is_the_person
 
             assert await readyz() == (
                 503,
-                {"ok": False, "redis": "up", "slack": "auth.test failed: invalid_auth"},
+                {"ok": False, "redis": "up", "slack": "token refused: invalid_auth"},
             )
             _, found = await scrape(bot.url)
             assert value(found, "approval_bot_slack_auth_ok") == 0
@@ -224,6 +224,53 @@ async def test_while_slack_refuses_the_token_readyz_says_so_and_so_is_the_person
             assert [r.levelname for r in lines] == ["ERROR", "INFO"]
             assert "accepts the bot token again" in lines[1].getMessage()
             await bot.start_and_wait("clean", user="U1")  # and the bot works
+    finally:
+        await slack.stop()
+
+
+async def test_a_token_revoked_while_the_bot_runs_is_told_as_at_start(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Slack starts refusing the token of a running bot (revoked): the first Web API call
+    answered so makes the bot not ready and refuse requests with the same sentence, until
+    auth.test accepts the token again; one log line each way."""
+    caplog.set_level(logging.INFO)
+    slack = FakeSlackAPI()
+    await slack.start()
+    refusing: set[str] = set()
+    slack.fail_error = "invalid_auth"
+    slack.fail_when = lambda method, _: bool(refusing)
+    agent, _ = ops_agent(delete_steps(), Ledger())
+    retry = {"slack_auth_retry_seconds": 0.05}
+    try:
+        async with BotHarness(redis_url, agent, POLICY, slack=slack, settings=retry) as bot, \
+                aiohttp.ClientSession() as http:  # fmt: skip
+
+            async def ready() -> tuple[int, str]:
+                async with http.get(f"{bot.url}/readyz") as response:
+                    return response.status, (await response.json())["slack"]
+
+            card = await bot.start_and_wait("clean", user="U1")
+            assert await ready() == (200, "up")
+            refusing.add("everything")  # the token is revoked
+            await bot.click(card, APPROVE, user="U2")  # the card's update is refused
+            await wait_until(
+                lambda: bot.runtime.slack_problem() is not None, what="the refusal to be seen"
+            )
+            assert await ready() == (503, "token refused: invalid_auth")
+            told = await bot.slack.command("clean", user="U1", channel="C1")
+            assert told.json()["text"] == REFUSED
+            lines = [r for r in caplog.records if r.name == "bot.slack.installation"]
+            assert [r.levelname for r in lines][-1:] == ["ERROR"]
+            assert "(a Web API call: invalid_auth)" in lines[-1].getMessage()
+            refused_at = len(lines)
+
+            refusing.clear()
+            await wait_until(lambda: bot.runtime.slack_problem() is None, what="auth.test")
+            assert await ready() == (200, "up")
+            lines = [r for r in caplog.records if r.name == "bot.slack.installation"]
+            assert [r.levelname for r in lines[refused_at:]] == ["INFO"]
+            assert "accepts the bot token again" in lines[-1].getMessage()
     finally:
         await slack.stop()
 

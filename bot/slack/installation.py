@@ -53,17 +53,27 @@ class SlackAuth:
         self.problem, self.rejected = None, False
         metrics.SLACK_AUTH_OK.set(1)
 
-    def failed(self, problem: str, *, rejected: bool, every: float) -> None:
+    def failed(
+        self, problem: str, *, rejected: bool, every: float, method: str = "auth.test"
+    ) -> None:
+        """`method` answered `problem` (Slack's error, or that it did not answer)."""
         if problem != self.problem:
             what = "refuses the bot token" if rejected else "did not answer"
             fix = "check SLACK_BOT_TOKEN" if rejected else "check the network and SLACK_API_URL"
             log.error(
-                "Slack %s (auth.test: %s): the bot refuses every request and /readyz answers "
-                "503 until it does; %s. Asking again every %g s (logged again only on a change).",
-                what, problem, fix, every,
+                "Slack %s (%s: %s): the bot refuses every request and /readyz answers 503 until "
+                "auth.test accepts it; %s. Asking again every %g s (logged again only on a "
+                "change).",
+                what, method, problem, fix, every,
             )  # fmt: skip
         self.problem, self.rejected = problem, rejected
         metrics.SLACK_AUTH_OK.set(0)
+
+    def said(self) -> str | None:
+        """What `/readyz` says of Slack: None once it accepts the token."""
+        if self.problem is None:
+            return None
+        return f"token refused: {self.problem}" if self.rejected else self.problem
 
     def refusal(self) -> str:
         """What the person who wrote to the bot meanwhile is told."""

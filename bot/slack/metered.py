@@ -8,6 +8,7 @@ workspaces, it is also where each call gets the token of the workspace it is for
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import aiohttp
@@ -21,6 +22,10 @@ from bot.slack.serving import SERVING, Team
 
 class TokenSource(Protocol):
     async def bot_token(self, team: Team) -> str: ...
+
+
+# Slack's answers that the bot token itself is refused (not: this call was wrong).
+TOKEN_REFUSED = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked"})
 
 
 class NotServing(ApprovalBotError):
@@ -37,9 +42,12 @@ def _carries_credentials(api_method: str, kwargs: dict[str, Any]) -> bool:
 
 class MeteredWebClient(AsyncWebClient):  # type: ignore[misc]
     """An AsyncWebClient that counts failed calls (by Slack's error) and HTTP 429s; with
-    `tokens`, each call carries the served workspace's token."""
+    `tokens`, each call carries the served workspace's token. `token_refused` is told Slack's
+    error when a call of the bot's one token is answered that the token is refused (revoked
+    while the bot runs): `/readyz` and the people then hear it (bot/slack/installation.py)."""
 
     tokens: TokenSource | None = None
+    token_refused: Callable[[str], None] | None = None
 
     async def api_call(self, api_method: str, **kwargs: Any) -> Any:
         if self.tokens is not None and not _carries_credentials(api_method, kwargs):
@@ -59,6 +67,9 @@ class MeteredWebClient(AsyncWebClient):  # type: ignore[misc]
                 metrics.SLACK_RATE_LIMITED.labels(method=api_method).inc()
                 error = error or "ratelimited"
             metrics.SLACK_API_ERRORS.labels(method=api_method, error=str(error or status)).inc()
+            refused = self.token_refused
+            if refused is not None and self.tokens is None and error in TOKEN_REFUSED:
+                refused(str(error))
             raise
         except (TimeoutError, aiohttp.ClientError):
             metrics.SLACK_API_ERRORS.labels(method=api_method, error="connection").inc()

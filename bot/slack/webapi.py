@@ -22,7 +22,6 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.http_retry.request import HttpRequest
 from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
-from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.errors import ApprovalBotError
 from bot.slack.metered import MeteredWebClient, NotServing, TokenSource
@@ -97,7 +96,7 @@ def build_client(
     timeout: int = 10,
     rate_limited: int = 1,
     tokens: TokenSource | None = None,
-) -> AsyncWebClient:
+) -> MeteredWebClient:
     """A client whose calls all go over `session` (pooled connections); `rate_limited`: how
     many times a call answered 429 is tried again after its `Retry-After`, inside the call;
     `tokens`: installed in many workspaces, each call's token (`token` is then None)."""
