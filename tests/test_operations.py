@@ -260,6 +260,12 @@ async def test_a_token_revoked_while_the_bot_runs_is_told_as_at_start(
             assert await ready() == (503, "token refused: invalid_auth")
             told = await bot.slack.command("clean", user="U1", channel="C1")
             assert told.json()["text"] == REFUSED
+            # A click meanwhile: its author is told too, beside the card (no token needed).
+            before = len(slack.responses)
+            await bot.click(card, APPROVE, user="U3")
+            await wait_until(lambda: len(slack.responses) > before, what="the clicker told")
+            assert slack.responses[-1]["text"] == REFUSED
+            assert slack.responses[-1]["replace_original"] is False
             lines = [r for r in caplog.records if r.name == "bot.slack.installation"]
             assert [r.levelname for r in lines][-1:] == ["ERROR"]
             assert "(a Web API call: invalid_auth)" in lines[-1].getMessage()

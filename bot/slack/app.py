@@ -106,7 +106,11 @@ class _BudgetedApp(AsyncApp):  # type: ignore[misc]
         req.context[DEADLINE] = received + self.budget - self._margin
         if self._auth is not None and not self._auth.ok and not _before_auth(req.body):
             metrics.acknowledged(req.body, loop.time() - received)
-            return _refused(req.body, self._auth.refusal())
+            sentence = self._auth.refusal()
+            respond = req.context.respond
+            if not req.body.get("command") and respond is not None:  # a click: its author
+                self._spawn(_tell(respond, sentence), "token refused")
+            return _refused(req.body, sentence)
         context = req.context
         # The request's workspace, from its signed body: every Web API call of its handling
         # (and of the tasks it starts) carries that workspace's token (bot/slack/serving.py).
@@ -141,10 +145,19 @@ def _before_auth(body: dict[str, Any]) -> bool:
 def _refused(body: dict[str, Any], sentence: str) -> BoltResponse:
     """While Slack refuses the bot token nothing can be done, and Bolt would ask Slack again
     on every request (and answer with its own apology or an empty 200 and a traceback): a
-    command's author is told why, privately; other requests are acknowledged."""
+    command's author is told why, privately, in the answer; a click's through its
+    `response_url` (`_tell`, which needs no token); other requests are acknowledged."""
     if body.get("command"):
         return BoltResponse(status=200, body={"response_type": "ephemeral", "text": sentence})
     return BoltResponse(status=200, body="")
+
+
+async def _tell(respond: Any, sentence: str) -> None:
+    """Say `sentence` privately to whoever clicked, beside the message they clicked."""
+    try:
+        await respond(text=sentence, response_type="ephemeral", replace_original=False)
+    except Exception as exc:
+        log.warning("could not tell a clicker that the bot cannot act (%s)", type(exc).__name__)
 
 
 def remember_auth_test(app: AsyncApp, reply: Any) -> None:
