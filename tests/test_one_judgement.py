@@ -29,7 +29,15 @@ import pytest
 
 from bot.service.judgement import Way
 from bot.service.policy_source import PolicySource
-from bot.slack.blocks import ALWAYS_APPROVE, APPROVE, CONFIRM_MODAL, EDIT, GRANT_MODAL
+from bot.slack.blocks import (
+    ALWAYS_APPROVE,
+    APPROVE,
+    BATCH_APPROVE,
+    BATCH_MODAL,
+    CONFIRM_MODAL,
+    EDIT,
+    GRANT_MODAL,
+)
 from bot.store import keys
 from bot.store.records import CallRecord, CallStatus, RunRecord, Snapshot
 from bot.testing.harness import BotHarness, edit_values, status_line, wait_until
@@ -67,6 +75,8 @@ TABLE: dict[str, dict[str, str]] = {
     "edited_call": {**STANDING, "scope": NO_GRANT},
     # `reject:` in the card's thread: one person rejects, and rejecting types nothing.
     "reply": {**PERSON, "quorum": DECIDED, "typed": DECIDED, "scope": NO_GRANT},
+    # Approve all (#33): each call as a click that typed nothing; `typed`: left out.
+    "batch": {**PERSON, "quorum": VOTE, "typed": REFUSED, "scope": NO_GRANT},
     "rule": {
         "none": DECIDED,
         "approvers": na("no person decides"),
@@ -102,6 +112,7 @@ WAYS = {
     "click": Way.CLICK, "vote": Way.CLICK, "home": Way.CLICK, "always": Way.ALWAYS,
     "grant": Way.GRANT, "grant_use": Way.GRANT_USE, "earlier_always": Way.EARLIER_ALWAYS,
     "edit": Way.EDIT, "edited_call": Way.EDITED_CALL, "reply": Way.REPLY, "rule": Way.RULE,
+    "batch": Way.BATCH,
 }  # fmt: skip
 
 QUORUM = "    required_approvals: 2\n"
@@ -381,6 +392,28 @@ async def reply(bench: Bench) -> str:
     return await bench.seen(approval, views)
 
 
+async def batch(bench: Bench) -> str:
+    """Approve all on the run message (its value: the run's id), then the form submitted once
+    `then` is in force; when no form opened (nothing the actor may decide), a crafted
+    submission naming the call: judged again, it decides nothing."""
+    card = await bench.card()
+    actor, approval = bench.cell.actor, approval_of(card)
+    views = len(bench.bot.slack_api.views)
+    run_message = bench.bot.run_message()
+    await bench.bot.slack.click(BATCH_APPROVE, approval.split(".")[0], user=actor, channel="C1",
+                                message_ts=run_message.ts)  # fmt: skip
+    await bench.bot.idle()
+    forms = [v["view"] for v in bench.bot.slack_api.views[views:]]
+    bench.change()
+    calls = [card.button_value(APPROVE)]
+    crafted = {"approve": True, "calls": calls, "left": [], "channel": "C1"}
+    view = forms[0] if forms else {"callback_id": BATCH_MODAL,
+                                   "private_metadata": json.dumps(crafted)}  # fmt: skip
+    sent = await bench.bot.slack.submit(view, {}, user=actor)
+    assert sent.status == 200
+    return await bench.seen(approval, views)
+
+
 async def rule(bench: Bench) -> str:
     if bench.cell.requirement != "policy_changed":
         await bench.bot.wait_for_status("finished")
@@ -433,6 +466,7 @@ DRIVERS: dict[str, Callable[[Bench], Awaitable[str]]] = {
     "edited_call": edited_call,
     "reply": reply,
     "rule": rule,
+    "batch": batch,
 }
 
 

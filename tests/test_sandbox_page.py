@@ -189,6 +189,30 @@ async def test_cards_from_start_to_outcome_in_the_browser(sandbox_url: str, tmp_
         await page.screenshot(path=shot("outcome"))
 
 
+async def test_approve_all_in_the_browser(sandbox_url: str, tmp_path: Path) -> None:
+    """A pause of two calls: the run message offers Approve all 2; its form lists each call
+    with what submitting does; submitted, it shows what was done, and each card says so."""
+    shot = shots(tmp_path)
+    async with browser_page(sandbox_url) as page:
+        await send(page, TASK)
+        await approve_count(page, 2)
+        await act_as(page, "U0BOB")
+        run = page.locator("#feed .msg", has_text="started agent").first
+        await run.locator("button[data-action-id=batch_approve]").click()
+        await page.wait_for_selector("#overlay.open >> text=calls at once")
+        form = await page.inner_text("#modal")
+        assert "restart_service" in form and "scale_service" in form and "Approve 2" in form
+        await page.screenshot(path=shot("batch"))
+        await page.click("#modal-submit")
+        await page.wait_for_selector("#overlay.open >> text=Approve all: done")
+        assert "Approved 2" in await page.inner_text("#modal")
+        await page.click("#overlay .mfoot button")
+        await page.wait_for_selector("#overlay.open", state="detached")
+        await page.wait_for_selector("#feed >> text=finished", timeout=20_000)
+        feed = await page.inner_text("#feed")
+        assert feed.count("(with other calls at once)") == 2
+
+
 async def test_the_agent_asks_first_and_acts_on_the_answer_in_the_browser(
     sandbox_url: str, tmp_path: Path
 ) -> None:

@@ -102,6 +102,7 @@ class Surface:
     triggers: dict[str, str] = field(default_factory=dict)  # trigger id -> user
     closed: set[int] = field(default_factory=set)  # indexes of views closed or submitted
     errors: dict[int, str] = field(default_factory=dict)  # view index -> error to show
+    updated: dict[int, dict[str, Any]] = field(default_factory=dict)  # index -> view shown now
     said: list[dict[str, Any]] = field(default_factory=list)  # people's messages {user, text, ts}
 
 
@@ -219,8 +220,9 @@ class Sandbox:
             if owner == user and index not in self.surface.closed:
                 modal = {
                     "index": index,
-                    "view": opened.get("view") or {},
+                    "view": self.surface.updated.get(index) or opened.get("view") or {},
                     "error": self.surface.errors.get(index, ""),
+                    "updated": index in self.surface.updated,  # (e.g. what a batch did)
                 }
         return {
             "channel": self.channel,
@@ -317,6 +319,8 @@ class Sandbox:
         answer = sent.json() if sent.text else None
         if isinstance(answer, dict) and answer.get("response_action") == "errors":
             self.surface.errors[index] = " ".join(str(v) for v in answer["errors"].values())
+        elif isinstance(answer, dict) and answer.get("response_action") == "update":
+            self.surface.updated[index] = dict(answer.get("view") or {})  # shown in its place
         else:
             self.surface.closed.add(index)
 

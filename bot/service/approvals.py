@@ -18,6 +18,7 @@ import logging
 from bot.engine.runner import Engine
 from bot.service.attention import Attention, AttentionSettings
 from bot.service.authorize import Authorizer
+from bot.service.batch import Batch
 from bot.service.core import ServiceCore
 from bot.service.decisions import Decisions
 from bot.service.details import Details
@@ -89,6 +90,7 @@ class ApprovalService:
             core, self.judgement, answer=self.questions.answer, attended=self.attention.decided_in
         )
         self.edits = Edits(core, self.decisions)
+        self.batch = Batch(core, self.judgement, self.decisions)
         self.timers = Timers(core)
         self.people = People(core, self.judgement)
         self.details = Details(core, self.judgement, viewed=self.attention.viewed)
@@ -131,6 +133,10 @@ class ApprovalService:
         self.thread_reply = self.decisions.thread_reply  # on a question's card: an answer
         self.confirm_reply = self.decisions.confirm_reply
         self.edit_form = self.edits.edit_form
+        # Approve all, Reject all (a pause's calls, or a selection on the App Home).
+        self.batch_form = self.batch.form
+        self.pause_batch_form = self.batch.pause_form
+        self.submit_batch = self.batch.submit
         self.submit_edit = self.edits.submit_edit
 
         # Questions (ask_human): the Answer form, its submission (thread replies above).

@@ -31,6 +31,7 @@ from bot.store import keys
 from bot.store.calls import Then
 from bot.store.grants import Grant, GrantStore, grant_detail, grant_values
 from bot.store.records import (
+    BY_BATCH,
     AlreadyDecided,
     CallRecord,
     Decided,
@@ -55,6 +56,10 @@ Answer = Callable[[Actor, str, str], Awaitable[Reply]]
 # audit entry (`bot.service.attention`): (pipeline, actor, call, decision) -> what to do with
 # the replies.
 Attended = Callable[[Any, Actor, CallRecord, str], Then]
+
+# What a decision made another way than a click is recorded as (`CallRecord.via`, and its audit
+# entry's detail: "by batch", "by reaction"): the card says so.
+VIA = {Way.BATCH: BY_BATCH}
 
 TYPE_FIRST = (
     "This call needs typed confirmation: click Approve on its card and type the value it asks for."
@@ -193,15 +198,18 @@ class Decisions:
         typed: str | None = None,
         scope: GrantScope | None = None,
         way: Way | None = None,
+        version: str = "",
     ) -> Reply:
         """Authorize and record one decision; resume the run if it was the pause's last.
         `typed`: the value typed in the confirmation modal (rules with `confirm: type`).
         `scope`: what the Always approve form chose (judged against the policy in force).
-        `way`: how it was asked (by default a click, Always, or a grant with a scope)."""
+        `way`: how it was asked (by default a click, Always, or a grant with a scope; a batch
+        or a reaction is recorded as such: `VIA`). `version`: the version token of what the
+        person saw ("": not checked)."""
         if way is None:
             grants = always and approve and scope is not None
             way = Way.GRANT if grants else Way.ALWAYS if always else Way.CLICK
-        attempt = Attempt(way, approve, typed=typed, scope=scope)
+        attempt = Attempt(way, approve, typed=typed, scope=scope, version=version)
         checked = await self._check(actor, approval_id, attempt)
         if isinstance(checked, TypeToConfirm):
             return Reply(False, TYPE_FIRST)
@@ -209,15 +217,17 @@ class Decisions:
             return checked
         call, run, allowed = checked
         return await self._record(
-            actor, call, run, approve=approve, always=always, reason=reason, grant=allowed.grant
-        )
+            actor, call, run, approve=approve, always=always, reason=reason, grant=allowed.grant,
+            version=version, via=VIA.get(way, ""),
+        )  # fmt: skip
 
     async def _record(
         self, actor: Actor, call: CallRecord, run: RunRecord, *, approve: bool, always: bool,
-        reason: str, version: str = "", grant: Grant | None = None,
+        reason: str, version: str = "", grant: Grant | None = None, via: str = "",
     ) -> Reply:  # fmt: skip
         """Record a checked decision exactly once (decide.lua), audit it, resume if it was the
-        pause's last; with `grant`, the grant is recorded with it (and on the call's card)."""
+        pause's last; with `grant`, the grant is recorded with it (and on the call's card).
+        `via`: a batch's or a reaction's decision (on the call, its card and its audit entry)."""
         approval_id = call.approval_id
         owner = self.core.new_owner()
         # A grant narrowed to some arguments' values must not become the run's Always for
@@ -237,6 +247,8 @@ class Decisions:
                 kind, detail = AuditKind.DECIDED, ""
             else:
                 return None
+            if via:  # "by batch", "by reaction"
+                detail = ", ".join(d for d in (detail, f"by {via}") if d)
             then = self.attended(pipe, actor, call, decision) if self.attended else None
             self.core.audit_in(
                 pipe, kind, call=call, actor=actor, decision=decision, detail=detail,
@@ -262,6 +274,7 @@ class Decisions:
             reason=reason.strip(),
             owner=owner,
             also=also,
+            via=via,
             version=version,
             after=audited,
             enqueue=True,

@@ -5,8 +5,8 @@ Every way a call can be approved or rejected asks `Judgement.settle`, naming its
 (`Way`): a click on the card or on the App Home (and a quorum's vote, which is a click), Always
 and the grant it may make, an Always decision made earlier in the run or a channel grant
 settling a later call, an edit and the agent's re-proposed call its one-shot approval settles,
-`reject:` in the card's thread, and the policy's automatic decision. A batch (approving several
-calls at once) will be one more `Way`: each of its calls judged as a click that typed nothing.
+`reject:` in the card's thread, the policy's automatic decision, and a batch (Approve all or
+Reject all: each of its calls judged as a click that typed nothing).
 
 The judgement reads the policy in force, the call as stored (its subject: what the tool will
 receive), and checks, in one order: who (the served workspace, the run's, the rule's approvers,
@@ -67,12 +67,20 @@ class Way(StrEnum):
     """`reject:` in the card's thread (a rejection only)."""
     RULE = "rule"
     """The policy's automatic decision (no actor)."""
+    BATCH = "batch"
+    """Approve all or Reject all (#33): each call of the batch as a click that typed nothing;
+    under a quorum, a vote; a call that needs a typed value is left out."""
 
 
 STANDING = (Way.EARLIER_ALWAYS, Way.GRANT_USE, Way.EDITED_CALL)
 """Ways that settle a call nobody looked at, by a decision made before: a refusal says why
 that decision no longer holds (`Refused.said`): it is dropped, and the call waits for a
 person."""
+
+
+UNTYPED = (Way.BATCH,)
+"""Ways that act as a click but cannot carry a typed value: a call under `confirm: type` is
+refused (left out of a batch), never approved."""
 
 
 @dataclass(frozen=True)
@@ -327,6 +335,12 @@ class Judgement:
             return Refused(
                 "This call needs typed confirmation, so it cannot be edited: approve or reject "
                 "it from its card.",
+                rule,
+            )
+        if attempt.way in UNTYPED:
+            return Refused(
+                "This call needs typed confirmation: click Approve on its card and type the "
+                "value it asks for.",
                 rule,
             )
         what = rule.confirm_value or "tool"

@@ -58,6 +58,17 @@ NARROW_BLOCK = "grant_narrow"
 NARROW_INPUT = "grant_narrow_input"
 GRANT_REVOKE = "grant_revoke"
 
+# Approve all and Reject all (#33): on a paused run's message (the value: the run's id), and on
+# the App Home (the calls chosen in its checkboxes); the form they open lists each call.
+BATCH_APPROVE = "batch_approve"
+BATCH_REJECT = "batch_reject"
+HOME_BATCH_APPROVE = "home_batch_approve"
+HOME_BATCH_REJECT = "home_batch_reject"
+BATCH_ACTIONS = (BATCH_APPROVE, BATCH_REJECT, HOME_BATCH_APPROVE, HOME_BATCH_REJECT)
+HOME_PICK_BLOCK = "home_pick"  # + ":<n>": a checkbox group of the Home's waiting calls
+HOME_PICK = "home_pick_calls"
+BATCH_MODAL = "batch_modal"
+
 VERSION_SEPARATOR = ":"  # never in an approval id (keys.APPROVAL_ID_RE)
 
 

@@ -54,6 +54,10 @@ EARLIER_ALWAYS = "always:"
 GRANTED = EARLIER_ALWAYS + "grant:"  # settled by a channel grant (also without a card)
 # `via` of a call settled by the one-shot approval of an edited call: "edit:<approval id>".
 EDITED_VIA = "edit:"
+# `via` of a call its decider settled with others at once (Approve all, Reject all), or by a
+# reaction on its card (#33): their own decision, made another way than a click.
+BY_BATCH = "batch"
+BY_REACTION = "reaction"
 
 _R = TypeVar("_R", "RunRecord", "CallRecord")
 

@@ -16,6 +16,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_sdk.errors import SlackApiError
 from slack_sdk.models.views import View
 
+from bot.service.batch import BatchForm
 from bot.service.edits import EditForm
 from bot.service.grants import ChooseScope
 from bot.service.ports import Actor
@@ -23,7 +24,7 @@ from bot.service.replies import RejectForm, Reply, TypeToConfirm
 from bot.slack import blocks
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import RECEIVED, Listener, actor_of, channel_of, left
-from bot.slack.render import details, grants, modals
+from bot.slack.render import batch, details, grants, modals
 from bot.slack.replies import shown
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,10 @@ def register(app: AsyncApp, deps: ListenerDeps) -> None:
     for action_id in (blocks.SHOW_ALL, blocks.SHOW_CONVERSATION):
         app.action(action_id)(details_listener)
     app.action(blocks.GRANT_REVOKE)(on_private_button(deps, "revoke grant", revoke_grant))
+    batch_listener = on_batch(deps)
+    for action_id in blocks.BATCH_ACTIONS:
+        app.action(action_id)(batch_listener)
+    app.action(blocks.HOME_PICK)(on_pick)
     reply_listener = on_private_button(deps, "reply answer", reply_answer)
     for action_id in (blocks.REPLY_REJECT, blocks.REPLY_KEEP):
         app.action(action_id)(reply_listener)
@@ -145,6 +150,76 @@ def on_decision(deps: ListenerDeps) -> Listener:
         deps.in_background(action_id, context, work(), tell, defer=True)
 
     return on_decision
+
+
+BATCH_LATE = (
+    "The form could not be opened in time (Slack allows three seconds after a click). Click "
+    "the button again."
+)
+BATCH_FAILED = "The form could not be opened (Slack answered `{error}`). Click the button again."
+
+
+def picked(body: dict[str, Any]) -> list[tuple[str, str]]:
+    """The calls chosen in the App Home's checkboxes (approval id, version each): only what
+    the signed request's view state holds, each judged again by the service."""
+    values = ((body.get("view") or {}).get("state") or {}).get("values") or {}
+    chosen = []
+    for block_id, inputs in values.items():
+        if not str(block_id).startswith(blocks.HOME_PICK_BLOCK) or not isinstance(inputs, dict):
+            continue
+        for option in (inputs.get(blocks.HOME_PICK) or {}).get("selected_options") or []:
+            if isinstance(option, dict):
+                chosen.append(blocks.approval_and_version(str(option.get("value", ""))))
+    return chosen
+
+
+async def on_pick(ack: AsyncAck) -> None:
+    """A box ticked on the App Home: nothing to do until Approve or Reject selected."""
+    await ack()
+
+
+def on_batch(deps: ListenerDeps) -> Listener:
+    """Approve all or Reject all on a paused run's message (the value: the run's id), or
+    Approve selected, Reject selected on the App Home (the boxes ticked): the form listing
+    each call opens with the click's trigger id (three seconds)."""
+
+    async def on_batch(ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext) -> None:
+        await ack()
+        action = (body.get("actions") or [{}])[0]
+        action_id = str(action.get("action_id", ""))
+        approve = action_id in (blocks.BATCH_APPROVE, blocks.HOME_BATCH_APPROVE)
+        actor = actor_of(context, body)
+        channel = channel_of(body, context)
+        tell = deps.teller(channel, actor.user_id)
+        received = float(context.get(RECEIVED) or asyncio.get_running_loop().time())
+        trigger_id = str(body.get("trigger_id", ""))
+        if action_id in (blocks.BATCH_APPROVE, blocks.BATCH_REJECT):
+            checked = deps.service.pause_batch_form(
+                actor, str(action.get("value", "")), approve=approve
+            )
+        else:
+            checked = deps.service.batch_form(actor, picked(body), approve=approve)
+
+        async def work() -> None:
+            deadline = received + TRIGGER_SECONDS
+
+            async def refused(form: BatchForm | Reply) -> None:
+                if isinstance(form, Reply) and not form.ok:
+                    tell(shown(form))
+
+            form = await deps.by_deadline("batch form", deadline, checked, refused)
+            if form is None:
+                tell(BATCH_LATE)
+            elif isinstance(form, Reply):
+                await refused(form)
+            else:
+                view = batch.batch_modal(form, channel)
+                await open_modal(deps, trigger_id, view, deadline, tell, late=BATCH_LATE,
+                                 failed=BATCH_FAILED)  # fmt: skip
+
+        deps.in_background(action_id, context, work(), tell, still_working=None)
+
+    return on_batch
 
 
 async def open_reject_form(

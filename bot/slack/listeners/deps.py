@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.service.batch import BatchDone, BatchForm
 from bot.service.details import Conversation, WholeCall
 from bot.service.edits import EditErrors, EditForm, Entered
 from bot.service.foreground import Foreground
@@ -61,6 +62,19 @@ class Service(Protocol):
     async def approve(
         self, actor: Actor, approval_id: str, *, always: bool, version: str = ""
     ) -> Reply | TypeToConfirm | ChooseScope: ...
+
+    async def pause_batch_form(
+        self, actor: Actor, run_id: str, *, approve: bool
+    ) -> BatchForm | Reply: ...
+
+    async def batch_form(
+        self, actor: Actor, chosen: list[tuple[str, str]], *, approve: bool
+    ) -> BatchForm | Reply: ...
+
+    async def submit_batch(
+        self, actor: Actor, chosen: list[tuple[str, str]], *, approve: bool, reason: str = "",
+        left: list[tuple[str, str]] | None = None,
+    ) -> BatchDone | Reply: ...  # fmt: skip
 
     async def whole_call(self, actor: Actor, approval_id: str) -> WholeCall | Reply: ...
 

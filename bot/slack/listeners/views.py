@@ -10,12 +10,13 @@ from typing import Any
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
 from bot.outage import log_failure
+from bot.service.batch import BatchDone
 from bot.service.edits import EditErrors, Entered
 from bot.service.replies import Reply
 from bot.slack import blocks
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import TRY_AGAIN, Listener, actor_of
-from bot.slack.render import grants, modals
+from bot.slack.render import batch, grants, modals
 from bot.slack.replies import shown
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,58 @@ def register(app: AsyncApp, deps: ListenerDeps) -> None:
     app.view(blocks.CONFIRM_MODAL)(on_confirm_submit(deps))
     app.view(blocks.EDIT_MODAL)(on_edit_submit(deps))
     app.view(blocks.GRANT_MODAL)(on_grant_submit(deps))
+    app.view(blocks.BATCH_MODAL)(on_batch_submit(deps))
+
+
+STILL_WORKING_BATCH = "Still working on your decisions; each card will show its result."
+
+
+def on_batch_submit(deps: ListenerDeps) -> Listener:
+    """Approve all or Reject all submitted: each call it names (opaque ids, with the version
+    of the arguments shown) is judged again under the policy in force and decided on its own;
+    the form then shows what was done to each (or, late, the outcome is told privately)."""
+
+    async def on_batch_submit(
+        ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        actor = actor_of(context, body)
+        try:
+            meta = json.loads(view.get("private_metadata") or "{}")
+            approve = meta.get("approve") is True
+            chosen = [blocks.approval_and_version(str(v)) for v in meta.get("calls") or []]
+            left = [blocks.approval_and_version(str(v)) for v in meta.get("left") or []]
+            channel = str(meta.get("channel") or "")
+            values = view.get("state", {}).get("values", {})
+            reason = values.get(blocks.REASON_BLOCK, {}).get(blocks.REASON_INPUT, {}).get("value")
+        except Exception:
+            log_failure(log, "could not read a batch form")
+            await ack(response_action="errors", errors={blocks.REASON_BLOCK: TRY_AGAIN})
+            return
+
+        async def decide() -> BatchDone | Reply:
+            try:
+                return await deps.service.submit_batch(
+                    actor, chosen, approve=approve, reason=str(reason or ""), left=left
+                )
+            except Exception:
+                log_failure(log, "could not apply a batch")
+                return Reply(False, TRY_AGAIN)
+
+        tell = deps.teller(channel, actor.user_id)
+
+        async def late(done: BatchDone | Reply) -> None:
+            tell(shown(done) if isinstance(done, Reply) else batch.done_text(done))
+
+        done = await deps.by_deadline("batch form", deps.deadline_of(context), decide(), late)
+        if done is None:
+            await ack()  # the form closes; the cards show the results, the outcome is told
+            tell(STILL_WORKING_BATCH)
+        elif isinstance(done, Reply):
+            await ack(response_action="update", view=batch.said_modal(shown(done)))
+        else:
+            await ack(response_action="update", view=batch.batch_done_modal(done))
+
+    return on_batch_submit
 
 
 NOT_OFFERED = "Choose one of the lengths the form offers. Nothing was approved."

@@ -33,7 +33,7 @@ from bot.slack.render.card_context import context_blocks
 from bot.slack.render.controls import decision_buttons
 from bot.slack.render.grants import granted_text
 from bot.slack.text import blockquote, code_block, inline
-from bot.store.records import CallContext, CallRecord, CallStatus, RunRecord
+from bot.store.records import BY_BATCH, BY_REACTION, CallContext, CallRecord, CallStatus, RunRecord
 
 # Argument names that usually say what a call acts on, most telling first.
 TARGET_NAMES = (
@@ -134,6 +134,10 @@ def outcome_text(call: CallRecord) -> str:
         line += " (always, for the rest of this run)"
     if granted:
         line += granted
+    elif call.via == BY_BATCH:
+        line += " (with other calls at once)"
+    elif call.via == BY_REACTION:
+        line += " (by reaction)"
     elif call.via and call.status in (CallStatus.APPROVED, CallStatus.REJECTED):
         line += " through an *Always* decision on another call"
     return line

@@ -9,9 +9,12 @@ from typing import Any
 from slack_sdk.models.blocks import (
     ActionsBlock,
     Block,
+    ButtonElement,
+    CheckboxesElement,
     ContextBlock,
     DividerBlock,
     HeaderBlock,
+    Option,
     SectionBlock,
 )
 
@@ -19,6 +22,7 @@ from bot.engine.questions import QUESTION_KIND
 from bot.service.digest import short
 from bot.service.people import Overview, RunView, Waiting
 from bot.service.replies import when
+from bot.slack.blocks import HOME_BATCH_APPROVE, HOME_BATCH_REJECT, HOME_PICK, HOME_PICK_BLOCK
 from bot.slack.render.base import (
     ARGUMENT_LABELS,
     ARGUMENTS_LIMIT,
@@ -28,11 +32,12 @@ from bot.slack.render.base import (
     permalink,
 )
 from bot.slack.render.card import outcome_word, quorum_text
-from bot.slack.render.controls import decision_buttons
+from bot.slack.render.controls import approving_value, decision_buttons
 from bot.slack.render.grants import home_grants
 from bot.slack.render.run_message import status_text
 from bot.slack.text import blockquote, code_block, escape, inline, truncate
 from bot.store.records import CallRecord, CallStatus, RunRecord, RunStatus
+from bot.untrusted import reveal
 
 HOME_RUNS = 10
 HOME_ARGUMENTS_LIMIT = 1000  # a call's arguments on the Home; longer ones are decided on the card
@@ -193,6 +198,35 @@ def _home_call(item: Waiting) -> list[Block]:
     return blocks
 
 
+PICK_OPTIONS = 10  # a checkbox group holds at most 10 options
+
+
+def home_batch(mine: list[Waiting]) -> list[Block]:
+    """Decide several at once (#33): a box beside each waiting call (its value: the call's
+    opaque id and version), then Approve selected and Reject selected, which open the form
+    that lists what each would do; from two calls on (questions are answered, not batched)."""
+    calls = [w for w in mine if w.call.kind != QUESTION_KIND]
+    if len(calls) < 2:
+        return []
+    blocks: list[Block] = [SectionBlock(text=md("*Decide several at once:* tick them, then"))]
+    for n in range(0, min(len(calls), PICK_OPTIONS * 3), PICK_OPTIONS):
+        options = [
+            Option(
+                label=truncate(reveal(f"{w.call.tool} · run {w.run.run_id}"), 70)[0],
+                value=approving_value(w.call),
+            )
+            for w in calls[n : n + PICK_OPTIONS]
+        ]
+        group = CheckboxesElement(action_id=HOME_PICK, options=options)
+        blocks.append(ActionsBlock(block_id=f"{HOME_PICK_BLOCK}:{n}", elements=[group]))
+    buttons = [
+        ButtonElement(text="Approve selected", action_id=HOME_BATCH_APPROVE, style="primary"),
+        ButtonElement(text="Reject selected", action_id=HOME_BATCH_REJECT),
+    ]
+    blocks.append(ActionsBlock(block_id="home_batch", elements=buttons))
+    return blocks
+
+
 def home_view(overview: Overview) -> dict[str, Any]:
     """The App Home tab of one person: the calls waiting for their decision, each with its
     arguments and the card's own buttons, and their recent runs."""
@@ -201,6 +235,7 @@ def home_view(overview: Overview) -> dict[str, Any]:
         blocks.append(SectionBlock(text=md("Nothing is waiting for your decision.")))
     for item in overview.mine:
         blocks.extend(_home_call(item))
+    blocks.extend(home_batch(overview.mine))
     blocks.append(DividerBlock())
     grants = home_grants(overview.grants)
     if grants:

@@ -9,6 +9,7 @@ from slack_sdk.models.blocks import ActionsBlock, Block, ContextBlock, SectionBl
 
 from bot.engine.questions import QUESTION_KIND
 from bot.slack.render.base import SECTION_LIMIT, md, permalink, person
+from bot.slack.render.batch import batch_buttons
 from bot.slack.render.controls import cancel_button
 from bot.slack.text import blockquote, inline
 from bot.store.records import CallRecord, RunRecord, RunStatus
@@ -81,7 +82,8 @@ def run_message(
         label = "Steps" if run.ended else "Progress"
         blocks.append(ContextBlock(elements=[md(f"*{label}:*\n{lines}")]))
     if not run.ended:
-        blocks.append(ActionsBlock(block_id="run", elements=[cancel_button(run)]))
+        controls = [*batch_buttons(run, waiting), cancel_button(run)]
+        blocks.append(ActionsBlock(block_id="run", elements=controls))
     return f"Agent run by {person(run.user_id)}: {status}", blocks
 
 
