@@ -5,6 +5,7 @@ turns, and is refused (privately) to someone the policy does not let continue th
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,14 @@ from bot.slack.blocks import APPROVE
 from bot.testing.harness import BotHarness, status_line, wait_until
 from bot.testing.models import SlowWriter
 from bot.testing.slack_api import FakeSlackAPI, Message
-from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+from tests.agents_for_tests import (
+    POLICY,
+    Ledger,
+    assistant_message,
+    function_call,
+    ops_agent,
+    slow_check,
+)
 
 
 def in_thread(bot: BotHarness, words: str) -> list[Message]:
@@ -198,6 +206,52 @@ async def test_a_follow_up_turn_goes_through_approval(redis_url: str) -> None:
         posts = bot.slack_api.calls_to("chat.postMessage")
         assert [target(c) for c in posts if target(c).startswith("result:2")] == ["result:2"]
     assert ledger.executed == [("delete_logs", {"path": "/var/log/noisy"})]
+
+
+async def test_a_follow_up_turn_leaves_no_status_line_under_the_thread(redis_url: str) -> None:
+    """A follow-up turn's answer is written into the turn's message (an update, which does not
+    clear the thread's status line as a post does): the line set while the turn worked, after
+    its message was posted, is cleared by the bot when the run ends."""
+    ledger = Ledger()
+    started, release = asyncio.Event(), asyncio.Event()
+    agent, _ = ops_agent(
+        [
+            [assistant_message("Logs look noisy.")],
+            [function_call("delete_logs", {"path": "/var/log/noisy"}, call_id="c2")],
+            [function_call("slow_check", {"host": "web-1"}, call_id="c3")],
+            [assistant_message("Deleted them; web-1 is fine.")],
+        ],
+        ledger,
+        extra_tools=[slow_check(ledger, started, release)],
+    )
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await bot.slack.command("look at the logs", user="U1", channel="C1")
+        await wait_until(lambda: in_thread(bot, "Logs look noisy."), what="the first answer")
+        await say(bot, "delete the noisy ones")
+        [card] = await bot.wait_for_approvals(1)
+        [turn] = await wait_until(
+            lambda: in_thread(bot, "waiting for 1 approval_: <"), what="turn 2's message"
+        )
+        run = bot.run_message()
+        slack = bot.slack_api
+        said = len(slack.statuses.get((run.channel, run.ts), []))
+        await bot.click(card, APPROVE, user="U2")
+        await wait_until(started.is_set, what="the turn's slow check")
+        # The turn's message is in the thread already: nothing posted there clears this line.
+        await wait_until(
+            lambda: (
+                len(slack.statuses[(run.channel, run.ts)]) > said
+                and slack.status_of(run.channel, run.ts)
+            ),
+            what="a status line said after the decision",
+        )
+        release.set()
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        [answer] = in_thread(bot, "Deleted them; web-1 is fine.")
+        assert answer.ts == turn.ts  # written into the turn's message: no post in the thread
+        assert slack.status_of(run.channel, run.ts) == ""
+    assert ledger.names() == ["delete_logs", "slow_check"]
 
 
 async def test_a_restart_between_turns_keeps_the_conversation(

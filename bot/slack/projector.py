@@ -316,13 +316,27 @@ class Projector:
             extra = [live]
         with serving(run.team_id, run.enterprise_id):  # its workspace's token
             again, waits = await self._project(run, marks, shown)
-            status = self._status_due.pop(run.run_id, None)
-            if status is not None:  # the run message said something: the thread's line too
-                await self.thread_status.show(run, status)
+            await self._show_status(run)  # the run message said something: the thread's too
         left = [t for t in extra if waits.get(t) is not None]
         if left:  # not delivered in this pass: its own mark, for the next
             await self.outbox.mark_now(run.run_id, left)
         return again
+
+    async def _show_status(self, run: RunRecord) -> None:
+        """The thread's status line, if this pass's run message gave it one to say."""
+        status = self._status_due.pop(run.run_id, None)
+        if status is not None:
+            await self.thread_status.show(run, status)
+
+    async def _posting_in_thread(self, run: RunRecord, thread: str) -> None:
+        """Before a post in the run's thread, which clears its status line (as Slack does):
+        the line this pass has to say goes first, not after what the post says."""
+        if thread and thread == run.message_ts:
+            await self._show_status(run)
+
+    def _posted_in_thread(self, run: RunRecord, thread: str) -> None:
+        if thread and thread == run.message_ts:
+            self.thread_status.posted(run)
 
     async def _project(
         self, run: RunRecord, marks: dict[str, Mark], shown: dict[str, Shown]
@@ -768,6 +782,7 @@ class Projector:
                 if current.ts:
                     log.info("found %s of run %s already posted; not posting it again",
                              target, run.run_id)  # fmt: skip
+                    self._posted_in_thread(run, thread)
                     await self._posted(run, target, current.ts)
             if current.ts:
                 stage = "update"
@@ -785,6 +800,7 @@ class Projector:
                 if left > 0:
                     return left
                 await self._fence(run.run_id)
+                await self._posting_in_thread(run, thread)
                 stage = "post"
                 current.posting = time.time()
                 await self.outbox.set_shown(run.run_id, target, current)
@@ -801,6 +817,7 @@ class Projector:
                     },
                 )
                 current.ts = str(response["ts"])
+                self._posted_in_thread(run, thread)
                 await self._posted(run, target, current.ts, digest, mark, payload)
                 if kind == "card" and self.card_posted is not None and card_call is not None:
                     self.card_posted(run, card_call, *card_reading(payload))
@@ -842,12 +859,14 @@ class Projector:
             return left
         try:
             if opening:
+                await self._posting_in_thread(run, run.message_ts)
                 await self.outbox.set_shown(run.run_id, target, opening_state(text, time.time()))
                 started = await self.streams.start(run, run.message_ts, text)
                 if started is None:
                     await self.outbox.set_shown(run.run_id, target, Shown())
                     return NOT_STREAMED
                 current = started
+                self._posted_in_thread(run, run.message_ts)
             else:
                 current = await self.streams.append(run, current, text)
         except Exception as exc:

@@ -6,8 +6,10 @@ Best effort, never in the way of a message: it is set when the run message is de
 says something new (a quick resume's run message goes out once, finished: no status at all),
 only with a token to spare in its own shared bucket (status urgency, `bot/store/pacing.py`),
 and a failure is logged, not retried. Slack clears it when the bot posts in the thread (the
-answer) or after two minutes; the bot clears it when the run ends before that. A workspace
-that answers that it does not offer it is remembered by this process.
+answer) or after two minutes. When the run ends and no post came after the line was set (a
+follow-up turn's answer is written into the turn's message, an update; a status set in the
+pass that posted the answer), the bot clears it itself. A workspace that answers that it does
+not offer it is remembered by this process.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.store.pacing import SharedPacer, Urgency
-from bot.store.records import RunRecord, RunStatus
+from bot.store.records import RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -38,18 +40,23 @@ class ThreadStatus:
         self.pacer = pacer
         self.enabled = enabled
         self._shown: dict[str, str] = {}  # run id -> the status this process set last
+        self._standing: set[str] = set()  # of those, the lines no post in the thread cleared
         self._without: set[str] = set()  # workspaces that do not offer it
+
+    def posted(self, run: RunRecord) -> None:
+        """The bot posted in the run's thread: Slack cleared its status line."""
+        self._standing.discard(run.run_id)
 
     async def show(self, run: RunRecord, status: str) -> None:
         """Say `status` under the run's thread ("": clear it), if it is news. An ended run's
-        answer (or error) posted in the thread clears it already; only a cancelled run's is
-        cleared with a call."""
+        line is cleared with a call only if it still stands (no post in the thread since)."""
         if not self.enabled or not run.message_ts or run.team_id in self._without:
             return
-        if self._shown.get(run.run_id, "") == status:
-            return
-        if not status and run.status != RunStatus.CANCELLED:
+        if not status:
             self._shown.pop(run.run_id, None)
+            if run.run_id not in self._standing:
+                return  # none, or the answer (or error) posted in the thread cleared it
+        elif self._shown.get(run.run_id, "") == status:
             return
         taken = await self.pacer.take(run.team_id, Urgency.STATUS, message=f"{run.run_id}/status")
         if not taken.taken or taken.wait > 0:
@@ -71,7 +78,9 @@ class ThreadStatus:
             return
         if status:
             self._shown[run.run_id] = status
+            self._standing.add(run.run_id)
             if len(self._shown) > KEPT:  # runs that ended elsewhere: the oldest forgotten
-                del self._shown[next(iter(self._shown))]
+                self._standing.discard(oldest := next(iter(self._shown)))
+                del self._shown[oldest]
         else:
-            self._shown.pop(run.run_id, None)
+            self._standing.discard(run.run_id)
