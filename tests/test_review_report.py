@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from bot.learning.reviews import CSV_COLUMNS, ReviewFigures, percentile
 from bot.service.audit import AuditKind, audit_fields
 from bot.service.ports import Actor
-from bot.slack.blocks import APPROVE
+from bot.slack.blocks import APPROVE, SHOW_ALL
 from bot.slack.review_digest import digest_text
 from bot.store.audit import AuditLog
 from bot.store.digests import digest_key
@@ -26,11 +26,11 @@ from bot.testing.clock import SkippingClock
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.history import TEAM, HistoryWriter
 from bot.weekly import DAYS, WEEK, Weekly, parse_schedule
-from tests.agents_for_tests import POLICY, Ledger, ops_agent
+from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
 from tests.forkserver import run_bot
 from tests.test_config import check
 from tests.test_policy_learning import command_env
-from tests.test_review_attention import deletes
+from tests.test_review_attention import deletes, show
 
 DAY = 86400.0
 
@@ -250,3 +250,40 @@ def test_a_digest_setting_that_is_not_a_time_of_the_week_is_refused(tmp_path: Pa
     assert result.returncode == 1
     assert "APPROVAL_BOT_REVIEW_DIGEST" in result.stderr
     assert "use off, weekly (Monday 09:00 UTC) or a day and a UTC time" in result.stderr
+
+
+async def test_the_report_reads_what_the_running_bot_recorded(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Decisions through signed requests on two folded cards, one opened (Show all) first:
+    the report counts what the live metrics count (both faster than a card can be read at a
+    thousandth of a character a second; one folded card decided unopened), with each
+    decision's time from its card."""
+    steps = [[function_call("delete_logs", {"path": "x" * 5000}, call_id=f"d{n}")
+              for n in range(2)], [assistant_message("done")]]  # fmt: skip
+    agent, _ = ops_agent(steps, Ledger())
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        await bot.slack.command("clean up", user="U1", channel="C1")
+        first, second = await bot.wait_for_cards(2)
+        await wait_until(lambda: _kinds(bot, "card_shown", 2), what="both cards audited")
+        opened = len(bot.slack_api.views) + 1
+        await show(bot, first, SHOW_ALL, "U2")
+        await wait_until(lambda: len(bot.slack_api.views) >= opened, what="Show all")
+        await wait_until(lambda: _kinds(bot, "viewed", 1), what="the view audited")
+        await bot.click(first, APPROVE, user="U2")
+        await bot.reject(second, user="U2", reason="not this one")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+    env = command_env(redis_url, APPROVAL_BOT_REVIEW_READ_CHARS_PER_SECOND="0.001")
+    out = run_bot(["report", "reviews", "--csv"], env=env, cwd=tmp_path, check=True).stdout
+    rows = {(r["channel"], r["approver"]): r for r in csv.DictReader(io.StringIO(out))}
+    assert list(rows) == [("C1", "*"), ("C1", "U2")]
+    for row in rows.values():
+        counts = [row[k] for k in ("decisions", "approvals", "rejections", "timed", "too_fast",
+                                   "unopened", "expiries", "rubber_stamp_alarms")]  # fmt: skip
+        assert counts == ["2", "1", "1", "2", "2", "1", "0", "0"]
+        assert 0 <= float(row["p50_seconds"]) <= float(row["p95_seconds"])
+
+
+async def _kinds(bot: BotHarness, kind: str, count: int) -> bool:
+    return len([e for e in await bot.audit() if e["kind"] == kind]) >= count
