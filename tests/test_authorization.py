@@ -233,7 +233,9 @@ async def test_always_buttons_hidden_and_forged_always_refused(redis_url: str) -
     ]  # fmt: skip
 
 
-async def test_automatic_decisions_are_recorded_and_shown(redis_url: str) -> None:
+async def test_automatic_decisions_are_recorded_and_told(redis_url: str) -> None:
+    """Decided inside the run (#32): no card; the approved call shows as the run's step,
+    the rejection as a note in its thread with the rule; both are audited."""
     policy = BASE + (
         "tools:\n  - match: restart_service\n    auto: approve\n"
         "  - match: delete_logs\n    auto: reject\n"
@@ -254,11 +256,16 @@ async def test_automatic_decisions_are_recorded_and_shown(redis_url: str) -> Non
         await bot.wait_for_status("finished")
         await bot.idle()
         shown = [m.all_text() for m in bot.slack_api.approval_messages()]
+        steps = bot.run_message().all_text()
+        notes = [m.text for m in bot.run_thread()]
         audit = await bot.audit()
         no_server_errors(bot)
     assert ledger.names() == ["restart_service"]
     assert tool_outputs(model)["d1"].startswith("automatic decision of policy rule tools[1]")
-    assert len(shown) == 2 and all("automatically by policy rule" in t for t in shown)
+    assert shown == []
+    assert "called restart_service" in steps, steps
+    [note] = [n for n in notes if "delete_logs" in n]
+    assert "rejected automatically by policy rule `tools[1] (delete_logs)`." in note, note
     autos = sorted(e["decision"] for e in audit if e["kind"] == "decided")
     assert autos == ["auto_approve", "auto_reject"]
 

@@ -161,7 +161,7 @@ async def test_unreadable_arguments_never_approve_automatically(redis_url: str) 
     assert all("channels.C1" in c.all_text() for c in cards)  # the channel's rule: a person
 
 
-async def test_an_automatic_rejection_gives_its_reason_to_the_agent_and_the_card(
+async def test_an_automatic_rejection_gives_its_reason_to_the_agent_and_the_thread(
     redis_url: str,
 ) -> None:
     policy = BASE + (
@@ -178,14 +178,16 @@ async def test_an_automatic_rejection_gives_its_reason_to_the_agent_and_the_card
         await bot.slack.command("clean", user="U1", channel="C1")
         await bot.wait_for_status("finished")
         await bot.idle()
-        [card] = bot.slack_api.approval_messages()
+        cards = bot.slack_api.approval_messages()
+        notes = [m.text for m in bot.run_thread()]
         audit = await bot.audit()
         no_server_errors(bot)
     assert ledger.executed == []
     assert tool_outputs(model)["d1"] == "Deleting / is never allowed; name a directory."
-    text = card.all_text()
-    assert "automatically by policy rule `no-root-deletes`" in text
-    assert "Deleting / is never allowed" in text
+    assert cards == []  # decided inside the run (#32): no card, and the thread says why
+    [note] = [n for n in notes if "delete_logs" in n]
+    assert "automatically by policy rule `no-root-deletes`" in note
+    assert "Deleting / is never allowed" in note
     [decided] = [e for e in audit if e["kind"] == "decided"]
     assert decided["decision"] == "auto_reject" and decided["rule"] == "no-root-deletes"
     assert "no-root-deletes" in decided["detail"]

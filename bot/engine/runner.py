@@ -40,6 +40,7 @@ from agents import (
 from bot.checkpoint import Checkpoint as Checkpoint  # the stored pause: engine and store
 from bot.engine.approvals import PendingApproval, arguments_sha, describe, function_tool_of
 from bot.engine.arguments import Reading, receive
+from bot.engine.automatic import AutomaticDecisions
 from bot.engine.context import RunContext, deserialize_context, serialize_context
 from bot.engine.explain import explain
 from bot.engine.journal import CURRENT, CallNeedsReview, Execution, JournalUnavailable
@@ -410,6 +411,7 @@ class Engine:
         execution: Execution | None = None,
         stop: StopCheck | None = None,
         stream: Stream | None = None,
+        automatic: AutomaticDecisions | None = None,
     ) -> Outcome:
         agent = self.registry.get(agent_name)
         if agent is None:
@@ -425,6 +427,7 @@ class Engine:
             stop=stop,
             task=task,
             stream=stream,
+            automatic=automatic,
         )
 
     async def follow_up(
@@ -437,6 +440,7 @@ class Engine:
         execution: Execution | None = None,
         stop: StopCheck | None = None,
         stream: Stream | None = None,
+        automatic: AutomaticDecisions | None = None,
     ) -> Outcome:
         """The next turn of a run's conversation: `history` (a `Finished.history`) and what
         someone said after it, as the model's input; the same tools, approvals and journal."""
@@ -458,6 +462,7 @@ class Engine:
             context=context,
             stop=stop,
             stream=stream,
+            automatic=automatic,
         )
 
     async def _run(
@@ -473,25 +478,35 @@ class Engine:
         stop: StopCheck | None = None,
         task: str | None = None,
         stream: Stream | None = None,
+        automatic: AutomaticDecisions | None = None,
     ) -> Outcome:
-        """One `Runner.run` under `execution` (so tool calls go through its journal); `task`:
+        """`Runner.run` under `execution` (so tool calls go through its journal); `task`:
         the run's task, which a checkpoint of this run refers to instead of holding it. With
-        `stream`, the run is streamed and `stream` is told each model response's text so far."""
+        `stream`, the run is streamed and `stream` is told each model response's text so far.
+        Calls it stops on that `automatic` decides (all of them) are decided here, and the run
+        goes on from its state in memory: it pauses only for a person."""
         token = CURRENT.set(execution)
         try:
-            options: dict[str, Any] = {
-                "context": context,
-                "max_turns": self.max_turns,
-                "run_config": self.run_config(run_id, agent_name),
-                "hooks": _ProgressHooks(progress, stop),
-            }
-            result: RunResult | RunResultStreaming
-            if stream is None or not self.stream_answers:
-                result = await Runner.run(agent, start_from, **options)
-            else:
-                streamed = Runner.run_streamed(agent, start_from, **options)
-                await _relay(streamed, stream)
-                result = streamed
+            while True:
+                options: dict[str, Any] = {
+                    "context": context,
+                    "max_turns": self.max_turns,
+                    "run_config": self.run_config(run_id, agent_name),
+                    "hooks": _ProgressHooks(progress, stop),
+                }
+                result: RunResult | RunResultStreaming
+                if stream is None or not self.stream_answers:
+                    result = await Runner.run(agent, start_from, **options)
+                else:
+                    streamed = Runner.run_streamed(agent, start_from, **options)
+                    await _relay(streamed, stream)
+                    result = streamed
+                if not result.interruptions or automatic is None:
+                    break
+                decided = await self._decided_inside(result, automatic)
+                if decided is None:
+                    break
+                start_from, context = decided, None  # the state carries the context
         except _StopRequested:
             return Stopped()
         except Exception as exc:
@@ -503,6 +518,27 @@ class Engine:
         finally:
             CURRENT.reset(token)
         return await self._outcome(agent_name, result, task)
+
+    @staticmethod
+    async def _decided_inside(
+        result: RunResult | RunResultStreaming, automatic: AutomaticDecisions
+    ) -> RunState[Any, Any] | None:
+        """The run's state with every call it stopped on decided by `automatic`, ready to go
+        on; None when a person must decide one of them (the run pauses, as it would have).
+        Questions (ask_human) are for people: a run stopped on one always pauses."""
+        items = result.interruptions
+        if any(is_question(item) for item in items):
+            return None
+        decisions = await automatic.decide([describe(item, i) for i, item in enumerate(items)])
+        if decisions is None or len(decisions) != len(items):
+            return None
+        state = result.to_state()
+        for item, decision in zip(items, decisions, strict=True):
+            if decision.approve:
+                state.approve(item)
+            else:
+                state.reject(item, rejection_message=decision.message or None)
+        return state
 
     @staticmethod
     def _failure(exc: Exception) -> Outcome:
@@ -523,6 +559,7 @@ class Engine:
         stop: StopCheck | None = None,
         task: str | None = None,
         stream: Stream | None = None,
+        automatic: AutomaticDecisions | None = None,
     ) -> Outcome:
         """Apply `decisions` to the stored state and run on; `run_id` names the trace group;
         `task`: the run's task, which the checkpoint may refer to (see `TASK_REF`)."""
@@ -589,7 +626,7 @@ class Engine:
         try:
             return await self._run(
                 agent_name, agent, state, progress, execution, run_id=run_id, stop=stop,
-                task=task, stream=stream,
+                task=task, stream=stream, automatic=automatic,
             )  # fmt: skip
         finally:
             ANSWERS.reset(token)

@@ -27,6 +27,7 @@ from bot.errors import cause_of
 from bot.outage import log_failure, unreachable
 from bot.service.answerers import question_rule
 from bot.service.audit import AuditKind
+from bot.service.automatic import InRun
 from bot.service.conditions import REQUESTED_AT, subject_of
 from bot.service.core import ServiceCore
 from bot.service.details import context_of
@@ -716,6 +717,7 @@ class Runs:
                     execution=execution,
                     stop=self._stop_check(execution),
                     stream=stream,
+                    automatic=self._in_run(run),
                 )
                 await stream.close()
                 await self._settle(run, attempt, outcome, ack)
@@ -756,7 +758,12 @@ class Runs:
             execution=execution,
             stop=self._stop_check(execution),
             stream=stream,
+            automatic=self._in_run(run),
         )
+
+    def _in_run(self, run: RunRecord) -> InRun:
+        """What decides, inside the run, the calls the policy decides by itself."""
+        return InRun(self.core, self.judgement, self.grants, run, self._new_call)
 
     def _stop_check(self, execution: Execution) -> StopCheck:
         """Asked by the engine before every model call: was the run cancelled meanwhile? Not
@@ -865,6 +872,7 @@ class Runs:
             stop=self._stop_check(execution),
             task=run.task or None,  # a snapshot refers to its run's task (layout 3)
             stream=stream,
+            automatic=self._in_run(run),
         )
         await stream.close()
         await self._settle(run, owner, outcome, ack)

@@ -1,0 +1,199 @@
+"""Calls the policy decides by itself, decided inside their run (#32 part 1).
+
+A call that a rule decides automatically (`auto:`), or that a channel grant covers, is judged
+here when the run stops on it, before anything is saved: if every call the run stopped on is
+decided this way, the run goes on in memory (`bot.engine.automatic`): no snapshot, no resume
+job, no card. The judgement is the one a click gets (`Judgement.settle`: Way.RULE, or
+Way.GRANT_USE with the grantor as actor), on the call as a pause would have posted it
+(`Runs._new_call`). Anything else (a condition the policy cannot evaluate, a grant that no
+longer holds, an earlier Always, an edit's re-proposed call, a question) is left to the pause,
+which handles it as before: a person, or the standing decision re-judged there.
+
+What a decision leaves is what it left when the call paused: its audit entry (`decided` with
+`auto_approve`/`auto_reject`, or `grant_used`), hence its metric and its webhook delivery, the
+shadow rules' verdicts, and a grant's note in the run's thread. There is no call record: the
+entries name the call by an approval id no pending call has.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bot.engine.approvals import PendingApproval
+from bot.engine.automatic import Automatic
+from bot.engine.questions import QUESTION_KIND
+from bot.outage import log_failure
+from bot.service.audit import AuditKind
+from bot.service.core import ServiceCore
+from bot.service.gate import subject_of_call
+from bot.service.grants import until_text
+from bot.service.judgement import Allowed, Attempt, Judgement, Way
+from bot.service.ports import Actor
+from bot.service.replies import Code, Mention, Plain, Text, said, stored
+from bot.service.shadow import shadow_verdicts
+from bot.store.grants import Grant, GrantStore, canonical, grant_detail, grant_values
+from bot.store.records import CallRecord, RunRecord
+
+log = logging.getLogger(__name__)
+
+# Runs._new_call: the call as a pause would post it; notes in its dict the calls whose rule
+# could not be decided (approval id -> why).
+NewCall = Callable[[RunRecord, PendingApproval, str, dict[str, str]], CallRecord]
+
+
+@dataclass(frozen=True)
+class _Settled:
+    call: CallRecord
+    decision: Automatic
+    grant: Grant | None = None
+    detail: str = ""
+    why: str = ""  # the rule's own reason, if it gives one
+
+
+class InRun:
+    """`AutomaticDecisions` for one run (its record as its job took it)."""
+
+    def __init__(
+        self, core: ServiceCore, judgement: Judgement, grants: GrantStore, run: RunRecord,
+        new_call: NewCall,
+    ) -> None:  # fmt: skip
+        self.core = core
+        self.judgement = judgement
+        self.grants = grants
+        self.run = run
+        self.new_call = new_call
+
+    async def decide(self, approvals: list[PendingApproval]) -> list[Automatic] | None:
+        try:
+            settled = await self._settle(approvals)
+        except Exception:  # e.g. Redis away while reading grants: the pause decides, as before
+            log_failure(log, "could not decide the calls of run %s in it", self.run.run_id)
+            return None
+        if settled is None:
+            return None
+        await self._record(settled)
+        return [s.decision for s in settled]
+
+    async def _settle(self, approvals: list[PendingApproval]) -> list[_Settled] | None:
+        if any(a.kind == QUESTION_KIND for a in approvals):
+            return None
+        version = self.core.policies.current().version
+        undecided: dict[str, str] = {}
+        calls = [self.new_call(self.run, a, version, undecided) for a in approvals]
+        if undecided:
+            return None  # a person decides it (the pause audits why)
+        settled: list[_Settled] = []
+        any_grants: bool | None = None
+        for call in calls:
+            if call.auto:
+                done = await self._by_rule(call)
+            else:
+                if any_grants is None:  # one EXISTS, only for a call no rule decides
+                    any_grants = await self.grants.any_in(self.run.team_id, self.run.channel_id)
+                done = await self._by_grant(call) if any_grants else None
+            if done is None:
+                return None
+            settled.append(done)
+        return settled
+
+    async def _by_rule(self, call: CallRecord) -> _Settled | None:
+        judged = await self.judgement.settle(None, self.run, call, Attempt(Way.RULE))
+        if not isinstance(judged, Allowed):
+            return None
+        rule, auto = judged.rule, judged.auto
+        source = "channel not in policy" if rule is None else rule.source
+        reason = (rule.reason if rule is not None else "") or (
+            f"automatic decision of policy rule {source}"
+        )
+        why = f": {reason}" if rule is not None and rule.reason else ""
+        return _Settled(
+            call, Automatic(auto == "approve", None if auto == "approve" else reason),
+            detail=f"policy rule {source}{why}", why=rule.reason if rule is not None else "",
+        )  # fmt: skip
+
+    async def _by_grant(self, call: CallRecord) -> _Settled | None:
+        """The grant that settles `call`, as `Runs._apply_grant` would pick it; None when none
+        covers it or the first that does no longer holds (the pause drops it, and says so)."""
+        run = self.run
+        grants = await self.grants.for_tool(run.team_id, run.channel_id, call.sticky)
+        subject = subject_of_call(call)
+        covering = sorted(
+            (g for g in grants if g.covers(subject)), key=lambda g: (-len(g.narrow), -g.until)
+        )
+        if not covering:
+            return None
+        grant = covering[0]
+        grantor = Actor(grant.team, grant.user, run.enterprise_id)
+        judged = await self.judgement.settle(
+            grantor, run, call, Attempt(Way.GRANT_USE, grant=grant)
+        )
+        if not isinstance(judged, Allowed):
+            return None
+        return _Settled(call, Automatic(True), grant=grant)
+
+    async def _record(self, settled: list[_Settled]) -> None:
+        """Each decision's audit entries (one round trip), and a grant's note in the thread."""
+        policy = self.core.policies.current().policy.for_team(self.run.team_id)
+        try:
+            pipe = self.core.store.redis.pipeline(transaction=False)
+            for each in settled:
+                call = each.call
+                for shadow in shadow_verdicts(policy, self.run, call):
+                    self.core.audit_in(
+                        pipe, AuditKind.SHADOW, call=shadow.audited_call(call),
+                        decision=shadow.would, detail=shadow.why,
+                    )  # fmt: skip
+                grant = each.grant
+                if grant is None:
+                    verdict = "approve" if each.decision.approve else "reject"
+                    self.core.audit_in(
+                        pipe, AuditKind.DECIDED, call=call, decision=f"auto_{verdict}",
+                        detail=each.detail,
+                    )  # fmt: skip
+                else:
+                    grantor = Actor(grant.team, grant.user, self.run.enterprise_id)
+                    self.core.audit_in(
+                        pipe, AuditKind.GRANT_USED, call=call, actor=grantor,
+                        decision="approve", detail=grant_detail(grant), text=grant_values(grant),
+                    )  # fmt: skip
+            await pipe.execute()
+        except Exception:
+            log_failure(log, "could not audit the decisions in run %s", self.run.run_id)
+        for each in settled:
+            note = self._note(each)
+            if note is None:
+                continue
+            try:
+                await self.core.store.add_note(self.run.run_id, stored(note))
+            except Exception:
+                log_failure(log, "could not note a decision in run %s", self.run.run_id)
+
+    @staticmethod
+    def _note(each: _Settled) -> Text | None:
+        """What the run's thread is told: a grant's use (as when it settled a paused call),
+        and a rejection with its reason (what the rejected call's card said); an automatic
+        approval shows as the tool's progress line."""
+        call, grant = each.call, each.grant
+        if grant is not None:
+            where = "".join(
+                f" where {name} = {canonical(value)}"
+                for name, value in sorted(grant.narrow.items())
+            )
+            return said(
+                "{tool} was approved by the grant of {who} in this channel{where} "
+                "(until {until}).",
+                tool=Code(call.tool), who=Mention(grant.user), where=Plain(where, 400),
+                until=until_text(grant.until),
+            )  # fmt: skip
+        if each.decision.approve:
+            return None
+        rule = Code(call.rule or "channel not in policy")
+        if not each.why:
+            return said("{tool} was rejected automatically by policy rule {rule}.",
+                        tool=Code(call.tool), rule=rule)  # fmt: skip
+        return said(
+            "{tool} was rejected automatically by policy rule {rule}: {reason}",
+            tool=Code(call.tool), rule=rule, reason=Plain(each.why, 600),
+        )  # fmt: skip
