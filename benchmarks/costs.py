@@ -9,7 +9,15 @@ is delivered (the bot idle again), one at a time:
 
 - a run whose one tool needs no approval, from `/agent` to its output in the thread;
 - a decision (Approve on the card of a run paused on one call), with the requester's notice,
-  from the click to the run's output, the card and run message updated, and the notice sent.
+  from the click to the run's output, the card and run message updated, and the notice sent;
+- a run whose one gated call a policy rule approves automatically (`auto: approve`), from
+  `/agent` to its output: decided inside the run (#32 part 1), it should cost little more than
+  the run whose tool needs no approval.
+
+Beside the round trips, the bot's CPU per run of those two kinds, measured from outside: the bot
+in a process of its own (`benchmarks/decisions.py`'s `Bot`, with the Slack stand-in in another),
+the runs one at a time, alternating, its CPU (from /proc) from the signed `/agent` until the
+run's output is in Slack and nothing is left to do.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from typing import Any
 from agents import set_tracing_disabled
 
 from benchmarks.bench_agents import approvals
+from benchmarks.decisions import SLOW, Bot, Process, command_body, until
 from benchmarks.roundtrips import RoundTrips, counting
 from bot.config import Settings
 from bot.slack.blocks import APPROVE
@@ -35,14 +44,18 @@ from bot.testing.harness import PRODUCTION_WINDOWS, BotHarness, wait_until
 RUN_GOAL = 30
 DECISION_GOAL = 15
 POLICY = "channels:\n  C1:\n    approvers: [U2]\n"
+# The deployer's one call is approved by a rule (the looker's tool needs no approval).
+AUTO_POLICY = POLICY + "tools:\n  - match: deploy\n    auto: approve\n"
+AUTO_CPU_GOAL = 1.2  # CPU of a run decided automatically / of a run that needs no approval
+AUTO_TRIPS_GOAL = 3  # round trips more
 
 
-def harness(redis_url: str, **settings: Any) -> BotHarness:
+def harness(redis_url: str, policy: str = POLICY, **settings: Any) -> BotHarness:
     """The bot as it runs in production (its windows, the requester's notice by DM)."""
     return BotHarness(
         redis_url,
         approvals,
-        POLICY,
+        policy,
         settings={
             **PRODUCTION_WINDOWS,
             "requester_notice": "dm",
@@ -75,10 +88,10 @@ async def counted(
     return Counter({k: v for k, v in after.items() if v})
 
 
-async def plain_run(bot: BotHarness, i: int) -> None:
+async def plain_run(bot: BotHarness, i: int, text: str = "run looker look at host-{i}") -> None:
     """`/agent looker ...` (its one tool needs no approval), until its output is shown."""
     before = set(bot.slack_api.messages)
-    await bot.slack.command(f"run looker look at host-{i}", user="U1", channel="C1")
+    await bot.slack.command(text.format(i=i), user="U1", channel="C1")
 
     def answered() -> bool:
         new = [m for k, m in bot.slack_api.messages.items() if k not in before]
@@ -99,11 +112,25 @@ async def decision(bot: BotHarness, card: Any) -> None:
     )
 
 
-async def measure(redis_url: str, samples: int, **settings: Any) -> dict[str, list[Counter[str]]]:
+async def auto_run(bot: BotHarness, i: int) -> None:
+    """`/agent deployer ...` under `AUTO_POLICY`: its call is approved by a rule."""
+    await plain_run(bot, i, "run deployer deploy auto-{i}")
+
+
+async def measure(
+    redis_url: str, samples: int, automatic: bool = True, **settings: Any
+) -> dict[str, list[Counter[str]]]:
     """Round trips of `samples` plain runs and `samples` decisions, one at a time (after one
-    of each that warms up: the direct-message channel is opened once per person)."""
-    found: dict[str, list[Counter[str]]] = {"run": [], "decision": []}
+    of each that warms up: the direct-message channel is opened once per person); with
+    `automatic`, of `samples` runs whose call a rule approves too."""
+    found: dict[str, list[Counter[str]]] = {"run": [], "decision": [], "automatic": []}
     with counting() as counter:
+        if automatic:
+            async with harness(redis_url, AUTO_POLICY, **settings) as bot:
+                for i in range(samples + 1):
+                    spent = await counted(counter, bot, lambda i=i: auto_run(bot, i))  # type: ignore[misc]
+                    if i:
+                        found["automatic"].append(spent)
         async with harness(redis_url, **settings) as bot:
             for i in range(samples + 1):
                 spent = await counted(counter, bot, lambda i=i: plain_run(bot, i))  # type: ignore[misc]
@@ -117,13 +144,57 @@ async def measure(redis_url: str, samples: int, **settings: Any) -> dict[str, li
     return found
 
 
+async def cpu_per_run(
+    redis_url: str, api_url: str, tmp: Path, samples: int
+) -> dict[str, list[float]]:
+    """The bot's CPU seconds (its own process) per run, one at a time, alternating: a run
+    whose tool needs no approval (`plain`) and one whose call a rule approves (`automatic`);
+    the first three of each warm up."""
+    bot = Bot(redis_url, api_url, tmp)
+    (tmp / "policy.yml").write_text(AUTO_POLICY)
+    found: dict[str, list[float]] = {"plain": [], "automatic": []}
+    await bot.start()
+    try:
+        for i in range(samples + 3):
+            for kind, text in (("plain", f"run looker look at h{i}"),
+                               ("automatic", f"run deployer deploy a{i}")):  # fmt: skip
+                shown = len((await bot.standin("bench.results"))["results"])
+
+                async def done(shown: int = shown) -> bool:
+                    results = (await bot.standin("bench.results"))["results"]
+                    return len(results) > shown and await bot.settled()
+
+                before = bot.cpu()
+                body, headers = command_body(text)
+                async with bot.session.post(bot.url, data=body, headers=headers) as response:
+                    assert response.status == 200, await response.text()
+                await until(done, 30 * SLOW, f"the output of {text!r}")
+                if i >= 3:
+                    found[kind].append(bot.cpu() - before)
+    finally:
+        await bot.stop()
+    return found
+
+
+def report_cpu(found: dict[str, list[float]]) -> None:
+    plain, auto = (sum(found[k]) / len(found[k]) * 1000 for k in ("plain", "automatic"))
+    print(f"Bot CPU per run ({len(found['plain'])} each, from outside): its gated call decided "
+          f"automatically {auto:.1f} ms, its tool needing no approval {plain:.1f} ms: "
+          f"{auto / plain:.2f}x (goal <= {AUTO_CPU_GOAL}x)")  # fmt: skip
+
+
 def report(found: dict[str, list[Counter[str]]]) -> None:
     goals = {"run": RUN_GOAL, "decision": DECISION_GOAL}
     what = {
         "run": "a run whose one tool needs no approval, /agent to output",
         "decision": "a decision, one at a time, click to output and the requester's notice",
+        "automatic": "a run whose one gated call a rule approves, /agent to output",
     }
+    plain = max(sum(s.values()) for s in found["run"])
+    goals["automatic"] = plain + AUTO_TRIPS_GOAL
     for name, samples in found.items():
+        if not samples:
+            continue
         totals = [sum(s.values()) for s in samples]
         print(f"Redis round trips of {what[name]}: {max(totals)} (min {min(totals)}; "
               f"goal <= {goals[name]})")  # fmt: skip
@@ -137,16 +208,22 @@ def report(found: dict[str, list[Counter[str]]]) -> None:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--cpu-samples", type=int, default=20, help="runs of each kind")
     args = parser.parse_args()
     set_tracing_disabled(True)
     with tempfile.TemporaryDirectory() as tmp:
         server = EmbeddedRedis(Path(tmp) / "redis")
         await server.start()
+        standin = Process(["-m", "benchmarks.peers", "standin"])
         try:
             found = await measure(server.url, args.samples)
+            api_url = await standin.first_line()
+            cpu = await cpu_per_run(server.url, api_url, Path(tmp), args.cpu_samples)
         finally:
+            await standin.stop()
             server.stop()
     report(found)
+    report_cpu(cpu)
 
 
 if __name__ == "__main__":

@@ -18,15 +18,22 @@ from benchmarks.costs import measure
 # at a time with the requester's notice, at most 15 (55.5 before; 56 by this count).
 RUN_BOUND = 31
 DECISION_BOUND = 49
+# A run whose one gated call a rule approves, decided inside the run (#32 part 1): at most 3
+# round trips more than the run whose tool needs no approval (57-66 before, by this count).
+AUTOMATIC_MORE = 3
 STEADY = {"projector_gather_seconds": 30.0, "progress_due_seconds": 30.0,
           "requester_notice_seconds": 0.2}  # fmt: skip
 
 
 async def test_a_run_and_a_decision_cost_their_round_trips(redis_url: str) -> None:
     found = await measure(redis_url, 1, **STEADY)
-    [run], [decision] = found["run"], found["decision"]
+    [run], [decision], [automatic] = found["run"], found["decision"], found["automatic"]
     assert sum(run.values()) <= RUN_BOUND, sorted(run.items())
     assert sum(decision.values()) <= DECISION_BOUND, sorted(decision.items())
+    assert sum(automatic.values()) <= sum(run.values()) + AUTOMATIC_MORE, sorted(automatic.items())
+    # no pause: nothing saved for a person, no resume job taken, no card
+    names = " ".join(automatic)
+    assert "save_pause" not in names and names.count("take_job") == 1, names
     # What each must do is there: the journal around the tool, the run's owner-checked end,
     # the decision's atomic transition and the worker's take.
     for spent in (run, decision):
