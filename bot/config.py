@@ -182,6 +182,10 @@ class Settings(BaseSettings):
         default=5.0, alias="APPROVAL_BOT_RUBBER_STAMP_SECONDS", ge=0
     )
     rubber_stamp_streak: int = Field(default=30, alias="APPROVAL_BOT_RUBBER_STAMP_STREAK", ge=0)
+    # A reaction on a card decides it (#33): :white_check_mark: approves, :x: rejects, as a
+    # click of the person who reacted. Off by default: it needs the `reactions:read` scope and
+    # the `reaction_added` event in the app's manifest (docs/slack-app.md).
+    reactions: bool = Field(default=False, alias="APPROVAL_BOT_REACTIONS")
     # The weekly review digest to each channel (bot/service/review_digest.py): off, weekly
     # (Monday 09:00 UTC) or a day and a UTC time (fri 16:30).
     review_digest: str = Field(default="off", alias="APPROVAL_BOT_REVIEW_DIGEST")

@@ -216,6 +216,7 @@ class BotRuntime:
                 stamp_seconds=s.rubber_stamp_seconds,
                 stamp_streak=s.rubber_stamp_streak,
             ),
+            reactions=s.reactions,
         )
         self.home = HomePublisher(
             self.service,

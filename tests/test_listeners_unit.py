@@ -344,6 +344,7 @@ def test_register_attaches_one_listener_to_every_command_action_view_and_event(r
         ("event", "app_home_opened"),
         ("event", "message"),
         ("event", "app_mention"),
+        ("event", "reaction_added"),
     }
     assert set(rig.app.listeners) == expected
     assert len(rig.app.middleware_list) == 1

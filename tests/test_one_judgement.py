@@ -46,6 +46,7 @@ from tests.agents_for_tests import Ledger, assistant_message, function_call, ops
 from tests.test_grants import submit_scope
 from tests.test_home import home_click
 from tests.test_policy_rules import submit_typed
+from tests.test_reactions import react
 
 DECIDED, VOTE, TYPING, REFUSED, WAITS = "decided", "vote", "typing", "refused", "waits"
 REQUIREMENTS = ("none", "approvers", "quorum", "self", "typed", "scope", "policy_changed")
@@ -77,6 +78,8 @@ TABLE: dict[str, dict[str, str]] = {
     "reply": {**PERSON, "quorum": DECIDED, "typed": DECIDED, "scope": NO_GRANT},
     # Approve all (#33): each call as a click that typed nothing; `typed`: left out.
     "batch": {**PERSON, "quorum": VOTE, "typed": REFUSED, "scope": NO_GRANT},
+    # :white_check_mark: on the card (APPROVAL_BOT_REACTIONS): a click that typed nothing.
+    "reaction": {**PERSON, "quorum": VOTE, "typed": REFUSED, "scope": NO_GRANT},
     "rule": {
         "none": DECIDED,
         "approvers": na("no person decides"),
@@ -112,7 +115,7 @@ WAYS = {
     "click": Way.CLICK, "vote": Way.CLICK, "home": Way.CLICK, "always": Way.ALWAYS,
     "grant": Way.GRANT, "grant_use": Way.GRANT_USE, "earlier_always": Way.EARLIER_ALWAYS,
     "edit": Way.EDIT, "edited_call": Way.EDITED_CALL, "reply": Way.REPLY, "rule": Way.RULE,
-    "batch": Way.BATCH,
+    "batch": Way.BATCH, "reaction": Way.REACTION,
 }  # fmt: skip
 
 QUORUM = "    required_approvals: 2\n"
@@ -414,6 +417,16 @@ async def batch(bench: Bench) -> str:
     return await bench.seen(approval, views)
 
 
+async def reaction(bench: Bench) -> str:
+    """A :white_check_mark: on the card, once `then` is in force."""
+    card = await bench.card()
+    bench.change()
+    views, approval = len(bench.bot.slack_api.views), approval_of(card)
+    sent = await react(bench.bot, card, "white_check_mark", bench.cell.actor)
+    assert sent.status == 200
+    return await bench.seen(approval, views)
+
+
 async def rule(bench: Bench) -> str:
     if bench.cell.requirement != "policy_changed":
         await bench.bot.wait_for_status("finished")
@@ -467,6 +480,7 @@ DRIVERS: dict[str, Callable[[Bench], Awaitable[str]]] = {
     "reply": reply,
     "rule": rule,
     "batch": batch,
+    "reaction": reaction,
 }
 
 
@@ -499,7 +513,7 @@ async def test_each_way_under_each_requirement(
     source = PolicySource.from_file(path)
     ledger, started, release = Ledger(), asyncio.Event(), asyncio.Event()
     agent, _ = ops_agent(steps(way), ledger, extra_tools=[slow_check(ledger, started, release)])
-    async with BotHarness(redis_url, agent, source) as bot:
+    async with BotHarness(redis_url, agent, source, settings={"reactions": True}) as bot:
         bench = Bench(bot, cell, path, source, ledger, started, release)
         if way != "rule" or requirement != "policy_changed":
             await bot.slack.command("clean", user="U1", channel="C1")

@@ -74,6 +74,7 @@ class ApprovalService:
         limits: StartLimits | None = None,
         foreground: Foreground | None = None,
         attention: AttentionSettings | None = None,
+        reactions: bool = False,
     ) -> None:
         core = ServiceCore(
             store=store, engine=engine, notifier=notifier, policies=policies,
@@ -87,8 +88,9 @@ class ApprovalService:
         self.questions = Questions(core)
         self.attention = Attention(core, attention)
         self.decisions = Decisions(
-            core, self.judgement, answer=self.questions.answer, attended=self.attention.decided_in
-        )
+            core, self.judgement, answer=self.questions.answer, attended=self.attention.decided_in,
+            reactions=reactions,
+        )  # fmt: skip
         self.edits = Edits(core, self.decisions)
         self.batch = Batch(core, self.judgement, self.decisions)
         self.timers = Timers(core)
@@ -132,6 +134,7 @@ class ApprovalService:
         self.reject_form = self.decisions.reject_form
         self.thread_reply = self.decisions.thread_reply  # on a question's card: an answer
         self.confirm_reply = self.decisions.confirm_reply
+        self.reaction = self.decisions.reaction  # a reaction on a card (APPROVAL_BOT_REACTIONS)
         self.edit_form = self.edits.edit_form
         # Approve all, Reject all (a pause's calls, or a selection on the App Home).
         self.batch_form = self.batch.form

@@ -32,6 +32,7 @@ from bot.store.calls import Then
 from bot.store.grants import Grant, GrantStore, grant_detail, grant_values
 from bot.store.records import (
     BY_BATCH,
+    BY_REACTION,
     AlreadyDecided,
     CallRecord,
     Decided,
@@ -59,7 +60,10 @@ Attended = Callable[[Any, Actor, CallRecord, str], Then]
 
 # What a decision made another way than a click is recorded as (`CallRecord.via`, and its audit
 # entry's detail: "by batch", "by reaction"): the card says so.
-VIA = {Way.BATCH: BY_BATCH}
+VIA = {Way.BATCH: BY_BATCH, Way.REACTION: BY_REACTION}
+
+# A reaction on a card (`APPROVAL_BOT_REACTIONS`): what it decides (approve: True).
+REACTIONS = {"white_check_mark": True, "x": False}
 
 TYPE_FIRST = (
     "This call needs typed confirmation: click Approve on its card and type the value it asks for."
@@ -75,12 +79,14 @@ class Decisions:
         judgement: Judgement,
         answer: Answer | None = None,
         attended: Attended | None = None,
+        reactions: bool = False,
     ) -> None:
         self.core = core
         self.store = core.store
         self.judgement = judgement
         self.answer = answer  # a reply on a question's card is an answer (questions.py)
         self.attended = attended
+        self.reactions = reactions  # reactions on a card decide it (off by default)
 
     async def check(
         self, actor: Actor, approval_id: str, attempt: Attempt, *, audited_as: str
@@ -311,6 +317,25 @@ class Decisions:
         # A resume was enqueued with the decision's writes; the cards and the run message
         # follow from the outbox.
         return reply
+
+    async def reaction(self, actor: Actor, channel: str, ts: str, emoji: str) -> Reply | None:
+        """A reaction added to a message: on a card whose call waits, with reactions on,
+        :white_check_mark: approves and :x: rejects (without a reason) that call, as a click of
+        the person who reacted would (`Way.REACTION`: judged alike, audited "by reaction"; a
+        call that needs a typed value is refused). None: nothing to do (reactions off, another
+        emoji, not a card, a call already settled: a reaction there is only a reaction)."""
+        approve = REACTIONS.get(emoji.partition("::")[0]) if self.reactions else None
+        if approve is None:
+            return None
+        approval_id = await self.store.approval_for_message(channel, ts)
+        if approval_id is None:
+            return None
+        call = await self.store.get_call(approval_id)
+        if call is None or call.decided:
+            return None
+        return await self.decide(
+            actor, approval_id, approve=approve, always=False, way=Way.REACTION
+        )
 
     async def thread_reply(
         self, actor: Actor, channel: str, thread_ts: str, text: str, *, ts: str = ""

@@ -5,8 +5,9 @@ Every way a call can be approved or rejected asks `Judgement.settle`, naming its
 (`Way`): a click on the card or on the App Home (and a quorum's vote, which is a click), Always
 and the grant it may make, an Always decision made earlier in the run or a channel grant
 settling a later call, an edit and the agent's re-proposed call its one-shot approval settles,
-`reject:` in the card's thread, the policy's automatic decision, and a batch (Approve all or
-Reject all: each of its calls judged as a click that typed nothing).
+`reject:` in the card's thread, the policy's automatic decision, a batch (Approve all or Reject
+all: each of its calls judged as a click that typed nothing) and a reaction on a card (the
+same).
 
 The judgement reads the policy in force, the call as stored (its subject: what the tool will
 receive), and checks, in one order: who (the served workspace, the run's, the rule's approvers,
@@ -70,6 +71,9 @@ class Way(StrEnum):
     BATCH = "batch"
     """Approve all or Reject all (#33): each call of the batch as a click that typed nothing;
     under a quorum, a vote; a call that needs a typed value is left out."""
+    REACTION = "reaction"
+    """A reaction on a card (#33, `APPROVAL_BOT_REACTIONS`): a click that typed nothing, by
+    the person who reacted, on that card's call."""
 
 
 STANDING = (Way.EARLIER_ALWAYS, Way.GRANT_USE, Way.EDITED_CALL)
@@ -78,7 +82,7 @@ that decision no longer holds (`Refused.said`): it is dropped, and the call wait
 person."""
 
 
-UNTYPED = (Way.BATCH,)
+UNTYPED = (Way.BATCH, Way.REACTION)
 """Ways that act as a click but cannot carry a typed value: a call under `confirm: type` is
 refused (left out of a batch), never approved."""
 

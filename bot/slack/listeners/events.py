@@ -1,5 +1,5 @@
-"""Events: the App Home opened, and replies in an approval card's or a run's thread. Both are
-answered at once; the work goes on in tracked background tasks."""
+"""Events: the App Home opened, replies in an approval card's or a run's thread, and reactions
+on a card. Each is answered at once; the work goes on in tracked background tasks."""
 
 from __future__ import annotations
 
@@ -24,10 +24,37 @@ log = logging.getLogger(__name__)
 
 
 def register(app: AsyncApp, deps: ListenerDeps) -> None:
-    """Listen to `app_home_opened`, `message` and `app_mention` events."""
+    """Listen to `app_home_opened`, `message`, `app_mention` and `reaction_added` events."""
     app.event("app_home_opened")(on_home_opened(deps))
     app.event("message")(on_message(deps))
     app.event("app_mention")(on_mention(deps))
+    app.event("reaction_added")(on_reaction(deps))
+
+
+def on_reaction(deps: ListenerDeps) -> Listener:
+    """A reaction added to a message: on a card, with `APPROVAL_BOT_REACTIONS` on, a decision
+    of the person who reacted on that card's call (the service judges it as a click); a
+    refusal is told to them privately, in the card's thread."""
+
+    async def on_reaction(event: dict[str, Any], context: AsyncBoltContext) -> None:
+        item = event.get("item") or {}
+        if not isinstance(item, dict) or item.get("type") != "message":
+            return
+        signed = actor_of(context)
+        team = str(event.get("user_team") or signed.team_id)
+        actor = Actor(team, str(event.get("user", "")), signed.enterprise_id)
+        channel, ts = str(item.get("channel", "")), str(item.get("ts", ""))
+        tell = deps.teller(channel, actor.user_id, ts)
+
+        async def work() -> None:
+            emoji = str(event.get("reaction", ""))
+            reply = await deps.service.reaction(actor, channel, ts, emoji)
+            if reply is not None and not reply.ok:
+                tell(shown(reply))
+
+        deps.in_background("reaction", context, work(), tell, still_working=None, defer=True)
+
+    return on_reaction
 
 
 def on_home_opened(deps: ListenerDeps) -> Listener:
