@@ -190,6 +190,16 @@ class Settings(BaseSettings):
     # (Monday 09:00 UTC) or a day and a UTC time (fri 16:30).
     review_digest: str = Field(default="off", alias="APPROVAL_BOT_REVIEW_DIGEST")
 
+    # A second opinion on each card (docs/review.md): an Agents SDK agent
+    # (`package.module:attr`) asked about each call once its card is posted; its advice is on
+    # the card and in the audit, and the policy may route on it (`advice.risk`). No answer
+    # within TIMEOUT seconds: no advice. CONCURRENCY: calls asked about at once per process.
+    advisor: str | None = Field(default=None, alias="APPROVAL_BOT_ADVISOR", min_length=1)
+    advisor_timeout_seconds: float = Field(
+        default=30.0, alias="APPROVAL_BOT_ADVISOR_TIMEOUT_SECONDS", gt=0
+    )
+    advisor_concurrency: int = Field(default=4, alias="APPROVAL_BOT_ADVISOR_CONCURRENCY", ge=1)
+
     # Operations: shutdown budget, logs, the metrics/health port of worker and Socket Mode.
     drain_seconds: float = Field(default=20.0, alias="APPROVAL_BOT_DRAIN_SECONDS", gt=0)
     log_level: str = Field(default="INFO", alias="APPROVAL_BOT_LOG_LEVEL")

@@ -182,6 +182,15 @@ RUBBER_STAMPS = Counter(
     ["channel"],
     registry=REGISTRY,
 )
+# The advisor's second opinion (bot/service/advice.py): its time per call, by outcome.
+ADVISOR_SECONDS = Histogram(
+    "approval_bot_advisor_seconds",
+    "From asking the advisor about a call (its card posted) to its answer, by outcome: advised, "
+    "failed, timed_out, out_of_shape (the card then says no advice).",
+    ["outcome"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+    registry=REGISTRY,
+)
 
 # The kinds of request Slack sends, as the ack histogram labels them (anything else: "other").
 ACK_KINDS = (

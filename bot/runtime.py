@@ -12,6 +12,7 @@ from functools import partial
 from typing import Any
 
 import aiohttp
+from agents import Agent
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
@@ -20,11 +21,13 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from bot import metrics, ops
 from bot.clock import SYSTEM_CLOCK, Clock
 from bot.config import Settings
+from bot.engine.advisor import load_advisor
 from bot.engine.registry import AgentRegistry
 from bot.engine.runner import Engine
 from bot.engine.tracing import Tracing
 from bot.listening import start_site
 from bot.outage import OUTAGE
+from bot.service.advice import AdvisorSettings
 from bot.service.approvals import ApprovalService
 from bot.service.attention import AttentionSettings
 from bot.service.authorize import Authorizer
@@ -79,12 +82,15 @@ class BotRuntime:
         socket_mode: bool = False,
         with_worker: bool = True,
         clock: Clock = SYSTEM_CLOCK,
+        advisor: Agent[Any] | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock  # when timers are due (tests pass a clock they move forward)
         self.socket_mode = socket_mode
         self.with_worker = with_worker
         self.registry = registry or AgentRegistry.load(settings.agents)
+        # The second opinion on each card: given (the sandbox's, a test's), or the setting's.
+        self.advisor = advisor or (load_advisor(settings.advisor) if settings.advisor else None)
         self.policies = policies or PolicySource.from_file(
             settings.policy_file, check_every=settings.policy_check_seconds
         )
@@ -217,6 +223,11 @@ class BotRuntime:
                 stamp_streak=s.rubber_stamp_streak,
             ),
             reactions=s.reactions,
+            advisor=AdvisorSettings(
+                self.advisor,
+                timeout_seconds=s.advisor_timeout_seconds,
+                concurrency=s.advisor_concurrency,
+            ),
         )
         self.home = HomePublisher(
             self.service,

@@ -84,33 +84,35 @@ class AgentRegistry:
 
     @classmethod
     def load(cls, spec: str) -> AgentRegistry:
-        module_name, _, attr = spec.partition(":")
-        if not module_name or not attr:
-            raise AgentLoadError(
-                f"APPROVAL_BOT_AGENTS={spec!r} must look like package.module:attribute"
+        return cls.from_value(load_attribute(spec))
+
+
+def load_attribute(spec: str, setting: str = "APPROVAL_BOT_AGENTS") -> Any:
+    """What `package.module:attr` names (the agents, or the advisor: `setting`), imported like
+    `python -m` would (a package in the working directory is importable)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise AgentLoadError(f"{setting}={spec!r} must look like package.module:attribute")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or module_name
+        if missing == module_name or module_name.startswith(missing + "."):
+            hint = (
+                f"looked in the working directory {cwd} and on PYTHONPATH. Run the bot from "
+                f"the directory that contains {module_name.split('.')[0]!r} (a package or "
+                f".py file), add that directory to PYTHONPATH, or install your package"
             )
-        # Like `python -m`: a package in the working directory (myteam/agents.py) is importable.
-        cwd = os.getcwd()
-        if cwd not in sys.path and "" not in sys.path:
-            sys.path.insert(0, cwd)
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            missing = getattr(exc, "name", None) or module_name
-            if missing == module_name or module_name.startswith(missing + "."):
-                hint = (
-                    f"looked in the working directory {cwd} and on PYTHONPATH. Run the bot from "
-                    f"the directory that contains {module_name.split('.')[0]!r} (a package or "
-                    f".py file), add that directory to PYTHONPATH, or install your package"
-                )
-            else:  # the module exists, but something it imports does not
-                hint = f"{module_name!r} imports {missing!r}, which is not installed"
-            raise AgentLoadError(f"cannot import {module_name!r}: {exc} ({hint})") from exc
-        try:
-            value = functools.reduce(getattr, attr.split("."), module)
-        except AttributeError:
-            raise AgentLoadError(f"module {module_name!r} has no attribute {attr!r}") from None
-        return cls.from_value(value)
+        else:  # the module exists, but something it imports does not
+            hint = f"{module_name!r} imports {missing!r}, which is not installed"
+        raise AgentLoadError(f"cannot import {module_name!r}: {exc} ({hint})") from exc
+    try:
+        return functools.reduce(getattr, attr.split("."), module)
+    except AttributeError:
+        raise AgentLoadError(f"module {module_name!r} has no attribute {attr!r}") from None
 
 
 def _openai_model_name(name: str) -> bool:

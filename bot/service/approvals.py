@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 
 from bot.engine.runner import Engine
+from bot.service.advice import Advisor, AdvisorSettings
 from bot.service.attention import Attention, AttentionSettings
 from bot.service.authorize import Authorizer
 from bot.service.batch import Batch
@@ -40,6 +41,7 @@ from bot.store.admission import AdmissionStore
 from bot.store.audit import AuditLog
 from bot.store.journal import RedisJournal
 from bot.store.queue import JobQueue
+from bot.store.records import CallRecord, RunRecord
 from bot.store.runs import RunStore
 from bot.store.workspaces import forget_workspace
 
@@ -75,6 +77,7 @@ class ApprovalService:
         foreground: Foreground | None = None,
         attention: AttentionSettings | None = None,
         reactions: bool = False,
+        advisor: AdvisorSettings | None = None,
     ) -> None:
         core = ServiceCore(
             store=store, engine=engine, notifier=notifier, policies=policies,
@@ -98,6 +101,9 @@ class ApprovalService:
         self.details = Details(core, self.judgement, viewed=self.attention.viewed)
         self.sweeper = Sweeper(core, self.runs)
         self.grants = Grants(core)
+        self.advisor = Advisor(
+            core, self.judgement, advisor or AdvisorSettings(), self.runs.auto_decide
+        )
 
         # The collaborators, as the adapters and the tests reach them.
         self.store = core.store
@@ -147,8 +153,6 @@ class ApprovalService:
         self.answer = self.questions.answer
         # What lies behind a card: its call's whole text, the run's conversation.
         self.whole_call = self.details.whole_call
-        # A card was posted (the projector says so): what it asked of its reader.
-        self.card_posted = self.attention.card_shown
         self.conversation = self.details.conversation
 
         # Reviews, timers, people, the sweeper.
@@ -167,6 +171,12 @@ class ApprovalService:
         self.revoke_grant = self.grants.revoke_grant
         self.revoke_grant_id = self.grants.revoke_by_id
         self.requeue_stalled = self.sweeper.requeue_stalled
+
+    def card_posted(self, run: RunRecord, call: CallRecord, chars: int, folded: bool) -> None:
+        """A call's card was posted (the projector says so): what it asked of its reader, and
+        a second opinion on it (off every person's path)."""
+        self.attention.card_shown(run, call, chars, folded)
+        self.advisor.card_posted(run, call)
 
     async def forget_workspace(self, team_id: str) -> int:
         """The app was uninstalled from `team_id` (or its bot token revoked): everything the

@@ -13,6 +13,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from bot import metrics
+from bot.service.advised import without_advice
 from bot.service.conditions import REQUESTED_AT, encode_subject, stored_subject
 from bot.service.gate import subject_of_call
 from bot.service.ports import Actor
@@ -63,6 +64,9 @@ class AuditKind(StrEnum):
     RUBBER_STAMP = "rubber_stamp"
     # A call's card was posted: decision folded | whole (its arguments), detail its characters.
     CARD_SHOWN = "card_shown"
+    # The advisor's second opinion on a call (bot/service/advice.py): decision its risk, or
+    # `none` (detail: why); detail its rationale and the seconds it took; text its concerns.
+    ADVISED = "advised"
 
     def tally(self, decision: str, call: CallRecord | None) -> None:
         """Move this kind's metric for one entry (`decision` and `call` as audited)."""
@@ -177,6 +181,6 @@ def subject_as_decided(call: CallRecord) -> dict[str, Any]:
     arguments are), else the call's as the policy judged it."""
     if call.edited_arguments and call.kind in ("function", "hosted_mcp"):
         return stored_subject(call.kind, call.edited_arguments)
-    subject = subject_of_call(call)
+    subject = without_advice(subject_of_call(call))  # (the advice is audited on its own)
     subject.pop(REQUESTED_AT, None)
     return subject

@@ -3,7 +3,8 @@
 A rule's `when:` maps an argument path to a condition; the rule applies only when every one
 holds. The conditions read a call's *subject*: what the tool will receive, as plain JSON
 values, under a few roots (`args`: the arguments as the tool reads them, `bot.engine.arguments`;
-`command`: a shell call's commands; `path` and `operation`: a patch's file and kind).
+`command`: a shell call's commands; `path` and `operation`: a patch's file and kind), and the
+advisor's second opinion (`advice.risk`: low, medium or high; `bot.service.advised`).
 
 A condition has three results: it holds, it does not, or it cannot be decided (`Undecidable`):
 the arguments could not be read (not JSON, too long to judge), or the value is of a type the
@@ -12,7 +13,8 @@ or a regular expression cannot be tried on it. An undecidable condition never ap
 policy sends the call to a person (`Policy.rule_for`). A path that is simply not there (the
 model left the argument out and the tool has no default for it) is absent: only `{exists:
 false}` holds on it. A root the call's kind does not have (`command` of a function call) holds
-nothing: the condition is about another kind of call.
+nothing: the condition is about another kind of call. Advice is never absent: until the
+advisor answers, or when it gave none, `advice.risk` cannot be decided.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ import re2
 from bot.engine.arguments import NotFinite, Reading, Received, read_json
 
 ROOTS = ("args", "command", "path", "operation")
-"""The subject's roots; only `args` has parts below it."""
+"""The subject's roots read from the call; only `args` has parts below it."""
+ADVICE = "advice"
+"""The root of the advisor's opinion (`advice.risk`), read from the call's advice, not its
+arguments (`bot.service.advised.advice_subject`)."""
 # Not roots a `when:` path may name: when the call was requested (Unix seconds), which the
 # rules' `during:` read (the same instant each time the call is judged again); the roots the
 # call has but that could not be read (root -> why); and why the call is refused outright
@@ -51,7 +56,7 @@ _RE2.log_errors = False  # a pattern it refuses is `approval-bot check`'s to say
 `re` backtracks: `(a+)+$` on 29 characters took 13 s of the event loop), so no string of a
 subject (at most `SUBJECT_LIMIT` characters) is too long to try."""
 
-PATH = re.compile(r"^(?:args(?:\.[^.\s]+)*|command|path|operation)$")
+PATH = re.compile(r"^(?:args(?:\.[^.\s]+)*|command|path|operation|advice\.risk)$")
 COMPARISON = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(.*?)\s*$")
 _COMPARE: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,
@@ -89,8 +94,8 @@ def check_path(path: str) -> str:
     if not PATH.match(path):
         raise ConditionError(
             f"{path!r} is not an argument path: use args.<name>[.<name>...] (e.g. args.env, "
-            "args.target.host, args.items.0), or command (shell calls), path or operation "
-            "(patches)"
+            "args.target.host, args.items.0), command (shell calls), path or operation "
+            "(patches), or advice.risk (the advisor's opinion)"
         )
     return path
 
@@ -270,6 +275,8 @@ def resolve(subject: Mapping[str, Any], path: str) -> tuple[str, Any]:
     if isinstance(unreadable, dict) and root in unreadable:
         return UNREADABLE, str(unreadable[root])
     if root not in subject:
+        if root == ADVICE:  # not advised (yet): what it would say is unknown
+            return UNREADABLE, "no advice (yet)"
         return MISSING, None
     value: Any = subject[root]
     for number, part in enumerate(parts):

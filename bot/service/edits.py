@@ -25,6 +25,7 @@ import jsonschema
 
 from bot.engine.approvals import NO_ARGUMENTS, arguments_sha, canonical_arguments
 from bot.engine.arguments import NonFiniteNumber, NotFinite, Reading, loads_json, read_json
+from bot.service.advised import without_advice
 from bot.service.audit import AuditKind
 from bot.service.conditions import encode_subject, subject_of
 from bot.service.core import ServiceCore
@@ -481,8 +482,8 @@ class Edits:
         them, a shell call's commands; a patch keeps its file and kind."""
         if call.kind == "shell":
             return subject_of("shell", NO_ARGUMENTS, encode_subject({"command": pretty}))
-        if call.kind == "apply_patch":
-            return subject_of_call(call)
+        if call.kind == "apply_patch":  # (the advice was on the patch before the edit)
+            return without_advice(subject_of_call(call))
         return subject_of(call.kind, reading)
 
     async def _apply(self, actor: Actor, call: CallRecord, run: RunRecord, pretty: str) -> Reply:

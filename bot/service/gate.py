@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any
 
 from bot.engine.questions import QUESTION_KIND
+from bot.service.advised import advice_subject
 from bot.service.answerers import question_rule
 from bot.service.conditions import REQUESTED_AT, decode_subject, encode_subject, stored_subject
 from bot.service.policy import CallRule, Policy
@@ -41,13 +42,14 @@ def rule_for(
 
 def subject_of_call(call: CallRecord) -> dict[str, Any]:
     """What the policy's rules read of a stored call: its kept subject, or (when none was kept,
-    as it was the same) what its stored arguments give; and when it was requested (`during:`
-    rules: the same instant however often the call is judged)."""
+    as it was the same) what its stored arguments give; when it was requested (`during:`
+    rules: the same instant however often the call is judged); and the advisor's opinion as it
+    stands (`advice.risk`: undecidable until it is given)."""
     kept = call.subject
     subject = decode_subject(kept) if kept else stored_subject(call.kind, call.arguments)
     if call.paused_at:
         subject[REQUESTED_AT] = call.paused_at
-    return subject
+    return advice_subject(call, subject)
 
 
 def keep_subject(call: CallRecord, subject: dict[str, Any]) -> None:

@@ -35,10 +35,12 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from bot.engine.advisor import RISKS
 from bot.engine.questions import TOOL_NAME as QUESTION_TOOL
 from bot.errors import ApprovalBotError
 from bot.service.cel import CEL, CelCondition, compile_cel
 from bot.service.conditions import (
+    ADVICE,
     REFUSED,
     REQUESTED_AT,
     Condition,
@@ -53,6 +55,7 @@ from bot.service.policy_keys import meant
 from bot.service.policy_lines import line_of, nodes_of
 from bot.service.replies import Text
 
+ADVICE_RISK = f"{ADVICE}.risk"
 CHANNEL_ID = r"^[CGD][A-Z0-9]+$"
 # A user id (U…/W…), a user group id (S…), a user group handle (@name) or "*" (anyone).
 PRINCIPAL = r"^([UW][A-Z0-9]+|S[A-Z0-9]+|@[a-z0-9][a-z0-9._-]*|\*)$"
@@ -225,7 +228,23 @@ class ToolRule(Timers):
             raise ValueError("confirm: a rule that decides automatically has nothing to confirm")
         if self.confirm_value is not None and self.confirm is None:
             raise ValueError("confirm_value: only with confirm: type")
+        if self.confirm_value == ADVICE_RISK:
+            raise ValueError("confirm_value: an argument path (advice is not typed)")
+        risk = (self.when or {}).get(ADVICE_RISK)
+        if risk is not None:
+            named = risk if isinstance(risk, list) else [risk]
+            wrong = [r for r in named if r not in RISKS]
+            if wrong:
+                raise ValueError(
+                    f"when.{ADVICE_RISK}: {wrong[0]!r} is not a risk the advisor gives (low, "
+                    "medium or high; a list of them for several)"
+                )
         return self
+
+    @property
+    def on_advice(self) -> bool:
+        """Whether the rule reads the advisor's opinion (`advice.risk`)."""
+        return ADVICE_RISK in (self.when or {})
 
     def applies(self, channel: str, agent: str, tool: str, subject: Mapping[str, Any]) -> Truth:
         """Whether this rule governs the call: every narrowing and every condition holds; or
@@ -365,6 +384,7 @@ class Policy(_Strict):
             reason=rule.reason or "",
             confirm=rule.confirm == "type",
             confirm_value=rule.confirm_value or "",
+            on_advice=rule.on_advice,
         )
 
     def _of_channel(self, channel: str, base: ChannelRule) -> CallRule:
@@ -536,6 +556,9 @@ class CallRule:
     # Why a rule before this one could not be decided on the call (`Policy._undecided`): this
     # is then the strictest rule that could apply, decided by a person; "": it applies.
     undecidable: str = ""
+    # The rule applies on the advisor's opinion (`when: {advice.risk: ...}`): an automatic
+    # decision it makes is audited as made on advice.
+    on_advice: bool = False
 
     def editable(self, kind: str) -> bool:
         """Whether the Edit button is offered for a call of this kind under this rule: as the

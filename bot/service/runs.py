@@ -25,6 +25,7 @@ from bot.engine.runner import (
 )
 from bot.errors import cause_of
 from bot.outage import log_failure, unreachable
+from bot.service.advised import read_advised
 from bot.service.answerers import question_rule
 from bot.service.audit import AuditKind
 from bot.service.automatic import InRun
@@ -76,7 +77,7 @@ def audited_task(task: str) -> str:
     return f"{task[:AUDITED_TASK]}… ({len(task):,} characters)"
 
 
-def _stored(value: Any) -> str:
+def stored_value(value: Any) -> str:
     """A record field's value as the record stores it."""
     if isinstance(value, bool):
         return "1" if value else "0"
@@ -458,6 +459,9 @@ class Runs:
             )
             if isinstance(result, Decided):
                 why = f": {reason}" if rule is not None and rule.reason else ""
+                advised = read_advised(call) if rule is not None and rule.on_advice else None
+                if advised is not None and advised.advice is not None:  # (advice alone: never)
+                    why += f" (on the advisor's advice: risk {advised.advice.risk})"
                 await self.core.audit(
                     AuditKind.DECIDED, call=call, decision=f"auto_{auto}",
                     detail=f"policy rule {source}{why}",
@@ -567,7 +571,7 @@ class Runs:
         names = ("paused_at", "rule", "required", "allow_always", "approvers", "confirm",
                  "expire_after", "remind_after", "remind_max", "escalate_after",
                  "escalate_at", "escalate_to")  # fmt: skip
-        fields = {"auto": "", **{name: _stored(getattr(call, name)) for name in names}}
+        fields = {"auto": "", **{name: stored_value(getattr(call, name)) for name in names}}
         if await self.store.set_pending_call_fields(call.approval_id, fields):
             detail = f"policy rule {rule.source} (the policy in force decides it no longer)"
             await self.core.audit(AuditKind.ROUTED, call=call, detail=detail)

@@ -105,6 +105,7 @@ class Calls:
         self.resume_gather = resume_gather
         self._decide = client.register_script(marking("decide"))
         self._set_if_pending = client.register_script(_SET_IF_PENDING)
+        self._advise = client.register_script(marking("advise"))
 
     async def get_call(self, approval_id: str) -> CallRecord | None:
         if keys.run_of(approval_id) is None:
@@ -218,6 +219,19 @@ class Calls:
             keys=[keys.call_key(approval_id)],
             args=[x for pair in fields.items() for x in pair],
         )
+        return bool(reply)
+
+    async def advise(self, approval_id: str, fields: dict[str, str]) -> bool:
+        """Write an advisor's advice and the fields the policy in force gives the call with it,
+        only while the call is pending, its card marked to show them (False: decided, or
+        gone). The projector is woken."""
+        run_id = approval_id.partition(".")[0]
+        args = [now(), str(self.retention), *(x for pair in fields.items() for x in pair)]
+        reply = await self._advise(
+            keys=[keys.call_key(approval_id), keys.outbox_key(run_id)], args=args
+        )
+        if reply:
+            await self.outbox.schedule(run_id)
         return bool(reply)
 
     async def set_call_message(self, approval_id: str, channel: str, ts: str) -> None:

@@ -284,6 +284,10 @@ class CallRecord:
     # and that turn's number (0: the first). Self-approval is judged against the requester.
     requester: str = ""
     turn: int = 0
+    # The advisor's second opinion (bot/service/advice.py), as JSON: `{risk, rationale,
+    # concerns}`, or `{none: why}` when it gave none (failed, timed out, out of shape); empty:
+    # not (yet) advised. Written after the card is posted, while the call is pending.
+    advice: str = ""
 
     def __post_init__(self) -> None:
         _typed(self)

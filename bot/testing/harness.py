@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from agents import Agent
 from aiohttp import web
 from pydantic import SecretStr
 
@@ -145,7 +146,8 @@ class BotHarness:
 
     Use it as `async with BotHarness(...) as bot:`. Options: `settings` overrides `Settings`
     fields by name (`{"user_start_burst": 0}`; the windows default to `FAST_WINDOWS`), `clock`
-    a `bot.testing.clock.SkippingClock` for timer tests, `rejection_text` and `data_dir`.
+    a `bot.testing.clock.SkippingClock` for timer tests, `rejection_text` and `data_dir`,
+    `advisor` an agent that gives a second opinion on each card (`bot.testing.advisors`).
 
     Acting: `bot.slack` (a `SlackRequests`) sends any signed request: `command`, `click`,
     `submit`, `thread_reply`, `mention`. The harness's own methods do what a person does in
@@ -166,8 +168,10 @@ class BotHarness:
         data_dir: Path | None = None,
         settings: dict[str, Any] | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        advisor: Agent[Any] | None = None,
     ) -> None:
         self.redis_url = redis_url
+        self.advisor = advisor  # a second opinion on each card (e.g. `scripted_advisor`)
         self.clock = clock  # e.g. a `bot.testing.clock.SkippingClock`, for timer tests
         self.registry = agents if isinstance(agents, AgentRegistry) else None
         self.agents = agents
@@ -211,7 +215,11 @@ class BotHarness:
             self._own_slack = True
         registry = self.registry or AgentRegistry.from_value(self.agents)
         self.runtime = BotRuntime(
-            self.settings(), registry=registry, policies=self.policies, clock=self.clock
+            self.settings(),
+            registry=registry,
+            policies=self.policies,
+            clock=self.clock,
+            advisor=self.advisor,
         )
         await self.runtime.start()
         self._runner = web.AppRunner(self.runtime.web_app(), access_log=None)

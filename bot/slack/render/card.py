@@ -14,6 +14,7 @@ import json
 from slack_sdk.models.blocks import ActionsBlock, Block, ContextBlock, SectionBlock
 
 from bot.engine.questions import QUESTION_KIND
+from bot.service.advised import read_advised
 from bot.service.policy import human
 from bot.slack.render import question
 from bot.slack.render.base import (
@@ -187,6 +188,33 @@ def edited_blocks(call: CallRecord) -> list[Block]:
     return [SectionBlock(text=md(f"{head}\n{diff}"))]
 
 
+RISK_ICONS = {"low": ":large_green_circle:", "medium": ":large_orange_circle:",
+              "high": ":red_circle:"}  # fmt: skip
+RATIONALE_SHOWN = 300
+CONCERN_SHOWN = 80
+
+
+def advice_text(call: CallRecord) -> str:
+    """The advisor's second opinion, e.g. ":red_circle: Risk: *high*. Deletes the only admin
+    account." and its concerns (untrusted: escaped, cut), or why there is none; '' before the
+    advisor answered (or with no advisor)."""
+    advised = read_advised(call)
+    if advised is None:
+        return ""
+    advice = advised.advice
+    if advice is None:
+        return f":mag: No advice ({advised.said})."
+    text = (
+        f"{RISK_ICONS.get(advice.risk, ':mag:')} *Second opinion:* Risk: *{advice.risk}*. "
+        f"{inline(advice.rationale, RATIONALE_SHOWN)}"
+    )
+    if advice.concerns:
+        text += "\nConcerns: " + " · ".join(inline(c, CONCERN_SHOWN) for c in advice.concerns)
+    if call.edited_sha:
+        text += "\n_(on the arguments before the edit)_"
+    return text
+
+
 def _header(run: RunRecord, call: CallRecord) -> str:
     asked = asked_by(run, call)
     if not call.decided:
@@ -236,6 +264,9 @@ def approval_message(
             SectionBlock(text=md(code_block(call.arguments, ARGUMENTS_LIMIT, call.arguments_chars)))
         )
     blocks.extend(edited_blocks(call))
+    advice = "" if call.decided else advice_text(call)
+    if advice:
+        blocks.append(ContextBlock(elements=[md(advice)]))
     if call.status == CallStatus.REJECTED and call.reason:  # what the agent was told
         reason = f"*Reason:*\n{blockquote(call.reason, 2500)}"  # a quote: never the bot's
         blocks.append(SectionBlock(text=md(reason)))
