@@ -129,6 +129,9 @@ async def test_cards_from_start_to_outcome_in_the_browser(sandbox_url: str, tmp_
         assert "digest" not in text and "Reminds" not in text  # in the details, not the card
         assert "Approve\nReject\nEdit\n⋯" in text
         assert "replicas: 8" in await scale.inner_text()
+        # The demo advisor's second opinion comes once the card is shown (#33 part 2).
+        await restart.locator("text=Second opinion").wait_for()
+        assert "Risk: medium. It changes a running system (restart)." in await restart.inner_text()
 
         await page.wait_for_selector("#feed >> text=waiting for 2 approvals")
 

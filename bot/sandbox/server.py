@@ -33,6 +33,7 @@ from bot.sandbox.learning import SHADOW_RULES, report_page
 from bot.service.policy import ChannelRule
 from bot.service.policy_source import PolicySource
 from bot.slack.blocks import EDIT_MODAL, REASON_BLOCK, REASON_INPUT
+from bot.testing.advisors import demo_advisor
 from bot.testing.harness import edit_values
 from bot.testing.models import DemoModel, use_model
 from bot.testing.requests import SlackRequests
@@ -154,7 +155,9 @@ class Sandbox:
             redis_url=None,
             data_dir=self.data_dir,
         )
-        self.runtime = BotRuntime(settings, registry=registry, policies=policies)
+        # A second opinion on each card: the offline demo advisor, unless one is named.
+        advisor = None if settings.advisor else demo_advisor()
+        self.runtime = BotRuntime(settings, registry=registry, policies=policies, advisor=advisor)
         await self.runtime.start()
         self._bot_runner = web.AppRunner(self.runtime.web_app(), access_log=None)
         await self._bot_runner.setup()
