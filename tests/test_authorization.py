@@ -211,12 +211,19 @@ async def test_always_buttons_hidden_and_forged_always_refused(redis_url: str) -
         approval = await started(bot)
         approval_id = approval.button_value(APPROVE)
         assert approval.action_ids() == [APPROVE, REJECT, EDIT, SHOW_CONVERSATION]
-        for forged in (ALWAYS_APPROVE, ALWAYS_REJECT):
+
+        def refusals() -> int:
+            said = bot.slack_api.ephemeral_to("U2")
+            return sum("Always decisions are not allowed" in text for text in said)
+
+        # A click is answered in the background: each forged click's refusal is waited for
+        # before the next, so their audit entries come in the order clicked.
+        for count, forged in enumerate((ALWAYS_APPROVE, ALWAYS_REJECT), start=1):
             await bot.slack.click(forged, approval_id, user="U2", channel="C1")
+            await wait_until(lambda n=count: refusals() == n, what=f"refusal {count}")
         await bot.idle()
         assert bot.slack_api.views == []
         assert await status_of(redis_url, approval_id) == "pending"
-        assert "Always decisions are not allowed" in bot.slack_api.ephemeral_to("U2")[-2]
         # A forged Always-reject modal submission is refused inside the modal.
         view = {
             "callback_id": "approval_reject_modal",
