@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bot import ask_human
 from bot.service.policy_source import PolicySource
 from bot.slack.blocks import (
     APPROVE,
@@ -305,3 +306,34 @@ async def test_the_home_decides_a_selection_across_runs(redis_url: str) -> None:
         assert "Approved *2*" in view_text(sent.json()["view"])
         await bot.idle()
     assert ledger.names() == ["delete_logs", "delete_logs"]
+
+
+async def test_a_question_in_the_pause_is_left_out_to_be_answered(redis_url: str) -> None:
+    ledger = Ledger()
+    steps = [
+        [
+            function_call("delete_logs", {"path": "/a"}, call_id="c1"),
+            function_call("delete_logs", {"path": "/b"}, call_id="c2"),
+            function_call("ask_human", {"question": "Which region?"}, call_id="q1"),
+        ],
+        [assistant_message("done")],
+    ]
+    agent, _ = ops_agent(steps, ledger, extra_tools=[ask_human])
+    async with BotHarness(redis_url, agent, PLAIN) as bot:
+        await bot.slack.command("clean", user="U1", channel="C1")
+        await bot.wait_for_cards(3)
+        assert "Approve all 2" in bot.run_message().all_text()  # questions are answered
+        view = await open_batch(bot, "U2")
+        listed = view_text(view)
+        assert "Left out:* This is a question from the agent: answer it with Answer." in listed
+        assert view["submit"]["text"] == "Approve 2"
+        sent = await submit_batch(bot, view, "U2")
+        shown = view_text(sent.json()["view"])
+        assert "Approved *2*, left out *1*" in shown and "answer it with Answer" in shown
+        await bot.idle()
+        [question] = bot.pending_cards()
+        assert "Which region?" in question.all_text()
+        by_call = await statuses(bot)
+    assert by_call == {"c1": CallStatus.APPROVED, "c2": CallStatus.APPROVED,
+                       "q1": CallStatus.PENDING}  # fmt: skip
+    assert ledger.names() == []  # the run waits for the answer

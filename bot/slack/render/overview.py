@@ -170,6 +170,13 @@ def overview_message(overview: Overview) -> tuple[str, list[dict[str, Any]]]:
     return text, as_dicts(blocks[:MAX_BLOCKS])
 
 
+def whole_on_home(call: CallRecord) -> bool:
+    """Whether the Home shows the call's arguments as its card does (else it is decided on
+    its card, where they are shown)."""
+    shown = code_block(call.arguments, HOME_ARGUMENTS_LIMIT, call.arguments_chars)
+    return shown == code_block(call.arguments, ARGUMENTS_LIMIT, call.arguments_chars)
+
+
 def _home_call(item: Waiting) -> list[Block]:
     """One call on the Home: what it is, its arguments (shortened), and the card's buttons
     only when the Home shows the arguments as the card does; a call whose arguments the Home
@@ -177,7 +184,7 @@ def _home_call(item: Waiting) -> list[Block]:
     call = item.call
     label = ARGUMENT_LABELS.get(call.kind, "Arguments")
     shown = code_block(call.arguments, HOME_ARGUMENTS_LIMIT, call.arguments_chars)
-    whole = shown == code_block(call.arguments, ARGUMENTS_LIMIT, call.arguments_chars)
+    whole = whole_on_home(call)
     blocks: list[Block] = [
         SectionBlock(text=md(_waiting_line(item))),
         SectionBlock(text=md(f"*{label}:*\n{shown}")),
@@ -204,8 +211,9 @@ PICK_OPTIONS = 10  # a checkbox group holds at most 10 options
 def home_batch(mine: list[Waiting]) -> list[Block]:
     """Decide several at once (#33): a box beside each waiting call (its value: the call's
     opaque id and version), then Approve selected and Reject selected, which open the form
-    that lists what each would do; from two calls on (questions are answered, not batched)."""
-    calls = [w for w in mine if w.call.kind != QUESTION_KIND]
+    that lists what each would do; from two calls on (questions are answered, and a call whose
+    arguments the Home cuts is decided on its card, not batched)."""
+    calls = [w for w in mine if w.call.kind != QUESTION_KIND and whole_on_home(w.call)]
     if len(calls) < 2:
         return []
     blocks: list[Block] = [SectionBlock(text=md("*Decide several at once:* tick them, then"))]
