@@ -6,11 +6,16 @@ pauses as before. Through signed requests, the real bot, real Redis and the Slac
 
 from __future__ import annotations
 
+from agents import Agent, ApplyPatchTool, ShellTool
+from agents.testing import ScriptedModel
+from openai.types.responses import ResponseApplyPatchToolCall, ResponseFunctionShellToolCall
+
 from bot import metrics
 from bot.testing.harness import BotHarness
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
 from tests.test_authorization import no_server_errors
 from tests.test_grants import GRANTING, cards, grant_in_first_run, two_runs
+from tests.test_tool_kinds import Editor, done, run_shell
 from tests.test_webhooks import Receiver, delivered_all, webhook_settings
 
 AUTO = """
@@ -126,3 +131,45 @@ async def test_a_call_a_grant_covers_runs_without_a_pause(redis_url: str) -> Non
     [used] = [e for e in audit if e["kind"] == "grant_used"]
     assert used["run_id"] == second and used["user"] == "U2"
     assert any("was approved by the grant of" in n for n in notes), notes
+
+
+async def test_shell_and_patch_calls_a_rule_decides_are_decided_in_their_run(
+    redis_url: str,
+) -> None:
+    """Every kind of call goes the same way: a shell command a rule approves runs, a patch a
+    rule rejects is refused with the rule's reason, in one turn, without a pause."""
+    policy = AUTO + (
+        "  - name: listing\n    match: shell\n    when: {command: 'ls *'}\n    auto: approve\n"
+        "  - name: no-source-deletes\n    match: apply_patch\n"
+        "    when: {operation: delete_file, path: 'src/*'}\n"
+        "    auto: reject\n    reason: Source files are not deleted by agents.\n"
+    )
+    shell = ResponseFunctionShellToolCall(
+        id="ls", call_id="ls", type="shell_call", status="completed",
+        action={"commands": ["ls -la /srv/in-run"], "timeout_ms": 1000},
+    )  # fmt: skip
+    delete = ResponseApplyPatchToolCall(
+        id="dp", call_id="dp", type="apply_patch_call", status="completed",
+        operation={"type": "delete_file", "path": "src/in-run.py"},
+    )  # fmt: skip
+    model = ScriptedModel([[shell, delete], [assistant_message("ok")]])
+    agent = Agent(
+        name="coder",
+        model=model,
+        tools=[ShellTool(executor=run_shell, needs_approval=True),
+               ApplyPatchTool(editor=Editor(), needs_approval=True)],
+    )  # fmt: skip
+    async with BotHarness(redis_url, agent, policy) as bot:
+        await bot.slack.command("go", user="U1", channel="C1")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        audit = await bot.audit()
+        shown = bot.slack_api.approval_messages()
+        no_server_errors(bot)
+    assert shown == []
+    assert "ls -la /srv/in-run" in done and "delete src/in-run.py" not in done
+    assert model.last_call is not None
+    assert "Source files are not deleted by agents." in str(model.last_call.input)
+    assert "paused" not in [e["kind"] for e in audit]
+    decided = sorted((e["rule"], e["decision"]) for e in audit if e["kind"] == "decided")
+    assert decided == [("listing", "auto_approve"), ("no-source-deletes", "auto_reject")]

@@ -6,12 +6,17 @@ lets a call the policy decides by itself go on in the same run: no snapshot, no 
 The engine knows only the answer; who decides, and what is recorded, is the service's
 (`bot.service.automatic`).
 
-It is asked where the SDK hands back its interruptions rather than in the SDK's per-tool hooks
-(`needs_approval`, `on_approval`, `on_approval_request`): those see a call without the agent
-that made it (a function tool's `needs_approval`), or must always decide (a hosted MCP tool's
-`on_approval_request`: no way to leave it to a person), while every kind of call reaches the
-interruptions described as a card would show it, and a rejection's message goes to the model
-the same way as a person's (`RunState.reject`).
+It is asked where the SDK hands back its interruptions, not in the SDK's per-tool hooks
+(openai-agents 0.24): a function tool's `needs_approval(ctx, params, call_id)` is not told which
+agent made the call (a tool object may be shared), nor can it reject with a message (only say
+whether approval is needed), and when a paused turn resumes the SDK asks it again for the
+turn's other calls, so a decision recorded there would be recorded twice; a hosted MCP tool's
+`on_approval_request` must answer approve or reject, never "a person decides". Every kind of
+call reaches the interruptions whole, described as its card would show it (the same call the
+policy would judge at a pause), and an approval or a rejection with its message goes to the
+model the same way as a person's (`RunState.approve` / `reject`). The price is the SDK's: the
+run stops at the call and goes on from its state in memory (about 2 ms of CPU per call here,
+`docs/benchmarks.md`).
 """
 
 from __future__ import annotations
