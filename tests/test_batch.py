@@ -245,6 +245,8 @@ async def test_the_submission_is_judged_again_under_the_policy_in_force(
     path.write_text(PLAIN)
     source = PolicySource.from_file(path)
     async with BotHarness(redis_url, agent, source) as bot:
+        # U2 stays in the channel (sees its cards) once no longer among its approvers.
+        bot.slack_api.channel_members["C1"] = ["U1", "U2", "U3"]
         await bot.slack.command("clean", user="U1", channel="C1")
         await bot.wait_for_approvals(2)
         opened = len(bot.slack_api.views)

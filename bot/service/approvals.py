@@ -95,10 +95,10 @@ class ApprovalService:
             reactions=reactions,
         )  # fmt: skip
         self.edits = Edits(core, self.decisions)
-        self.batch = Batch(core, self.judgement, self.decisions)
+        self.details = Details(core, self.judgement, viewed=self.attention.viewed)
+        self.batch = Batch(core, self.judgement, self.decisions, self.details.may_view)
         self.timers = Timers(core)
         self.people = People(core, self.judgement)
-        self.details = Details(core, self.judgement, viewed=self.attention.viewed)
         self.sweeper = Sweeper(core, self.runs)
         self.grants = Grants(core)
         self.advisor = Advisor(

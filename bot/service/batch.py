@@ -11,6 +11,7 @@ would be."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -18,6 +19,7 @@ from bot.engine.questions import QUESTION_KIND
 from bot.service.core import ServiceCore
 from bot.service.decisions import Decisions
 from bot.service.judgement import Allowed, Attempt, Judgement, Refused, Way
+from bot.service.policy import Verdict
 from bot.service.ports import Actor
 from bot.service.replies import Reply, Text, said
 from bot.store import keys
@@ -72,42 +74,61 @@ class BatchDone:
         return [i for i in self.items if i.outcome == outcome]
 
 
+# Whether a person may see a call's card and what lies behind it (`Details.may_view`).
+MayView = Callable[[Actor, RunRecord, CallRecord], Awaitable[Verdict]]
+
 NOT_LISTED = "It was left out when the form opened: decide it on its card."
+UNSEEN = "Only a run's starter, its calls' approvers and its channel's members may see its calls."
+GONE = "Nothing was decided: these calls no longer exist, or are no longer yours to see. " + UNSEEN
 NOTHING = "Nothing to decide at once here: this run waits for no decision now."
 
 
 class Batch:
     """Approve all and Reject all: the form, and its submission."""
 
-    def __init__(self, core: ServiceCore, judgement: Judgement, decisions: Decisions) -> None:
+    def __init__(
+        self, core: ServiceCore, judgement: Judgement, decisions: Decisions, may_view: MayView
+    ) -> None:
         self.core = core
         self.store = core.store
         self.judgement = judgement
         self.decisions = decisions
+        self.may_view = may_view
 
     async def pause_form(self, actor: Actor, run_id: str, *, approve: bool) -> BatchForm | Reply:
         """Approve all (or Reject all) on a paused run's message: its pause's waiting calls."""
         run = await self.store.get_run(run_id) if keys.RUN_ID_RE.match(run_id) else None
         if run is None or run.status != RunStatus.PAUSED:
             return Reply(False, NOTHING)
-        calls = [c for c in await self.store.pause_calls(run_id) if not c.decided]
-        return await self._form(actor, [(c, run, c.version) for c in calls], approve)
+        waiting = [c for c in await self.store.pause_calls(run_id) if not c.decided]
+        calls = [
+            (c, run, c.version) for c in waiting if (await self.may_view(actor, run, c)).allowed
+        ]
+        if waiting and not calls:
+            verb = "approve" if approve else "reject"
+            return Reply(False, f"There is nothing here you may {verb} at once. {UNSEEN}")
+        return await self._form(actor, calls, approve)
 
     async def form(
         self, actor: Actor, chosen: list[tuple[str, str]], *, approve: bool
     ) -> BatchForm | Reply:
         """Approve or Reject the calls selected on the App Home: (approval id, version) each."""
-        found = await self._read(chosen)
+        found = await self._read(actor, chosen)
         if not found:
             return Reply(False, "Select the calls to decide first (the boxes beside them).")
         return await self._form(actor, found, approve)
 
-    async def _read(self, chosen: list[tuple[str, str]]) -> list[tuple[CallRecord, RunRecord, str]]:
-        """The calls named (unknown ids are dropped), with their runs and the versions shown."""
+    async def _read(
+        self, actor: Actor, chosen: list[tuple[str, str]]
+    ) -> list[tuple[CallRecord, RunRecord, str]]:
+        """The calls named, with their runs and the versions shown; unknown ids, and those of
+        calls `actor` may not see, are dropped (alike: nothing tells one from the other)."""
         found = []
         for approval_id, version in chosen[: MAX_CALLS * 2]:
             call, run = await self.store.call_and_run(approval_id)
-            if call is not None and run is not None:
+            if call is None or run is None:
+                continue
+            if (await self.may_view(actor, run, call)).allowed:
                 found.append((call, run, version))
         return found
 
@@ -159,9 +180,9 @@ class Batch:
         under the policy in force and decided on its own, as a click (`Way.BATCH`), in order;
         one that may not be is left out, with the reason. `left`: the calls the form left out,
         said again with the reason (nothing is decided on them)."""
-        found = await self._read(chosen[:MAX_CALLS])
+        found = await self._read(actor, chosen[:MAX_CALLS])
         if not found:
-            return Reply(False, "These calls no longer exist: nothing was decided.")
+            return Reply(False, GONE)
         items = []
         for call, run, version in found:
             if call.kind == QUESTION_KIND:  # (the form never names one; the judgement refuses)
@@ -177,7 +198,7 @@ class Batch:
             after = await self.store.get_call(call.approval_id)
             decided = after is None or after.decided
             items.append(Item(after or call, run, Outcome.DECIDE if decided else Outcome.VOTE))
-        for call, run, version in await self._read((left or [])[:MAX_CALLS]):
+        for call, run, version in await self._read(actor, (left or [])[:MAX_CALLS]):
             item = await self._judged(actor, call, run, version, approve)
             why = item.why if item.outcome == Outcome.LEFT_OUT else Text.of(NOT_LISTED)
             items.append(Item(call, run, Outcome.LEFT_OUT, why))
