@@ -6,16 +6,22 @@ judgement, decided at most once, and nothing of a call the person may not see is
 
 from __future__ import annotations
 
+import itertools
 import json
+from pathlib import Path
 from typing import Any
 
+from bot.service.policy_source import PolicySource
 from bot.slack.blocks import (
     APPROVE,
     BATCH_APPROVE,
     HOME_BATCH_APPROVE,
     HOME_PICK,
     HOME_PICK_BLOCK,
+    SHOW_ALL,
+    SHOW_CONVERSATION,
 )
+from bot.store.attention import viewers_key
 from bot.store.records import CallStatus
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import Message
@@ -216,3 +222,79 @@ async def open_form(bot: BotHarness, user: str) -> dict[str, Any]:
     await wait_until(lambda: len(bot.slack_api.views) > opened, what="the batch form")
     view: dict[str, Any] = bot.slack_api.views[-1]["view"]
     return view
+
+
+async def test_only_those_who_may_see_a_card_open_what_lies_behind_it(redis_url: str) -> None:
+    """Show all and Show conversation (#33 part 3) named with another channel's call id, from
+    a channel the clicker is in: an outsider, an approver of the other channel, and someone of
+    another workspace open nothing and record no `viewed` entry (the review report counts
+    those); the call's own approver opens it, and that is recorded."""
+    ledger = Ledger()
+    agent, _ = ops_agent(steps(), ledger)
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        _, secret = await two_runs(bot)
+        hidden = secret.button_value(APPROVE).split(":")[0]
+        opened = len(bot.slack_api.views)
+        cases = [("U4", None), ("U2", None), ("U6", "T0OTHER")]
+        for (user, team), action in itertools.product(cases, (SHOW_ALL, SHOW_CONVERSATION)):
+            sent = await bot.slack.click(action, hidden, user=user, channel="C1", team=team)
+            assert sent.status == 200
+        await bot.idle()
+        assert len(bot.slack_api.views) == opened
+        for user in ("U4", "U2", "U6"):
+            told = bot.slack_api.ephemeral_to(user)
+            assert told and all(SECRET_PATH not in t for t in told), (user, told)
+        store = bot.runtime.service.store
+        assert await store.redis.smembers(viewers_key(hidden)) == set()
+        assert [e for e in await bot.audit() if e["kind"] == "viewed"] == []
+        # The control: C9's approver opens the conversation, and it is recorded.
+        await bot.slack.click(SHOW_CONVERSATION, hidden, user="U6", channel="C9")
+        await wait_until(lambda: len(bot.slack_api.views) > opened, what="the conversation")
+        assert SECRET_PATH in view_text(bot.slack_api.views[-1]["view"])
+        await wait_until(
+            lambda: bot.runtime.service.store.redis.smembers(viewers_key(hidden)),
+            what="the view recorded",
+        )
+
+
+async def test_a_quorum_raised_after_a_card_was_posted_holds_for_it(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The policy in force asks 2 approvals of calls posted when 1 sufficed: a click and Approve
+    all each count as a vote, as they would on a call posted now; the second approver decides."""
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [
+            [
+                function_call("delete_logs", {"path": "/logs-x"}, call_id="c1"),
+                function_call("delete_logs", {"path": "/logs-y"}, call_id="c2"),
+            ],
+            [assistant_message("done")],
+        ],
+        ledger,
+    )
+    rule = "tools:\n  - name: logs\n    match: delete_logs\n"
+    path = tmp_path / "policy.yml"
+    path.write_text(POLICY.split("tools:")[0] + rule)
+    source = PolicySource.from_file(path)
+    async with BotHarness(redis_url, agent, source) as bot:
+        await bot.slack.command("clean", user="U1", channel="C1")
+        cards = await bot.wait_for_approvals(2)
+        x, y = (card_of(cards, p).button_value(APPROVE) for p in ("/logs-x", "/logs-y"))
+        path.write_text(POLICY.split("tools:")[0] + rule + "    required_approvals: 2\n")
+        assert source.reload()
+        await bot.click(card_of(cards, "/logs-x"), APPROVE, user="U2")
+        await bot.idle()
+        assert await status_of(bot, x) == CallStatus.PENDING
+        view = await open_form(bot, "U2")
+        shown = view_text(view)
+        assert "you already approved it" in shown and "Will count as your vote" in shown, shown
+        await submit_batch(bot, view, "U2")
+        await bot.idle()
+        assert await status_of(bot, y) == CallStatus.PENDING
+        for card in cards:
+            await bot.click(card, APPROVE, user="U3")
+        await bot.wait_for_status("finished")
+        votes = [e for e in await bot.audit() if e["kind"] == "approval_vote"]
+    assert sorted(e["detail"] for e in votes) == ["1 of 2", "1 of 2, by batch"]
+    assert ledger.names() == ["delete_logs", "delete_logs"]

@@ -11,6 +11,7 @@ would be."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -123,12 +124,20 @@ class Batch:
     ) -> list[tuple[CallRecord, RunRecord, str]]:
         """The calls named, with their runs and the versions shown; unknown ids, and those of
         calls `actor` may not see, are dropped (alike: nothing tells one from the other)."""
+        return [
+            (call, run, version)
+            for call, run, version in await self._named(chosen)
+            if (await self.may_view(actor, run, call)).allowed
+        ]
+
+    async def _named(
+        self, chosen: list[tuple[str, str]]
+    ) -> list[tuple[CallRecord, RunRecord, str]]:
+        """The calls named that exist, with their runs and the versions shown."""
         found = []
         for approval_id, version in chosen[: MAX_CALLS * 2]:
             call, run = await self.store.call_and_run(approval_id)
-            if call is None or run is None:
-                continue
-            if (await self.may_view(actor, run, call)).allowed:
+            if call is not None and run is not None:
                 found.append((call, run, version))
         return found
 
@@ -159,6 +168,9 @@ class Batch:
             actor, run, call, Attempt(Way.BATCH, approve, version=version)
         )
         if isinstance(judged, Allowed):
+            # (the quorum in force when it asks more than the call was posted with)
+            required = max(call.required, judged.rule.required if judged.rule else 1)
+            call = dataclasses.replace(call, required=required)
             if approve and call.required > 1:
                 if actor.user_id in call.voter_ids():
                     why = (
@@ -178,26 +190,32 @@ class Batch:
     ) -> BatchDone | Reply:  # fmt: skip
         """The form submitted: each call named (approval id, version shown) is judged again
         under the policy in force and decided on its own, as a click (`Way.BATCH`), in order;
-        one that may not be is left out, with the reason. `left`: the calls the form left out,
+        one that may not be is left out, with the reason (and not shown at all when the person
+        may not see it). `left`: the calls the form left out,
         said again with the reason (nothing is decided on them)."""
-        found = await self._read(actor, chosen[:MAX_CALLS])
-        if not found:
-            return Reply(False, GONE)
         items = []
-        for call, run, version in found:
+        for call, run, version in await self._named(chosen[:MAX_CALLS]):
+            # Every call named is judged (a refusal is audited); one the person may not see
+            # (so not decide either) is left out of what the form then shows.
+            seen = (await self.may_view(actor, run, call)).allowed
             if call.kind == QUESTION_KIND:  # (the form never names one; the judgement refuses)
-                items.append(await self._judged(actor, call, run, version, approve))
+                if seen:
+                    items.append(await self._judged(actor, call, run, version, approve))
                 continue
             reply = await self.decisions.decide(
                 actor, call.approval_id, approve=approve, always=False, reason=reason,
                 way=Way.BATCH, version=version,
             )  # fmt: skip
+            if not seen:
+                continue
             if not reply.ok:
                 items.append(Item(call, run, Outcome.LEFT_OUT, reply.said))
                 continue
             after = await self.store.get_call(call.approval_id)
             decided = after is None or after.decided
             items.append(Item(after or call, run, Outcome.DECIDE if decided else Outcome.VOTE))
+        if not items:
+            return Reply(False, GONE)
         for call, run, version in await self._read(actor, (left or [])[:MAX_CALLS]):
             item = await self._judged(actor, call, run, version, approve)
             why = item.why if item.outcome == Outcome.LEFT_OUT else Text.of(NOT_LISTED)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -18,7 +19,7 @@ from bot.service.grants import (
     narrowable,
 )
 from bot.service.judgement import Allowed, Attempt, Judgement, Refused, TypeFirst, Way
-from bot.service.policy import grant_max_of
+from bot.service.policy import CallRule, grant_max_of
 from bot.service.ports import Actor
 from bot.service.replies import (
     ConfirmReject,
@@ -135,7 +136,18 @@ class Decisions:
         if isinstance(judged, Refused) or run is None:
             assert isinstance(judged, Refused)
             return await self.refused(actor, call, attempt, judged, audited_as)
-        return call, run, judged
+        return await self.quorum_in_force(call, judged.rule), run, judged
+
+    async def quorum_in_force(self, call: CallRecord, rule: CallRule | None) -> CallRecord:
+        """`call` under the quorum of the policy in force when that asks more approvals than
+        the call was posted with: the stored call's quorum is raised (only while it is
+        pending) before a decision or vote is recorded, so the atomic transitions that count
+        the votes (decide.lua, edit.lua) count to it. A quorum lowered since is not applied:
+        a call keeps the stricter of the two."""
+        if rule is None or rule.required <= call.required:
+            return call
+        await self.store.set_pending_call_fields(call.approval_id, {"required": str(rule.required)})
+        return dataclasses.replace(call, required=rule.required)
 
     async def _settled_alongside(
         self, actor: Actor, run: RunRecord, call: CallRecord, *, approve: bool

@@ -32,7 +32,7 @@ from bot.service.core import ServiceCore
 from bot.service.decisions import Decisions
 from bot.service.digest import digest_of
 from bot.service.gate import subject_of_call
-from bot.service.judgement import Attempt, Refused, Way
+from bot.service.judgement import Allowed, Attempt, Refused, Way
 from bot.service.ports import Actor
 from bot.service.replies import Code, Reply, already_text, said
 from bot.store.edits import EditRecord
@@ -474,6 +474,8 @@ class Edits:
         if isinstance(judged, Refused):
             refused = await self.decisions.refused(actor, call, attempt, judged, "edit")
             return EditErrors({WHOLE: refused.text})
+        if isinstance(judged, Allowed):
+            call = await self.decisions.quorum_in_force(call, judged.rule)
         return await self._apply(actor, call, run, pretty)
 
     @staticmethod
