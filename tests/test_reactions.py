@@ -115,3 +115,38 @@ async def test_reactions_are_off_by_default(redis_url: str) -> None:
         assert bot.slack_api.ephemeral_to("U2") == []
         assert [e for e in await bot.audit() if e["kind"] in ("decided", "refused")] == []
     assert ledger.names() == []
+
+
+async def test_a_reaction_in_a_channel_shared_with_another_org_decides_nothing(
+    redis_url: str,
+) -> None:
+    """Slack's `reaction_added` does not say which organization the reactor is in (a click
+    does: its user's team), so in a channel shared with another organization (the envelope's
+    `is_ext_shared_channel`) a reaction cannot tell a guest of the other organization from a
+    member: with approvers "*" (the channel's members, who include the guests), it decides
+    nothing, for either, and says why; the card's buttons still do."""
+    ledger = Ledger()
+    agent, _ = ops_agent(one_call(), ledger)
+    policy = POLICY.replace("approvers: [U2, U3]", 'approvers: ["*"]')
+    async with BotHarness(redis_url, agent, policy, settings=ON) as bot:
+        bot.slack_api.channel_members["C1"] = ["U1", "U2", "UX1"]  # UX1: the other org's guest
+        await bot.slack.command("clean", user="U1", channel="C1")
+        [card] = await bot.wait_for_approvals(1)
+        approval_id = card.button_value("approval_reject")
+        for user in ("UX1", "U2"):
+            event = {
+                "type": "reaction_added", "user": user, "reaction": "white_check_mark",
+                "item_user": "UBOT", "item": {"type": "message", "channel": "C1", "ts": card.ts},
+                "event_ts": "1.0",
+            }  # fmt: skip
+            payload = {**bot.slack.event_payload(event), "is_ext_shared_channel": True}
+            assert (await bot.slack.send_json(payload)).status == 200
+        await bot.idle()
+        call = await bot.runtime.service.store.get_call(approval_id)
+        assert call is not None and call.status == CallStatus.PENDING, call
+        for user in ("UX1", "U2"):
+            told = bot.slack_api.ephemeral_to(user)
+            assert any("shared with another organization" in t for t in told), told
+        await bot.click(card, "approval_approve", user="U2")
+        await bot.wait_for_status("finished")
+    assert ledger.names() == ["delete_logs"]

@@ -66,6 +66,11 @@ VIA = {Way.BATCH: BY_BATCH, Way.REACTION: BY_REACTION}
 # A reaction on a card (`APPROVAL_BOT_REACTIONS`): what it decides (approve: True).
 REACTIONS = {"white_check_mark": True, "x": False}
 
+SHARED_REACTION = (
+    "This channel is shared with another organization, and a reaction does not say which "
+    "organization its author is in, so it decides nothing here: use the card's buttons."
+)
+
 TYPE_FIRST = (
     "This call needs typed confirmation: click Approve on its card and type the value it asks for."
 )
@@ -345,6 +350,8 @@ class Decisions:
         call = await self.store.get_call(approval_id)
         if call is None or call.decided:
             return None
+        if not actor.team_id:  # (a shared channel's: whose organization is not known)
+            return Reply(False, SHARED_REACTION)
         return await self.decide(
             actor, approval_id, approve=approve, always=False, way=Way.REACTION
         )

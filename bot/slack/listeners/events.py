@@ -36,12 +36,18 @@ def on_reaction(deps: ListenerDeps) -> Listener:
     of the person who reacted on that card's call (the service judges it as a click); a
     refusal is told to them privately, in the card's thread."""
 
-    async def on_reaction(event: dict[str, Any], context: AsyncBoltContext) -> None:
+    async def on_reaction(
+        event: dict[str, Any], body: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
         item = event.get("item") or {}
         if not isinstance(item, dict) or item.get("type") != "message":
             return
         signed = actor_of(context)
-        team = str(event.get("user_team") or signed.team_id)
+        # Slack's reaction_added names no team: in a channel shared with other organizations
+        # the reactor may be of any of them, so their team is unknown ("", which the service
+        # refuses), never taken for the installation's.
+        shared = body.get("is_ext_shared_channel") is True
+        team = str(event.get("user_team") or ("" if shared else signed.team_id))
         actor = Actor(team, str(event.get("user", "")), signed.enterprise_id)
         channel, ts = str(item.get("channel", "")), str(item.get("ts", ""))
         tell = deps.teller(channel, actor.user_id, ts)
