@@ -86,6 +86,8 @@ RunPosted = Callable[[Any, RunRecord], None]
 # A run whose message Slack has not taken for this long starts without it (its tools get no
 # thread); a message Slack refuses for good stops the run instead.
 START_WITHOUT_MESSAGE = 30.0
+# What is posted in the run's thread (a post there clears the thread's status line).
+IN_THREAD = frozenset({"result", "note", "review"})
 # A call's card was posted: (run, the call, its characters, its arguments folded).
 CardPosted = Callable[[RunRecord, CallRecord, int, bool], None]
 
@@ -316,23 +318,32 @@ class Projector:
             extra = [live]
         with serving(run.team_id, run.enterprise_id):  # its workspace's token
             again, waits = await self._project(run, marks, shown)
-            await self._show_status(run)  # the run message said something: the thread's too
+            # The run message said something: the thread's line too (unless it is to be
+            # cleared while a post in the thread, which clears it, is still to go).
+            posting = any(
+                wait is not None
+                and keys.target_kind(target) in IN_THREAD
+                and not shown.get(target, Shown()).ts
+                for target, wait in waits.items()
+            )
+            await self._show_status(run, posting=posting)
         left = [t for t in extra if waits.get(t) is not None]
         if left:  # not delivered in this pass: its own mark, for the next
             await self.outbox.mark_now(run.run_id, left)
         return again
 
-    async def _show_status(self, run: RunRecord) -> None:
-        """The thread's status line, if this pass's run message gave it one to say."""
+    async def _show_status(self, run: RunRecord, *, posting: bool = False) -> None:
+        """The thread's status line, if this pass's run message gave it one to say; not a
+        call to clear it when a post in the thread (`posting`) will."""
         status = self._status_due.pop(run.run_id, None)
-        if status is not None:
+        if status is not None and (status or not posting):
             await self.thread_status.show(run, status)
 
     async def _posting_in_thread(self, run: RunRecord, thread: str) -> None:
         """Before a post in the run's thread, which clears its status line (as Slack does):
         the line this pass has to say goes first, not after what the post says."""
         if thread and thread == run.message_ts:
-            await self._show_status(run)
+            await self._show_status(run, posting=True)
 
     def _posted_in_thread(self, run: RunRecord, thread: str) -> None:
         if thread and thread == run.message_ts:
