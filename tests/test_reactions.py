@@ -5,6 +5,8 @@ reaction decides nothing."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from bot.store.records import CallStatus
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.requests import Sent
@@ -117,36 +119,44 @@ async def test_reactions_are_off_by_default(redis_url: str) -> None:
     assert ledger.names() == []
 
 
-async def test_a_reaction_in_a_channel_shared_with_another_org_decides_nothing(
-    redis_url: str,
-) -> None:
-    """Slack's `reaction_added` does not say which organization the reactor is in (a click
-    does: its user's team), so in a channel shared with another organization (the envelope's
-    `is_ext_shared_channel`) a reaction cannot tell a guest of the other organization from a
-    member: with approvers "*" (the channel's members, who include the guests), it decides
-    nothing, for either, and says why; the card's buttons still do."""
+def reaction_payload(bot: BotHarness, card: Message, user: str, shared: bool) -> dict[str, Any]:
+    event = {
+        "type": "reaction_added", "user": user, "reaction": "white_check_mark",
+        "item_user": "UBOT", "item": {"type": "message", "channel": card.channel, "ts": card.ts},
+        "event_ts": "1.0",
+    }  # fmt: skip
+    return {**bot.slack.event_payload(event), "is_ext_shared_channel": shared}
+
+
+async def test_only_a_person_of_the_served_workspace_decides_by_reaction(redis_url: str) -> None:
+    """Slack's `reaction_added` says neither the reactor's team nor whether they are a bot, and
+    approvers "*" are the channel's members: guests of another organization (a shared channel)
+    and other apps' bot users among them. Their clicks are refused (a guest's by their team;
+    a bot cannot click), so their reactions are too: the bot asks the directory (`users.info`)
+    who reacted. Another app's bot's reaction is only a reaction; the guest is told; a member
+    of the workspace decides, in the shared channel too."""
     ledger = Ledger()
     agent, _ = ops_agent(one_call(), ledger)
     policy = POLICY.replace("approvers: [U2, U3]", 'approvers: ["*"]')
     async with BotHarness(redis_url, agent, policy, settings=ON) as bot:
-        bot.slack_api.channel_members["C1"] = ["U1", "U2", "UX1"]  # UX1: the other org's guest
+        # UX1: the other organization's guest; BOTHER: another app's bot user.
+        bot.slack_api.channel_members["C1"] = ["U1", "U2", "UX1", "BOTHER"]
+        bot.slack_api.user_teams["UX1"] = "T0OTHER"
+        bot.slack_api.bot_users.add("BOTHER")
         await bot.slack.command("clean", user="U1", channel="C1")
         [card] = await bot.wait_for_approvals(1)
         approval_id = card.button_value("approval_reject")
-        for user in ("UX1", "U2"):
-            event = {
-                "type": "reaction_added", "user": user, "reaction": "white_check_mark",
-                "item_user": "UBOT", "item": {"type": "message", "channel": "C1", "ts": card.ts},
-                "event_ts": "1.0",
-            }  # fmt: skip
-            payload = {**bot.slack.event_payload(event), "is_ext_shared_channel": True}
-            assert (await bot.slack.send_json(payload)).status == 200
+        for user, shared in (("BOTHER", False), ("BOTHER", True), ("UX1", True)):
+            sent = await bot.slack.send_json(reaction_payload(bot, card, user, shared=shared))
+            assert sent.status == 200
         await bot.idle()
         call = await bot.runtime.service.store.get_call(approval_id)
         assert call is not None and call.status == CallStatus.PENDING, call
-        for user in ("UX1", "U2"):
-            told = bot.slack_api.ephemeral_to(user)
-            assert any("shared with another organization" in t for t in told), told
-        await bot.click(card, "approval_approve", user="U2")
+        assert bot.slack_api.ephemeral_to("BOTHER") == []
+        told = bot.slack_api.ephemeral_to("UX1")
+        assert any("not served" in t for t in told), told
+        await bot.slack.send_json(reaction_payload(bot, card, "U2", shared=True))
         await bot.wait_for_status("finished")
+        [decided] = [e for e in await bot.audit() if e["kind"] == "decided"]
+    assert (decided["user"], decided["detail"]) == ("U2", "by reaction")
     assert ledger.names() == ["delete_logs"]

@@ -66,6 +66,13 @@ VIA = {Way.BATCH: BY_BATCH, Way.REACTION: BY_REACTION}
 # A reaction on a card (`APPROVAL_BOT_REACTIONS`): what it decides (approve: True).
 REACTIONS = {"white_check_mark": True, "x": False}
 
+# Who reacted, as Slack's directory says: their own team, and whether they are a bot (or an
+# app); None when it could not say (`Decisions.reaction`).
+WhoReacted = Callable[[str], Awaitable[tuple[str, bool] | None]]
+UNCHECKED_REACTION = (
+    "The bot could not look up who reacted (reactions need the users:read scope too), so the "
+    "reaction decides nothing: use the card's buttons."
+)
 SHARED_REACTION = (
     "This channel is shared with another organization, and a reaction does not say which "
     "organization its author is in, so it decides nothing here: use the card's buttons."
@@ -335,12 +342,19 @@ class Decisions:
         # follow from the outbox.
         return reply
 
-    async def reaction(self, actor: Actor, channel: str, ts: str, emoji: str) -> Reply | None:
+    async def reaction(
+        self, actor: Actor, channel: str, ts: str, emoji: str, who: WhoReacted | None = None
+    ) -> Reply | None:
         """A reaction added to a message: on a card whose call waits, with reactions on,
         :white_check_mark: approves and :x: rejects (without a reason) that call, as a click of
         the person who reacted would (`Way.REACTION`: judged alike, audited "by reaction"; a
         call that needs a typed value is refused). None: nothing to do (reactions off, another
-        emoji, not a card, a call already settled: a reaction there is only a reaction)."""
+        emoji, not a card, a call already settled: a reaction there is only a reaction).
+
+        Slack's event says neither the reactor's team nor whether they are a bot (a click
+        comes from a person, with their team): `who` asks the directory, once the reaction
+        would decide something. A bot's reaction (another app's, a member of the channel, so
+        among approvers "*") is only a reaction; the team is the directory's."""
         approve = REACTIONS.get(emoji.partition("::")[0]) if self.reactions else None
         if approve is None:
             return None
@@ -350,6 +364,14 @@ class Decisions:
         call = await self.store.get_call(approval_id)
         if call is None or call.decided:
             return None
+        if who is not None:
+            found = await who(actor.user_id)
+            if found is None:
+                return Reply(False, UNCHECKED_REACTION)
+            team, bot = found
+            if bot:
+                return None
+            actor = Actor(team, actor.user_id, actor.enterprise_id)
         if not actor.team_id:  # (a shared channel's: whose organization is not known)
             return Reply(False, SHARED_REACTION)
         return await self.decide(

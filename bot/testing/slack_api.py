@@ -213,6 +213,10 @@ class FakeSlackAPI:
         # Channel members for conversations.members: channel id -> member ids. A channel not
         # set here is answered `channel_not_found` (the bot is not in it).
         self.channel_members: dict[str, list[str]] = {}
+        # users.info: the bot users among the people (another app's bot reacting), and the
+        # team of those not of this workspace (a shared channel's guests).
+        self.bot_users: set[str] = set()
+        self.user_teams: dict[str, str] = {}
         self.members_page = 200  # the most members one page holds (Slack: `limit`, <= 1000)
         self._ts = itertools.count(1)
         self._last_ts = 0.0
@@ -706,6 +710,14 @@ class FakeSlackAPI:
         end = start + size
         cursor = f"c{end}" if end < len(members) else ""
         return {"members": members[start:end], "response_metadata": {"next_cursor": cursor}}
+
+    def _users_info(self, p: dict[str, Any]) -> dict[str, Any]:
+        user = str(p.get("user", ""))
+        if not user:
+            raise _SlackError("user_not_found")
+        bot = user in self.bot_users or user == self.bot_user_id
+        team = self.user_teams.get(user, self.team_id)
+        return {"user": {"id": user, "team_id": team, "is_bot": bot, "is_app_user": bot}}
 
     def _conversations_open(self, p: dict[str, Any]) -> dict[str, Any]:
         users = str(p.get("users", "")).split(",")

@@ -15,6 +15,7 @@ from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.service.batch import BatchDone, BatchForm
+from bot.service.decisions import WhoReacted
 from bot.service.details import Conversation, WholeCall
 from bot.service.edits import EditErrors, EditForm, Entered
 from bot.service.foreground import Foreground
@@ -106,7 +107,9 @@ class Service(Protocol):
         self, actor: Actor, channel: str, thread_ts: str, text: str, *, ts: str = ""
     ) -> Reply | ConfirmReject | None: ...
 
-    async def reaction(self, actor: Actor, channel: str, ts: str, emoji: str) -> Reply | None: ...
+    async def reaction(
+        self, actor: Actor, channel: str, ts: str, emoji: str, who: WhoReacted | None = None
+    ) -> Reply | None: ...
 
     async def follow_up(
         self, actor: Actor, channel: str, thread_ts: str, text: str, *, ts: str = ""

@@ -52,9 +52,21 @@ def on_reaction(deps: ListenerDeps) -> Listener:
         channel, ts = str(item.get("channel", "")), str(item.get("ts", ""))
         tell = deps.teller(channel, actor.user_id, ts)
 
+        async def who(user: str) -> tuple[str, bool] | None:
+            """The reactor's own team and whether they are a bot, from `users.info`."""
+            try:
+                found = await deps.client.users_info(user=user)
+            except Exception:
+                log_failure(log, "could not look up who reacted (%s)", user)
+                return None
+            profile = found.get("user") or {}
+            team = str(profile.get("team_id") or "")
+            bot = bool(profile.get("is_bot") or profile.get("is_app_user"))
+            return (team, bot) if team else None
+
         async def work() -> None:
             emoji = str(event.get("reaction", ""))
-            reply = await deps.service.reaction(actor, channel, ts, emoji)
+            reply = await deps.service.reaction(actor, channel, ts, emoji, who)
             if reply is not None and not reply.ok:
                 tell(shown(reply))
 
