@@ -411,14 +411,25 @@ class Policy(_Strict):
         not apply and `found` is the rule that applies if none of them does: the first of
         them all that a person decides (an `auto: approve` rule asks nobody, so it is passed
         over; an `auto: reject` rule is decided by its approvers instead), and when each
-        approves automatically, the first, decided by its approvers. Never automatic, no
-        Always and no grant: each such call is decided on its own."""
+        approves automatically, the first, decided by its approvers; with the highest quorum
+        of those a person decides, typed confirmation if any of them asks for it, and
+        self-approval only if all of them allow it. Never automatic, no Always and no grant:
+        each such call is decided on its own."""
         rules = [self._of_rule(index, rule, base) for index, rule, _ in could] + [found]
-        person = next((r for r in rules if r.auto != "approve"), rules[0])
+        persons = [r for r in rules if r.auto != "approve"] or rules[:1]
+        person = persons[0]
+        # What any of them asks of its approvers holds: an agent whose arguments make a
+        # condition undecidable gets no smaller quorum, no self-approval and no untyped
+        # approval than the rule it would otherwise fall under.
+        confirming = next((r for r in persons if r.confirm), None)
         why = "; ".join(u.said() for _, _, u in could)
         return dataclasses.replace(
-            person, auto=None, allow_always=False, grant_max=0, undecidable=why, reason=""
-        )
+            person, auto=None, allow_always=False, grant_max=0, undecidable=why, reason="",
+            required=max(r.required for r in persons),
+            allow_self=all(r.allow_self for r in persons),
+            confirm=confirming is not None,
+            confirm_value=confirming.confirm_value if confirming is not None else "",
+        )  # fmt: skip
 
     def _refused(self, channel: str, base: ChannelRule, where: str) -> CallRule:
         """The rule of a call whose arguments hold a number JSON cannot: rejected, and the
