@@ -9,7 +9,9 @@ below is the requirement's), `approvers` (the actor is not among the rule's appr
 `quorum` (the rule needs 2 approvers), `self` (the actor asked for the call), `typed`
 (`confirm: type`), `scope` (a grant longer than the rule's `grant_max`), `policy_changed`
 (after the card was drawn, or the standing decision made, the policy in force routes the call
-by its arguments to other approvers). Outcomes: the call was `decided`; a `vote` was counted;
+by its arguments to other approvers), `advice` (the advisor rates the call high risk, and the
+policy routes such calls to other approvers; for a standing decision, such a rule came since:
+at the later call there is no advice yet). Outcomes: the call was `decided`; a `vote` was counted;
 the confirmation form asks for `typing` (nothing decided); the actor was `refused` (nothing
 decided, told why); a standing decision did not settle the later call, which `waits` for a
 person on its card.
@@ -40,6 +42,7 @@ from bot.slack.blocks import (
 )
 from bot.store import keys
 from bot.store.records import CallRecord, CallStatus, RunRecord, Snapshot
+from bot.testing.advisors import scripted_advisor
 from bot.testing.harness import BotHarness, edit_values, status_line, wait_until
 from bot.testing.slack_api import Message
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent, slow_check
@@ -49,7 +52,9 @@ from tests.test_policy_rules import submit_typed
 from tests.test_reactions import react
 
 DECIDED, VOTE, TYPING, REFUSED, WAITS = "decided", "vote", "typing", "refused", "waits"
-REQUIREMENTS = ("none", "approvers", "quorum", "self", "typed", "scope", "policy_changed")
+REQUIREMENTS = (
+    "none", "approvers", "quorum", "self", "typed", "scope", "policy_changed", "advice"
+)  # fmt: skip
 
 
 def na(why: str) -> str:
@@ -57,7 +62,8 @@ def na(why: str) -> str:
     return f"n/a: {why}"
 
 
-PERSON = {"none": DECIDED, "approvers": REFUSED, "self": REFUSED, "policy_changed": REFUSED}
+PERSON = {"none": DECIDED, "approvers": REFUSED, "self": REFUSED, "policy_changed": REFUSED,
+          "advice": REFUSED}  # fmt: skip
 STANDING = {r: WAITS for r in REQUIREMENTS if r != "none"} | {"none": DECIDED}
 NO_GRANT = na("it makes no grant")
 
@@ -88,6 +94,7 @@ TABLE: dict[str, dict[str, str]] = {
         "typed": na("confirm with auto is a policy error"),
         "scope": NO_GRANT,
         "policy_changed": WAITS,
+        "advice": WAITS,  # an auto: approve after a rule on advice: a person decides
     },
 }
 # Why, for a refusal (the actor's `refused` audit entry) or a standing decision that no longer
@@ -101,6 +108,8 @@ WHY = {
     "scope": {"": "at most 4h"},
     "policy_changed": {"": "not among the approvers", "standing": "may no longer decide it",
                        "grant_use": "no longer allows grants", "rule": "decides it no longer"},
+    "advice": {"": "not among the approvers", "standing": "cannot judge",
+               "rule": "on the advisor's advice (risk high)"},
 }  # fmt: skip
 
 
@@ -124,6 +133,11 @@ GRANTS = "    grant_max: 8h\n"
 SHORT = "    grant_max: 4h\n"
 ROUTED = (
     '  - name: routed\n    match: delete_logs\n    when: {args.path: "/var/log/*"}\n'
+    "    approvers: [U3]\n"
+)
+# The advisor rates every call high (`advice` cells): such calls are U3's alone.
+ADVISED = (
+    "  - name: advised\n    match: delete_logs\n    when: {advice.risk: high}\n"
     "    approvers: [U3]\n"
 )
 TYPED_SRV = (
@@ -204,6 +218,11 @@ def cell_of(way: str, requirement: str) -> Cell:
         return Cell(way, requirement, plain, policy(SHORT))
     if requirement == "policy_changed":
         return Cell(way, requirement, plain, policy(base, first=ROUTED))
+    if requirement == "advice":  # (#33 part 2) the advisor rates the call high: U3's
+        advised = policy(base, first=ADVISED + (QUORUM if way == "vote" else ""))
+        if standing:  # a rule on advice since: at the later call, no advice yet
+            return Cell(way, requirement, plain, advised)
+        return Cell(way, requirement, advised, advised)
     return made
 
 
@@ -428,6 +447,8 @@ async def reaction(bench: Bench) -> str:
 
 
 async def rule(bench: Bench) -> str:
+    if bench.cell.requirement == "advice":  # a card: a person decides
+        return await bench.settled()
     if bench.cell.requirement != "policy_changed":
         await bench.bot.wait_for_status("finished")
         await bench.bot.idle()
@@ -500,6 +521,11 @@ def steps(way: str) -> list[Any]:
     return [first, done]
 
 
+def high(card: dict[str, Any]) -> dict[str, Any]:
+    """The advisor of the `advice` cells: every call is high risk."""
+    return {"risk": "high", "rationale": "Deletes logs.", "concerns": []}
+
+
 CELLS = [(w, r) for w, row in TABLE.items() for r, outcome in row.items() if "n/a" not in outcome]
 
 
@@ -513,7 +539,10 @@ async def test_each_way_under_each_requirement(
     source = PolicySource.from_file(path)
     ledger, started, release = Ledger(), asyncio.Event(), asyncio.Event()
     agent, _ = ops_agent(steps(way), ledger, extra_tools=[slow_check(ledger, started, release)])
-    async with BotHarness(redis_url, agent, source, settings={"reactions": True}) as bot:
+    advisor = scripted_advisor(high) if requirement == "advice" else None
+    async with BotHarness(
+        redis_url, agent, source, settings={"reactions": True}, advisor=advisor
+    ) as bot:
         bench = Bench(bot, cell, path, source, ledger, started, release)
         if way != "rule" or requirement != "policy_changed":
             await bot.slack.command("clean", user="U1", channel="C1")

@@ -460,7 +460,7 @@ class Runs:
             if isinstance(result, Decided):
                 why = f": {reason}" if rule is not None and rule.reason else ""
                 advised = read_advised(call) if rule is not None and rule.on_advice else None
-                if advised is not None and advised.advice is not None:  # (advice alone: never)
+                if advised is not None and advised.advice is not None:
                     why += f" (on the advisor's advice: risk {advised.advice.risk})"
                 await self.core.audit(
                     AuditKind.DECIDED, call=call, decision=f"auto_{auto}",
