@@ -96,21 +96,24 @@ class WorkspaceTokens:
         if not await self.redis.set(lock, "1", nx=True, ex=30):
             return bot
         try:
-            self._cache.pop(team, None)
-            bot = await self._bot(team)  # refreshed already, by another replica or call?
-            if not self._expiring(bot):
+            try:
+                self._cache.pop(team, None)
+                bot = await self._bot(team)  # refreshed already, by another replica or call?
+                if not self._expiring(bot):
+                    return bot
+                fresh = await self._rotator.perform_bot_token_rotation(
+                    bot=bot, minutes_before_expiration=max(1, int(self.rotate_before // 60))
+                )
+            except Exception as exc:
+                log.warning("could not refresh the token of workspace %s (%s)", team.team_id, exc)
                 return bot
-            fresh = await self._rotator.perform_bot_token_rotation(
-                bot=bot, minutes_before_expiration=max(1, int(self.rotate_before // 60))
-            )
-        except Exception as exc:
-            log.warning("could not refresh the token of workspace %s (%s)", team.team_id, exc)
-            return bot
+            if fresh is None:
+                return bot
+            # Saved before the lock goes: a call that takes the lock next reads this token
+            # (a save after it let a slower call refresh the old token a second time).
+            await self.store.async_save_bot(fresh)
         finally:
             await self.redis.delete(lock)
-        if fresh is None:
-            return bot
-        await self.store.async_save_bot(fresh)
         self._cache[team] = (time.monotonic(), fresh)
         log.info("refreshed the bot token of workspace %s", team.team_id)
         return fresh
