@@ -235,6 +235,14 @@ def version() -> str:
 
 BUILD.info({"version": version(), "python": platform.python_version()})
 
+ADVISOR_TOKENS = Counter(
+    "approval_bot_advisor_tokens",
+    "The advisor's model tokens, input and output (its cost), as the Agents SDK counted them, "
+    "for the calls it advised.",
+    ["kind"],
+    registry=REGISTRY,
+)
+
 for _outcome in OUTCOMES:
     DECISIONS.labels(outcome=_outcome)
 for _kind in (*ACK_KINDS, "other"):

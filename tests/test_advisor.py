@@ -7,6 +7,7 @@ bot; the advisor's model is the only stand-in (`bot.testing.advisors`)."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -81,6 +82,11 @@ def advisor_count(outcome: str) -> float:
     return metrics.REGISTRY.get_sample_value(name, {"outcome": outcome}) or 0.0
 
 
+def tokens(kind: str) -> float:
+    name = "approval_bot_advisor_tokens_total"
+    return metrics.REGISTRY.get_sample_value(name, {"kind": kind}) or 0.0
+
+
 async def test_high_risk_goes_to_other_approvers_and_low_risk_is_approved_by_the_rule(
     redis_url: str,
 ) -> None:
@@ -89,7 +95,7 @@ async def test_high_risk_goes_to_other_approvers_and_low_risk_is_approved_by_the
     advisor = scripted_advisor(by_tool)
     model = advisor.model
     assert isinstance(model, AdvisorModel)
-    advised = advisor_count("advised")
+    advised, tokens_in = advisor_count("advised"), tokens("input")
     async with BotHarness(redis_url, agent, POLICY, advisor=advisor) as bot:
         await bot.slack.command("clean up, token sk-SECRET", user="U1", channel="C1")
         delete = (await bot.wait_for_cards(1))[0]
@@ -118,6 +124,9 @@ async def test_high_risk_goes_to_other_approvers_and_low_risk_is_approved_by_the
         assert audited["delete_logs"]["decision"] == "high"
         assert "Deletes the only copy" in audited["delete_logs"]["text"]
         assert audited["restart_service"]["decision"] == "low"
+        # Its time and cost: seconds, and the model's tokens in and out (as the SDK counted).
+        assert re.fullmatch(r"\d+\.\d\d s, [1-9]\d* \+ [1-9]\d* tokens",
+                            audited["delete_logs"]["detail"])  # fmt: skip
         votes = [e["user"] for e in await entries(bot, "approval_vote")]
         assert votes == ["U7"]
     # What the advisor saw: what the card shows, not the run's task (nor anything else).
@@ -127,6 +136,7 @@ async def test_high_risk_goes_to_other_approvers_and_low_risk_is_approved_by_the
                              "agent_reason"}  # fmt: skip
         assert "sk-SECRET" not in str(card)
     assert advisor_count("advised") - advised == 2
+    assert tokens("input") - tokens_in >= 2 * 50  # (two cards of at least 200 characters)
 
 
 async def _of(bot: BotHarness, kind: str, count: int) -> list[dict[str, str]] | None:

@@ -46,6 +46,15 @@ class Advice:
     concerns: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Answered:
+    """The advice, and what asking for it cost: the model's tokens, as the SDK counted them."""
+
+    advice: Advice
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
 class OutOfShape(ApprovalBotError):
     """The advisor answered, but not with a risk, a rationale and concerns."""
 
@@ -91,10 +100,11 @@ def shown_to_advisor(
     )
 
 
-async def ask_advisor(agent: Agent[Any], shown: str) -> Advice:
+async def ask_advisor(agent: Agent[Any], shown: str) -> Answered:
     """Run the advisor on `shown` (its own run: no context, no session) and read its advice."""
     result = await Runner.run(agent, shown, max_turns=ADVISOR_TURNS)
-    return read_advice(result.final_output)
+    usage = result.context_wrapper.usage
+    return Answered(read_advice(result.final_output), usage.input_tokens, usage.output_tokens)
 
 
 def load_advisor(spec: str) -> Agent[Any]:

@@ -33,7 +33,7 @@ from agents import Agent
 from agents.exceptions import ModelBehaviorError
 
 from bot import metrics
-from bot.engine.advisor import Advice, OutOfShape, ask_advisor, shown_to_advisor
+from bot.engine.advisor import Advice, Answered, OutOfShape, ask_advisor, shown_to_advisor
 from bot.engine.questions import QUESTION_KIND
 from bot.service.advised import (
     FAILED,
@@ -124,12 +124,18 @@ class Advisor:
         )  # fmt: skip
         async with self._turns:
             start = self.clock.monotonic()
-            outcome, advice = await self._ask(shown, approval_id)
+            outcome, answered = await self._ask(shown, approval_id)
             seconds = max(0.0, self.clock.monotonic() - start)
         metrics.ADVISOR_SECONDS.labels(outcome=outcome).observe(seconds)
-        await self._record(run, call, outcome, advice, seconds)
+        took = f"{seconds:.2f} s"
+        if answered is not None:
+            metrics.ADVISOR_TOKENS.labels(kind="input").inc(answered.input_tokens)
+            metrics.ADVISOR_TOKENS.labels(kind="output").inc(answered.output_tokens)
+            took += f", {answered.input_tokens} + {answered.output_tokens} tokens"
+        advice = answered.advice if answered is not None else None
+        await self._record(run, call, outcome, advice, took)
 
-    async def _ask(self, shown: str, approval_id: str) -> tuple[str, Advice | None]:
+    async def _ask(self, shown: str, approval_id: str) -> tuple[str, Answered | None]:
         """The advisor's advice, or why there is none, within the timeout (the bot's clock)."""
         assert self.settings.agent is not None
         asked = asyncio.create_task(ask_advisor(self.settings.agent, shown), name="advisor-ask")
@@ -154,8 +160,7 @@ class Advisor:
         return why, None
 
     async def _record(
-        self, run: RunRecord, call: CallRecord, outcome: str, advice: Advice | None,
-        seconds: float,
+        self, run: RunRecord, call: CallRecord, outcome: str, advice: Advice | None, took: str,
     ) -> None:  # fmt: skip
         """Keep the advice with the call (and the rule the policy in force gives it with the
         advice, when that is another), audit it, and let a rule that decides on it decide."""
@@ -167,7 +172,6 @@ class Advisor:
         if rule is not None and advice is not None:
             ruled, routed = ruled_call(call, rule)
         written = await self.core.store.advise(call.approval_id, {**fields, **routed})
-        took = f"{seconds:.2f} s"
         if advice is None:
             await self.core.audit(AuditKind.ADVISED, call=call, decision="none",
                                   detail=f"{NONE_SAID[outcome]} ({took})")  # fmt: skip

@@ -21,7 +21,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agents import Agent, Model, ModelResponse
+from agents import Agent, Model, ModelResponse, Usage
 from agents.testing import ModelStep, ScriptedModel, assistant_message
 
 from bot.engine.advisor import AdviceOutput
@@ -60,7 +60,11 @@ class AdvisorModel(Model):
         if inspect.isawaitable(said):
             said = await said
         text = said if isinstance(said, str) else json.dumps(said)
-        step = ScriptedModel([ModelStep(output=[assistant_message(text)])])
+        # What a model would bill, roughly: a token for four characters in, and out.
+        shown = json.dumps(model_input) if not isinstance(model_input, str) else model_input
+        used = Usage(requests=1, input_tokens=len(shown) // 4, output_tokens=len(text) // 4,
+                     total_tokens=(len(shown) + len(text)) // 4)  # fmt: skip
+        step = ScriptedModel([ModelStep(output=[assistant_message(text)], usage=used)])
         return await step.get_response(*args, **kwargs)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
