@@ -284,6 +284,7 @@ async def test_a_long_replica_stall_does_not_use_up_a_runs_attempts(tmp_path: Pa
                 ],
                 timeout=40,
                 what="a review request",
+                explain=bot.waiting_on,  # (it timed out once on a loaded CI run: say where)
             )
             assert "`restart_service` (call `c1`) was executing" in review.all_text()
         said = [m.all_text() for m in bot.slack_api.messages.values()]
