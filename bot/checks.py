@@ -19,6 +19,7 @@ from redis.cluster import RedisCluster
 from redis.sentinel import Sentinel
 
 from bot.config import Settings, env_file
+from bot.engine.advisor import load_advisor
 from bot.engine.registry import AgentLoadError, AgentRegistry, walk
 from bot.service.policy import Policy, PolicyError, load_policy
 from bot.store.connection import SENTINEL_SCHEMES, SentinelTarget
@@ -299,6 +300,27 @@ def edit_problems(policy: Policy, registry: AgentRegistry) -> list[str]:
     ]
 
 
+def advice_problems(policy: Policy, settings: Settings) -> list[str]:
+    """The advisor named but not loadable, or rules on its advice with none named (its advice
+    never comes: each call such a rule could govern goes to a person, under the strictest
+    rule that could apply)."""
+    if settings.advisor:
+        try:
+            load_advisor(settings.advisor)
+        except AgentLoadError as exc:
+            return [f"APPROVAL_BOT_ADVISOR: {exc}"]
+        return []
+    sections = [("", policy)] + [(f"workspaces.{t}.", p) for t, p in policy.workspaces.items()]
+    return [
+        f"policy: {where}tools[{index}] ({rule.match}): when: advice.risk, but "
+        "APPROVAL_BOT_ADVISOR is not set: no advice ever comes, so every call this rule could "
+        "govern waits for a person (docs/advisor.md)."
+        for where, section in sections
+        for index, rule in enumerate(section.tools)
+        if rule.on_advice and rule.mode != "shadow"
+    ]
+
+
 def collect_problems(
     *, socket_mode: bool, slack_transport: bool = True
 ) -> tuple[Settings | None, list[str]]:
@@ -316,6 +338,7 @@ def collect_problems(
     try:
         policy = load_policy(settings.policy_file)
         problems += policy_placeholders(policy)
+        problems += advice_problems(policy, settings)
     except PolicyError as exc:
         problems += exc.problems
     try:

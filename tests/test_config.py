@@ -281,6 +281,24 @@ def test_check_validates_allow_edit(tmp_path: Path) -> None:
     assert check(tmp_path, fine, **env).returncode == 0
 
 
+def test_check_says_a_rule_on_advice_needs_an_advisor(tmp_path: Path) -> None:
+    """A rule on the advisor's advice (#33 part 2) with no advisor named: its advice never
+    comes; an advisor that cannot be loaded is said too."""
+    policy = POLICY + "tools:\n  - match: delete_*\n    when: {advice.risk: high}\n"
+    env = dict(SLACK_BOT_TOKEN="xoxb-secret-value", SLACK_SIGNING_SECRET="shh",
+               OPENAI_API_KEY="sk-test-key")  # fmt: skip
+    result = check(tmp_path, policy, **env)
+    assert result.returncode == 1
+    assert "tools[0] (delete_*): when: advice.risk, but APPROVAL_BOT_ADVISOR is not set" in (
+        result.stderr
+    )
+    missing = check(tmp_path, policy, **env, APPROVAL_BOT_ADVISOR="nowhere.advisor:advisor")
+    assert missing.returncode == 1
+    assert "APPROVAL_BOT_ADVISOR: cannot import 'nowhere.advisor'" in missing.stderr
+    demo = "bot.testing.advisors:demo_advisor"
+    assert check(tmp_path, policy, **env, APPROVAL_BOT_ADVISOR=demo).returncode == 0
+
+
 def test_allow_edit_defaults_by_kind_of_call() -> None:
     policy = parse_policy(POLICY + "tools:\n  - match: sh\n    allow_edit: true\n")
     rule = policy.rule_for(channel="C1", agent="ops", tool="delete_logs")
