@@ -20,7 +20,7 @@ from tests.capabilities import ALLOWED_ON_CI
 # every skip is listed with its reason at the end of `make test`.
 
 
-SHARED_SERVER = pytest.StashKey[subprocess.Popen[bytes]]()
+SHARED_SERVER = pytest.StashKey[tuple[subprocess.Popen[bytes], str]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -29,13 +29,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         process, address = forkserver.start_server()
         os.environ[forkserver.SHARED] = address  # the workers inherit it
-        config.stash[SHARED_SERVER] = process
+        config.stash[SHARED_SERVER] = (process, address)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    process = config.stash.get(SHARED_SERVER, None)
-    if process is not None:
-        forkserver.stop_server(process)
+    server = config.stash.get(SHARED_SERVER, None)
+    if server is not None:
+        forkserver.stop_server(*server)
         os.environ.pop(forkserver.SHARED, None)
 
 

@@ -41,6 +41,7 @@ import random
 import runpy
 import select
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -212,10 +213,12 @@ def wait_ready(process: subprocess.Popen[bytes]) -> None:
         raise RuntimeError("the test fork server did not start (see stderr)")
 
 
-def stop_server(process: subprocess.Popen[bytes]) -> None:
+def stop_server(process: subprocess.Popen[bytes], address: str) -> None:
+    """Stop the server and remove the folder of its socket (a run leaves nothing in /tmp)."""
     if process.poll() is None:
         process.kill()
         process.wait(timeout=10)
+    shutil.rmtree(os.path.dirname(address), ignore_errors=True)
 
 
 class _Server:
@@ -240,7 +243,7 @@ class _Server:
 
     def stop(self) -> None:
         if self.process is not None:
-            stop_server(self.process)
+            stop_server(self.process, self.address)
 
 
 def _connect(address: str, timeout: float = 120.0) -> socket.socket:
