@@ -513,7 +513,7 @@ class Projector:
                 outcomes[outcome_key("run", asked, run.user_id)] = run.status
                 people.add(asked)
         return await self.store.record_outcomes(
-            run.run_id, outcomes, [self._person(run, p) for p in sorted(people)]
+            run.run_id, outcomes, [self._person(run, p) for p in sorted(people)], self.notice_window
         )
 
     def _person(self, run: RunRecord, user: str) -> str:

@@ -86,12 +86,17 @@ class Outcomes:
         self._forget = client.register_script(_FORGET)
 
     async def record_outcomes(
-        self, run_id: str, outcomes: dict[str, str], people: list[str] | tuple[str, ...] = ()
+        self,
+        run_id: str,
+        outcomes: dict[str, str],
+        people: list[str] | tuple[str, ...] = (),
+        window: float = 0.0,
     ) -> Mark | None:
         """Note outcomes people must be told (`outcome_key` -> status); the run's `notice` is
         marked when one is new: then its mark (what a reread of the outbox would give), and
         the run is listed among each of `people`'s runs with news (so the first of their
-        notices due tells it too). Idempotent."""
+        notices due tells it too), and due when its notice is (`window` seconds after its
+        mark: not at once, which would be a pass that finds nothing to do yet). Idempotent."""
         if not outcomes:
             return None
         args: list[str] = [now(), str(self.retention)]
@@ -106,9 +111,11 @@ class Outcomes:
                 for person in people:
                     pipe.zadd(keys.notice_runs_key(person), {run_id: time.time()})
                     pipe.expire(keys.notice_runs_key(person), self.retention)
-                self.outbox.schedule_in(pipe, run_id)
+                due = max(0.0, notice.since + window - time.time())
+                self.outbox.schedule_in(pipe, run_id, due)
                 await pipe.execute()
-            self.outbox.woken.set()
+            if due <= 0:
+                self.outbox.woken.set()
         return notice
 
     async def told_many(self, told: dict[str, dict[str, str]]) -> None:
