@@ -59,7 +59,7 @@ from bot.stopping import cancel_and_wait
 from bot.store import keys
 from bot.store.grants import GrantStore
 from bot.store.outbox import Claim, Mark, Shown
-from bot.store.outcomes import outcome_key, told_to
+from bot.store.outcomes import outcome_key, recorded_for, told_to, untold_in
 from bot.store.pacing import KEEP_AFTER, SharedPacer, Urgency
 from bot.store.records import CallRecord, RunRecord, RunStatus
 from bot.store.runs import RunStore
@@ -76,7 +76,6 @@ POLL = 0.05  # seconds between looks at the outbox index when nothing woke the p
 GATHER = 0.25  # seconds a decided card waits for the resume it started (see `_deliver`)
 DM_CHANNELS = 10_000  # people whose direct-message channel id is remembered
 NOTICE_RUNS = 50  # runs one requester's notice tells of at most (the rest: the next one)
-PACED = 0.05  # seconds of pacing worth giving a run's lease back for
 
 Undeliverable = Callable[[str, str, str], Awaitable[None]]
 RunChanged = Callable[[RunRecord], Awaitable[None]]
@@ -207,6 +206,8 @@ class Projector:
             enabled=streams,
         )  # fmt: skip
         self._status_due: dict[str, str] = {}  # run id -> its thread's line, from this pass
+        # run id -> its outcomes hash as this pass read it (with what the pass recorded)
+        self._outcomes: dict[str, dict[Any, Any]] = {}
         self._dm_channels: dict[tuple[str, str], str] = {}
         # Acks first: a claim waits for a lull in this process's Slack requests.
         self.foreground = foreground or Foreground(max_wait=0)
@@ -303,7 +304,7 @@ class Projector:
         """Bring every marked message of the run up to date; seconds until it must be tried
         again, or None when nothing is left."""
         # Read at once (one pipelined round trip, not three).
-        marks, run, shown = await self.store.projection(run_id)
+        marks, run, shown, outcomes = await self.store.projection(run_id)
         if not marks:
             return None
         if run is None:  # expired: nothing left to show
@@ -316,8 +317,13 @@ class Projector:
             # A follow-up turn's message in the thread shows what the run message shows now.
             marks = {**marks, live: marks["run"]}
             extra = [live]
-        with serving(run.team_id, run.enterprise_id):  # its workspace's token
-            again, waits = await self._project(run, marks, shown)
+        self._outcomes[run_id] = outcomes  # (`_note_outcomes` adds what it records)
+        try:
+            with serving(run.team_id, run.enterprise_id):  # its workspace's token
+                again, waits = await self._project(run, marks, shown)
+        finally:
+            self._outcomes.pop(run_id, None)
+        with serving(run.team_id, run.enterprise_id):
             # The run message said something: the thread's line too (unless it is to be
             # cleared while a post in the thread, which clears it, is still to go).
             posting = any(
@@ -506,15 +512,21 @@ class Projector:
         asked = run.asked_by
         by_them = run.status == "cancelled" and run.cancelled_by == asked
         if run.ended and not by_them:
-            waited = asked in people or await self.store.has_outcomes(
-                run.run_id, asked, run.user_id
+            read_outcomes = self._outcomes.get(run.run_id)
+            waited = asked in people or (
+                recorded_for(read_outcomes, asked, run.user_id)
+                if read_outcomes is not None
+                else await self.store.has_outcomes(run.run_id, asked, run.user_id)
             )
             if waited or run.status != "finished":
                 outcomes[outcome_key("run", asked, run.user_id)] = run.status
                 people.add(asked)
-        return await self.store.record_outcomes(
+        notice = await self.store.record_outcomes(
             run.run_id, outcomes, [self._person(run, p) for p in sorted(people)], self.notice_window
         )
+        if notice is not None and run.run_id in self._outcomes:  # for this pass's `_tell`
+            self._outcomes[run.run_id] = {**self._outcomes[run.run_id], **outcomes}
+        return notice
 
     def _person(self, run: RunRecord, user: str) -> str:
         """Whose notice a run's outcomes for `user` go into (in the run's channel, for
@@ -530,7 +542,11 @@ class Projector:
         if self.notice == "off":
             await self.outbox.done(run.run_id, target, mark)
             return None
-        untold = await self.store.untold_outcomes(run.run_id)
+        read = self._outcomes.get(run.run_id)
+        if read is not None:
+            untold = untold_in(read)
+        else:
+            untold = await self.store.untold_outcomes(run.run_id)
         again: float | None = None
         for user in sorted({told_to(k, run.user_id)[1] for k in untold}):
             wait = await self._tell_person(run, user)
@@ -544,68 +560,69 @@ class Projector:
         """`user`'s one message for what they were not told yet, of all their runs: a burst
         of decisions over many runs is a few messages, not one per run.
 
-        The protocol (no news lost, no pass per run waiting): a run's notice pass lists the run
-        among the person's runs with news, then tries to take their notice. The pass that
-        holds it tells every listed run's news (in messages of `NOTICE_RUNS` runs) until the
-        list is empty, lets go, and looks once more: a run listed meanwhile is told by it or by
-        that run's own pass, which then finds the notice free. A pass that finds it held is
-        done: the holder will find its run listed."""
+        The protocol (no news lost, no pass per run waiting; each step one round trip of
+        `notice.lua`): a run's notice pass lists the run among the person's runs with news,
+        and tries to take their notice, in one step. The pass that holds it tells every
+        listed run's news (in messages of `NOTICE_RUNS` runs) until the list is empty, and
+        lets go in the same step that finds it empty: a run listed later finds the notice
+        free (its own pass tells it). A pass that finds it held is done: the holder will find
+        its run listed."""
         person = self._person(run, user)
-        ahead = await self.posts.ahead(f"notice:{person}")
-        if ahead > PACED:  # never hold the run's lease (and its other messages) for a notice
-            return ahead
         outcomes = self.store.outcomes
         token = secrets.token_hex(8)
-        held = await outcomes.list_and_hold(person, run.run_id, token, self.lease)
-        while held:
+        turn = await outcomes.take_notice(person, run.run_id, token, self.lease, NOTICE_RUNS)
+        if turn.paced_until:
+            # One notice per window per person: news that comes meanwhile gathers (listed);
+            # this run's notice stays due: it carries the rest.
+            return max(turn.paced_until - time.time(), 0.01)
+        while turn.held and turn.listed:
+            taken = await self.posts.take(f"notice:{person}", Urgency.OUTPUT)
+            if not taken.taken:  # never hold the run's lease (its other messages) for one
+                await outcomes.told_notice(
+                    person, token, self.lease, NOTICE_RUNS, {}, window=0, stop=True
+                )
+                return max(taken.wait, 0.01)
             try:
-                # One notice per window per person: news that comes meanwhile gathers (listed).
-                paced = max(0.0, await outcomes.next_notice(person) - time.time()) or None
-                if paced is None:
-                    paced = await self._tell_listed(run, person, user)
-            finally:
-                await outcomes.release_notice(person, token)
-            if paced is not None:
-                return paced  # this run's notice stays due: it carries the rest
-            held = bool(await outcomes.listed(person)) and await outcomes.hold_notice(
-                person, token, self.lease
-            )
+                told = await self._tell_listed(run, person, user, turn.listed)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await outcomes.told_notice(
+                        person, token, self.lease, NOTICE_RUNS, {}, window=0, stop=True
+                    )
+                raise
+            turn = await outcomes.told_notice(
+                person, token, self.lease, NOTICE_RUNS, turn.listed,
+                window=self.notice_window if told else 0.0,
+            )  # fmt: skip
         return None
 
-    async def _tell_listed(self, run: RunRecord, person: str, user: str) -> float | None:
-        """Tell `person` the news of every listed run, a message per `NOTICE_RUNS` runs; the
-        seconds to wait when Slack's pacing stops it first (None when the list is empty)."""
-        outcomes = self.store.outcomes
-        while listed := await outcomes.pending_runs(person, NOTICE_RUNS):
-            ahead = await self.posts.ahead(f"notice:{person}")
-            if ahead > PACED:
-                return ahead
-            untold = await outcomes.untold_of(list(listed))
-            sections, told = await self._notice_sections(untold, user)
-            if sections:
-                await self._post_notice(run, person, user, "\n\n".join(sections))
-                await outcomes.told_many(told)
-                await outcomes.notice_sent(person, self.notice_window)
-            await outcomes.forget_runs(person, listed)
-        return None
+    async def _tell_listed(
+        self, run: RunRecord, person: str, user: str, listed: dict[str, str]
+    ) -> bool:
+        """Tell `person` the news of the `listed` runs in one message (its Slack token taken);
+        False when there was none to tell."""
+        untold = await self.store.outcomes.untold_with_runs(list(listed))
+        sections, told = await self._notice_sections(untold, user)
+        if not sections:
+            return False
+        await self._post_notice(run, user, "\n\n".join(sections))
+        await self.store.outcomes.told_many(told)
+        return True
 
     async def _notice_sections(
-        self, untold: dict[str, dict[str, str]], user: str
+        self, untold: list[tuple[RunRecord, dict[str, str]]], user: str
     ) -> tuple[list[str], dict[str, dict[str, str]]]:
         """One section per run with news for `user`, in the order the news came, and the
-        outcomes (as stored) they tell (two round trips)."""
-        records = await self.store.runs(list(untold))
+        outcomes (as stored) they tell (the calls they name: one round trip)."""
         theirs: list[tuple[RunRecord, dict[str, str]]] = []
-        for record, outcomes in zip(records, untold.values(), strict=True):
-            if record is None:
-                continue
+        for record, outcomes in untold:
             mine = {k: v for k, v in outcomes.items() if told_to(k, record.user_id)[1] == user}
             if mine:
                 theirs.append((record, mine))
         items = [{told_to(k, "")[0] for k in mine} for _, mine in theirs]
         ids = [a for found in items for a in found if a != "run"]
         calls: dict[str, list[CallRecord]] = {}
-        for call in await self.store.calls(ids):
+        for call in await self.store.calls(ids) if ids else []:
             calls.setdefault(call.run_id, []).append(call)
         sections = []
         for (record, _), found in zip(theirs, items, strict=True):
@@ -613,9 +630,9 @@ class Projector:
             sections.append(notice_message(record, told, "run" in found, user))
         return sections, {record.run_id: mine for record, mine in theirs}
 
-    async def _post_notice(self, run: RunRecord, person: str, user: str, text: str) -> None:
+    async def _post_notice(self, run: RunRecord, user: str, text: str) -> None:
+        """The notice (its Slack token already taken)."""
         try:
-            await self.posts.wait(f"notice:{person}")
             await self._fence(run.run_id)
             if self.notice == "ephemeral":
                 await self.client.chat_postEphemeral(channel=run.channel_id, user=user, text=text)

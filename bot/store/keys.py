@@ -311,18 +311,19 @@ NOTICE = "notice"
 
 def notice_runs_key(person: str) -> str:
     """Sorted set: the runs of one person (`<team>:<user>`, and `:<channel>` for ephemeral
-    notices) with outcomes they were not told yet -> since when. One notice tells them all."""
-    return f"{PREFIX}:notice:{person}:runs"
+    notices) with outcomes they were not told yet -> since when. One notice tells them all.
+    The person's keys share their hash tag: one slot, for `notice.lua`."""
+    return f"{PREFIX}:notice:{{{person}}}:runs"
 
 
 def notice_next_key(person: str) -> str:
     """String: when this person's next notice may go (Unix seconds): one per notice window."""
-    return f"{PREFIX}:notice:{person}:next"
+    return f"{PREFIX}:notice:{{{person}}}:next"
 
 
 def notice_lock_key(person: str) -> str:
     """String: the token of the projector pass writing this person's notice right now."""
-    return f"{PREFIX}:notice:{person}:lock"
+    return f"{PREFIX}:notice:{{{person}}}:lock"
 
 
 def outcomes_key(run_id: str) -> str:

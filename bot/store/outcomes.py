@@ -6,6 +6,7 @@ told to who asked for it: the run's starter, or a later turn's requester (its fi
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as redis
@@ -13,7 +14,9 @@ import redis.asyncio as redis
 from bot.store import keys
 from bot.store.keys import RunKeys
 from bot.store.outbox import Mark, Outbox
+from bot.store.records import RunRecord
 from bot.store.scripts import now, script, text
+from bot.store.texts import run_from
 
 
 def outcome_key(item: str, person: str, starter: str) -> str:
@@ -55,23 +58,34 @@ def decode_outcomes(reply: list[Any]) -> Mark | None:
     return Mark(text(reply[1]), float(text(reply[2]) or 0))
 
 
-# Forget listed runs whose listing did not change since they were read (a run listed again
-# meanwhile, with news the reader did not see, stays listed). KEYS[1] the list; ARGV run, score...
-_FORGET = """
-for i = 1, #ARGV, 2 do
-  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if score and tonumber(score) == tonumber(ARGV[i + 1]) then
-    redis.call('ZREM', KEYS[1], ARGV[i])
-  end
-end
-return 0
-"""
+def untold_in(stored: dict[Any, Any]) -> dict[str, str]:
+    """The outcomes not yet told, from an outcomes hash as HGETALL returns it."""
+    raw = {text(k): text(v) for k, v in stored.items()}
+    return {k: v for k, v in raw.items() if not k.endswith("!") and raw.get(k + "!") != v}
 
-# Let go of a person's notice lock only if this pass still holds it.
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
+
+def recorded_for(stored: dict[Any, Any], person: str, starter: str) -> bool:
+    """Whether an outcomes hash (as HGETALL returns it) ever held an outcome for `person`."""
+    return any(told_to(text(k), starter)[1] == person for k in stored if not text(k).endswith("!"))
+
+
+@dataclass(frozen=True)
+class NoticeTurn:
+    """A step of a person's notice (`notice.lua`): whether this pass holds it, the runs it is
+    to tell (run id -> when listed, as stored), or when the next notice may go."""
+
+    held: bool
+    listed: dict[str, str]
+    paced_until: float = 0.0
+
+
+def decode_turn(reply: list[Any]) -> NoticeTurn:
+    """`notice.lua`'s reply: {0}, {-1, next}, or {1, run, listed at, ...}."""
+    state = int(reply[0])
+    if state == -1:
+        return NoticeTurn(False, {}, float(text(reply[1])))
+    items = [text(r) for r in reply[1:]]
+    return NoticeTurn(state == 1, dict(zip(items[::2], items[1::2], strict=True)))
 
 
 class Outcomes:
@@ -82,8 +96,7 @@ class Outcomes:
         self.retention = retention_seconds
         self.outbox = outbox
         self._outcomes = client.register_script(script("_outbox") + _OUTCOMES)
-        self._release = client.register_script(_RELEASE)
-        self._forget = client.register_script(_FORGET)
+        self._notice = client.register_script(script("notice"))
 
     async def record_outcomes(
         self,
@@ -128,83 +141,74 @@ class Outcomes:
                     )
             await pipe.execute()
 
-    async def list_and_hold(self, person: str, run_id: str, token: str, seconds: float) -> bool:
-        """List `run_id` among `person`'s runs with news, then try to take their notice for
-        one pass (a lease). In that order: whoever holds the notice, or takes it next, finds
-        the run listed (`NoticeHolder` protocol in `bot.slack.projector`)."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            # Listed anew (a later time) even when listed already: a reader that saw the older
-            # listing does not forget it (`forget_runs`).
-            pipe.zadd(keys.notice_runs_key(person), {run_id: time.time()})
-            pipe.expire(keys.notice_runs_key(person), self.retention)
-            pipe.set(keys.notice_lock_key(person), token, nx=True, px=max(1, int(seconds * 1000)))
-            *_, held = await pipe.execute()
-        return bool(held)
+    def _notice_keys(self, person: str) -> list[str]:
+        return [keys.notice_runs_key(person), keys.notice_lock_key(person),
+                keys.notice_next_key(person)]  # fmt: skip
 
-    async def next_notice(self, person: str) -> float:
-        """When `person`'s next notice may go (0: now)."""
-        value = await self.redis.get(keys.notice_next_key(person))
-        return float(text(value)) if value else 0.0
-
-    async def notice_sent(self, person: str, window: float) -> None:
-        """A notice went to `person`: the next one waits `window` seconds (news gathers)."""
-        if window > 0:
-            await self.redis.set(
-                keys.notice_next_key(person),
-                f"{time.time() + window:.3f}",
-                px=int(window * 1000) + 1,
-            )
-
-    async def listed(self, person: str) -> int:
-        """How many of `person`'s runs are listed with news not told yet."""
-        return int(await self.redis.zcard(keys.notice_runs_key(person)))
-
-    async def pending_runs(self, person: str, limit: int) -> dict[str, float]:
-        """Up to `limit` of `person`'s listed runs (run id -> when listed), oldest first."""
-        found: Any = await self.redis.zrange(
-            keys.notice_runs_key(person), 0, limit - 1, withscores=True
+    async def take_notice(
+        self, person: str, run_id: str, token: str, seconds: float, limit: int
+    ) -> NoticeTurn:
+        """List `run_id` among `person`'s runs with news (anew: a reader that saw the older
+        listing does not forget it), then try to take their notice for one pass (a lease),
+        in one step: whoever holds the notice, or takes it next, finds the run listed
+        (`Projector._tell_person`). Held: the first `limit` runs to tell; not held, and
+        `paced_until`: a notice went less than a window ago."""
+        reply = await self._notice(
+            keys=self._notice_keys(person),
+            args=["take", token, max(1, int(seconds * 1000)), now(), limit, run_id, self.retention],
         )
-        return {text(run_id): float(score) for run_id, score in found}
+        return decode_turn(reply)
 
-    async def forget_runs(self, person: str, listed: dict[str, float]) -> None:
-        """`person` was told these runs' news as read: unlist them, unless listed again since."""
-        if listed:
-            args: list[str | float] = []
-            for run_id, score in listed.items():
-                args.extend((run_id, repr(score)))
-            await self._forget(keys=[keys.notice_runs_key(person)], args=args)
+    async def told_notice(
+        self,
+        person: str,
+        token: str,
+        seconds: float,
+        limit: int,
+        told: dict[str, str],
+        *,
+        window: float,
+        stop: bool = False,
+    ) -> NoticeTurn:
+        """`person` was told the runs `told` (as listed) and, with `window`, sent a notice
+        now (the next waits that long): unlist them unless listed again since; then the next
+        runs to tell, the notice kept, or (none left, or `stop`) the notice given back, in
+        the same step."""
+        args: list[str | int | float] = [
+            "told",
+            token,
+            max(1, int(seconds * 1000)),
+            now(),
+            limit,
+            "1" if window > 0 else "0",
+            repr(window),
+            "1" if stop else "0",
+        ]
+        for run_id, score in told.items():
+            args.extend((run_id, score))
+        return decode_turn(await self._notice(keys=self._notice_keys(person), args=args))
 
-    async def hold_notice(self, person: str, token: str, seconds: float) -> bool:
-        """Take `person`'s notice for one pass (a lease: another pass of another run, in this
-        process or another, does not tell the same outcomes at the same time)."""
-        return bool(
-            await self.redis.set(
-                keys.notice_lock_key(person), token, nx=True, px=max(1, int(seconds * 1000))
-            )
-        )
-
-    async def release_notice(self, person: str, token: str) -> None:
-        await self._release(keys=[keys.notice_lock_key(person)], args=[token])
-
-    async def untold_of(self, run_ids: list[str]) -> dict[str, dict[str, str]]:
-        """`untold_outcomes` of several runs in one round trip (runs with none left out)."""
+    async def untold_with_runs(self, run_ids: list[str]) -> list[tuple[RunRecord, dict[str, str]]]:
+        """The runs that still exist among `run_ids`, each with its outcomes not yet told
+        (runs with none left out), in the order asked: one round trip."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for run_id in run_ids:
                 pipe.hgetall(keys.outcomes_key(run_id))
+                pipe.hgetall(keys.run_key(run_id))
+                pipe.get(keys.task_key(run_id))
             replies = await pipe.execute()
-        found: dict[str, dict[str, str]] = {}
-        for run_id, stored in zip(run_ids, replies, strict=True):
-            raw = {text(k): text(v) for k, v in stored.items()}
-            untold = {k: v for k, v in raw.items() if not k.endswith("!") and raw.get(k + "!") != v}
-            if untold:
-                found[run_id] = untold
+        found = []
+        for i, run_id in enumerate(run_ids):
+            stored, raw, task = replies[3 * i : 3 * i + 3]
+            untold = untold_in(stored)
+            record = run_from(raw, task, run_id)
+            if untold and record is not None:
+                found.append((record, untold))
         return found
 
     async def untold_outcomes(self, run_id: str) -> dict[str, str]:
         """Outcomes recorded and not yet told (`outcome_key` -> status)."""
-        stored = await self.redis.hgetall(keys.outcomes_key(run_id))
-        raw = {text(k): text(v) for k, v in stored.items()}
-        return {k: v for k, v in raw.items() if not k.endswith("!") and raw.get(k + "!") != v}
+        return untold_in(await self.redis.hgetall(keys.outcomes_key(run_id)))
 
     async def has_outcomes(self, run_id: str, person: str, starter: str) -> bool:
         """Whether an outcome of the run was ever recorded for `person` to be told."""

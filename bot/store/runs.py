@@ -322,16 +322,19 @@ class Runs:
 
     async def projection(
         self, run_id: str
-    ) -> tuple[dict[str, Mark], RunRecord | None, dict[str, Shown]]:
-        """What a projector pass reads, in one round trip: the run's marks, the run, and what
-        Slack holds of its messages."""
+    ) -> tuple[dict[str, Mark], RunRecord | None, dict[str, Shown], dict[Any, Any]]:
+        """What a projector pass reads, in one round trip: the run's marks, the run, what
+        Slack holds of its messages, and its outcomes hash (`bot.store.outcomes`: who is to
+        be told what) as HGETALL returns it."""
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(keys.outbox_key(run_id))
             pipe.hgetall(keys.run_key(run_id))
             pipe.get(keys.task_key(run_id))
             pipe.hgetall(keys.shown_key(run_id))
-            marks, run, task, shown = await pipe.execute()
-        return Outbox.parse_marks(marks), run_from(run, task, run_id), Outbox.parse_shown(shown)
+            pipe.hgetall(keys.outcomes_key(run_id))
+            marks, run, task, shown, outcomes = await pipe.execute()
+        parsed = Outbox.parse_marks(marks), run_from(run, task, run_id), Outbox.parse_shown(shown)
+        return (*parsed, outcomes)
 
     async def run_status(self, run_id: str) -> str:
         value = await self.redis.hget(keys.run_key(run_id), "status")

@@ -1,0 +1,63 @@
+"""The requester's notice protocol (`notice.lua`, #32 part 2): each step is one round trip, and
+the step that finds the list of runs with news empty gives the notice back in the same script,
+so a run listed a moment later finds the notice free (its own pass tells it) and no news is
+left listed with nobody to tell it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+from redis.crc import key_slot
+
+from bot.store import keys
+from bot.store.runs import RunStore
+
+PERSON = "T1:U1"
+
+
+@pytest.fixture
+async def store(redis_url: str) -> AsyncIterator[RunStore]:
+    client = aioredis.Redis.from_url(redis_url)
+    yield RunStore(client, retention_seconds=600)
+    await client.aclose()
+
+
+def test_a_persons_notice_keys_share_one_slot() -> None:
+    found = {key_slot(k(PERSON).encode()) for k in
+             (keys.notice_runs_key, keys.notice_lock_key, keys.notice_next_key)}  # fmt: skip
+    assert len(found) == 1
+
+
+async def test_the_holder_tells_what_others_list_and_lets_go_when_none_is_left(
+    store: RunStore,
+) -> None:
+    outcomes = store.outcomes
+    first = await outcomes.take_notice(PERSON, "r1", "a", 30, 50)
+    assert first.held and list(first.listed) == ["r1"]
+    # Another run's pass while it is held: its run is listed for the holder, it is done.
+    other = await outcomes.take_notice(PERSON, "r2", "b", 30, 50)
+    assert not other.held and not other.paced_until
+    # The holder told r1 (a notice went): the next step gives it r2, the notice still its.
+    then = await outcomes.told_notice(PERSON, "a", 30, 50, first.listed, window=5.0)
+    assert then.held and list(then.listed) == ["r2"]
+    assert await store.redis.get(keys.notice_lock_key(PERSON)) == b"a"
+    # r2 told, nothing left: given back in the same step.
+    done = await outcomes.told_notice(PERSON, "a", 30, 50, then.listed, window=5.0)
+    assert not done.held and not done.listed
+    assert await store.redis.get(keys.notice_lock_key(PERSON)) is None
+    # A run with news within the window is listed, and told after it (no one holds it).
+    paced = await outcomes.take_notice(PERSON, "r3", "c", 30, 50)
+    assert not paced.held and paced.paced_until > 0
+    assert await store.redis.get(keys.notice_lock_key(PERSON)) is None
+    assert await store.redis.zrange(keys.notice_runs_key(PERSON), 0, -1) == [b"r3"]
+
+
+async def test_a_run_listed_again_while_being_told_stays_listed(store: RunStore) -> None:
+    outcomes = store.outcomes
+    turn = await outcomes.take_notice(PERSON, "r1", "a", 30, 50)
+    # r1 gets more news while its notice is written: listed anew (a later time)
+    await store.redis.zadd(keys.notice_runs_key(PERSON), {"r1": float(turn.listed["r1"]) + 1})
+    again = await outcomes.told_notice(PERSON, "a", 30, 50, turn.listed, window=0.0)
+    assert again.held and list(again.listed) == ["r1"]  # told in the same hold, not forgotten
