@@ -61,3 +61,14 @@ async def test_a_run_listed_again_while_being_told_stays_listed(store: RunStore)
     await store.redis.zadd(keys.notice_runs_key(PERSON), {"r1": float(turn.listed["r1"]) + 1})
     again = await outcomes.told_notice(PERSON, "a", 30, 50, turn.listed, window=0.0)
     assert again.held and list(again.listed) == ["r1"]  # told in the same hold, not forgotten
+
+
+async def test_a_release_keeps_whichever_is_due_first(store: RunStore) -> None:
+    """A pass that must come back soon (a retry) is not held back by a change made due later
+    during it (its notice's window): the release keeps the earlier of the two."""
+    outbox = store.outbox
+    await outbox.schedule("r1")
+    [claim] = await outbox.claim(1, 30)
+    await outbox.schedule("r1", 20.0)  # a change during the pass, due before the lease ends
+    await outbox.release(claim, 0.0)
+    assert await outbox.claim(1, 30)  # due now, not in 20 s

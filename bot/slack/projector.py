@@ -208,6 +208,9 @@ class Projector:
         self._status_due: dict[str, str] = {}  # run id -> its thread's line, from this pass
         # run id -> its outcomes hash as this pass read it (with what the pass recorded)
         self._outcomes: dict[str, dict[Any, Any]] = {}
+        # run id -> what its pass delivered (target, mark, what Slack holds or None), written
+        # with the claim's release at the pass's end (`Outbox.end_pass`): one round trip
+        self._written: dict[str, list[tuple[str, Mark, Shown | None]]] = {}
         self._dm_channels: dict[tuple[str, str], str] = {}
         # Acks first: a claim waits for a lull in this process's Slack requests.
         self.foreground = foreground or Foreground(max_wait=0)
@@ -289,15 +292,19 @@ class Projector:
         renewing = asyncio.create_task(renew())
         self._fences[claim.run_id] = fence
         next_due: float | None = 1.0
+        written = self._written[claim.run_id] = []
         try:
             next_due = await self.project(claim.run_id)
         except Exception:
             log_failure(log, "could not project run %s; retrying", claim.run_id)
         finally:
             self._fences.pop(claim.run_id, None)
+            self._written.pop(claim.run_id, None)
             await cancel_and_wait(renewing)
-        with contextlib.suppress(Exception):
-            await self.outbox.release(held["claim"], next_due)
+        try:
+            await self.outbox.end_pass(claim.run_id, written, held["claim"], next_due)
+        except Exception:
+            log_failure(log, "could not end the pass of run %s", claim.run_id, level=WARNING)
         self.outbox.woken.set()  # a change that came during delivery left the run due now
 
     async def project(self, run_id: str) -> float | None:
@@ -540,7 +547,7 @@ class Projector:
         if time.time() < mark.since + self.notice_window:
             return mark.since + self.notice_window - time.time()  # let outcomes gather
         if self.notice == "off":
-            await self.outbox.done(run.run_id, target, mark)
+            await self._done(run.run_id, target, mark)
             return None
         read = self._outcomes.get(run.run_id)
         if read is not None:
@@ -553,7 +560,7 @@ class Projector:
             if wait is not None:
                 again = wait if again is None else min(again, wait)
         if again is None:
-            await self.outbox.done(run.run_id, target, mark)
+            await self._done(run.run_id, target, mark)
         return again
 
     async def _tell_person(self, run: RunRecord, user: str) -> float | None:
@@ -687,12 +694,12 @@ class Projector:
         elif kind == "card":
             call, context = await self.store.call_with_context(keys.Target.parse(target).id)
             if call is None:
-                await self.outbox.done(run.run_id, target, mark)
+                await self._done(run.run_id, target, mark)
                 return None
             if read is not None:
                 read[call.approval_id] = call
             if (call.by_earlier_always or call.by_edit) and not current.ts:
-                await self.outbox.done(run.run_id, target, mark)  # no card: a note says why
+                await self._done(run.run_id, target, mark)  # no card: a note says why
                 return None
             if not call.decided and call.edit_grant:
                 return 0.5  # an edit's one-shot approval is being applied to it: wait
@@ -711,7 +718,7 @@ class Projector:
             approval_id, which = keys.Target.parse(target).reminder
             call = await self.store.get_call(approval_id)
             if call is None or (call.decided and not current.ts):
-                await self.outbox.done(run.run_id, target, mark)  # decided first: not sent
+                await self._done(run.run_id, target, mark)  # decided first: not sent
                 return None
             thread = shown.get(str(keys.Target("card", approval_id)), Shown()).ts or call.message_ts
             if not thread:
@@ -721,14 +728,14 @@ class Projector:
             if not run.message_ts:
                 # nothing to thread it under yet (or ever, if the run message was refused)
                 if run.ended and "run" not in shown:
-                    await self.outbox.done(run.run_id, target, mark)
+                    await self._done(run.run_id, target, mark)
                     return None
                 return 1.0
             thread = run.message_ts
             if kind == "note":
                 note = await self.store.note(run.run_id, keys.Target.parse(target).number)
                 if note is None:
-                    await self.outbox.done(run.run_id, target, mark)
+                    await self._done(run.run_id, target, mark)
                     return None
                 text, body = notices.note_text(from_stored(note)), []
             elif kind == "result":  # `result[:<turn>][#<part>]`: a long answer's parts
@@ -738,7 +745,7 @@ class Projector:
                 if answered is not None:
                     parts = output.result_parts(answered)
                     if number > len(parts):
-                        await self.outbox.done(run.run_id, target, mark)
+                        await self._done(run.run_id, target, mark)
                         return None
                     text, body = parts[number - 1], []
                     more = [f"result:{turn}#{n}" for n in range(2, len(parts) + 1)]
@@ -780,7 +787,7 @@ class Projector:
                         text, body = run_message.turn_progress(run, progress, waiting), []
                         urgency = Urgency.STATUS
                     elif number > 1 or not writing or not (partial and (partial[1] or current.ts)):
-                        await self.outbox.done(run.run_id, target, mark)
+                        await self._done(run.run_id, target, mark)
                         return None
                     else:
                         assert partial is not None
@@ -801,7 +808,7 @@ class Projector:
         digest = _digest(text, payload)
         channel = run.channel_id
         if current.ts and current.hash == digest:
-            await self.outbox.done(run.run_id, target, mark)
+            await self._done(run.run_id, target, mark)
             return None
         stage = "find"
         try:
@@ -862,7 +869,7 @@ class Projector:
                 await self.outbox.set_shown(run.run_id, target, Shown())
             raise failure from exc
         delivered = Shown(current.ts, digest, 0.0, current.reading)  # (what the card asked)
-        await self.outbox.delivered(run.run_id, target, delivered, mark)
+        await self._done(run.run_id, target, mark, delivered)
         return None
 
     async def _stream(
@@ -1007,6 +1014,19 @@ class Projector:
         taken = max(since, run.updated_at)  # a worker's take sets `updated_at`
         return max(min(taken + self.coalesce, since + self.busy_coalesce) - now, 0.0)
 
+    async def _done(self, run_id: str, target: str, mark: Mark, shown: Shown | None = None) -> None:
+        """`target` is delivered (Slack holds `shown`; None: as it was): its mark dropped,
+        with what Slack holds, at the end of the pass (with the claim's release, one round
+        trip), or at once outside a pass. Until then a crash delivers it again (an update is
+        repeated; a post is looked up first, its attempt recorded before it went)."""
+        written = self._written.get(run_id)
+        if written is not None:
+            written.append((target, mark, shown))
+        elif shown is not None:
+            await self.outbox.delivered(run_id, target, shown, mark)
+        else:
+            await self.outbox.done(run_id, target, mark)
+
     async def _fence(self, run_id: str) -> None:
         fence = self._fences.get(run_id)
         if fence is not None:
@@ -1059,7 +1079,7 @@ class Projector:
         if mark is None:
             await self.outbox.set_shown(run.run_id, target, shown)
         else:
-            await self.outbox.delivered(run.run_id, target, shown, mark)
+            await self._done(run.run_id, target, mark, shown)
 
     async def _find(self, run: RunRecord, target: str, thread: str, since: float) -> str:
         """The ts of this target's message if an earlier, unconfirmed post made it."""

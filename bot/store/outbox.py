@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as redis
+from redis.exceptions import NoScriptError
 
 from bot.store import keys
+from bot.store.connection import Replicated
 from bot.store.keys import RunKeys
 from bot.store.scripts import mark
 
@@ -48,7 +50,8 @@ return out
 
 # Renew (ARGV[2] = the new lease) or release (ARGV[2] = the next due score, or '' to drop
 # the run from the index) a claim, only while this claim holds the lease. The index entry is
-# moved only if it still carries the claim's score: a newer change left it due now.
+# moved only if it still carries the claim's score: a newer change left it due (now, or when
+# its notice is); a release then keeps whichever is due first.
 _HOLD = """
 if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[3] then
   return 0
@@ -69,6 +72,8 @@ if mine then
   else
     redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
   end
+elseif score and ARGV[2] ~= '' then
+  redis.call('ZADD', KEYS[1], 'LT', ARGV[2], ARGV[1]) -- whichever is due first
 end
 return 1
 """
@@ -81,6 +86,26 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
   redis.call('HDEL', KEYS[2], ARGV[1], ARGV[1] .. '@')
   return 1
+end
+return 0
+"""
+
+# A pass's messages delivered (or found up to date), in one round trip at its end: KEYS[1] the
+# shown hash, KEYS[2] the outbox; ARGV[1] retention, then target, tick, what Slack holds ('':
+# unchanged) for each. Each mark is dropped unless a newer change came in.
+_DELIVERED_MANY = """
+local shown = false
+for i = 2, #ARGV, 3 do
+  if ARGV[i + 2] ~= '' then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 2])
+    shown = true
+  end
+  if redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[i + 1] then
+    redis.call('HDEL', KEYS[2], ARGV[i], ARGV[i] .. '@')
+  end
+end
+if shown then
+  redis.call('EXPIRE', KEYS[1], ARGV[1])
 end
 return 0
 """
@@ -168,6 +193,7 @@ class Outbox:
         self._hold = client.register_script(_HOLD)
         self._done = client.register_script(_DONE)
         self._delivered = client.register_script(_DELIVERED)
+        self._delivered_many = client.register_script(_DELIVERED_MANY)
         # Set when this process makes a run due: its projector wakes at once instead of at its
         # next poll (which is how it learns of other processes' changes).
         self.woken = asyncio.Event()
@@ -204,11 +230,50 @@ class Outbox:
     async def release(self, claim: Claim, next_due: float | None) -> None:
         """Give the run back: dropped from the index, or due again in `next_due` seconds.
         A change that arrived meanwhile keeps it indexed (due now) either way."""
-        score = "" if next_due is None else f"{now_ms() + next_due * 1000:.3f}"
         await self._hold(
-            keys=[keys.OUTBOX_INDEX, keys.OUTBOX_LEASES],
-            args=[claim.run_id, score, claim.score, "release"],
+            keys=[keys.OUTBOX_INDEX, keys.OUTBOX_LEASES], args=self._release_args(claim, next_due)
         )
+
+    @staticmethod
+    def _release_args(claim: Claim, next_due: float | None) -> list[str]:
+        score = "" if next_due is None else f"{now_ms() + next_due * 1000:.3f}"
+        return [claim.run_id, score, claim.score, "release"]
+
+    async def end_pass(
+        self,
+        run_id: str,
+        written: list[tuple[str, Mark, Shown | None]],
+        claim: Claim | None,
+        next_due: float | None,
+    ) -> None:
+        """The end of a projector pass in one round trip: what it delivered (target, its mark
+        as read, what Slack holds now or None: unchanged), each mark dropped unless a newer
+        change came in; then the claim released (`release`). Both are safe to repeat: a
+        write lost with its round trip delivers the message again, or finds it delivered.
+        (With replicas to confirm writes, `Replicated` confirms each script on its own.)"""
+        args: list[str | int] = [self.retention]
+        for target, marked, shown in written:
+            args.extend((target, marked.tick, shown.encode() if shown is not None else ""))
+        run_keys = RunKeys(run_id).delivered()
+        hold = self._release_args(claim, next_due) if claim is not None else None
+        scripts: list[tuple[Any, list[str], list[Any]]] = []
+        if written:
+            scripts.append((self._delivered_many, run_keys, args))
+        if hold is not None:
+            scripts.append((self._hold, [keys.OUTBOX_INDEX, keys.OUTBOX_LEASES], hold))
+        if len(scripts) < 2 or (isinstance(self.redis, Replicated) and self.redis.replicas):
+            for found, names, values in scripts:
+                await found(keys=names, args=values)
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for found, names, values in scripts:
+                pipe.execute_command("EVALSHA", found.sha, len(names), *names, *values)
+            replies = await pipe.execute(raise_on_error=False)
+        for (found, names, values), reply in zip(scripts, replies, strict=True):
+            if isinstance(reply, NoScriptError):  # not loaded yet (a new server): once more
+                await found(keys=names, args=values)
+            elif isinstance(reply, Exception):
+                raise reply
 
     async def mark_now(self, run_id: str, targets: list[str]) -> None:
         """Have `targets` (new messages the projector found it must post: the further parts
