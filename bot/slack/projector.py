@@ -211,6 +211,10 @@ class Projector:
         # run id -> what its pass delivered (target, mark, what Slack holds or None), written
         # with the claim's release at the pass's end (`Outbox.end_pass`): one round trip
         self._written: dict[str, list[tuple[str, Mark, Shown | None]]] = {}
+        # run id -> the people its pass recorded news for: its run is listed among theirs at
+        # the pass's end (with `_written`); and its progress lines as the pass read them
+        self._listed: dict[str, list[str]] = {}
+        self._progress: dict[str, list[str]] = {}
         self._dm_channels: dict[tuple[str, str], str] = {}
         # Acks first: a claim waits for a lull in this process's Slack requests.
         self.foreground = foreground or Foreground(max_wait=0)
@@ -293,6 +297,7 @@ class Projector:
         self._fences[claim.run_id] = fence
         next_due: float | None = 1.0
         written = self._written[claim.run_id] = []
+        listed = self._listed[claim.run_id] = []
         try:
             next_due = await self.project(claim.run_id)
         except Exception:
@@ -300,9 +305,10 @@ class Projector:
         finally:
             self._fences.pop(claim.run_id, None)
             self._written.pop(claim.run_id, None)
+            self._listed.pop(claim.run_id, None)
             await cancel_and_wait(renewing)
         try:
-            await self.outbox.end_pass(claim.run_id, written, held["claim"], next_due)
+            await self.outbox.end_pass(claim.run_id, written, held["claim"], next_due, listed)
         except Exception:
             log_failure(log, "could not end the pass of run %s", claim.run_id, level=WARNING)
         self.outbox.woken.set()  # a change that came during delivery left the run due now
@@ -311,7 +317,7 @@ class Projector:
         """Bring every marked message of the run up to date; seconds until it must be tried
         again, or None when nothing is left."""
         # Read at once (one pipelined round trip, not three).
-        marks, run, shown, outcomes = await self.store.projection(run_id)
+        marks, run, shown, outcomes, progress = await self.store.projection(run_id)
         if not marks:
             return None
         if run is None:  # expired: nothing left to show
@@ -325,11 +331,13 @@ class Projector:
             marks = {**marks, live: marks["run"]}
             extra = [live]
         self._outcomes[run_id] = outcomes  # (`_note_outcomes` adds what it records)
+        self._progress[run_id] = progress
         try:
             with serving(run.team_id, run.enterprise_id):  # its workspace's token
                 again, waits = await self._project(run, marks, shown)
         finally:
             self._outcomes.pop(run_id, None)
+            self._progress.pop(run_id, None)
         with serving(run.team_id, run.enterprise_id):
             # The run message said something: the thread's line too (unless it is to be
             # cleared while a post in the thread, which clears it, is still to go).
@@ -529,7 +537,11 @@ class Projector:
                 outcomes[outcome_key("run", asked, run.user_id)] = run.status
                 people.add(asked)
         notice = await self.store.record_outcomes(
-            run.run_id, outcomes, [self._person(run, p) for p in sorted(people)], self.notice_window
+            run.run_id,
+            outcomes,
+            [self._person(run, p) for p in sorted(people)],
+            self.notice_window,
+            later=self._listed.get(run.run_id),
         )
         if notice is not None and run.run_id in self._outcomes:  # for this pass's `_tell`
             self._outcomes[run.run_id] = {**self._outcomes[run.run_id], **outcomes}
@@ -688,7 +700,7 @@ class Projector:
             if wait > 0:
                 return wait  # let changes gather (a change, or a worker's take, wakes it)
             waiting = await self.store.pause_calls(run.run_id) if run.status == "paused" else []
-            progress = await self.store.progress(run.run_id)
+            progress = await self._progress_of(run.run_id)
             text, body = run_message.run_message(run, progress, waiting)
             self._status_due[run.run_id] = run_message.thread_status(run, progress, waiting)
         elif kind == "card":
@@ -783,7 +795,7 @@ class Projector:
                         waiting = []
                         if run.status == RunStatus.PAUSED:
                             waiting = await self.store.pause_calls(run.run_id)
-                        progress = await self.store.progress(run.run_id)
+                        progress = await self._progress_of(run.run_id)
                         text, body = run_message.turn_progress(run, progress, waiting), []
                         urgency = Urgency.STATUS
                     elif number > 1 or not writing or not (partial and (partial[1] or current.ts)):
@@ -1013,6 +1025,12 @@ class Projector:
             return max(min(since + self.busy_coalesce - now, again), 0.0)
         taken = max(since, run.updated_at)  # a worker's take sets `updated_at`
         return max(min(taken + self.coalesce, since + self.busy_coalesce) - now, 0.0)
+
+    async def _progress_of(self, run_id: str) -> list[str]:
+        """The run's progress lines: as its pass read them with the run (a line added since
+        marks the run message again: the next pass shows it)."""
+        read = self._progress.get(run_id)
+        return read if read is not None else await self.store.progress(run_id)
 
     async def _done(self, run_id: str, target: str, mark: Mark, shown: Shown | None = None) -> None:
         """`target` is delivered (Slack holds `shown`; None: as it was): its mark dropped,

@@ -245,35 +245,52 @@ class Outbox:
         written: list[tuple[str, Mark, Shown | None]],
         claim: Claim | None,
         next_due: float | None,
+        listed: list[str] | tuple[str, ...] = (),
     ) -> None:
         """The end of a projector pass in one round trip: what it delivered (target, its mark
         as read, what Slack holds now or None: unchanged), each mark dropped unless a newer
-        change came in; then the claim released (`release`). Both are safe to repeat: a
+        change came in; the run listed among `listed` people's runs with news to be told
+        (`Outcomes.record_outcomes`, its keys in another slot, after the run's script); then
+        the claim released (`release`). All are safe to repeat: a
         write lost with its round trip delivers the message again, or finds it delivered.
         (With replicas to confirm writes, `Replicated` confirms each script on its own.)"""
         args: list[str | int] = [self.retention]
         for target, marked, shown in written:
             args.extend((target, marked.tick, shown.encode() if shown is not None else ""))
-        run_keys = RunKeys(run_id).delivered()
-        hold = self._release_args(claim, next_due) if claim is not None else None
-        scripts: list[tuple[Any, list[str], list[Any]]] = []
-        if written:
-            scripts.append((self._delivered_many, run_keys, args))
-        if hold is not None:
-            scripts.append((self._hold, [keys.OUTBOX_INDEX, keys.OUTBOX_LEASES], hold))
-        if len(scripts) < 2 or (isinstance(self.redis, Replicated) and self.redis.replicas):
-            for found, names, values in scripts:
-                await found(keys=names, args=values)
-            return
+        many = (self._delivered_many, RunKeys(run_id).delivered(), args)
+        hold = (
+            (
+                self._hold,
+                [keys.OUTBOX_INDEX, keys.OUTBOX_LEASES],
+                self._release_args(claim, next_due),
+            )
+            if claim is not None
+            else None
+        )
+        # With replicas to confirm them, each script is confirmed on its own (`Replicated`).
+        alone = isinstance(self.redis, Replicated) and bool(self.redis.replicas)
+        if written and alone:
+            await self._delivered_many(keys=many[1], args=many[2])
+        sent: list[tuple[int, Any, list[str], list[Any]]] = []  # (reply index, script, ...)
         async with self.redis.pipeline(transaction=False) as pipe:
-            for found, names, values in scripts:
-                pipe.execute_command("EVALSHA", found.sha, len(names), *names, *values)
-            replies = await pipe.execute(raise_on_error=False)
-        for (found, names, values), reply in zip(scripts, replies, strict=True):
+            if written and not alone:
+                sent.append((len(pipe), *many))
+                pipe.execute_command("EVALSHA", many[0].sha, len(many[1]), *many[1], *many[2])
+            for person in listed:
+                pipe.zadd(keys.notice_runs_key(person), {run_id: time.time()})
+                pipe.expire(keys.notice_runs_key(person), self.retention)
+            if hold is not None and not alone:
+                sent.append((len(pipe), *hold))
+                pipe.execute_command("EVALSHA", hold[0].sha, len(hold[1]), *hold[1], *hold[2])
+            replies = await pipe.execute(raise_on_error=False) if len(pipe) else []
+        for index, found, names, values in sent:
+            reply = replies[index]
             if isinstance(reply, NoScriptError):  # not loaded yet (a new server): once more
                 await found(keys=names, args=values)
             elif isinstance(reply, Exception):
                 raise reply
+        if hold is not None and alone:
+            await self._hold(keys=hold[1], args=hold[2])
 
     async def mark_now(self, run_id: str, targets: list[str]) -> None:
         """Have `targets` (new messages the projector found it must post: the further parts

@@ -104,12 +104,15 @@ class Outcomes:
         outcomes: dict[str, str],
         people: list[str] | tuple[str, ...] = (),
         window: float = 0.0,
+        *,
+        later: list[str] | None = None,
     ) -> Mark | None:
         """Note outcomes people must be told (`outcome_key` -> status); the run's `notice` is
         marked when one is new: then its mark (what a reread of the outbox would give), and
         the run is listed among each of `people`'s runs with news (so the first of their
         notices due tells it too), and due when its notice is (`window` seconds after its
-        mark: not at once, which would be a pass that finds nothing to do yet). Idempotent."""
+        mark: not at once, which would be a pass that finds nothing to do yet); or, with
+        `later`, `people` are added to it for the caller to list. Idempotent."""
         if not outcomes:
             return None
         args: list[str] = [now(), str(self.retention)]
@@ -117,7 +120,11 @@ class Outcomes:
             args.extend(item)
         reply = await self._outcomes(keys=RunKeys(run_id).record_outcomes(), args=args)
         notice = decode_outcomes(reply)
-        if notice is not None:
+        if notice is not None and later is not None:
+            # A projector pass lists the run at its end, with its release (which makes the
+            # run due when the notice is): `Outbox.end_pass`.
+            later.extend(people)
+        elif notice is not None:
             # Its own key (another slot): after the run's script, never inside it; then the
             # run is due (in the same round trip, in that order).
             async with self.redis.pipeline(transaction=False) as pipe:

@@ -322,19 +322,20 @@ class Runs:
 
     async def projection(
         self, run_id: str
-    ) -> tuple[dict[str, Mark], RunRecord | None, dict[str, Shown], dict[Any, Any]]:
+    ) -> tuple[dict[str, Mark], RunRecord | None, dict[str, Shown], dict[Any, Any], list[str]]:
         """What a projector pass reads, in one round trip: the run's marks, the run, what
-        Slack holds of its messages, and its outcomes hash (`bot.store.outcomes`: who is to
-        be told what) as HGETALL returns it."""
+        Slack holds of its messages, its outcomes hash (`bot.store.outcomes`: who is to be
+        told what) as HGETALL returns it, and its progress lines (for its run message)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(keys.outbox_key(run_id))
             pipe.hgetall(keys.run_key(run_id))
             pipe.get(keys.task_key(run_id))
             pipe.hgetall(keys.shown_key(run_id))
             pipe.hgetall(keys.outcomes_key(run_id))
-            marks, run, task, shown, outcomes = await pipe.execute()
+            pipe.lrange(keys.progress_key(run_id), 0, -1)
+            marks, run, task, shown, outcomes, progress = await pipe.execute()
         parsed = Outbox.parse_marks(marks), run_from(run, task, run_id), Outbox.parse_shown(shown)
-        return (*parsed, outcomes)
+        return (*parsed, outcomes, [text(line) for line in progress])
 
     async def run_status(self, run_id: str) -> str:
         value = await self.redis.hget(keys.run_key(run_id), "status")
