@@ -440,6 +440,7 @@ async def test_the_requester_gets_one_message_for_a_burst(redis_url: str) -> Non
         assert bot.slack_api.dms("U2") == [] and bot.slack_api.dms("U3") == []
 
 
+@pytest.mark.cluster_too  # the notice's pipelined scripts, across the nodes (#32)
 async def test_the_requester_message_can_be_an_ephemeral(redis_url: str) -> None:
     ledger = Ledger()
     settings = {"requester_notice": "ephemeral"}
@@ -489,6 +490,7 @@ async def test_a_click_racing_a_cancel_resolves_once(redis_url: str) -> None:
         assert (await stored_run(bot, run_id)).status == "cancelled"
 
 
+@pytest.mark.cluster_too  # the notice's pipelined scripts, across the nodes (#32)
 async def test_the_direct_message_channel_is_opened_once_per_person(redis_url: str) -> None:
     ledger = Ledger()
     agent, _ = ops_agent(

@@ -12,6 +12,8 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from bot.store import keys
+from bot.store.outcomes import NoticeTurn
+from bot.store.pacing import SharedPacer, Urgency
 from bot.store.runs import RunStore
 
 PERSON = "T1:U1"
@@ -24,6 +26,16 @@ async def store(redis_url: str) -> AsyncIterator[RunStore]:
     await client.aclose()
 
 
+async def take(store: RunStore, run_id: str, token: str) -> NoticeTurn:
+    """A run's notice pass's first step (with a Slack token, and its news read)."""
+    pacer = SharedPacer(store.redis, "post", rate=1.0, burst=5)
+    turn, taken, _, _ = await store.outcomes.open_notice(
+        PERSON, run_id, token, 30, 50, lambda b: pacer.take_in(b, PERSON, Urgency.OUTPUT), []
+    )
+    assert taken.taken
+    return turn
+
+
 def test_a_persons_notice_keys_share_one_slot() -> None:
     found = {key_slot(k(PERSON).encode()) for k in
              (keys.notice_runs_key, keys.notice_lock_key, keys.notice_next_key)}  # fmt: skip
@@ -34,10 +46,10 @@ async def test_the_holder_tells_what_others_list_and_lets_go_when_none_is_left(
     store: RunStore,
 ) -> None:
     outcomes = store.outcomes
-    first = await outcomes.take_notice(PERSON, "r1", "a", 30, 50)
+    first = await take(store, "r1", "a")
     assert first.held and list(first.listed) == ["r1"]
     # Another run's pass while it is held: its run is listed for the holder, it is done.
-    other = await outcomes.take_notice(PERSON, "r2", "b", 30, 50)
+    other = await take(store, "r2", "b")
     assert not other.held and not other.paced_until
     # The holder told r1 (a notice went): the next step gives it r2, the notice still its.
     then = await outcomes.told_notice(PERSON, "a", 30, 50, first.listed, window=5.0)
@@ -48,7 +60,7 @@ async def test_the_holder_tells_what_others_list_and_lets_go_when_none_is_left(
     assert not done.held and not done.listed
     assert await store.redis.get(keys.notice_lock_key(PERSON)) is None
     # A run with news within the window is listed, and told after it (no one holds it).
-    paced = await outcomes.take_notice(PERSON, "r3", "c", 30, 50)
+    paced = await take(store, "r3", "c")
     assert not paced.held and paced.paced_until > 0
     assert await store.redis.get(keys.notice_lock_key(PERSON)) is None
     assert await store.redis.zrange(keys.notice_runs_key(PERSON), 0, -1) == [b"r3"]
@@ -56,7 +68,7 @@ async def test_the_holder_tells_what_others_list_and_lets_go_when_none_is_left(
 
 async def test_a_run_listed_again_while_being_told_stays_listed(store: RunStore) -> None:
     outcomes = store.outcomes
-    turn = await outcomes.take_notice(PERSON, "r1", "a", 30, 50)
+    turn = await take(store, "r1", "a")
     # r1 gets more news while its notice is written: listed anew (a later time)
     await store.redis.zadd(keys.notice_runs_key(PERSON), {"r1": float(turn.listed["r1"]) + 1})
     again = await outcomes.told_notice(PERSON, "a", 30, 50, turn.listed, window=0.0)

@@ -589,20 +589,30 @@ class Projector:
         person = self._person(run, user)
         outcomes = self.store.outcomes
         token = secrets.token_hex(8)
-        turn = await outcomes.take_notice(person, run.run_id, token, self.lease, NOTICE_RUNS)
+        scope = f"notice:{person}"
+        # What the notice most often tells: this run's news alone (its calls as this pass
+        # read its outcomes), read with the first step, with a Slack token for the post.
+        read = untold_in(self._outcomes.get(run.run_id) or {})
+        named = sorted({told_to(k, run.user_id) for k in read})
+        ids = [item for item, whom in named if whom == user and item != "run"]
+        turn, taken, news, calls = await outcomes.open_notice(
+            person, run.run_id, token, self.lease, NOTICE_RUNS,
+            lambda batch: self.posts.take_in(batch, scope, Urgency.OUTPUT), ids,
+        )  # fmt: skip
         if turn.paced_until:
             # One notice per window per person: news that comes meanwhile gathers (listed);
             # this run's notice stays due: it carries the rest.
             return max(turn.paced_until - time.time(), 0.01)
         while turn.held and turn.listed:
-            taken = await self.posts.take(f"notice:{person}", Urgency.OUTPUT)
             if not taken.taken:  # never hold the run's lease (its other messages) for one
                 await outcomes.told_notice(
                     person, token, self.lease, NOTICE_RUNS, {}, window=0, stop=True
                 )
                 return max(taken.wait, 0.01)
             try:
-                told = await self._tell_listed(run, person, user, turn.listed)
+                if list(turn.listed) != [run.run_id]:
+                    news, calls = await outcomes.untold_with_runs(list(turn.listed)), []
+                told = await self._tell_listed(run, user, news, calls)
             except BaseException:
                 with contextlib.suppress(Exception):
                     await outcomes.told_notice(
@@ -611,28 +621,35 @@ class Projector:
                 raise
             turn = await outcomes.told_notice(
                 person, token, self.lease, NOTICE_RUNS, turn.listed,
-                window=self.notice_window if told else 0.0,
+                window=self.notice_window if told else 0.0, outcomes=told,
             )  # fmt: skip
+            if turn.held and turn.listed:  # more than one message's runs: the next
+                taken = await self.posts.take(scope, Urgency.OUTPUT)
+                news, calls = [], []
         return None
 
     async def _tell_listed(
-        self, run: RunRecord, person: str, user: str, listed: dict[str, str]
-    ) -> bool:
-        """Tell `person` the news of the `listed` runs in one message (its Slack token taken);
-        False when there was none to tell."""
-        untold = await self.store.outcomes.untold_with_runs(list(listed))
-        sections, told = await self._notice_sections(untold, user)
+        self,
+        run: RunRecord,
+        user: str,
+        news: list[tuple[RunRecord, dict[str, str]]],
+        calls: list[CallRecord],
+    ) -> dict[str, dict[str, str]]:
+        """Tell `user` the `news` of their runs in one message (its Slack token taken; `calls`:
+        those of the calls it names already read); the outcomes told (none: nothing to
+        tell, no message)."""
+        sections, told = await self._notice_sections(news, user, calls)
         if not sections:
-            return False
+            return {}
         await self._post_notice(run, user, "\n\n".join(sections))
-        await self.store.outcomes.told_many(told)
-        return True
+        return told
 
     async def _notice_sections(
-        self, untold: list[tuple[RunRecord, dict[str, str]]], user: str
+        self, untold: list[tuple[RunRecord, dict[str, str]]], user: str, read: list[CallRecord]
     ) -> tuple[list[str], dict[str, dict[str, str]]]:
         """One section per run with news for `user`, in the order the news came, and the
-        outcomes (as stored) they tell (the calls they name: one round trip)."""
+        outcomes (as stored) they tell (the calls they name, unless all are in `read`: one
+        round trip)."""
         theirs: list[tuple[RunRecord, dict[str, str]]] = []
         for record, outcomes in untold:
             mine = {k: v for k, v in outcomes.items() if told_to(k, record.user_id)[1] == user}
@@ -641,7 +658,12 @@ class Projector:
         items = [{told_to(k, "")[0] for k in mine} for _, mine in theirs]
         ids = [a for found in items for a in found if a != "run"]
         calls: dict[str, list[CallRecord]] = {}
-        for call in await self.store.calls(ids) if ids else []:
+        known = {c.approval_id: c for c in read}
+        if all(i in known for i in ids):
+            records = [known[i] for i in ids]
+        else:
+            records = await self.store.calls(ids)
+        for call in records:
             calls.setdefault(call.run_id, []).append(call)
         sections = []
         for (record, _), found in zip(theirs, items, strict=True):

@@ -6,16 +6,20 @@ told to who asked for it: the run's starter, or a later turn's requester (its fi
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as redis
 
 from bot.store import keys
+from bot.store.calls import Calls
+from bot.store.connection import UNREPLICATED
 from bot.store.keys import RunKeys
 from bot.store.outbox import Mark, Outbox
-from bot.store.records import RunRecord
-from bot.store.scripts import now, script, text
+from bot.store.pacing import Take
+from bot.store.records import CallRecord, RunRecord
+from bot.store.scripts import Batch, now, script, text
 from bot.store.texts import run_from
 
 
@@ -97,6 +101,9 @@ class Outcomes:
         self.outbox = outbox
         self._outcomes = client.register_script(script("_outbox") + _OUTCOMES)
         self._notice = client.register_script(script("notice"))
+        # (a person's notice keys may be lost in a failover at no cost: each run's own notice
+        # pass lists its run again; at worst a notice goes twice, or sooner)
+        UNREPLICATED.add(self._notice.sha)
 
     async def record_outcomes(
         self,
@@ -141,30 +148,55 @@ class Outcomes:
     async def told_many(self, told: dict[str, dict[str, str]]) -> None:
         """`told_outcomes` of several runs, in one round trip."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            for run_id, outcomes in told.items():
-                if outcomes:
-                    pipe.hset(
-                        keys.outcomes_key(run_id), mapping={k + "!": v for k, v in outcomes.items()}
-                    )
+            self._told_in(pipe, told)
             await pipe.execute()
+
+    @staticmethod
+    def _told_in(pipe: Any, told: dict[str, dict[str, str]]) -> None:
+        for run_id, outcomes in told.items():
+            if outcomes:
+                pipe.hset(
+                    keys.outcomes_key(run_id), mapping={k + "!": v for k, v in outcomes.items()}
+                )
 
     def _notice_keys(self, person: str) -> list[str]:
         return [keys.notice_runs_key(person), keys.notice_lock_key(person),
                 keys.notice_next_key(person)]  # fmt: skip
 
-    async def take_notice(
-        self, person: str, run_id: str, token: str, seconds: float, limit: int
-    ) -> NoticeTurn:
+    async def open_notice(
+        self,
+        person: str,
+        run_id: str,
+        token: str,
+        seconds: float,
+        limit: int,
+        pace: Callable[[Batch], Callable[[Any], Take]],
+        call_ids: list[str],
+    ) -> tuple[NoticeTurn, Take, list[tuple[RunRecord, dict[str, str]]], list[CallRecord]]:
         """List `run_id` among `person`'s runs with news (anew: a reader that saw the older
         listing does not forget it), then try to take their notice for one pass (a lease),
         in one step: whoever holds the notice, or takes it next, finds the run listed
         (`Projector._tell_person`). Held: the first `limit` runs to tell; not held, and
-        `paced_until`: a notice went less than a window ago."""
-        reply = await self._notice(
-            keys=self._notice_keys(person),
-            args=["take", token, max(1, int(seconds * 1000)), now(), limit, run_id, self.retention],
-        )
-        return decode_turn(reply)
+        `paced_until`: a notice went less than a window ago.
+
+        In the same round trip, what the notice most often needs next: a Slack token
+        (`pace`), `run_id`'s news with its record (`untold_with_runs`), and the calls
+        `call_ids` (those its news names, as the pass read it)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            batch = Batch(pipe)
+            turn = batch.script(
+                self._notice,
+                self._notice_keys(person),
+                ["take", token, max(1, int(seconds * 1000)), now(), limit, run_id, self.retention],
+            )
+            taken = pace(batch)
+            first = len(pipe)
+            self._read_news(pipe, [run_id])
+            Calls.read_calls(pipe, call_ids)
+            replies = await batch.execute()
+        news = self._news([run_id], replies[first : first + 3])
+        calls = Calls.calls_from(call_ids, replies[first + 3 :])
+        return decode_turn(replies[turn]), taken(replies), news, calls
 
     async def told_notice(
         self,
@@ -176,11 +208,13 @@ class Outcomes:
         *,
         window: float,
         stop: bool = False,
+        outcomes: dict[str, dict[str, str]] | None = None,
     ) -> NoticeTurn:
         """`person` was told the runs `told` (as listed) and, with `window`, sent a notice
         now (the next waits that long): unlist them unless listed again since; then the next
         runs to tell, the notice kept, or (none left, or `stop`) the notice given back, in
-        the same step."""
+        the same step; first (in the same round trip) the `outcomes` told are recorded as
+        told (`told_many`)."""
         args: list[str | int | float] = [
             "told",
             token,
@@ -193,17 +227,30 @@ class Outcomes:
         ]
         for run_id, score in told.items():
             args.extend((run_id, score))
-        return decode_turn(await self._notice(keys=self._notice_keys(person), args=args))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            batch = Batch(pipe)
+            self._told_in(pipe, outcomes or {})
+            turn = batch.script(self._notice, self._notice_keys(person), args)
+            replies = await batch.execute()
+        return decode_turn(replies[turn])
 
     async def untold_with_runs(self, run_ids: list[str]) -> list[tuple[RunRecord, dict[str, str]]]:
         """The runs that still exist among `run_ids`, each with its outcomes not yet told
         (runs with none left out), in the order asked: one round trip."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            for run_id in run_ids:
-                pipe.hgetall(keys.outcomes_key(run_id))
-                pipe.hgetall(keys.run_key(run_id))
-                pipe.get(keys.task_key(run_id))
+            self._read_news(pipe, run_ids)
             replies = await pipe.execute()
+        return self._news(run_ids, replies)
+
+    @staticmethod
+    def _read_news(pipe: Any, run_ids: list[str]) -> None:
+        for run_id in run_ids:
+            pipe.hgetall(keys.outcomes_key(run_id))
+            pipe.hgetall(keys.run_key(run_id))
+            pipe.get(keys.task_key(run_id))
+
+    @staticmethod
+    def _news(run_ids: list[str], replies: list[Any]) -> list[tuple[RunRecord, dict[str, str]]]:
         found = []
         for i, run_id in enumerate(run_ids):
             stored, raw, task = replies[3 * i : 3 * i + 3]

@@ -13,6 +13,7 @@ queue, so a card never waits behind them: they are tried again when a token woul
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -21,7 +22,7 @@ import redis.asyncio as redis
 
 from bot.store import keys
 from bot.store.connection import UNREPLICATED
-from bot.store.scripts import script, text
+from bot.store.scripts import Batch, script, text
 
 STATUS_RESERVE = 0.3  # of the burst, kept for cards and outputs when status updates draw
 KEEP_AFTER = 0.05  # seconds: a card's turn further away than this is kept for its message
@@ -73,6 +74,24 @@ class SharedPacer:
             args=[repr(self.rate), self.burst, mode, repr(extra)],
         )
         return decode_take(reply)
+
+    def take_in(self, batch: Batch, scope: str, urgency: Urgency) -> Callable[[Any], Take]:
+        """`take(scope, urgency)` of a call that does not queue (not a card's) as one command
+        of a batch (one round trip with others): the reply's decoder."""
+        assert urgency != Urgency.CARD
+        index = batch.script(
+            self._pace,
+            [keys.pace_key(self.name, scope)],
+            [repr(self.rate), self.burst, "now", repr(self._floor(urgency))],
+        )
+
+        def decoded(replies: Any) -> Take:
+            taken = decode_take(replies[index])
+            if taken.taken:
+                self.longest_wait = max(self.longest_wait, taken.wait)
+            return taken
+
+        return decoded
 
     async def take(self, scope: str, urgency: Urgency, message: str = "") -> Take:
         """A token for one call: a card's is reserved (`wait` before using it); anything

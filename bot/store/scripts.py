@@ -7,6 +7,8 @@ import time
 from importlib import resources
 from typing import Any
 
+from redis.exceptions import NoScriptError
+
 from bot.store import keys
 
 
@@ -36,3 +38,32 @@ def mark(pipe: Any, run_id: str, target: str, retention: int) -> None:
     pipe.hincrby(outbox, target, 1)
     pipe.hsetnx(outbox, target + "@", now())
     pipe.expire(outbox, retention)
+
+
+class Batch:
+    """Commands and scripts sent in one pipeline round trip. A script goes as EVALSHA; one the
+    server does not hold yet (a new or restarted server) is run again on its own (it loads
+    it), after the rest: only scripts that are safe to run after the batch's other commands
+    go in one. Scripts in a batch are not confirmed by replicas (`Replicated`): only those
+    whose writes may be lost in a failover at no cost."""
+
+    def __init__(self, pipe: Any) -> None:
+        self.pipe = pipe
+        self._scripts: dict[int, tuple[Any, list[str], list[Any]]] = {}
+
+    def script(self, found: Any, names: list[str], values: list[Any]) -> int:
+        """Queue `found` (a registered script); the index of its reply."""
+        index = len(self.pipe)
+        self._scripts[index] = (found, names, values)
+        self.pipe.execute_command("EVALSHA", found.sha, len(names), *names, *values)
+        return index
+
+    async def execute(self) -> list[Any]:
+        replies = list(await self.pipe.execute(raise_on_error=False))
+        for index, (found, names, values) in self._scripts.items():
+            if isinstance(replies[index], NoScriptError):
+                replies[index] = await found(keys=names, args=values)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
