@@ -63,6 +63,7 @@ from bot.store.outcomes import outcome_key, recorded_for, told_to, untold_in
 from bot.store.pacing import KEEP_AFTER, SharedPacer, Urgency
 from bot.store.records import CallRecord, RunRecord, RunStatus
 from bot.store.runs import RunStore
+from bot.store.scripts import text
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +215,8 @@ class Projector:
         # run id -> the people its pass recorded news for: its run is listed among theirs at
         # the pass's end (with `_written`); and its progress lines as the pass read them
         self._listed: dict[str, list[str]] = {}
+        # run id -> the outcomes its pass records with its end (`_note_outcomes`)
+        self._recording: dict[str, dict[str, str]] = {}
         self._progress: dict[str, list[str]] = {}
         self._dm_channels: dict[tuple[str, str], str] = {}
         # Acks first: a claim waits for a lull in this process's Slack requests.
@@ -298,6 +301,7 @@ class Projector:
         next_due: float | None = 1.0
         written = self._written[claim.run_id] = []
         listed = self._listed[claim.run_id] = []
+        recording = self._recording[claim.run_id] = {}
         try:
             next_due = await self.project(claim.run_id)
         except Exception:
@@ -306,9 +310,13 @@ class Projector:
             self._fences.pop(claim.run_id, None)
             self._written.pop(claim.run_id, None)
             self._listed.pop(claim.run_id, None)
+            self._recording.pop(claim.run_id, None)
             await cancel_and_wait(renewing)
         try:
-            await self.outbox.end_pass(claim.run_id, written, held["claim"], next_due, listed)
+            first = [self.store.outcomes.recording(claim.run_id, recording)] if recording else []
+            await self.outbox.end_pass(
+                claim.run_id, written, held["claim"], next_due, listed, first=first
+            )
         except Exception:
             log_failure(log, "could not end the pass of run %s", claim.run_id, level=WARNING)
         self.outbox.woken.set()  # a change that came during delivery left the run due now
@@ -536,15 +544,32 @@ class Projector:
             if waited or run.status != "finished":
                 outcomes[outcome_key("run", asked, run.user_id)] = run.status
                 people.add(asked)
+        persons = [self._person(run, p) for p in sorted(people)]
+        read_outcomes = self._outcomes.get(run.run_id)
+        recording = self._recording.get(run.run_id)
+        if read_outcomes is not None and recording is not None and outcomes:
+            # This pass alone records the run's outcomes (it holds the run): what is new is
+            # known from what it read, and the notice cannot go before its window has passed
+            # (since its first mark): recorded with the pass's end, in its round trip.
+            stored = {text(k): text(v) for k, v in read_outcomes.items()}
+            new = {k: v for k, v in outcomes.items() if stored.get(k) != v}
+            since = marks[keys.NOTICE].since if keys.NOTICE in marks else time.time()
+            if not new:
+                return None
+            if since + self.notice_window > time.time() + POLL:
+                recording.update(new)
+                self._listed[run.run_id].extend(persons)
+                self._outcomes[run.run_id] = {**read_outcomes, **new}
+                return Mark("", since)  # (its window not passed: not delivered this pass)
         notice = await self.store.record_outcomes(
             run.run_id,
             outcomes,
-            [self._person(run, p) for p in sorted(people)],
+            persons,
             self.notice_window,
             later=self._listed.get(run.run_id),
         )
-        if notice is not None and run.run_id in self._outcomes:  # for this pass's `_tell`
-            self._outcomes[run.run_id] = {**self._outcomes[run.run_id], **outcomes}
+        if notice is not None and read_outcomes is not None:  # for this pass's `_tell`
+            self._outcomes[run.run_id] = {**read_outcomes, **outcomes}
         return notice
 
     def _person(self, run: RunRecord, user: str) -> str:

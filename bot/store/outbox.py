@@ -246,12 +246,15 @@ class Outbox:
         claim: Claim | None,
         next_due: float | None,
         listed: list[str] | tuple[str, ...] = (),
+        *,
+        first: list[tuple[Any, list[str], list[Any]]] | None = None,
     ) -> None:
         """The end of a projector pass in one round trip: what it delivered (target, its mark
         as read, what Slack holds now or None: unchanged), each mark dropped unless a newer
         change came in; the run listed among `listed` people's runs with news to be told
         (`Outcomes.record_outcomes`, its keys in another slot, after the run's script); then
-        the claim released (`release`). All are safe to repeat: a
+        the claim released (`release`); before all, the scripts `first` (the outcomes the
+        pass recorded, which mark the run's notice). All are safe to repeat: a
         write lost with its round trip delivers the message again, or finds it delivered.
         (With replicas to confirm writes, `Replicated` confirms each script on its own.)"""
         args: list[str | int] = [self.retention]
@@ -269,10 +272,16 @@ class Outbox:
         )
         # With replicas to confirm them, each script is confirmed on its own (`Replicated`).
         alone = isinstance(self.redis, Replicated) and bool(self.redis.replicas)
+        if alone:  # (each confirmed by the replicas on its own)
+            for found, names, values in first or []:
+                await found(keys=names, args=values)
         if written and alone:
             await self._delivered_many(keys=many[1], args=many[2])
         sent: list[tuple[int, Any, list[str], list[Any]]] = []  # (reply index, script, ...)
         async with self.redis.pipeline(transaction=False) as pipe:
+            for found, names, values in [] if alone else first or []:
+                sent.append((len(pipe), found, names, values))
+                pipe.execute_command("EVALSHA", found.sha, len(names), *names, *values)
             if written and not alone:
                 sent.append((len(pipe), *many))
                 pipe.execute_command("EVALSHA", many[0].sha, len(many[1]), *many[1], *many[2])

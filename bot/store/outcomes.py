@@ -145,6 +145,14 @@ class Outcomes:
                 self.outbox.woken.set()
         return notice
 
+    def recording(self, run_id: str, outcomes: dict[str, str]) -> tuple[Any, list[str], list[Any]]:
+        """`record_outcomes` (without its listing, and the run made due: the caller's) as a
+        script to send with other commands (`Outbox.end_pass`)."""
+        args: list[str] = [now(), str(self.retention)]
+        for item in sorted(outcomes.items()):
+            args.extend(item)
+        return self._outcomes, RunKeys(run_id).record_outcomes(), args
+
     async def told_many(self, told: dict[str, dict[str, str]]) -> None:
         """`told_outcomes` of several runs, in one round trip."""
         async with self.redis.pipeline(transaction=False) as pipe:
