@@ -104,7 +104,12 @@ async def test_a_worker_killed_where_a_retry_is_safe_is_replaced(
             stop_process(doomed)
         rescuer = start_process(["worker"], env)
         try:
-            await wait_until(lambda: outputs(slack), timeout=30, what="the run to finish")
+            # The whole output: an answer streamed to Slack shows its first words first.
+            await wait_until(
+                lambda: any(o.endswith("/var/log/a") for o in outputs(slack)),
+                timeout=30,
+                what="the run's whole output",
+            )
         finally:
             stop_process(rescuer)
     assert executions(tmp_path) == [("start", "/var/log/a"), ("end", "/var/log/a")]
@@ -182,7 +187,14 @@ async def test_a_worker_killed_during_the_tool_leaves_it_to_a_person(
                 await wait_until(lambda: u2_voted(2), what="U2's second click to be handled")
                 assert executions(tmp_path) == [("start", "/var/log/b")]
                 await requests.click(choice, review.button_value(choice), user="U3", channel="C1")
-            await wait_until(lambda: outputs(slack), timeout=30, what="the run to finish")
+            # The whole output: an answer streamed to Slack shows its first words first.
+            await wait_until(
+                lambda: any(
+                    o.endswith("/var/log/b") or "marked it done" in o for o in outputs(slack)
+                ),
+                timeout=30,
+                what="the run's whole output",
+            )
             # Settled: the review shows who chose what (a real mention), and no buttons.
             await wait_until(
                 lambda: not review.action_ids(), timeout=10, what="the review to show its outcome"
