@@ -22,7 +22,7 @@ from bot.service.decisions import Decisions
 from bot.service.judgement import Allowed, Attempt, Judgement, Refused, Way
 from bot.service.policy import Verdict
 from bot.service.ports import Actor
-from bot.service.replies import Reply, Text, said
+from bot.service.replies import Reply, Text, reason_too_long, said
 from bot.store import keys
 from bot.store.records import CallRecord, RunRecord, RunStatus
 
@@ -193,6 +193,9 @@ class Batch:
         one that may not be is left out, with the reason (and not shown at all when the person
         may not see it). `left`: the calls the form left out,
         said again with the reason (nothing is decided on them)."""
+        too_long = reason_too_long(reason)
+        if too_long is not None:  # one reason for every call: none is decided with it
+            return Reply(False, too_long)
         items = []
         for call, run, version in await self._named(chosen[:MAX_CALLS]):
             # Every call named is judged (a refusal is audited); one the person may not see

@@ -27,6 +27,7 @@ from bot.service.replies import (
     Reply,
     TypeToConfirm,
     already_text,
+    reason_too_long,
 )
 from bot.store import keys
 from bot.store.calls import Then
@@ -236,6 +237,9 @@ class Decisions:
         `way`: how it was asked (by default a click, Always, or a grant with a scope; a batch
         or a reaction is recorded as such: `VIA`). `version`: the version token of what the
         person saw ("": not checked)."""
+        too_long = reason_too_long(reason)
+        if too_long is not None:  # before anything is judged or recorded: nothing half-done
+            return Reply(False, too_long)
         if way is None:
             grants = always and approve and scope is not None
             way = Way.GRANT if grants else Way.ALWAYS if always else Way.CLICK
@@ -421,6 +425,9 @@ class Decisions:
             return Reply(False, "This question was already answered or has expired.")
         if (held["team"], held["user"]) != (actor.team_id, actor.user_id):
             return Reply(False, "Only the person who wrote that reply can answer this.")
+        too_long = reason_too_long(held["text"]) if reject else None
+        if too_long is not None:  # the held reply stays: "Keep as a comment" still works
+            return Reply(False, too_long)
         if not await self.store.take_reply(reply_id):
             return Reply(False, "This question was already answered or has expired.")
         if not reject:

@@ -208,6 +208,24 @@ class RejectForm:
     prefill: str
 
 
+# The longest rejection reason a person may give (characters, after trimming): Slack's own
+# plain_text_input maximum. The forms say so too, but that limit is the client's: a crafted
+# submission or a `reject:` reply can send anything, so every way a reason comes is checked here.
+REASON_LIMIT = 3000
+
+
+def reason_too_long(reason: str) -> str | None:
+    """The sentence to tell a person whose rejection reason is longer than `REASON_LIMIT`
+    (None when it fits): nothing is decided with a reason cut short."""
+    length = len(reason.strip())
+    if length <= REASON_LIMIT:
+        return None
+    return (
+        f"The reason is too long ({length:,} characters; at most {REASON_LIMIT:,}). Shorten it "
+        "and try again: nothing was decided."
+    )
+
+
 @dataclass(frozen=True)
 class ConfirmReject:
     """A thread reply that starts like a rejection without its colon: ask its author, privately,

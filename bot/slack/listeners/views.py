@@ -12,7 +12,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from bot.outage import log_failure
 from bot.service.batch import BatchDone
 from bot.service.edits import EditErrors, Entered
-from bot.service.replies import Reply
+from bot.service.replies import Reply, reason_too_long
 from bot.slack import blocks
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import TRY_AGAIN, Listener, actor_of
@@ -57,6 +57,10 @@ def on_batch_submit(deps: ListenerDeps) -> Listener:
         except Exception:
             log_failure(log, "could not read a batch form")
             await ack(response_action="errors", errors={blocks.REASON_BLOCK: TRY_AGAIN})
+            return
+        too_long = reason_too_long(str(reason or ""))
+        if too_long is not None:  # (the form's own limit is the client's)
+            await ack(response_action="errors", errors={blocks.REASON_BLOCK: too_long})
             return
 
         async def decide() -> BatchDone | Reply:
@@ -203,11 +207,15 @@ def on_reject_submit(deps: ListenerDeps) -> Listener:
             log_failure(log, "could not read a reject form")
             await ack(response_action="errors", errors={blocks.REASON_BLOCK: TRY_AGAIN})
             return
+        too_long = reason_too_long(str(reason or ""))
+        if too_long is not None:  # (the form's own limit is the client's)
+            await ack(response_action="errors", errors={blocks.REASON_BLOCK: too_long})
+            return
 
         async def reject() -> Reply:
             try:
                 return await deps.service.decide(
-                    actor, approval_id, approve=False, always=always, reason=reason or ""
+                    actor, approval_id, approve=False, always=always, reason=str(reason or "")
                 )
             except Exception:
                 log_failure(log, "could not apply a rejection")

@@ -21,6 +21,7 @@ from slack_sdk.models.views import View
 
 from bot.engine.questions import QUESTION_KIND
 from bot.service.batch import BatchDone, BatchForm, Item, Outcome
+from bot.service.replies import REASON_LIMIT
 from bot.slack.blocks import BATCH_APPROVE, BATCH_MODAL, BATCH_REJECT, REASON_BLOCK, REASON_INPUT
 from bot.slack.render.base import approvers_text, md, person
 from bot.slack.render.card import quorum_text, what_text
@@ -117,7 +118,7 @@ def batch_modal(form: BatchForm, channel: str = "") -> View:
                 label="Reason (the agent sees it)",
                 optional=True,
                 element=PlainTextInputElement(
-                    action_id=REASON_INPUT, multiline=True, max_length=2000
+                    action_id=REASON_INPUT, multiline=True, max_length=REASON_LIMIT
                 ),
             )
         )

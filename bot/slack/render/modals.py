@@ -19,6 +19,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from bot.service.edits import EditField, EditForm
+from bot.service.replies import REASON_LIMIT
 from bot.slack.blocks import (
     CONFIRM_MODAL,
     EDIT_FIELD,
@@ -70,11 +71,11 @@ def confirm_modal(call: CallRecord, *, expected: str, what: str) -> View:
 def reject_modal(call: CallRecord, *, always: bool, prefill: str) -> View:
     """The modal behind Reject and Always reject: an optional, multi-line reason."""
     title = "Always reject" if always else "Reject"
-    initial, _ = truncate(reveal(prefill), 3000)  # plain text: revealed, not escaped
+    initial, _ = truncate(reveal(prefill), REASON_LIMIT)  # plain text: revealed, not escaped
     element = PlainTextInputElement(
         action_id=REASON_INPUT,
         multiline=True,
-        max_length=3000,
+        max_length=REASON_LIMIT,
         initial_value=initial or None,
         placeholder="Why? The agent receives this text as the result of its call.",
     )

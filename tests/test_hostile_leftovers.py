@@ -1,0 +1,120 @@
+"""What the hostile review of #33/#34 left (issue #35): limits that only Slack's client kept,
+validators that let a trailing newline through, Slack's own error text shown to people. Signed
+HTTP into the real app, real Redis, the Slack stand-in, scripted models."""
+
+from __future__ import annotations
+
+from bot.service.replies import REASON_LIMIT
+from bot.slack.blocks import APPROVE, BATCH_REJECT, REASON_BLOCK, REPLY_REJECT
+from bot.store.records import CallStatus
+from bot.testing.harness import BotHarness
+from tests.agents_for_tests import (
+    POLICY,
+    Ledger,
+    assistant_message,
+    function_call,
+    ops_agent,
+    tool_outputs,
+)
+from tests.test_batch import PLAIN, open_batch, statuses, submit_batch
+from tests.test_hostile_review import button, question_to
+from tests.test_security import call_status
+
+TOO_LONG = "The reason is too long"
+
+
+def one_call(ledger: Ledger) -> tuple[object, object]:
+    return ops_agent(
+        [[function_call("delete_logs", {"path": "/"}, call_id="c1")], [assistant_message("ok")]],
+        ledger,
+    )
+
+
+# 1. A rejection's reason is bounded on the server -----------------------------------------------
+
+
+async def test_a_reject_form_with_a_reason_longer_than_the_limit_rejects_nothing(
+    redis_url: str,
+) -> None:
+    """Slack's form stops at its max_length, but a crafted view_submission is not the form:
+    the field says why, nothing is decided, and a reason at the limit still rejects."""
+    ledger = Ledger()
+    agent, model = one_call(ledger)
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        approval_id = card.button_value(APPROVE)
+        sent = await bot.reject(card, user="U2", reason="x" * (REASON_LIMIT + 1))
+        answer = sent.json()
+        assert answer["response_action"] == "errors"
+        assert TOO_LONG in answer["errors"][REASON_BLOCK]
+        assert f"{REASON_LIMIT + 1:,} characters" in answer["errors"][REASON_BLOCK]
+        await bot.idle()
+        assert await call_status(redis_url, approval_id) == CallStatus.PENDING
+        assert not [e for e in await bot.audit() if e["kind"] == "decided"]
+        # At the limit (surrounding blanks do not count) the rejection goes through.
+        reason = "y" * REASON_LIMIT
+        sent = await bot.reject(card, user="U2", reason=f"  {reason}\n")
+        assert sent.status == 200 and sent.text == ""
+        await bot.wait_for_status("finished")
+        await bot.idle()
+    assert ledger.executed == []
+    assert tool_outputs(model) == {"c1": reason}
+
+
+async def test_a_reject_reply_longer_than_the_limit_rejects_nothing_and_says_why(
+    redis_url: str,
+) -> None:
+    """`reject: <reason>` in the card's thread, and an ambiguous reply confirmed as a
+    rejection: both refused with the sentence, the call still waits; the held reply can still
+    be kept as a comment."""
+    ledger = Ledger()
+    agent, model = one_call(ledger)
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        approval_id = card.button_value(APPROVE)
+        await bot.reply(card, "reject: " + "x" * (REASON_LIMIT + 1), user="U2")
+        await bot.idle()
+        assert await call_status(redis_url, approval_id) == CallStatus.PENDING
+        assert TOO_LONG in bot.slack_api.ephemeral_to("U2")[-1]
+        await bot.reply(card, "deny " + "z" * REASON_LIMIT, user="U3")
+        await bot.idle()
+        reply_id = button(question_to(bot, "U3"), REPLY_REJECT)
+        await bot.slack.click(REPLY_REJECT, reply_id, user="U3", channel="C1")
+        await bot.idle()
+        assert await call_status(redis_url, approval_id) == CallStatus.PENDING
+        assert TOO_LONG in bot.slack_api.ephemeral_to("U3")[-1]
+        assert not [e for e in await bot.audit() if e["kind"] == "decided"]
+        await bot.reply(card, "reject: not the root", user="U2")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+    assert tool_outputs(model) == {"c1": "not the root"}
+
+
+async def test_reject_all_with_a_reason_longer_than_the_limit_rejects_none_of_the_calls(
+    redis_url: str,
+) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [
+            [
+                function_call("delete_logs", {"path": "/a"}, call_id="c1"),
+                function_call("delete_logs", {"path": "/b"}, call_id="c2"),
+            ],
+            [assistant_message("done")],
+        ],
+        ledger,
+    )
+    async with BotHarness(redis_url, agent, PLAIN) as bot:
+        await bot.slack.command("clean", user="U1", channel="C1")
+        await bot.wait_for_approvals(2)
+        view = await open_batch(bot, "U2", BATCH_REJECT)
+        [field] = [b for b in view["blocks"] if b.get("block_id") == REASON_BLOCK]
+        assert field["element"]["max_length"] == REASON_LIMIT
+        sent = await submit_batch(bot, view, "U2", reason="x" * (REASON_LIMIT + 1))
+        answer = sent.json()
+        assert answer["response_action"] == "errors"
+        assert TOO_LONG in answer["errors"][REASON_BLOCK]
+        await bot.idle()
+        assert set((await statuses(bot)).values()) == {CallStatus.PENDING}
+        assert not [e for e in await bot.audit() if e["kind"] == "decided"]
+    assert ledger.executed == []
