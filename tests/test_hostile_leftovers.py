@@ -4,8 +4,12 @@ HTTP into the real app, real Redis, the Slack stand-in, scripted models."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from bot.learning.reviews import USER_ID
 from bot.service.replies import REASON_LIMIT
 from bot.slack.blocks import APPROVE, BATCH_REJECT, REASON_BLOCK, REPLY_REJECT
+from bot.store import keys
 from bot.store.records import CallStatus
 from bot.testing.harness import BotHarness
 from tests.agents_for_tests import (
@@ -18,6 +22,7 @@ from tests.agents_for_tests import (
 )
 from tests.test_batch import PLAIN, open_batch, statuses, submit_batch
 from tests.test_hostile_review import button, question_to
+from tests.test_policy_rules import check_names
 from tests.test_security import call_status
 
 TOO_LONG = "The reason is too long"
@@ -118,3 +123,36 @@ async def test_reject_all_with_a_reason_longer_than_the_limit_rejects_none_of_th
         assert set((await statuses(bot)).values()) == {CallStatus.PENDING}
         assert not [e for e in await bot.audit() if e["kind"] == "decided"]
     assert ledger.executed == []
+
+
+# 2. A validator's `$` let a final newline through ------------------------------------------------
+
+
+def test_check_refuses_a_condition_path_and_hours_that_end_in_a_newline(tmp_path: Path) -> None:
+    """A Python `$` matches before a final "\\n": `args.env\\n` passed as a path (one that names
+    an argument no call has), and `hours` took a trailing newline. Ids and user ids are checked
+    with `\\Z` alike (bot/store/keys.py, bot/learning/reviews.py)."""
+    policy = """\
+channels:
+  C1:
+    approvers: [U2]
+tools:
+  - match: deploy
+    when: {"args.env\\n": prod}
+    required_approvals: 2
+  - match: restart
+    during: {hours: "09:00-17:00\\n"}
+"""
+    check_names(tmp_path, policy, {
+        6: "tools.0.when.args.env\n: 'args.env\\n' is not an argument path",
+        9: "tools.1.during.hours: '09:00-17:00\\n' is not HH:MM-HH:MM",
+    })  # fmt: skip
+
+
+def test_ids_and_user_ids_with_a_final_newline_are_not_ids() -> None:
+    run_id = keys.new_run_id()
+    approval_id = keys.new_approval_id(run_id)
+    assert keys.run_of(approval_id) == run_id and keys.RUN_ID_RE.match(run_id)
+    assert keys.run_of(approval_id + "\n") is None
+    assert keys.RUN_ID_RE.match(run_id + "\n") is None
+    assert USER_ID.match("U2") and USER_ID.match("U2\n") is None

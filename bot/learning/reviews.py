@@ -37,7 +37,7 @@ ALONGSIDE = "always decision on "
 # a person's latest decisions is kept as long: bot/store/attention.py).
 KEEP_SECONDS = 86400.0
 # A Slack user id (a mention is made of nothing else).
-USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
+USER_ID = re.compile(r"^[UW][A-Z0-9]+\Z")  # (\Z: `$` would let a final "\n" through)
 
 CSV_COLUMNS = (
     "team", "channel", "approver", "decisions", "approvals", "rejections", "timed",

@@ -56,7 +56,7 @@ _RE2.log_errors = False  # a pattern it refuses is `approval-bot check`'s to say
 `re` backtracks: `(a+)+$` on 29 characters took 13 s of the event loop), so no string of a
 subject (at most `SUBJECT_LIMIT` characters) is too long to try."""
 
-PATH = re.compile(r"^(?:args(?:\.[^.\s]+)*|command|path|operation|advice\.risk)$")
+PATH = re.compile(r"^(?:args(?:\.[^.\s]+)*|command|path|operation|advice\.risk)\Z")
 COMPARISON = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(.*?)\s*$")
 _COMPARE: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,

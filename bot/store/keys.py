@@ -26,8 +26,8 @@ from typing import Literal
 
 PREFIX = "ab"
 
-RUN_ID_RE = re.compile(r"^[0-9a-f]{16}$")
-APPROVAL_ID_RE = re.compile(r"^([0-9a-f]{16})\.([A-Za-z0-9_-]{16})$")
+RUN_ID_RE = re.compile(r"^[0-9a-f]{16}\Z")  # \Z: `$` lets a final "\n" through
+APPROVAL_ID_RE = re.compile(r"^([0-9a-f]{16})\.([A-Za-z0-9_-]{16})\Z")
 
 # Keys outside any run (each is used alone, never inside a multi-key script).
 EXECUTING_RUNS = f"{PREFIX}:runs:active"
