@@ -1,17 +1,22 @@
-"""What the hostile review of #33/#34 left (issue #35): limits that only Slack's client kept,
+"""What the hostile review of #33 and #34 left: limits that only Slack's client kept,
 validators that let a trailing newline through, Slack's own error text shown to people. Signed
 HTTP into the real app, real Redis, the Slack stand-in, scripted models."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
+
+from bot import metrics
 from bot.learning.reviews import USER_ID
 from bot.service.replies import REASON_LIMIT
-from bot.slack.blocks import APPROVE, BATCH_REJECT, REASON_BLOCK, REPLY_REJECT
+from bot.slack.blocks import APPROVE, BATCH_REJECT, REASON_BLOCK, REJECT, REPLY_REJECT
 from bot.store import keys
 from bot.store.records import CallStatus
-from bot.testing.harness import BotHarness
+from bot.testing.harness import BotHarness, wait_until
+from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import (
     POLICY,
     Ledger,
@@ -156,3 +161,51 @@ def test_ids_and_user_ids_with_a_final_newline_are_not_ids() -> None:
     assert keys.run_of(approval_id + "\n") is None
     assert keys.RUN_ID_RE.match(run_id + "\n") is None
     assert USER_ID.match("U2") and USER_ID.match("U2\n") is None
+
+
+# 3. Slack's error text is never shown as it came ---------------------------------------------
+
+
+async def test_what_slack_answers_in_place_of_an_error_code_is_never_shown_as_it_came(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A proxy's page or a wrong SLACK_API_URL may answer anything where Slack puts its error
+    code (here: markup that pings the channel, and a token): the person is told our sentence
+    with `unreadable_answer`, /readyz and the logs say the same, nothing of that text."""
+    slack = FakeSlackAPI()
+    await slack.start()
+    slack.fail_error = "<!channel> xoxb-1-LEAKED-TOKEN is not `valid`"
+    failing = {"auth.test"}
+    slack.fail_when = lambda method, _: method in failing
+    ledger = Ledger()
+    agent, _ = one_call(ledger)
+    try:
+        with caplog.at_level(logging.INFO):
+            async with BotHarness(redis_url, agent, POLICY, slack=slack) as bot:
+                refused = (await bot.slack.command("hi", user="U1", channel="C1")).json()["text"]
+                assert "Slack does not accept its token (unreadable_answer)" in refused
+                assert bot.runtime.slack_problem() == "token refused: unreadable_answer"
+                failing.clear()
+                authorizer = bot.runtime.service.authorizer
+                await wait_until(
+                    lambda: authorizer.installation is not None, timeout=30, what="auth.test"
+                )
+                card = await bot.start_and_wait("clean", user="U1")
+                failing.add("views.open")  # the reject form cannot be opened
+                await bot.click(card, REJECT, user="U2")
+                told = await wait_until(
+                    lambda: bot.slack_api.ephemeral_to("U2"), what="U2 told the form failed"
+                )
+                assert "(Slack answered `unreadable_answer`)" in told[-1]
+                failing.clear()
+                await bot.idle()
+    finally:
+        await slack.stop()
+    for said in (refused, *told):
+        assert "xoxb" not in said and "<!channel>" not in said, said
+    assert "LEAKED" not in caplog.text
+    errors = metrics.REGISTRY.get_sample_value(
+        "approval_bot_slack_api_errors_total",
+        {"method": "views.open", "error": "unreadable_answer"},
+    )
+    assert errors, "counted under our word, not the text that came"

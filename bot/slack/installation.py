@@ -18,6 +18,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import metrics
 from bot.service.authorize import Authorizer, Installation
+from bot.slack.metered import error_code
+from bot.untrusted import escape
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +34,8 @@ class SlackAuth:
     """Whether Slack accepts the bot token, as its latest `auth.test` said.
 
     `problem` is None once Slack accepted it; until then, what went wrong: Slack's error code
-    (`invalid_auth`, `token_revoked`, ...) or the kind of failure when Slack did not answer.
+    (`invalid_auth`, `token_revoked`, ...; `error_code`: never the text that came in its place)
+    or the kind of failure when Slack did not answer.
     Only a change is logged: the first failure (an ERROR with what to do), another kind of
     failure, and the recovery (INFO); retries that fail the same way say nothing more."""
 
@@ -79,7 +82,8 @@ class SlackAuth:
         """What the person who wrote to the bot meanwhile is told."""
         if self.rejected:
             return (
-                f"The bot cannot act right now: Slack does not accept its token ({self.problem}). "
+                "The bot cannot act right now: Slack does not accept its token "
+                f"({escape(self.problem or '')}). "
                 "Please tell whoever runs the bot to check SLACK_BOT_TOKEN; it works again as "
                 "soon as Slack accepts it."
             )
@@ -114,7 +118,7 @@ async def learn_once(
     try:
         reply = await client.auth_test()
     except SlackApiError as exc:
-        auth.failed(str(exc.response.get("error") or "error"), rejected=True, every=every)
+        auth.failed(error_code(exc), rejected=True, every=every)
         return False
     except Exception as exc:
         auth.failed(f"no answer: {type(exc).__name__}", rejected=False, every=every)

@@ -24,6 +24,7 @@ from typing import Generic, TypeVar
 from slack_sdk.errors import SlackApiError
 
 from bot.service.ports import GroupLookupError
+from bot.slack.metered import error_code
 from bot.stopping import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,7 @@ class CachedLookup(Generic[K, V]):
         except Exception as exc:
             entry = self._entries.setdefault(key, _Entry())
             if isinstance(exc, SlackApiError):
-                entry.error = f"Slack answered {exc.response.get('error', 'an error')}"
+                entry.error = f"Slack answered {error_code(exc, default='an error')}"
             elif isinstance(exc, GroupLookupError):
                 entry.error = str(exc)
             else:  # network trouble: say so, grant nothing

@@ -8,6 +8,7 @@ workspaces, it is also where each call gets the token of the workspace it is for
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -22,6 +23,27 @@ from bot.slack.serving import SERVING, Team
 
 class TokenSource(Protocol):
     async def bot_token(self, team: Team) -> str: ...
+
+
+# Slack's error codes are short snake_case words (`invalid_auth`, `channel_not_found`). What
+# comes in their place may be anything (a proxy's page, a wrong SLACK_API_URL, a token echoed
+# back): it is never shown to people, logged or made a metric label as it came.
+_ERROR_CODE = re.compile(r"[a-z][a-z0-9_.]{0,63}\Z")
+NOT_A_CODE = "unreadable_answer"
+
+
+def error_code(failed: object, default: str = "error") -> str:
+    """Slack's error code of a failed call (a `SlackApiError`, or its `error` value) when it is
+    one; `default` when there is none; `NOT_A_CODE` for anything else: safe to show, log and
+    count."""
+    value = failed
+    if isinstance(failed, SlackApiError):
+        response = failed.response
+        value = response.get("error") if hasattr(response, "get") else None
+    if value is None or value == "":
+        return default
+    text = value if isinstance(value, str) else ""
+    return text if _ERROR_CODE.match(text) else NOT_A_CODE
 
 
 # Slack's answers that the bot token itself is refused (not: this call was wrong).
@@ -62,14 +84,14 @@ class MeteredWebClient(AsyncWebClient):  # type: ignore[misc]
         except SlackApiError as exc:
             response = exc.response
             status = getattr(response, "status_code", 0)
-            error = response.get("error") if hasattr(response, "get") else None
+            error = error_code(exc, default="")
             if status == 429:
                 metrics.SLACK_RATE_LIMITED.labels(method=api_method).inc()
                 error = error or "ratelimited"
             metrics.SLACK_API_ERRORS.labels(method=api_method, error=str(error or status)).inc()
             refused = self.token_refused
             if refused is not None and self.tokens is None and error in TOKEN_REFUSED:
-                refused(str(error))
+                refused(error)
             raise
         except (TimeoutError, aiohttp.ClientError):
             metrics.SLACK_API_ERRORS.labels(method=api_method, error="connection").inc()

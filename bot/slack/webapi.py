@@ -24,7 +24,7 @@ from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 
 from bot.errors import ApprovalBotError
-from bot.slack.metered import MeteredWebClient, NotServing, TokenSource
+from bot.slack.metered import MeteredWebClient, NotServing, TokenSource, error_code
 
 # A private reply repeated after a timeout shows twice (seen: 154 notes for 99 refused clicks
 # on a loaded machine); one lost note is the lesser harm (the card itself shows the outcome).
@@ -152,7 +152,7 @@ def classify(exc: Exception) -> Refused | Later:
             return Later(after, ambiguous=False, why="rate limited (429)", rate_limited=True)
         if status >= 500:
             return Later(1.0, ambiguous=True, why=f"HTTP {status}")
-        code = str(response.get("error", "")) if hasattr(response, "get") else ""
+        code = error_code(exc, default="")
         if code in PERMANENT:
             return Refused(code)
         if code == "ratelimited":

@@ -24,6 +24,7 @@ from bot.service.replies import RejectForm, Reply, TypeToConfirm
 from bot.slack import blocks
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import RECEIVED, Listener, actor_of, channel_of, left
+from bot.slack.metered import error_code
 from bot.slack.render import batch, details, grants, modals
 from bot.slack.replies import shown
 
@@ -264,7 +265,7 @@ async def open_modal(
         tell(late)
     except Exception as exc:
         if isinstance(exc, SlackApiError):
-            error = str(exc.response.get("error", "an error"))
+            error = error_code(exc, default="an error")
         else:  # the connection failed: Slack's answer is unknown
             error = type(exc).__name__
         log.warning("views.open failed: %s", error)
@@ -330,7 +331,7 @@ async def open_details(
         tell(DETAILS_LATE)
     except Exception as exc:
         error = (
-            str(exc.response.get("error", "an error"))
+            error_code(exc, default="an error")
             if isinstance(exc, SlackApiError)
             else type(exc).__name__
         )
@@ -393,7 +394,7 @@ async def _open_modal(
         tell(FORM_LATE.replace("reject form", "form"))
     except Exception as exc:
         if isinstance(exc, SlackApiError):
-            error = str(exc.response.get("error", "an error"))
+            error = error_code(exc, default="an error")
         else:  # the connection failed: Slack's answer is unknown
             error = type(exc).__name__
         log.warning("views.open failed: %s", error)

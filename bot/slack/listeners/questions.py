@@ -21,6 +21,7 @@ from bot.service.replies import Reply
 from bot.slack import blocks
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import RECEIVED, TRY_AGAIN, Listener, actor_of, channel_of, left
+from bot.slack.metered import error_code
 from bot.slack.render import question
 from bot.slack.replies import shown
 
@@ -106,7 +107,7 @@ async def open_answer_form(
         tell(FORM_LATE)
     except Exception as exc:
         if isinstance(exc, SlackApiError):
-            error = str(exc.response.get("error", "an error"))
+            error = error_code(exc, default="an error")
         else:  # the connection failed: Slack's answer is unknown
             error = type(exc).__name__
         log.warning("views.open failed: %s", error)
