@@ -15,6 +15,7 @@ from bot.service.replies import REASON_LIMIT
 from bot.slack.blocks import APPROVE, BATCH_REJECT, REASON_BLOCK, REJECT, REPLY_REJECT
 from bot.store import keys
 from bot.store.records import CallStatus
+from bot.testing.advisors import scripted_advisor
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import (
@@ -25,7 +26,8 @@ from tests.agents_for_tests import (
     ops_agent,
     tool_outputs,
 )
-from tests.test_batch import PLAIN, open_batch, statuses, submit_batch
+from tests.test_advisor import by_tool, card_saying
+from tests.test_batch import PLAIN, open_batch, statuses, submit_batch, view_text
 from tests.test_hostile_review import button, question_to
 from tests.test_policy_rules import check_names
 from tests.test_security import call_status
@@ -209,3 +211,32 @@ async def test_what_slack_answers_in_place_of_an_error_code_is_never_shown_as_it
         {"method": "views.open", "error": "unreadable_answer"},
     )
     assert errors, "counted under our word, not the text that came"
+
+
+# 4. The advisor's second opinion on the batch form -------------------------------------------
+
+
+async def test_the_batch_form_shows_each_call_s_advice_escaped_as_its_card_does(
+    redis_url: str,
+) -> None:
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [
+            [
+                function_call("delete_logs", {"path": "/var/log/app"}, call_id="d1"),
+                function_call("restart_service", {"service": "web"}, call_id="r1"),
+            ],
+            [assistant_message("done")],
+        ],
+        ledger,
+    )
+    async with BotHarness(redis_url, agent, PLAIN, advisor=scripted_advisor(by_tool)) as bot:
+        await bot.slack.command("clean", user="U1", channel="C1")
+        cards = await bot.wait_for_approvals(2)
+        for card in cards:
+            await card_saying(bot, card, "Second opinion")
+        listed = view_text(await open_batch(bot, "U2"))
+        assert "Risk: *high*. Deletes the only copy of the logs &lt;!channel&gt;." in listed
+        assert "ping &lt;@U2&gt;" in listed and "<!channel>" not in listed
+        assert "Risk: *low*. A restart." in listed
+    assert ledger.executed == []

@@ -24,7 +24,7 @@ from bot.service.batch import BatchDone, BatchForm, Item, Outcome
 from bot.service.replies import REASON_LIMIT
 from bot.slack.blocks import BATCH_APPROVE, BATCH_MODAL, BATCH_REJECT, REASON_BLOCK, REASON_INPUT
 from bot.slack.render.base import approvers_text, md, person
-from bot.slack.render.card import quorum_text, what_text
+from bot.slack.render.card import advice_text, quorum_text, what_text
 from bot.slack.render.controls import approving_value
 from bot.slack.replies import render
 from bot.slack.text import inline
@@ -80,9 +80,13 @@ def _call_lines(item: Item, approve: bool, *, done: bool) -> list[Block]:
     )
     arguments = inline(call.edited_arguments or call.arguments, KEY_ARGUMENTS)
     will = "" if done else ("Will be: " if item.outcome == Outcome.DECIDE else "")
+    shown = [md(f"`{arguments}`" if arguments else "_no arguments_")]
+    advice = "" if done else advice_text(call)  # the advisor's second opinion, as on the card
+    if advice:
+        shown.append(md(advice))
     return [
         SectionBlock(text=md(f"{head}\n{will}{_outcome(item, approve, done=done)}")),
-        ContextBlock(elements=[md(f"`{arguments}`" if arguments else "_no arguments_")]),
+        ContextBlock(elements=shown),
     ]
 
 
