@@ -240,3 +240,36 @@ async def test_the_batch_form_shows_each_call_s_advice_escaped_as_its_card_does(
         assert "ping &lt;@U2&gt;" in listed and "<!channel>" not in listed
         assert "Risk: *low*. A restart." in listed
     assert ledger.executed == []
+
+
+# 5. A batch is one act of review --------------------------------------------------------------
+
+
+async def test_approve_all_counts_once_toward_the_rubber_stamp_streak(redis_url: str) -> None:
+    """Every approval is quick here (within an hour of its card) and two in a row raise the
+    alarm: Approve all of three calls is one (no alarm, where it counted three), and a click on
+    the next call's card then makes two."""
+    ledger = Ledger()
+    three = [function_call("delete_logs", {"path": f"/{n}"}, call_id=f"d{n}") for n in range(3)]
+    agent, _ = ops_agent(
+        [three, [function_call("delete_logs", {"path": "/z"}, call_id="dz")],
+         [assistant_message("done")]],
+        ledger,
+    )  # fmt: skip
+    quick = {"rubber_stamp_streak": 2, "rubber_stamp_seconds": 3600}
+    async with BotHarness(redis_url, agent, PLAIN, settings=quick) as bot:
+        await bot.slack.command("clean", user="U1", channel="C1")
+        await bot.wait_for_approvals(3)
+        view = await open_batch(bot, "U2")
+        assert (await submit_batch(bot, view, "U2")).json()["response_action"] == "update"
+        [last] = await bot.wait_for_approvals(1)
+        await bot.idle()
+        assert [e for e in await bot.audit() if e["kind"] == "rubber_stamp"] == []
+        await bot.click(last, APPROVE, user="U2")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        alarms = [e for e in await bot.audit() if e["kind"] == "rubber_stamp"]
+    assert [(a["user"], a["detail"]) for a in alarms] == [
+        ("U2", "2 approvals in a row, each within 3600 s")
+    ]
+    assert len(ledger.executed) == 4

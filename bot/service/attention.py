@@ -104,21 +104,24 @@ class Attention:
         await self.core.audit(AuditKind.VIEWED, call=call, actor=actor, decision=what)
 
     def decided_in(
-        self, pipe: Any, actor: Actor, call: CallRecord, decision: str
+        self, pipe: Any, actor: Actor, call: CallRecord, decision: str, counted: bool = True
     ) -> Callable[[Sequence[Any]], None]:
         """`actor` decided `call` (or voted on it) with `decision`, as audited: the commands
         that record it join `pipe` (the round trip of the decision's audit entry, first in it),
-        and what to do with their replies is returned (the figures, the alarm)."""
+        and what to do with their replies is returned (the figures, the alarm). Not `counted`:
+        a batch's call after its first (Approve all is one act of review: its first decision
+        joins the person's streak of quick approvals, the others do not)."""
         now = time.time()  # as Slack's timestamps (the card's `shown`)
         shown = shown_at(call)
         token = self.store.decision_in(
             pipe, actor.team_id, actor.user_id, run_id=call.run_id,
             approval_id=call.approval_id, at=now, shown=shown, approve=decision in APPROVALS,
+            counted=counted,
         )  # fmt: skip
 
         def then(replies: Sequence[Any]) -> None:
             try:
-                noted = self.store.noted(replies, token, self.settings.stamp_seconds)
+                noted = self.store.noted(replies, token, self.settings.stamp_seconds, counted)
                 self._figures(actor, call, noted, waited=now - shown if shown else None)
             except Exception:
                 log_failure(log, "could not count the attention of a decision on %s",

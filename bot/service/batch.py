@@ -197,6 +197,7 @@ class Batch:
         if too_long is not None:  # one reason for every call: none is decided with it
             return Reply(False, too_long)
         items = []
+        counted = True  # one act of review: only its first decision joins a streak
         for call, run, version in await self._named(chosen[:MAX_CALLS]):
             # Every call named is judged (a refusal is audited); one the person may not see
             # (so not decide either) is left out of what the form then shows.
@@ -207,8 +208,9 @@ class Batch:
                 continue
             reply = await self.decisions.decide(
                 actor, call.approval_id, approve=approve, always=False, reason=reason,
-                way=Way.BATCH, version=version,
+                way=Way.BATCH, version=version, counted=counted,
             )  # fmt: skip
+            counted = counted and not reply.ok
             if not seen:
                 continue
             if not reply.ok:

@@ -56,9 +56,9 @@ HOLD_REPLY_SECONDS = 3600
 # Records a person's answer to a question (`Questions.answer`): (actor, approval id, text).
 Answer = Callable[[Actor, str, str], Awaitable[Reply]]
 # Records the attention behind each decision or vote a person made, in the round trip of its
-# audit entry (`bot.service.attention`): (pipeline, actor, call, decision) -> what to do with
-# the replies.
-Attended = Callable[[Any, Actor, CallRecord, str], Then]
+# audit entry (`bot.service.attention`): (pipeline, actor, call, decision, counted: False for
+# a batch's calls after its first) -> what to do with the replies.
+Attended = Callable[[Any, Actor, CallRecord, str, bool], Then]
 
 # What a decision made another way than a click is recorded as (`CallRecord.via`, and its audit
 # entry's detail: "by batch", "by reaction"): the card says so.
@@ -230,13 +230,15 @@ class Decisions:
         scope: GrantScope | None = None,
         way: Way | None = None,
         version: str = "",
+        counted: bool = True,
     ) -> Reply:
         """Authorize and record one decision; resume the run if it was the pause's last.
         `typed`: the value typed in the confirmation modal (rules with `confirm: type`).
         `scope`: what the Always approve form chose (judged against the policy in force).
         `way`: how it was asked (by default a click, Always, or a grant with a scope; a batch
         or a reaction is recorded as such: `VIA`). `version`: the version token of what the
-        person saw ("": not checked)."""
+        person saw ("": not checked). `counted`: False for a batch's calls after its first
+        (one act of review: they join no streak of quick approvals, `bot.service.attention`)."""
         too_long = reason_too_long(reason)
         if too_long is not None:  # before anything is judged or recorded: nothing half-done
             return Reply(False, too_long)
@@ -252,12 +254,13 @@ class Decisions:
         call, run, allowed = checked
         return await self._record(
             actor, call, run, approve=approve, always=always, reason=reason, grant=allowed.grant,
-            version=version, via=VIA.get(way, ""),
+            version=version, via=VIA.get(way, ""), counted=counted,
         )  # fmt: skip
 
     async def _record(
         self, actor: Actor, call: CallRecord, run: RunRecord, *, approve: bool, always: bool,
         reason: str, version: str = "", grant: Grant | None = None, via: str = "",
+        counted: bool = True,
     ) -> Reply:  # fmt: skip
         """Record a checked decision exactly once (decide.lua), audit it, resume if it was the
         pause's last; with `grant`, the grant is recorded with it (and on the call's card).
@@ -283,7 +286,7 @@ class Decisions:
                 return None
             if via:  # "by batch", "by reaction"
                 detail = ", ".join(d for d in (detail, f"by {via}") if d)
-            then = self.attended(pipe, actor, call, decision) if self.attended else None
+            then = self.attended(pipe, actor, call, decision, counted) if self.attended else None
             self.core.audit_in(
                 pipe, kind, call=call, actor=actor, decision=decision, detail=detail,
                 text=reason.strip(),  # the decider's reason: free text

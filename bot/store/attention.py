@@ -27,8 +27,10 @@ from bot.store.outbox import Shown
 from bot.store.scripts import text
 
 KEEP_SECONDS = 86400
-# The commands `decision_in` adds to a pipeline, whose replies `noted` reads (in that order).
+# The commands `decision_in` adds to a pipeline, whose replies `noted` reads (in that order):
+# three that record the decision (not for a batch's later calls: `counted`), three that read.
 DECISION_COMMANDS = 6
+RECORDING = 3
 
 
 def viewers_key(approval_id: str) -> str:
@@ -108,33 +110,38 @@ class AttentionStore:
 
     def decision_in(
         self, pipe: Any, team: str, user: str, *, run_id: str, approval_id: str, at: float,
-        shown: float, approve: bool,
+        shown: float, approve: bool, counted: bool = True,
     ) -> str:  # fmt: skip
         """Add to `pipe` the `DECISION_COMMANDS` commands that record a person's decision (at
         `at`, on a card shown at `shown`, 0: unknown) and read back what `noted` needs; returns
-        the entry's token (to find it among the replies)."""
+        the entry's token (to find it among the replies). Not `counted` (a batch's calls after
+        its first: one act of review): only the reads, the decision joins no streak."""
         token = secrets.token_hex(4)
         key = person_key(team, user)
-        pipe.lpush(key, f"{at:.3f} {shown:.3f} {'a' if approve else 'r'} {token}")
-        pipe.ltrim(key, 0, self.kept - 1)
-        pipe.expire(key, KEEP_SECONDS)
+        if counted:
+            pipe.lpush(key, f"{at:.3f} {shown:.3f} {'a' if approve else 'r'} {token}")
+            pipe.ltrim(key, 0, self.kept - 1)
+            pipe.expire(key, KEEP_SECONDS)
         pipe.lrange(key, 0, self.kept - 1)
         pipe.hget(keys.shown_key(run_id), str(keys.Target("card", approval_id)))
         pipe.sismember(viewers_key(approval_id), user)
         return token
 
     @staticmethod
-    def noted(replies: Sequence[Any], token: str, quick: float) -> Noted:
-        """What `decision_in`'s commands found (`replies`: theirs, in order)."""
-        latest = [p for p in (_past(v) for v in replies[3] or []) if p is not None]
+    def noted(replies: Sequence[Any], token: str, quick: float, counted: bool = True) -> Noted:
+        """What `decision_in`'s commands found (`replies`: theirs, in order; `counted` as
+        given to it). A decision not counted has no attention of its own and no streak."""
+        first = RECORDING if counted else 0
+        latest = [p for p in (_past(v) for v in replies[first] or []) if p is not None]
         mine = next((i for i, p in enumerate(latest) if p.token == token), None)
         since = latest[mine:] if mine is not None else []
-        card = Shown.decode(text(replies[4])) if replies[4] is not None else Shown()
+        shown = replies[first + 1]
+        card = Shown.decode(text(shown)) if shown is not None else Shown()
         return Noted(
             attention=attention_of(since, 0) if since else None,
             streak=streak_of(since, quick),
             card=card,
-            opened=bool(replies[5]),
+            opened=bool(replies[first + 2]),
         )
 
     async def restart_streak(self, team: str, user: str) -> None:
