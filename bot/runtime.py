@@ -138,6 +138,7 @@ class BotRuntime:
             authorize_url=s.authorize_url(),
             redirect_uri=s.slack_redirect_uri,
             rotate_minutes=s.token_rotate_minutes,
+            reactions=s.reactions,
         )
 
     async def start(self) -> None:

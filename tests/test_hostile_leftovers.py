@@ -13,6 +13,8 @@ from bot import metrics
 from bot.learning.reviews import USER_ID
 from bot.service.replies import REASON_LIMIT
 from bot.slack.blocks import APPROVE, BATCH_REJECT, REASON_BLOCK, REJECT, REPLY_REJECT
+from bot.slack.oauth import BOT_SCOPES as INSTALL_SCOPES
+from bot.slack.oauth import install_scopes
 from bot.store import keys
 from bot.store.records import CallStatus
 from bot.testing.advisors import scripted_advisor
@@ -29,6 +31,8 @@ from tests.agents_for_tests import (
 from tests.test_advisor import by_tool, card_saying
 from tests.test_batch import PLAIN, open_batch, statuses, submit_batch, view_text
 from tests.test_hostile_review import button, question_to
+from tests.test_oauth import POLICY as OAUTH_POLICY
+from tests.test_oauth import TEAM_A, distributed, install
 from tests.test_policy_rules import check_names
 from tests.test_security import call_status
 
@@ -273,3 +277,48 @@ async def test_approve_all_counts_once_toward_the_rubber_stamp_streak(redis_url:
         ("U2", "2 approvals in a row, each within 3600 s")
     ]
     assert len(ledger.executed) == 4
+
+
+# 6. Reactions in a workspace that installed the app through OAuth -------------------------------
+
+
+async def test_with_reactions_on_an_installation_asks_their_scopes_and_a_reaction_decides(
+    redis_url: str,
+) -> None:
+    """A workspace installed through /slack/install is granted the scopes its link asked for:
+    with APPROVAL_BOT_REACTIONS on, those include reactions:read and users:read, so a reaction
+    there decides as a click does (without users:read nothing could tell who reacted)."""
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [[function_call("restart_service", {"service": "a"}, call_id="c1")],
+         [assistant_message("done")]],
+        ledger,
+    )  # fmt: skip
+    settings = {**distributed(), "reactions": True}
+    async with BotHarness(redis_url, agent, OAUTH_POLICY, settings=settings) as bot:
+        await install(bot, TEAM_A)
+        [token] = [t for t, team in bot.slack_api.issued.items() if team == TEAM_A]
+        assert {"reactions:read", "users:read"} <= set(bot.slack_api.granted[token])
+        bot.slack_api.user_teams["UA2"] = TEAM_A
+        await bot.slack.command("restart a", user="UA1", channel="C0AAA", team=TEAM_A)
+        [card] = await bot.wait_for_approvals(1)
+        event = {
+            "type": "reaction_added", "user": "UA2", "reaction": "white_check_mark",
+            "item_user": "UBOT", "item": {"type": "message", "channel": card.channel,
+                                          "ts": card.ts},
+            "event_ts": "1.0",
+        }  # fmt: skip
+        await bot.slack.send_json(bot.slack.event_payload(event, team=TEAM_A))
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        [decided] = [e for e in await bot.audit() if e["kind"] == "decided"]
+    assert (decided["user"], decided["detail"]) == ("UA2", "by reaction")
+    assert ledger.names() == ["restart_service"]
+
+
+def test_without_reactions_an_installation_asks_no_more_than_it_needs() -> None:
+    assert install_scopes(reactions=False) == list(INSTALL_SCOPES)
+    assert set(install_scopes(reactions=True)) - set(INSTALL_SCOPES) == {
+        "reactions:read",
+        "users:read",
+    }

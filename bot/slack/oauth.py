@@ -37,6 +37,15 @@ BOT_SCOPES = (
     "commands", "chat:write", "channels:history", "groups:history", "app_mentions:read",
     "usergroups:read", "channels:read", "groups:read", "im:write",
 )  # fmt: skip
+# With APPROVAL_BOT_REACTIONS on, also: the reaction_added event (reactions:read), and who
+# reacted, their team and whether they are a bot (users:read); without them a workspace's
+# reactions decide nothing (docs/slack-app.md).
+REACTION_SCOPES = ("reactions:read", "users:read")
+
+
+def install_scopes(*, reactions: bool) -> list[str]:
+    """The bot scopes an installation asks for: those of the features turned on."""
+    return [*BOT_SCOPES, *(REACTION_SCOPES if reactions else ())]
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,7 @@ class Distribution:
     authorize_url: str
     redirect_uri: str | None = None
     rotate_minutes: int = 120
+    reactions: bool = False  # APPROVAL_BOT_REACTIONS: installations ask its scopes too
 
     def app_options(self, client: AsyncWebClient) -> dict[str, Any]:
         """The AsyncApp arguments of the OAuth flow; `client`: Slack's host in use (its
@@ -58,7 +68,7 @@ class Distribution:
         settings = AsyncOAuthSettings(
             client_id=self.client_id,
             client_secret=self.client_secret,
-            scopes=list(BOT_SCOPES),
+            scopes=install_scopes(reactions=self.reactions),
             redirect_uri=self.redirect_uri,
             authorization_url=self.authorize_url,
             installation_store=self.installations,

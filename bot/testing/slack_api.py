@@ -19,7 +19,9 @@ OAuth distribution: `install_as(team)` says which workspace the next installer a
 token, the old one good until it expires). Once any workspace is installed, every call's
 token is checked: one that was never issued, or whose workspace uninstalled the app
 (`uninstall(team)`), is answered `invalid_auth` / `token_revoked`; `ApiCall.team` is the
-workspace a call was for.
+workspace a call was for. An installation's token has the scopes its authorize link asked
+for (`granted`), and a method that needs another (`users.info`: `users:read`) is answered
+`missing_scope`, as Slack does.
 
 Chat streaming (`chat.startStream` / `appendStream` / `stopStream`) keeps a message whose
 text grows, and `assistant.threads.setStatus` a thread's status line (`statuses`, cleared by
@@ -48,6 +50,10 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 Picker = Callable[[dict[str, Any]], bool]  # picks the calls a knob applies to, by their params
+
+
+# The scope a method needs beyond those every installation has (checked for OAuth tokens).
+NEEDS_SCOPE = {"users.info": "users:read"}
 
 
 class _SlackError(Exception):
@@ -197,6 +203,8 @@ class FakeSlackAPI:
         self.hooks_url = ""
         self.installing = ""  # the team the next installer approves for
         self.codes: dict[str, str] = {}  # code -> team
+        self.code_scopes: dict[str, list[str]] = {}  # code -> the scopes its link asked for
+        self.granted: dict[str, list[str]] = {}  # bot token -> its scopes (OAuth installs)
         self.issued: dict[str, str] = {}  # bot token -> team (those still good)
         self.revoked: set[str] = set()  # tokens revoked: by a refresh or an uninstall
         self.refresh_tokens: dict[str, str] = {}  # refresh token -> team
@@ -449,6 +457,7 @@ class FakeSlackAPI:
             return web.Response(status=400, text="no installing team, redirect_uri or client_id")
         code = "code-" + secrets.token_hex(8)
         self.codes[code] = self.installing
+        self.code_scopes[code] = [s for s in query.get("scope", "").split(",") if s]
         state = query.get("state", "")
         raise web.HTTPFound(f"{redirect}?code={code}&state={state}")
 
@@ -472,12 +481,16 @@ class FakeSlackAPI:
             self.refreshes += 1  # the old token stays good until it expires, as on Slack
             grant = self._new_token(team, self.refreshed_seconds)
             return {**grant, "team": {"id": team}, "enterprise": None}
-        team = self.codes.pop(str(p.get("code", "")), None)
+        code = str(p.get("code", ""))
+        team = self.codes.pop(code, None)
         if team is None:
             raise _SlackError("invalid_code")
+        scopes = self.code_scopes.pop(code, [])
+        grant = self._new_token(team)
+        self.granted[grant["access_token"]] = scopes
         return {
-            **self._new_token(team),
-            "scope": "commands,chat:write",
+            **grant,
+            "scope": ",".join(scopes),
             "bot_user_id": self.bot_user_id,
             "app_id": "A0TEST",
             "team": {"id": team, "name": f"Workspace {team}"},
@@ -514,6 +527,9 @@ class FakeSlackAPI:
             return web.json_response({"ok": False, "error": str(exc)})
         if method == "auth.test" and self.calls[-1].team:
             params = {**params, "team_of_token": self.calls[-1].team}
+        needed = NEEDS_SCOPE.get(method)
+        if needed and needed not in self.granted.get(token, [needed]):
+            return web.json_response({"ok": False, "error": "missing_scope", "needed": needed})
         if method in self.rate_limited:
             return web.json_response(
                 {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"}
