@@ -249,7 +249,8 @@ async def test_a_storm_of_clicks_on_a_cold_group_cache_makes_one_lookup(
     deciders = sorted(e["user"] for e in audit if e["kind"] == "decided")
     assert deciders == sorted(approvers)
     assert all(decided(card) for card in cards)
-    assert slack_api.ephemeral == []  # nobody was refused
+    # nobody was refused (on a loaded machine a click may be told it is still being worked on)
+    assert [e for e in slack_api.ephemeral if e["text"] != STILL_WORKING] == []
 
 
 async def test_a_storm_of_clicks_while_slack_rate_limits_groups_makes_one_lookup(
