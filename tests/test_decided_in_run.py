@@ -1,8 +1,9 @@
 """A call the policy decides by itself is decided inside its run (#32 part 1): a rule's
 automatic approval, or a channel grant, lets the run go on without a pause (no snapshot, no
 resume job, no card), and leaves what a decision leaves: its audit entry, its webhook event,
-its metric, a grant's note in the thread. A run that needs a person for any call it stopped on
-pauses as before. Through signed requests, the real bot, real Redis and the Slack stand-in."""
+its metric, a grant's note in the thread. A turn with calls for a person pauses on those only
+(the others decided in its state). Through signed requests, the real bot, real Redis and the
+Slack stand-in."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from agents.testing import ScriptedModel
 from openai.types.responses import ResponseApplyPatchToolCall, ResponseFunctionShellToolCall
 
 from bot import metrics
+from bot.slack.blocks import APPROVE
 from bot.testing.harness import BotHarness
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
 from tests.test_authorization import no_server_errors
@@ -84,31 +86,57 @@ async def test_a_call_a_rule_approves_runs_without_a_pause_and_is_audited(
     assert decided_total("auto_approve") == before + 1
 
 
-async def test_a_call_a_rule_does_not_decide_still_pauses_the_whole_turn(
-    redis_url: str,
-) -> None:
-    """web is routine, db is not: both calls of that turn wait (the rule's approval is
-    applied at the pause, as before), and only a person's click lets the run go on."""
+async def test_a_turn_pauses_only_for_the_calls_a_person_decides(redis_url: str) -> None:
+    """web is routine (approved by a rule), cache is refused by a rule, db needs a person: web
+    runs at once and cache is refused inside the run; the run pauses with one card, db's, and
+    once it is approved the run goes on without judging web or cache again (#32)."""
+    policy = AUTO + (
+        "  - name: no-cache-restarts\n    match: restart_service\n"
+        "    when: {args.service: cache}\n    auto: reject\n"
+        "    reason: Caches are not restarted by agents.\n"
+    )
     ledger = Ledger()
-    agent, _ = ops_agent(
+    agent, model = ops_agent(
         [
             [
                 function_call("restart_service", {"service": "web"}, call_id="r1"),
-                function_call("restart_service", {"service": "db"}, call_id="r2"),
+                function_call("restart_service", {"service": "cache"}, call_id="r2"),
+                function_call("restart_service", {"service": "db"}, call_id="r3"),
             ],
             [assistant_message("done")],
         ],
         ledger,
     )
-    async with BotHarness(redis_url, agent, AUTO) as bot:
-        await bot.slack.command("restart both", user="U1", channel="C1")
+    async with BotHarness(redis_url, agent, policy) as bot:
+        await bot.slack.command("restart all three", user="U1", channel="C1")
         [card] = await bot.wait_for_approvals(1)
-        assert ledger.names() == []
+        await bot.idle()
+        paused = await bot.audit()
+        cards_while_paused = bot.slack_api.approval_messages()
+        ran_while_paused = list(ledger.executed)
+        await bot.click(card, APPROVE, user="U2")
+        await bot.wait_for_status("finished")
+        await bot.idle()
         audit = await bot.audit()
         no_server_errors(bot)
-    assert "db" in card.all_text()
-    assert [e["decision"] for e in audit if e["kind"] == "decided"] == ["auto_approve"]
-    assert "paused" in [e["kind"] for e in audit]
+    assert "db" in card.all_text() and "cache" not in card.all_text()
+    assert len(cards_while_paused) == 1  # none for the calls the rules decided
+    assert ran_while_paused == [("restart_service", {"service": "web"})]
+    decided = [(e["decision"], e.get("rule")) for e in paused if e["kind"] == "decided"]
+    assert sorted(decided) == [
+        ("auto_approve", "routine-restarts"), ("auto_reject", "no-cache-restarts")
+    ]  # fmt: skip
+    kinds = [e["kind"] for e in paused]
+    assert kinds.index("decided") < kinds.index("paused")
+    # after the click: db runs, cache never does, and nothing is judged twice
+    assert ledger.executed == [
+        ("restart_service", {"service": "web"}), ("restart_service", {"service": "db"})
+    ]  # fmt: skip
+    assert sorted(e["decision"] for e in audit if e["kind"] == "decided") == [
+        "approve", "auto_approve", "auto_reject"
+    ]  # fmt: skip
+    assert model.last_call is not None
+    assert "Caches are not restarted by agents." in str(model.last_call.input)
 
 
 async def test_a_call_a_grant_covers_runs_without_a_pause(redis_url: str) -> None:
@@ -173,3 +201,45 @@ async def test_shell_and_patch_calls_a_rule_decides_are_decided_in_their_run(
     assert "paused" not in [e["kind"] for e in audit]
     decided = sorted((e["rule"], e["decision"]) for e in audit if e["kind"] == "decided")
     assert decided == [("listing", "auto_approve"), ("no-source-deletes", "auto_reject")]
+
+
+async def test_a_shell_call_a_rule_approves_waits_in_the_state_beside_a_call_for_a_person(
+    redis_url: str,
+) -> None:
+    """Calls decided where the run stops on them go the same way: the shell command a rule
+    approves is approved in the paused state (no card for it), the patch waits for a person,
+    and after the click both run, the command judged once."""
+    policy = (
+        AUTO
+        + "  - name: listing\n    match: shell\n    when: {command: 'ls *'}\n    auto: approve\n"
+    )
+    shell = ResponseFunctionShellToolCall(
+        id="lm", call_id="lm", type="shell_call", status="completed",
+        action={"commands": ["ls -la /srv/mixed"], "timeout_ms": 1000},
+    )  # fmt: skip
+    create = ResponseApplyPatchToolCall(
+        id="cm", call_id="cm", type="apply_patch_call", status="completed",
+        operation={"type": "create_file", "path": "docs/mixed.md", "diff": "+hello\n"},
+    )  # fmt: skip
+    model = ScriptedModel([[shell, create], [assistant_message("ok")]])
+    agent = Agent(
+        name="coder",
+        model=model,
+        tools=[ShellTool(executor=run_shell, needs_approval=True),
+               ApplyPatchTool(editor=Editor(), needs_approval=True)],
+    )  # fmt: skip
+    async with BotHarness(redis_url, agent, policy) as bot:
+        await bot.slack.command("go", user="U1", channel="C1")
+        [card] = await bot.wait_for_approvals(1)
+        await bot.idle()
+        cards_while_paused = bot.slack_api.approval_messages()
+        await bot.click(card, APPROVE, user="U2")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        audit = await bot.audit()
+        no_server_errors(bot)
+    assert "docs/mixed.md" in card.all_text() and "ls -la" not in card.all_text()
+    assert len(cards_while_paused) == 1
+    assert "ls -la /srv/mixed" in done and "create docs/mixed.md" in done
+    decided = sorted((e["decision"], e.get("rule")) for e in audit if e["kind"] == "decided")
+    assert decided == [("approve", decided[0][1]), ("auto_approve", "listing")]

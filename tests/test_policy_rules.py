@@ -374,9 +374,10 @@ async def test_shell_and_patch_calls_expose_command_path_and_operation(redis_url
         id="ls", call_id="ls", type="shell_call", status="completed",
         action={"commands": ["ls -la /srv"], "timeout_ms": 1000},
     )  # fmt: skip
-    remove = shell.model_copy(
-        update={"id": "rm", "call_id": "rm", "action": {"commands": ["rm -rf /srv"]}}
-    )
+    remove = ResponseFunctionShellToolCall(
+        id="rm", call_id="rm", type="shell_call", status="completed",
+        action={"commands": ["rm -rf /srv"], "timeout_ms": 1000},
+    )  # fmt: skip
     delete = ResponseApplyPatchToolCall(
         id="dp", call_id="dp", type="apply_patch_call", status="completed",
         operation={"type": "delete_file", "path": "src/app.py"},

@@ -106,9 +106,8 @@ async def test_numbers_the_rule_could_not_read_are_judged_as_the_tool_reads_them
         "text": "large-payments", "exponent": "large-payments", "number": "large-payments",
         "memo_text": "large-payments",
     }  # fmt: skip
-    refused = {k for k, c in by_call.items() if c.status == CallStatus.REJECTED}
-    assert refused == {"infinity", "minus", "nan", "huge", "inf_text"}
-    assert by_call["small"].status == CallStatus.APPROVED
+    # The others were decided inside the run (#32): no call record, no card.
+    assert set(by_call) == set(waiting)
     assert "NaN or an infinity" in tool_outputs(model)["infinity"]
     assert "args.amount" in tool_outputs(model)["inf_text"]
     # The tool ran with the numbers it reads, the large ones only once the CFO approved.
@@ -118,10 +117,10 @@ async def test_numbers_the_rule_could_not_read_are_judged_as_the_tool_reads_them
     assert undecidable["approval_id"] == by_call["memo_text"].approval_id
     assert "args.amount: is text, not a number" in undecidable["detail"]
     assert "large-payments" in undecidable["detail"]
-    auto = {e["approval_id"]: e["decision"] for e in audit
-            if e["kind"] == "decided" and not e.get("user")}  # fmt: skip
-    assert auto[by_call["small"].approval_id] == "auto_approve"
-    assert auto[by_call["nan"].approval_id] == "auto_reject"
+    auto = sorted(e["decision"] for e in audit if e["kind"] == "decided" and not e.get("user"))
+    assert auto == ["auto_approve", *["auto_reject"] * 5]  # small; the five refused
+    for refused in ("infinity", "minus", "nan", "huge"):
+        assert "NaN or an infinity" in tool_outputs(model)[refused], refused
 
 
 async def test_an_edit_to_a_number_json_cannot_hold_is_refused_with_a_sentence(

@@ -18,9 +18,11 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
-from agents import Agent, Handoff
+from agents import Agent, FunctionTool, Handoff
 
+from bot.engine.automatic import at_check
 from bot.engine.journal import journal_tools
+from bot.engine.questions import TOOL_NAME as QUESTION_TOOL
 from bot.errors import ApprovalBotError
 
 log = logging.getLogger(__name__)
@@ -146,6 +148,7 @@ def walk(root: Agent[Any]) -> Iterator[Agent[Any]]:
 
 
 def _approval_setting(value: Any) -> Any:
+    value = getattr(value, "_approval_bot_setting", value)  # as defined, not as wrapped here
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, dict):
@@ -210,13 +213,44 @@ def what_matters(root: Agent[Any], needed: list[tuple[str, str]]) -> dict[str, s
 
 
 def _fail_closed_approvals(agent: Agent[Any]) -> None:
-    """Wrap `needs_approval` callables so that one that raises means "needs approval"."""
+    """Wrap each gated function tool's `needs_approval` (`_gated`): a callable that raises means
+    "needs approval", and a call that needs approval is put to the run's automatic decisions
+    there (`bot.engine.automatic.at_check`). Other tools' callables only fail closed."""
     for tool in agent.tools:
         check = getattr(tool, "needs_approval", None)
+        if isinstance(tool, FunctionTool) and tool.name != QUESTION_TOOL:
+            if not getattr(check, "_approval_bot_gated", False) and (
+                check is True or callable(check)
+            ):
+                tool.needs_approval = _gated(tool, check)
+            continue
         if not callable(check) or getattr(check, "_approval_bot_fail_closed", False):
             continue
         tool_name = getattr(tool, "name", "?")
         cast(Any, tool).needs_approval = _fail_closed(check, tool_name)
+
+
+def _gated(tool: FunctionTool, setting: Any) -> Callable[..., Any]:
+    """`needs_approval` for `tool`: its own `setting` (True, or a callable that fails closed),
+    then, when the call needs approval, the run's automatic decision (approved: it runs at
+    once). The fingerprint reads `setting` through it (`_approval_setting`)."""
+    own = _fail_closed(setting, tool.name) if callable(setting) else None
+
+    async def needs_approval(ctx: Any, params: Any, call_id: str) -> bool:
+        if own is not None and not await own(ctx, params, call_id):
+            return False
+        try:
+            return await at_check(ctx, tool, params, call_id)
+        except Exception:
+            log.exception("deciding a call of %r at its check failed; it pauses", tool.name)
+            return True
+
+    if callable(setting):
+        functools.update_wrapper(needs_approval, setting)
+    cast(Any, needs_approval)._approval_bot_gated = True
+    cast(Any, needs_approval)._approval_bot_fail_closed = True
+    cast(Any, needs_approval)._approval_bot_setting = setting
+    return needs_approval
 
 
 def _fail_closed(check: Callable[..., Any], tool_name: str) -> Callable[..., Any]:

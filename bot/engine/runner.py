@@ -40,7 +40,7 @@ from agents import (
 from bot.checkpoint import Checkpoint as Checkpoint  # the stored pause: engine and store
 from bot.engine.approvals import PendingApproval, arguments_sha, describe, function_tool_of
 from bot.engine.arguments import Reading, receive
-from bot.engine.automatic import AutomaticDecisions
+from bot.engine.automatic import DECIDING, AtCheck, Automatic, AutomaticDecisions
 from bot.engine.context import RunContext, deserialize_context, serialize_context
 from bot.engine.explain import explain
 from bot.engine.journal import CURRENT, CallNeedsReview, Execution, JournalUnavailable
@@ -241,9 +241,13 @@ class _ProgressHooks(RunHooks[Any]):
     call asks `stop` whether the run must go no further (the tool call in progress has
     finished by then; no further model call is made)."""
 
-    def __init__(self, progress: Progress | None, stop: StopCheck | None = None) -> None:
+    def __init__(
+        self, progress: Progress | None, stop: StopCheck | None = None,
+        deciding: AtCheck | None = None,
+    ) -> None:  # fmt: skip
         self.progress = progress
         self.stop = stop
+        self.deciding = deciding  # told whose model call comes (its calls' check needs it)
 
     async def on_llm_start(
         self,
@@ -254,6 +258,8 @@ class _ProgressHooks(RunHooks[Any]):
     ) -> None:
         if self.stop is not None and await self.stop():
             raise _StopRequested()
+        if self.deciding is not None:
+            self.deciding.spoke(context, agent)
 
     async def _say(self, text: str) -> None:
         if self.progress is None:
@@ -483,16 +489,21 @@ class Engine:
         """`Runner.run` under `execution` (so tool calls go through its journal); `task`:
         the run's task, which a checkpoint of this run refers to instead of holding it. With
         `stream`, the run is streamed and `stream` is told each model response's text so far.
-        Calls it stops on that `automatic` decides (all of them) are decided here, and the run
-        goes on from its state in memory: it pauses only for a person."""
+        Gated calls that `automatic` decides are decided at their check or where the run stops
+        on them, and the run goes on in memory (`bot.engine.automatic`): it pauses only for a
+        person, on the calls a person decides."""
         token = CURRENT.set(execution)
+        deciding = AtCheck(automatic) if automatic is not None else None
+        checking = DECIDING.set(deciding)
+        state: RunState[Any, Any] | None = None  # a pause's state, some of its calls decided
+        pending: list[int] | None = None  # the calls of the pause left to people
         try:
             while True:
                 options: dict[str, Any] = {
                     "context": context,
                     "max_turns": self.max_turns,
                     "run_config": self.run_config(run_id, agent_name),
-                    "hooks": _ProgressHooks(progress, stop),
+                    "hooks": _ProgressHooks(progress, stop, deciding),
                 }
                 result: RunResult | RunResultStreaming
                 if stream is None or not self.stream_answers:
@@ -501,12 +512,15 @@ class Engine:
                     streamed = Runner.run_streamed(agent, start_from, **options)
                     await _relay(streamed, stream)
                     result = streamed
-                if not result.interruptions or automatic is None:
+                if not result.interruptions or deciding is None:
                     break
-                decided = await self._decided_inside(result, automatic)
+                decided = await self._decided_inside(result, deciding)
                 if decided is None:
                     break
-                start_from, context = decided, None  # the state carries the context
+                state, pending = decided
+                if pending:
+                    break  # paused for people: the others are decided in its state
+                start_from, context, state = state, None, None  # the state carries the context
         except _StopRequested:
             return Stopped()
         except Exception as exc:
@@ -516,29 +530,42 @@ class Engine:
                 raise  # no verdict: the job is retried (see JournalUnavailable)
             return self._failure(exc)
         finally:
+            DECIDING.reset(checking)
             CURRENT.reset(token)
-        return await self._outcome(agent_name, result, task)
+        return await self._outcome(agent_name, result, task, state, pending)
 
     @staticmethod
     async def _decided_inside(
-        result: RunResult | RunResultStreaming, automatic: AutomaticDecisions
-    ) -> RunState[Any, Any] | None:
-        """The run's state with every call it stopped on decided by `automatic`, ready to go
-        on; None when a person must decide one of them (the run pauses, as it would have).
-        Questions (ask_human) are for people: a run stopped on one always pauses."""
+        result: RunResult | RunResultStreaming, deciding: AtCheck
+    ) -> tuple[RunState[Any, Any], list[int]] | None:
+        """The run's state with the calls it stopped on that no person is needed for decided
+        (at their check, or now), and the positions of the others (empty: it goes on); None
+        when none is decided (it pauses, as it would have). Questions (ask_human) are for
+        people, asked nothing."""
         items = result.interruptions
-        if any(is_question(item) for item in items):
-            return None
-        decisions = await automatic.decide([describe(item, i) for i, item in enumerate(items)])
-        if decisions is None or len(decisions) != len(items):
+        kept = deciding.taken()
+        answers: list[Automatic | None] = [kept.get(str(item.call_id)) for item in items]
+        ask = [
+            i for i, item in enumerate(items)
+            if str(item.call_id) not in kept and not is_question(item)
+        ]  # fmt: skip
+        if ask:
+            decided = await deciding.automatic.decide([describe(items[i], i) for i in ask])
+            if len(decided) == len(ask):
+                for i, decision in zip(ask, decided, strict=True):
+                    answers[i] = decision
+        if all(answer is None for answer in answers):
             return None
         state = result.to_state()
-        for item, decision in zip(items, decisions, strict=True):
-            if decision.approve:
+        pending = []
+        for i, (item, answer) in enumerate(zip(items, answers, strict=True)):
+            if answer is None:
+                pending.append(i)
+            elif answer.approve:
                 state.approve(item)
             else:
-                state.reject(item, rejection_message=decision.message or None)
-        return state
+                state.reject(item, rejection_message=answer.message or None)
+        return state, pending
 
     @staticmethod
     def _failure(exc: Exception) -> Outcome:
@@ -632,14 +659,21 @@ class Engine:
             ANSWERS.reset(token)
 
     async def _outcome(
-        self, agent_name: str, result: RunResult | RunResultStreaming, task: str | None = None
+        self,
+        agent_name: str,
+        result: RunResult | RunResultStreaming,
+        task: str | None = None,
+        state: RunState[Any, Any] | None = None,
+        pending: list[int] | None = None,
     ) -> Outcome:
+        """What the run ended with; paused, its `state` (`result`'s, unless the run decided
+        some of the calls it stopped on: then only those at `pending` wait for people)."""
         if not result.interruptions:
             output = result.final_output
             text = output if isinstance(output, str) else json.dumps(output, default=str, indent=2)
             return Finished(text, _history(result))
         try:
-            state_json = result.to_state().to_json(
+            state_json = (state or result.to_state()).to_json(
                 context_serializer=serialize_context, strict_context=True
             )
         except Exception as exc:
@@ -660,6 +694,8 @@ class Engine:
         checkpoint = Checkpoint(
             blob, SDK_VERSION, NEEDS + json.dumps(matters, sort_keys=True, separators=(",", ":"))
         )
-        approvals = [describe(item, i) for i, item in enumerate(result.interruptions)]
-        approvals = await explain(result, result.interruptions, approvals, state_json)
+        waiting = range(len(result.interruptions)) if pending is None else pending
+        items = [result.interruptions[i] for i in waiting]
+        approvals = [describe(item, i) for i, item in zip(waiting, items, strict=True)]
+        approvals = await explain(result, items, approvals, state_json)
         return Paused(checkpoint, approvals)

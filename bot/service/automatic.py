@@ -1,13 +1,14 @@
 """Calls the policy decides by itself, decided inside their run (#32 part 1).
 
 A call that a rule decides automatically (`auto:`), or that a channel grant covers, is judged
-here when the run stops on it, before anything is saved: if every call the run stopped on is
-decided this way, the run goes on in memory (`bot.engine.automatic`): no snapshot, no resume
-job, no card. The judgement is the one a click gets (`Judgement.settle`: Way.RULE, or
-Way.GRANT_USE with the grantor as actor), on the call as a pause would have posted it
-(`Runs._new_call`). Anything else (a condition the policy cannot evaluate, a grant that no
-longer holds, an earlier Always, an edit's re-proposed call, a question) is left to the pause,
-which handles it as before: a person, or the standing decision re-judged there.
+here before anything is saved (at the SDK's approval check of a function tool, or where the run
+stops on the call) and decided in the run (`bot.engine.automatic`): no snapshot, no resume job,
+no card; in a turn with calls for people too, the run pauses only for those. The judgement is
+the one a click gets (`Judgement.settle`: Way.RULE, or Way.GRANT_USE with the grantor as
+actor), on the call as a pause would have posted it (`Runs._new_call`). Anything else (a
+condition the policy cannot evaluate, a grant that no longer holds, an earlier Always, an
+edit's re-proposed call, a question) is left to the pause, which handles it as before: a
+person, or the standing decision re-judged there.
 
 What a decision leaves is what it left when the call paused: its audit entry (`decided` with
 `auto_approve`/`auto_reject`, or `grant_used`), hence its metric and its webhook delivery, the
@@ -65,36 +66,35 @@ class InRun:
         self.run = run
         self.new_call = new_call
 
-    async def decide(self, approvals: list[PendingApproval]) -> list[Automatic] | None:
+    async def decide(self, approvals: list[PendingApproval]) -> list[Automatic | None]:
         try:
             settled = await self._settle(approvals)
         except Exception:  # e.g. Redis away while reading grants: the pause decides, as before
             log_failure(log, "could not decide the calls of run %s in it", self.run.run_id)
-            return None
-        if settled is None:
-            return None
-        await self._record(settled)
-        return [s.decision for s in settled]
+            return [None] * len(approvals)
+        await self._record([s for s in settled if s is not None])
+        return [None if s is None else s.decision for s in settled]
 
-    async def _settle(self, approvals: list[PendingApproval]) -> list[_Settled] | None:
-        if any(a.kind == QUESTION_KIND for a in approvals):
-            return None
+    async def _settle(self, approvals: list[PendingApproval]) -> list[_Settled | None]:
+        """Each call's settlement, or None where a person decides it."""
         version = self.core.policies.current().version
-        undecided: dict[str, str] = {}
-        calls = [self.new_call(self.run, a, version, undecided) for a in approvals]
-        if undecided:
-            return None  # a person decides it (the pause audits why)
-        settled: list[_Settled] = []
+        settled: list[_Settled | None] = []
         any_grants: bool | None = None
-        for call in calls:
-            if call.auto:
+        for approval in approvals:
+            if approval.kind == QUESTION_KIND:
+                settled.append(None)
+                continue
+            undecided: dict[str, str] = {}
+            call = self.new_call(self.run, approval, version, undecided)
+            done: _Settled | None = None
+            if undecided:
+                pass  # a person decides it (the pause audits why)
+            elif call.auto:
                 done = await self._by_rule(call)
             else:
                 if any_grants is None:  # one EXISTS, only for a call no rule decides
                     any_grants = await self.grants.any_in(self.run.team_id, self.run.channel_id)
                 done = await self._by_grant(call) if any_grants else None
-            if done is None:
-                return None
             settled.append(done)
         return settled
 
