@@ -7,15 +7,18 @@ Slack stand-in."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from agents import Agent, ApplyPatchTool, ShellTool
 from agents.testing import ScriptedModel
 from openai.types.responses import ResponseApplyPatchToolCall, ResponseFunctionShellToolCall
 
 from bot import metrics
-from bot.slack.blocks import APPROVE
-from bot.testing.harness import BotHarness
+from bot.slack.blocks import ALWAYS_APPROVE, APPROVE
+from bot.testing.harness import BotHarness, edit_values
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
 from tests.test_authorization import no_server_errors
+from tests.test_edit import edited_then
 from tests.test_grants import GRANTING, cards, grant_in_first_run, two_runs
 from tests.test_tool_kinds import Editor, done, run_shell
 from tests.test_webhooks import Receiver, delivered_all, webhook_settings
@@ -243,3 +246,101 @@ async def test_a_shell_call_a_rule_approves_waits_in_the_state_beside_a_call_for
     assert "ls -la /srv/mixed" in done and "create docs/mixed.md" in done
     decided = sorted((e["decision"], e.get("rule")) for e in audit if e["kind"] == "decided")
     assert decided == [("approve", decided[0][1]), ("auto_approve", "listing")]
+
+
+TMP_DELETES = """
+defaults:
+  allow_self_approval: false
+channels:
+  C1:
+    approvers: [U2, U3]
+tools:
+  - name: tmp-deletes
+    match: delete_logs
+    when: {args.path: "/tmp/*"}
+    auto: approve
+"""
+
+
+def decided_by(audit: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(e.get("user") or "", e["decision"]) for e in audit if e["kind"] == "decided"]
+
+
+async def test_after_an_always_a_call_the_rule_approves_is_decided_in_the_run(
+    redis_url: str,
+) -> None:
+    """An earlier Always on the tool does not bring back a pause for a call the policy decides
+    by itself: the rule decides it inside the run (as it came first at a pause), no card."""
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [
+            [function_call("delete_logs", {"path": "/srv/a"}, call_id="d1")],
+            [function_call("delete_logs", {"path": "/tmp/x"}, call_id="d2")],
+            [assistant_message("done")],
+        ],
+        ledger,
+    )
+    async with BotHarness(redis_url, agent, TMP_DELETES) as bot:
+        first = await bot.start_and_wait("clean", user="U1")
+        await bot.click(first, ALWAYS_APPROVE, user="U2")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        audit = await bot.audit()
+        shown = bot.slack_api.approval_messages()
+        no_server_errors(bot)
+    assert ledger.executed == [
+        ("delete_logs", {"path": "/srv/a"}), ("delete_logs", {"path": "/tmp/x"})
+    ]  # fmt: skip
+    assert len(shown) == 1  # the first call's card only
+    assert decided_by(audit) == [("U2", "always_approve"), ("", "auto_approve")]
+    assert [e["kind"] for e in audit].count("paused") == 1
+
+
+async def test_an_edits_call_the_rule_approves_is_decided_in_the_run(redis_url: str) -> None:
+    """The call an agent re-proposes after an edit, when the policy decides it by itself: the
+    rule decides it inside the run (the edit's one-shot approval is not needed), no pause."""
+    ledger = Ledger()
+    agent, _ = ops_agent(edited_then({"path": "/srv/a"}, {"path": "/tmp/a"}), ledger)
+    async with BotHarness(redis_url, agent, TMP_DELETES) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        view = await bot.open_edit(card, user="U2")
+        sent = await bot.slack.submit(view, edit_values(view, {"field:path": "/tmp/a"}), user="U2")
+        assert sent.status == 200, sent
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        audit = await bot.audit()
+        shown = bot.slack_api.approval_messages()
+        no_server_errors(bot)
+    assert ledger.executed == [("delete_logs", {"path": "/tmp/a"})]
+    assert len(shown) == 1
+    assert decided_by(audit) == [("U2", "approve_edited"), ("", "auto_approve")]
+    assert [e["kind"] for e in audit].count("paused") == 1
+
+
+async def test_an_earlier_always_settles_a_later_call_inside_the_run(redis_url: str) -> None:
+    """A later call of the tool an Always approve covers, under a rule that asks a person, is
+    settled by that decision inside the run (re-judged: Way.EARLIER_ALWAYS): no second pause,
+    no card, the note and the audit entry the pause gave it."""
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [
+            [function_call("delete_logs", {"path": "/srv/a"}, call_id="d1")],
+            [function_call("delete_logs", {"path": "/srv/b"}, call_id="d2")],
+            [assistant_message("done")],
+        ],
+        ledger,
+    )
+    async with BotHarness(redis_url, agent, TMP_DELETES) as bot:
+        first = await bot.start_and_wait("clean", user="U1")
+        await bot.click(first, ALWAYS_APPROVE, user="U2")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        audit = await bot.audit()
+        shown = bot.slack_api.approval_messages()
+        notes = [m.text for m in bot.run_thread()]
+        no_server_errors(bot)
+    assert [a["path"] for _, a in ledger.executed] == ["/srv/a", "/srv/b"]
+    assert len(shown) == 1
+    assert decided_by(audit) == [("U2", "always_approve"), ("U2", "always_approve")]
+    assert [e["kind"] for e in audit].count("paused") == 1
+    assert any("by the Always approve decision of <@U2>" in n for n in notes), notes

@@ -1,18 +1,22 @@
 """Calls the policy decides by itself, decided inside their run (#32 part 1).
 
-A call that a rule decides automatically (`auto:`), or that a channel grant covers, is judged
-here before anything is saved (at the SDK's approval check of a function tool, or where the run
-stops on the call) and decided in the run (`bot.engine.automatic`): no snapshot, no resume job,
-no card; in a turn with calls for people too, the run pauses only for those. The judgement is
-the one a click gets (`Judgement.settle`: Way.RULE, or Way.GRANT_USE with the grantor as
-actor), on the call as a pause would have posted it (`Runs._new_call`). Anything else (a
-condition the policy cannot evaluate, a grant that no longer holds, an earlier Always, an
-edit's re-proposed call, a question) is left to the pause, which handles it as before: a
-person, or the standing decision re-judged there.
+A call that a rule decides automatically (`auto:`), that a channel grant covers, or that an
+Always decision made earlier in the run settles, is judged here before anything is saved (at
+the SDK's approval check of a function tool, or where the run stops on the call) and decided in
+the run (`bot.engine.automatic`): no snapshot, no resume job, no card; in a turn with calls for
+people too, the run pauses only for those. The judgement is the one a click gets
+(`Judgement.settle`: Way.RULE; Way.GRANT_USE with the grantor as actor; Way.EARLIER_ALWAYS
+with the Always decision's decider), on the call as a pause would have posted it
+(`Runs._new_call`), in the pause's order (a rule, an edit's one-shot approval, an earlier
+Always, a grant). Anything else (a condition the policy cannot evaluate, a grant or an Always
+that no longer holds, an edit's re-proposed call, a question) is left to the pause, which
+handles it as before: a person, or the standing decision re-judged there (an Always refused
+there is forgotten, and the thread told).
 
 What a decision leaves is what it left when the call paused: its audit entry (`decided` with
-`auto_approve`/`auto_reject`, or `grant_used`), hence its metric and its webhook delivery, the
-shadow rules' verdicts, and a grant's note in the run's thread. There is no call record: the
+`auto_approve`/`auto_reject` or `always_approve`/`always_reject`, or `grant_used`), hence its
+metric and its webhook delivery, the shadow rules' verdicts, and a grant's or an Always's note
+in the run's thread. There is no call record: the
 entries name the call by an approval id no pending call has.
 """
 
@@ -22,7 +26,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bot.engine.approvals import PendingApproval
+from bot.engine.approvals import PendingApproval, arguments_sha
 from bot.engine.automatic import Automatic
 from bot.engine.questions import QUESTION_KIND
 from bot.outage import log_failure
@@ -34,8 +38,11 @@ from bot.service.judgement import Allowed, Attempt, Judgement, Way
 from bot.service.ports import Actor
 from bot.service.replies import Code, Mention, Plain, Text, said, stored
 from bot.service.shadow import shadow_verdicts
+from bot.store import keys
+from bot.store.edits import EditRecord
 from bot.store.grants import Grant, GrantStore, canonical, grant_detail, grant_values
-from bot.store.records import CallRecord, RunRecord
+from bot.store.records import CallRecord, RunRecord, StickyDecision
+from bot.store.scripts import text
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +52,24 @@ NewCall = Callable[[RunRecord, PendingApproval, str, dict[str, str]], CallRecord
 
 
 @dataclass(frozen=True)
+class _Standing:
+    """What earlier pauses of the run left to settle later calls (`InRun._standing`)."""
+
+    always: dict[str, StickyDecision]  # Always decisions, by sticky key
+    edits: list[EditRecord]  # unused edits
+
+    def edited(self, call: CallRecord) -> bool:
+        """Whether `call` is exactly an edited call re-proposed (`Runs._match_edits`)."""
+        sha = call.arguments_sha or arguments_sha(call.arguments)
+        return any((e.agent, e.tool, e.sha) == (call.agent, call.tool, sha) for e in self.edits)
+
+
+@dataclass(frozen=True)
 class _Settled:
     call: CallRecord
     decision: Automatic
     grant: Grant | None = None
+    always: StickyDecision | None = None  # an earlier Always decision of the run settled it
     detail: str = ""
     why: str = ""  # the rule's own reason, if it gives one
 
@@ -80,6 +101,7 @@ class InRun:
         version = self.core.policies.current().version
         settled: list[_Settled | None] = []
         any_grants: bool | None = None
+        standing: _Standing | None = None
         for approval in approvals:
             if approval.kind == QUESTION_KIND:
                 settled.append(None)
@@ -92,11 +114,46 @@ class InRun:
             elif call.auto:
                 done = await self._by_rule(call)
             else:
+                if standing is None:
+                    standing = await self._standing()
+                if standing.edited(call):
+                    settled.append(None)  # the pause applies the edit's one-shot approval
+                    continue
+                always = standing.always.get(call.sticky)
+                if always is not None:  # refused: the pause forgets it, and says why
+                    settled.append(await self._by_always(call, always))
+                    continue
                 if any_grants is None:  # one EXISTS, only for a call no rule decides
                     any_grants = await self.grants.any_in(self.run.team_id, self.run.channel_id)
                 done = await self._by_grant(call) if any_grants else None
             settled.append(done)
         return settled
+
+    async def _standing(self) -> _Standing:
+        """The run's Always decisions and unused edits, in one round trip; a run that never
+        paused has none (nothing to read)."""
+        if not self.run.pause:
+            return _Standing({}, [])
+        pipe = self.core.store.redis.pipeline(transaction=False)
+        pipe.hgetall(keys.sticky_key(self.run.run_id))
+        pipe.hgetall(keys.edits_key(self.run.run_id))
+        stickies, edits = await pipe.execute()
+        always = {text(k): StickyDecision.from_json(text(k), text(v)) for k, v in stickies.items()}
+        found = [EditRecord.from_json(text(k), text(v)) for k, v in edits.items()]
+        return _Standing(always, [e for e in found if not e.used])
+
+    async def _by_always(self, call: CallRecord, always: StickyDecision) -> _Settled | None:
+        """The Always decision made earlier in this run on this agent's tool, if the policy in
+        force still lets its decider decide this call alone (as `Runs._apply_earlier_always`
+        would settle it at a pause)."""
+        decider = Actor(always.team, always.user, self.run.enterprise_id)
+        approve = always.decision == "approved"
+        attempt = Attempt(Way.EARLIER_ALWAYS, approve)
+        judged = await self.judgement.settle(decider, self.run, call, attempt)
+        if not isinstance(judged, Allowed):
+            return None
+        message = None if approve else (always.reason or None)
+        return _Settled(call, Automatic(approve, message), always=always)
 
     async def _by_rule(self, call: CallRecord) -> _Settled | None:
         judged = await self.judgement.settle(None, self.run, call, Attempt(Way.RULE))
@@ -145,8 +202,17 @@ class InRun:
                         pipe, AuditKind.SHADOW, call=shadow.audited_call(call),
                         decision=shadow.would, detail=shadow.why,
                     )  # fmt: skip
-                grant = each.grant
-                if grant is None:
+                grant, always = each.grant, each.always
+                if always is not None:
+                    verb = "Always approve" if each.decision.approve else "Always reject"
+                    self.core.audit_in(
+                        pipe, AuditKind.DECIDED, call=call,
+                        actor=Actor(always.team, always.user, self.run.enterprise_id),
+                        decision="always_" + ("approve" if each.decision.approve else "reject"),
+                        detail=f"{verb} decision on {always.approval_id}, re-judged under the "
+                        "current policy",
+                    )  # fmt: skip
+                elif grant is None:
                     verdict = "approve" if each.decision.approve else "reject"
                     self.core.audit_in(
                         pipe, AuditKind.DECIDED, call=call, decision=f"auto_{verdict}",
@@ -175,7 +241,14 @@ class InRun:
         """What the run's thread is told: a grant's use (as when it settled a paused call),
         and a rejection with its reason (what the rejected call's card said); an automatic
         approval shows as the tool's progress line."""
-        call, grant = each.call, each.grant
+        call, grant, always = each.call, each.grant, each.always
+        if always is not None:
+            return said(
+                "{tool} was {shown} by the {verb} decision of {who} earlier in this run.",
+                tool=Code(call.tool), shown="approved" if each.decision.approve else "rejected",
+                verb="Always approve" if each.decision.approve else "Always reject",
+                who=Mention(always.user),
+            )  # fmt: skip
         if grant is not None:
             where = "".join(
                 f" where {name} = {canonical(value)}"
