@@ -214,35 +214,45 @@ class Runs:
 
     async def create_run(self, run: RunRecord, after: Callable[[Any], None] | None = None) -> None:
         """Store a new run, owned by `run.owner` until it pauses or ends; its message is due.
-        `after(pipe)`: writes to send with the index writes that follow (its audit entry)."""
+        `after(pipe)`: writes to send with the index writes that follow (its audit entry).
+        One round trip, a transaction of the run and its indexes, on a single server; two on a
+        cluster (a transaction stays within one slot: the run's, then the indexes)."""
         key = keys.run_key(run.run_id)
         stored, task = split_run(run)  # a long task: in its own key, once (bot.store.texts)
+        single = not is_cluster(self.redis)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping=stored)  # type: ignore[arg-type]
             pipe.expire(key, self.retention)
             if task is not None:
                 pipe.set(keys.task_key(run.run_id), task, ex=self.retention)
             mark(pipe, run.run_id, "run", self.retention)
+            if single:
+                self._index_new(pipe, run, after)
             await pipe.execute()
+        if not single:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                self._index_new(pipe, run, after)
+                await pipe.execute()
+        self.outbox.woken.set()  # this process's projector posts its message at once
+
+    def _index_new(self, pipe: Any, run: RunRecord, after: Callable[[Any], None] | None) -> None:
+        """A new run's index writes, after the run's own (`create_run`)."""
         # Indexed only once it exists, so a sweeper never sees an id without its run; on its
         # channel's index before the active set (a run active is never missing from its
         # channel's); due (waiting for a worker) since its last change; listed among its
         # starter's runs.
         mine = keys.user_runs_key(run.team_id, run.user_id)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zadd(
-                keys.channel_runs_key(run.channel_id), {run.run_id: float(run.created_at or now())}
-            )
-            pipe.sadd(keys.EXECUTING_RUNS, run.run_id)
-            pipe.zadd(keys.DUE_RUNS, {run.run_id: float(run.updated_at or now())})
-            pipe.zadd(mine, {run.run_id: float(run.created_at or now())})
-            pipe.zremrangebyrank(mine, 0, -RECENT_RUNS - 1)
-            pipe.expire(mine, self.retention)
-            self.outbox.schedule_in(pipe, run.run_id)
-            if after is not None:
-                after(pipe)
-            await pipe.execute()
-        self.outbox.woken.set()  # this process's projector posts its message at once
+        pipe.zadd(
+            keys.channel_runs_key(run.channel_id), {run.run_id: float(run.created_at or now())}
+        )
+        pipe.sadd(keys.EXECUTING_RUNS, run.run_id)
+        pipe.zadd(keys.DUE_RUNS, {run.run_id: float(run.updated_at or now())})
+        pipe.zadd(mine, {run.run_id: float(run.created_at or now())})
+        pipe.zremrangebyrank(mine, 0, -RECENT_RUNS - 1)
+        pipe.expire(mine, self.retention)
+        self.outbox.schedule_in(pipe, run.run_id)
+        if after is not None:
+            after(pipe)
 
     async def add_progress(
         self, run_id: str, line: str, keep: int = 8, due_in: float | None = None
