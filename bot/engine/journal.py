@@ -17,7 +17,7 @@ import functools
 import hashlib
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,8 +50,16 @@ class Begin:
     output: str = ""
 
 
+# A write sent along with a journal write, given the pipeline it goes in (`Execution.riders`).
+Rider = Callable[[Any], None]
+
+
 class Journal(Protocol):
-    async def begin(self, run_id: str, call_id: str, attempt: str, tool: str) -> Begin: ...
+    async def begin(
+        self, run_id: str, call_id: str, attempt: str, tool: str, riders: Sequence[Rider] = ()
+    ) -> Begin:
+        """Whether to run the call; `riders` are sent first, in the same round trip."""
+        ...
 
     async def end(self, run_id: str, call_id: str, attempt: str, output: str) -> bool:
         """Record the output; True when `attempt` still owns the run."""
@@ -70,6 +78,15 @@ class Execution:
     """The store confirmed, since the last model call, that this attempt still owns the run
     (its take, or a journal write): the check before the next model call need not ask again
     (`confirmed`)."""
+    riders: list[Rider] = field(default_factory=list)
+    """Writes the attempt must have stored before any of its tools runs (a resume's audit
+    entry): sent with the next call's journal write rather than in a round trip of their own;
+    whoever runs the attempt sends what is left before its first model call (`take_riders`)."""
+
+    def take_riders(self) -> list[Rider]:
+        """The riders not sent yet (and forget them: the caller sends them)."""
+        riders, self.riders = self.riders, []
+        return riders
 
     def confirmed(self) -> bool:
         """Whether ownership was confirmed since the last time this was asked (and forget it:
@@ -124,7 +141,9 @@ async def _through_journal(
     if execution is None or not key:
         return await run()
     try:
-        begin = await execution.journal.begin(execution.run_id, key, execution.attempt, tool_name)
+        begin = await execution.journal.begin(
+            execution.run_id, key, execution.attempt, tool_name, execution.take_riders()
+        )
     except Exception as exc:
         raise JournalUnavailable(f"could not journal call {key} before it ran") from exc
     if begin.action == "review":

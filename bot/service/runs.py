@@ -778,6 +778,7 @@ class Runs:
         run_id = execution.run_id
 
         async def stop() -> bool:
+            await self._ride(execution)  # before a model call: what must be stored first
             if execution.confirmed():
                 return False
             try:
@@ -787,6 +788,20 @@ class Runs:
                 return False
 
         return stop
+
+    async def _ride(self, execution: Execution) -> None:
+        """Send the attempt's riders that no journal write carried (`Execution.riders`): an
+        audit entry; a failure is logged, as a failed audit entry is."""
+        riders = execution.take_riders()
+        if not riders:
+            return
+        try:
+            async with self.store.redis.pipeline(transaction=False) as pipe:
+                for ride in riders:
+                    ride(pipe)
+                await pipe.execute()
+        except Exception:
+            log_failure(log, "could not record what run %s stores first", execution.run_id)
 
     async def _shown(self, run: RunRecord, wait: float = 30.0) -> RunRecord:
         """The run once its message is in Slack (its thread is the tools' `thread_ts`, and a
@@ -856,7 +871,11 @@ class Runs:
         summary = f"Resuming: {approved} approved, {len(calls) - approved - len(edited)} rejected."
         if edited:
             summary += f" {len(edited)} approved with edits (the agent is asked to call again)."
-        await self.core.audit(AuditKind.RESUMED, run=run, detail=summary)
+
+        def resumed(pipe: Any) -> None:  # sent with the first tool's journal write, or alone
+            self.core.audit_in(pipe, AuditKind.RESUMED, run=run, detail=summary)
+
+        execution.riders.append(resumed)
         decisions = [
             Decision(
                 call_id=c.call_id,
@@ -866,18 +885,21 @@ class Runs:
             )
             for c in calls
         ]
-        outcome = await self.core.engine.resume(
-            run.agent_name,
-            snapshot,
-            decisions,
-            progress=self._progress(run),
-            execution=execution,
-            run_id=run.run_id,
-            stop=self._stop_check(execution),
-            task=run.task or None,  # a snapshot refers to its run's task (layout 3)
-            stream=stream,
-            automatic=self._in_run(run),
-        )
+        try:
+            outcome = await self.core.engine.resume(
+                run.agent_name,
+                snapshot,
+                decisions,
+                progress=self._progress(run),
+                execution=execution,
+                run_id=run.run_id,
+                stop=self._stop_check(execution),
+                task=run.task or None,  # a snapshot refers to its run's task (layout 3)
+                stream=stream,
+                automatic=self._in_run(run),
+            )
+        finally:
+            await self._ride(execution)  # (neither a tool nor a model call sent them)
         await stream.close()
         await self._settle(run, owner, outcome, ack)
 

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as redis
+from redis.exceptions import NoScriptError
 
-from bot.engine.journal import Begin
+from bot.engine.journal import Begin, Rider
 from bot.store import keys
+from bot.store.connection import is_cluster
 from bot.store.keys import RunKeys
 from bot.store.scripts import now, script, text
+
+log = logging.getLogger(__name__)
 
 
 def decode_begin(reply: list[Any]) -> Begin:
@@ -34,11 +40,31 @@ class RedisJournal:
         self._begin = client.register_script(script("begin_call"))
         self._end = client.register_script(script("end_call"))
 
-    async def begin(self, run_id: str, call_id: str, attempt: str, tool: str) -> Begin:
-        reply = await self._begin(
-            keys=RunKeys(run_id).begin_call(),
-            args=[call_id, attempt, tool, now(), self.retention],
-        )
+    async def begin(
+        self, run_id: str, call_id: str, attempt: str, tool: str, riders: Sequence[Rider] = ()
+    ) -> Begin:
+        """begin_call.lua; `riders` (writes of the attempt: `Execution.riders`) are sent first,
+        in the same round trip on a single server; a failed rider is logged, as a failed audit
+        entry is. A transition that waits for replicas (`Replicated`), or a cluster's, is a
+        round trip of its own, after the riders'."""
+        call_keys = RunKeys(run_id).begin_call()
+        args: list[str | int] = [call_id, attempt, tool, now(), self.retention]
+        if riders:
+            alone = bool(getattr(self.redis, "replicas", 0)) or is_cluster(self.redis)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for ride in riders:
+                    ride(pipe)
+                if not alone:
+                    pipe.evalsha(self._begin.sha, len(call_keys), *call_keys, *args)
+                replies = await pipe.execute(raise_on_error=False)
+            reply = None if alone else replies.pop()
+            for failed in (r for r in replies if isinstance(r, Exception)):
+                log.error("could not write what run %s stores before a tool: %r", run_id, failed)
+            if reply is not None and not isinstance(reply, NoScriptError):
+                if isinstance(reply, Exception):
+                    raise reply
+                return decode_begin(reply)
+        reply = await self._begin(keys=call_keys, args=args)  # (loads the script if it must)
         return decode_begin(reply)
 
     async def end(self, run_id: str, call_id: str, attempt: str, output: str) -> bool:
