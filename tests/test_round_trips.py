@@ -16,8 +16,8 @@ from benchmarks.costs import measure
 # Issue #32's goals: a run whose one tool needs no approval, at most 30 round trips from
 # `/agent` to its output (74 before, measured from outside; 47 by this count); a decision, one
 # at a time with the requester's notice, at most 15 (55.5 before; 56 by this count).
-RUN_BOUND = 25
-DECISION_BOUND = 25
+RUN_BOUND = 23
+DECISION_BOUND = 23
 # A run whose one gated call a rule approves, decided inside the run (#32 part 1): at most 3
 # round trips more than the run whose tool needs no approval (57-66 before, by this count).
 AUTOMATIC_MORE = 3
@@ -41,3 +41,9 @@ async def test_a_run_and_a_decision_cost_their_round_trips(redis_url: str) -> No
         for script in ("take_job", "begin_call", "end_call", "finish"):
             assert f"EVALSHA({script} " in names, names
     assert "EVALSHA(decide " in " ".join(decision)
+    # What rides with another round trip has none of its own (#32): a new run's indexes and
+    # audit entry go in its MULTI; a resume's audit entry and the progress lines go with the
+    # journal write of the tool (`Execution.riders`).
+    assert not any(n.startswith("ZADD+SADD") for n in run), sorted(run)
+    for spent in (run, decision):
+        assert not any(n.startswith(("RPUSH", "XADD+TIME")) for n in spent), sorted(spent)

@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Coroutine
-from logging import WARNING
 from typing import Any
 
 from bot.engine.approvals import arguments_sha
@@ -710,6 +709,7 @@ class Runs:
         try:
             if job.kind == "start" and run.turn > 1:
                 outcome = await self._next_turn(run, execution, stream)
+                await self._ride(execution)  # (the turn's last progress lines)
                 await stream.close()
                 await self._settle(run, attempt, outcome, ack)
             elif job.kind == "start":
@@ -717,12 +717,13 @@ class Runs:
                     run.agent_name,
                     await self.store.whole_task(run),
                     self._context(run),
-                    progress=self._progress(run),
+                    progress=self._progress(run, execution),
                     execution=execution,
                     stop=self._stop_check(execution),
                     stream=stream,
                     automatic=self._in_run(run),
                 )
+                await self._ride(execution)
                 await stream.close()
                 await self._settle(run, attempt, outcome, ack)
             else:
@@ -758,7 +759,7 @@ class Runs:
             history,
             said.text,
             self._context(run),
-            progress=self._progress(run),
+            progress=self._progress(run, execution),
             execution=execution,
             stop=self._stop_check(execution),
             stream=stream,
@@ -890,7 +891,7 @@ class Runs:
                 run.agent_name,
                 snapshot,
                 decisions,
-                progress=self._progress(run),
+                progress=self._progress(run, execution),
                 execution=execution,
                 run_id=run.run_id,
                 stop=self._stop_check(execution),
@@ -956,27 +957,18 @@ class Runs:
             thread_ts=run.message_ts,
         )
 
-    def _progress(self, run: RunRecord) -> Callable[[str], Coroutine[Any, Any, None]]:
-        """Progress lines are recorded (shown with the run message, through the outbox) in the
-        background, in order: neither Redis nor Slack ever holds up a run for them."""
-        lines: list[str] = []
-        writing: list[asyncio.Task[None]] = []
-
-        async def write() -> None:
-            while lines:
-                line = lines.pop(0)
-                try:
-                    await self.store.add_progress(run.run_id, line)
-                except Exception:  # best effort, like every progress line
-                    log_failure(
-                        log, "could not record progress of run %s", run.run_id, level=WARNING
-                    )
+    def _progress(
+        self, run: RunRecord, execution: Execution
+    ) -> Callable[[str], Coroutine[Any, Any, None]]:
+        """Progress lines are recorded (shown with the run message, through the outbox) with
+        the attempt's next write, in order (`Execution.riders`): the journal write of the
+        tool they announce, else before the next model call or as the turn ends. A failure
+        is logged: it never stops the run."""
 
         async def progress(text: str) -> None:
-            lines.append(text)
-            if not writing or writing[0].done():
-                task = asyncio.create_task(write(), name=f"progress-{run.run_id}")
-                self.core.track(task)
-                writing[:] = [task]
+            def line(pipe: Any) -> None:
+                self.store.add_progress_in(pipe, run.run_id, text)
+
+            execution.riders.append(line)
 
         return progress

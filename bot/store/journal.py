@@ -43,21 +43,21 @@ class RedisJournal:
     async def begin(
         self, run_id: str, call_id: str, attempt: str, tool: str, riders: Sequence[Rider] = ()
     ) -> Begin:
-        """begin_call.lua; `riders` (writes of the attempt: `Execution.riders`) are sent first,
-        in the same round trip on a single server; a failed rider is logged, as a failed audit
-        entry is. A transition that waits for replicas (`Replicated`), or a cluster's, is a
-        round trip of its own, after the riders'."""
+        """begin_call.lua; `riders` (writes of the attempt: `Execution.riders`) are sent with
+        it, in the same round trip on a single server; a failed rider is logged, as a failed
+        audit entry is. A transition that waits for replicas (`Replicated`), or a cluster's, is
+        a round trip of its own, after the riders'."""
         call_keys = RunKeys(run_id).begin_call()
         args: list[str | int] = [call_id, attempt, tool, now(), self.retention]
         if riders:
             alone = bool(getattr(self.redis, "replicas", 0)) or is_cluster(self.redis)
             async with self.redis.pipeline(transaction=False) as pipe:
+                if not alone:  # (the riders are stored before the tool runs either way)
+                    pipe.evalsha(self._begin.sha, len(call_keys), *call_keys, *args)
                 for ride in riders:
                     ride(pipe)
-                if not alone:
-                    pipe.evalsha(self._begin.sha, len(call_keys), *call_keys, *args)
                 replies = await pipe.execute(raise_on_error=False)
-            reply = None if alone else replies.pop()
+            reply = None if alone else replies.pop(0)
             for failed in (r for r in replies if isinstance(r, Exception)):
                 log.error("could not write what run %s stores before a tool: %r", run_id, failed)
             if reply is not None and not isinstance(reply, NoScriptError):

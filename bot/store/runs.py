@@ -260,20 +260,25 @@ class Runs:
         """Append a progress line (shown in the run message, coalesced with its status): the
         run is due for Slack in `due_in` seconds (sooner if something else makes it due), so
         the lines of a quick run's tools wake nothing before its end does."""
-        key = keys.progress_key(run_id)
         # Not a transaction: the line and its mark are in the run's slot, the due index in
         # another (a cluster refuses a transaction across slots). Display data only: a crash
         # between them shows the line with the run's next change; a mark left unindexed is
         # found by the sweeper's reconciler.
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.rpush(key, line)
-            pipe.ltrim(key, -keep, -1)
-            pipe.expire(key, self.retention)
-            mark(pipe, run_id, "run", self.retention)
-            self.outbox.schedule_in(
-                pipe, run_id, self.progress_due_in if due_in is None else due_in
-            )
+            self.add_progress_in(pipe, run_id, line, keep, due_in)
             await pipe.execute()
+
+    def add_progress_in(
+        self, pipe: Any, run_id: str, line: str, keep: int = 8, due_in: float | None = None
+    ) -> None:
+        """`add_progress`, as commands of a pipeline that carries other writes (not a
+        transaction: see there)."""
+        key = keys.progress_key(run_id)
+        pipe.rpush(key, line)
+        pipe.ltrim(key, -keep, -1)
+        pipe.expire(key, self.retention)
+        mark(pipe, run_id, "run", self.retention)
+        self.outbox.schedule_in(pipe, run_id, self.progress_due_in if due_in is None else due_in)
 
     async def add_note(self, run_id: str, text: str) -> None:
         """A note for the run's thread: plain text, or the service's `Text` kept as a string
@@ -663,6 +668,7 @@ class RunStore:
         # Runs: records, progress and notes, pauses, snapshots, transitions.
         self.create_run = runs.create_run
         self.add_progress = runs.add_progress
+        self.add_progress_in = runs.add_progress_in
         self.add_note = runs.add_note
         self.note = runs.note
         self.progress = runs.progress
