@@ -20,10 +20,11 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import aiohttp
 from agents import Agent, function_tool
+from pydantic import Field
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import Settings
@@ -31,10 +32,11 @@ from bot.service.ports import GroupLookupError
 from bot.slack.app import FORM_FAILED, FORM_LATE, STILL_WORKING, STILL_WORKING_COMMAND
 from bot.slack.blocks import APPROVE, REJECT
 from bot.slack.groups import SlackGroups
+from bot.slack.listeners.views import STILL_WORKING_EDIT
 from bot.store.connection import EmbeddedRedis
-from bot.testing.harness import BotHarness, wait_until
+from bot.testing.harness import BotHarness, edit_values, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
-from tests.agents_for_tests import POLICY
+from tests.agents_for_tests import POLICY, Ledger, function_call, ops_agent
 from tests.stateless_agents import StatelessModel
 
 SLACK_LIMIT = 3.0  # seconds: Slack's own limit for an answer
@@ -350,3 +352,41 @@ async def test_no_request_waits_for_bolt_to_ask_slack_who_the_bot_is(
         assert slack_api.hanging == 0
         await bot.idle()
     assert len(slack_api.calls_to("auth.test")) == 1  # the bot's own, at start-up
+
+
+async def test_an_edit_answered_late_tells_its_errors_escaped(
+    slack_api: FakeSlackAPI, tmp_path: Path
+) -> None:
+    """An edit whose answer misses the ack budget (Redis stalled) is told privately once it is
+    checked; the errors quote what was typed, so they are escaped like any untrusted text."""
+    own = EmbeddedRedis(tmp_path / "redis")
+    await own.start()
+    ledger = Ledger()
+
+    @function_tool(needs_approval=True)
+    def tag(label: Annotated[str, Field(max_length=5)]) -> str:
+        """Tag the deployment."""
+        ledger.executed.append(("tag", {"label": label}))
+        return f"tagged {label}"
+
+    steps = [[function_call("tag", {"label": "v1"}, call_id="c1")]]
+    agent, _ = ops_agent(steps, ledger, extra_tools=[tag])
+    try:
+        async with BotHarness(own.url, agent, POLICY, slack=slack_api) as bot:
+            card = await bot.start_and_wait("tag it", user="U1")
+            view = await bot.open_edit(card, user="U2")
+            typed = edit_values(view, {"field:label": "<!channel> <@U9>"})
+            with stalled(own):  # answered at the budget, the modal closed: nothing said yet
+                sent = await bot.slack.submit(view, typed, user="U2")
+            assert sent.status == 200 and "errors" not in sent.text
+            [told] = await wait_until(
+                lambda: [t for t in slack_api.ephemeral_to("U2") if "too long" in t],
+                timeout=20,
+                what="the edit's errors, told late",
+            )
+            assert "&lt;!channel&gt;" in told and "<!channel>" not in told
+            assert "&lt;@U9&gt;" in told and "<@U9>" not in told
+            assert STILL_WORKING_EDIT in slack_api.ephemeral_to("U2")
+            assert ledger.executed == [] and not decided(card)
+    finally:
+        own.stop()

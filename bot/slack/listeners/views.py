@@ -18,6 +18,7 @@ from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import TRY_AGAIN, Listener, actor_of
 from bot.slack.render import batch, grants, modals
 from bot.slack.replies import shown
+from bot.untrusted import escape, truncate
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +246,7 @@ def on_reject_submit(deps: ListenerDeps) -> Listener:
     return on_reject_submit
 
 
+LATE_ERRORS_LIMIT = 2000  # characters of an edit's errors told privately after the budget
 STILL_WORKING_EDIT = "Still working on your edit; the card will show the result."
 
 
@@ -298,7 +300,12 @@ def on_edit_submit(deps: ListenerDeps) -> Listener:
                 return
             call = await deps.records.get_call(approval_id)
             if call is not None and call.channel_id:
-                said = shown(reply) if isinstance(reply, Reply) else " ".join(reply.errors.values())
+                # The errors can quote what was typed: untrusted text, in a message, not a form.
+                said = (
+                    shown(reply)
+                    if isinstance(reply, Reply)
+                    else truncate(escape(" ".join(reply.errors.values())), LATE_ERRORS_LIMIT)[0]
+                )
                 deps.teller(call.channel_id, actor.user_id)(said)
 
         reply = await deps.by_deadline("edit form", deps.deadline_of(context), edit(), late)
