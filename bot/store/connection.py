@@ -36,6 +36,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import ExponentialBackoff
+from redis.event import AsyncAfterConnectionReleasedEvent
 
 from bot.errors import ApprovalBotError
 
@@ -172,6 +173,47 @@ class Replicated(redis.Redis):
         return result
 
 
+class QuickPool(redis.BlockingConnectionPool):
+    """A blocking pool that hands out a free connection, and takes one back, at once when no
+    caller is waiting for one (no maintenance under way, no reconnect due).
+
+    redis-py's blocking pool takes a condition, a timeout and a lock for each, and records
+    observability counters that do nothing here: 15-20 µs of CPU a round trip, about 1 ms of a
+    decision's 50 (py-spy of a burst of 200 decisions). Nothing awaits between the look at the
+    free list and taking from it, so one event loop needs no lock there. When a caller waits,
+    when a connection must reconnect, or in maintenance, the pool's own way is taken, which
+    keeps its order and its wake-ups; a released connection still passes through the pool's
+    released-connection listeners (re-authentication)."""
+
+    async def get_connection(self, *args: Any, **options: Any) -> Any:
+        free = self._available_connections
+        if args or options or not free or self._in_maintenance or self._condition._waiters:
+            return await super().get_connection(*args, **options)  # type: ignore[no-untyped-call]
+        connection = free.pop()
+        self._in_use_connections.add(connection)
+        try:
+            await self.ensure_connection(connection)
+        except BaseException:
+            await self.release(connection)
+            raise
+        return connection
+
+    async def release(self, connection: Any) -> None:
+        dispatcher = self._event_dispatcher
+        if (
+            dispatcher is None
+            or self._in_maintenance
+            or self._condition._waiters
+            or connection not in self._in_use_connections
+            or connection.should_reconnect()
+        ):
+            await super().release(connection)
+            return
+        self._in_use_connections.remove(connection)
+        self._available_connections.append(connection)
+        await dispatcher.dispatch_async(AsyncAfterConnectionReleasedEvent(connection))  # type: ignore[no-untyped-call]
+
+
 def replicated(replicas: int, wait_ms: int) -> type[redis.Redis]:
     """The client class for `connect` / `connect_sentinel`: plain, or `Replicated`."""
     if replicas <= 0:
@@ -189,7 +231,7 @@ def connect(
 ) -> redis.Redis:
     """A standalone server's client whose callers wait up to `wait_seconds` for a free
     connection (and, with `replicas`, for that many replicas to confirm each transition)."""
-    pool = redis.BlockingConnectionPool.from_url(
+    pool = QuickPool.from_url(
         url,
         max_connections=max_connections,
         timeout=wait_seconds,
