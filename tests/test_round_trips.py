@@ -45,5 +45,6 @@ async def test_a_run_and_a_decision_cost_their_round_trips(redis_url: str) -> No
     # audit entry go in its MULTI; a resume's audit entry and the progress lines go with the
     # journal write of the tool (`Execution.riders`).
     assert not any(n.startswith("ZADD+SADD") for n in run), sorted(run)
-    for spent in (run, decision):
+    # So does an automatic decision's audit entry (with the approved call's journal write).
+    for spent in (run, decision, automatic):
         assert not any(n.startswith(("RPUSH", "XADD+TIME")) for n in spent), sorted(spent)

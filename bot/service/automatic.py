@@ -25,9 +25,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from bot.engine.approvals import PendingApproval, arguments_sha
 from bot.engine.automatic import Automatic
+from bot.engine.journal import Execution
 from bot.engine.questions import QUESTION_KIND
 from bot.outage import log_failure
 from bot.service.audit import AuditKind
@@ -79,13 +81,17 @@ class InRun:
 
     def __init__(
         self, core: ServiceCore, judgement: Judgement, grants: GrantStore, run: RunRecord,
-        new_call: NewCall,
+        new_call: NewCall, execution: Execution | None = None,
     ) -> None:  # fmt: skip
+        """`execution`: the attempt running the run; the decisions' audit entries ride with
+        its next write (`Execution.riders`: the approved call's journal write, else before
+        the next model call), stored before anything they cause."""
         self.core = core
         self.judgement = judgement
         self.grants = grants
         self.run = run
         self.new_call = new_call
+        self.execution = execution
 
     async def decide(self, approvals: list[PendingApproval]) -> list[Automatic | None]:
         try:
@@ -191,10 +197,11 @@ class InRun:
         return _Settled(call, Automatic(True), grant=grant)
 
     async def _record(self, settled: list[_Settled]) -> None:
-        """Each decision's audit entries (one round trip), and a grant's note in the thread."""
+        """Each decision's audit entries (riding with the run's next write, or one round trip
+        of their own without an execution), and a grant's note in the thread."""
         policy = self.core.policies.current().policy.for_team(self.run.team_id)
-        try:
-            pipe = self.core.store.redis.pipeline(transaction=False)
+
+        def entries(pipe: Any) -> None:
             for each in settled:
                 call = each.call
                 for shadow in shadow_verdicts(policy, self.run, call):
@@ -224,9 +231,16 @@ class InRun:
                         pipe, AuditKind.GRANT_USED, call=call, actor=grantor,
                         decision="approve", detail=grant_detail(grant), text=grant_values(grant),
                     )  # fmt: skip
-            await pipe.execute()
-        except Exception:
-            log_failure(log, "could not audit the decisions in run %s", self.run.run_id)
+
+        if settled and self.execution is not None:
+            self.execution.riders.append(entries)
+        elif settled:
+            try:
+                pipe = self.core.store.redis.pipeline(transaction=False)
+                entries(pipe)
+                await pipe.execute()
+            except Exception:
+                log_failure(log, "could not audit the decisions in run %s", self.run.run_id)
         for each in settled:
             note = self._note(each)
             if note is None:

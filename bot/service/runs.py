@@ -721,7 +721,7 @@ class Runs:
                     execution=execution,
                     stop=self._stop_check(execution),
                     stream=stream,
-                    automatic=self._in_run(run),
+                    automatic=self._in_run(run, execution),
                 )
                 await self._ride(execution)
                 await stream.close()
@@ -763,12 +763,12 @@ class Runs:
             execution=execution,
             stop=self._stop_check(execution),
             stream=stream,
-            automatic=self._in_run(run),
+            automatic=self._in_run(run, execution),
         )
 
-    def _in_run(self, run: RunRecord) -> InRun:
+    def _in_run(self, run: RunRecord, execution: Execution) -> InRun:
         """What decides, inside the run, the calls the policy decides by itself."""
-        return InRun(self.core, self.judgement, self.grants, run, self._new_call)
+        return InRun(self.core, self.judgement, self.grants, run, self._new_call, execution)
 
     def _stop_check(self, execution: Execution) -> StopCheck:
         """Asked by the engine before every model call: was the run cancelled meanwhile? Not
@@ -897,7 +897,7 @@ class Runs:
                 stop=self._stop_check(execution),
                 task=run.task or None,  # a snapshot refers to its run's task (layout 3)
                 stream=stream,
-                automatic=self._in_run(run),
+                automatic=self._in_run(run, execution),
             )
         finally:
             await self._ride(execution)  # (neither a tool nor a model call sent them)

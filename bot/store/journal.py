@@ -55,7 +55,10 @@ class RedisJournal:
                 if not alone:  # (the riders are stored before the tool runs either way)
                     pipe.evalsha(self._begin.sha, len(call_keys), *call_keys, *args)
                 for ride in riders:
-                    ride(pipe)
+                    try:
+                        ride(pipe)
+                    except Exception:  # (its own fault: never the call's)
+                        log.exception("a write of run %s could not be sent", run_id)
                 replies = await pipe.execute(raise_on_error=False)
             reply = None if alone else replies.pop(0)
             for failed in (r for r in replies if isinstance(r, Exception)):
