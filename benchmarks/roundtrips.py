@@ -119,20 +119,24 @@ class RoundTrips:
         if any(c.startswith(UPKEEP) for c in chain):
             self.upkeep[name] += 1
             return
+        if any(c.startswith(POLLS) for c in chain):
+            # A poll is counted when its reply is read, not when it is sent: one in flight
+            # when a phase's snapshot is taken (the projector's or App Home's next look at
+            # its index, sent while the test sees the bot idle; more likely on a busy
+            # machine) would else count in that phase, its empty reply read after it.
+            connection._roundtrip = name
+            return
+        connection._roundtrip = None
         self.work[name] += 1
-        poll = next((c for c in chain if c.startswith(POLLS)), None)
-        connection._roundtrip = name if poll is not None else None
 
     def replied(self, connection: Any, reply: Any) -> None:
+        """A poll's reply: found nothing (an empty reply), or work (anything else, an error
+        reply too)."""
         name = getattr(connection, "_roundtrip", None)
         if name is None:
             return
         connection._roundtrip = None
-        if _empty(reply):
-            self.work[name] -= 1
-            if not self.work[name]:
-                del self.work[name]
-            self.polls[name] += 1
+        (self.polls if _empty(reply) else self.work)[name] += 1
 
 
 COUNTS = RoundTrips()
@@ -146,7 +150,11 @@ async def _counted(self: AbstractConnection, command: Any, check_health: bool = 
 
 
 async def _replied(self: AbstractConnection, *args: Any, **kwargs: Any) -> Any:
-    reply = await _read(self, *args, **kwargs)
+    try:
+        reply = await _read(self, *args, **kwargs)
+    except Exception as error:  # an error reply (raised by redis-py) is a reply too
+        COUNTS.replied(self, error)
+        raise
     COUNTS.replied(self, reply)
     return reply
 

@@ -11,7 +11,14 @@ the machine's speed; `make bench` prints the same counts with production's windo
 
 from __future__ import annotations
 
+import asyncio
+
+import redis.asyncio as aioredis
+
 from benchmarks.costs import measure
+from benchmarks.roundtrips import counting
+from bot.store import keys
+from bot.store.queue import JobQueue
 
 # Issue #32's goals: a run whose one tool needs no approval, at most 30 round trips from
 # `/agent` to its output (74 before, measured from outside; 47 by this count); a decision, one
@@ -48,3 +55,35 @@ async def test_a_run_and_a_decision_cost_their_round_trips(redis_url: str) -> No
     # So does an automatic decision's audit entry (with the approved call's journal write).
     for spent in (run, decision, automatic):
         assert not any(n.startswith(("RPUSH", "XADD+TIME")) for n in spent), sorted(spent)
+
+
+async def test_a_poll_in_flight_at_a_snapshot_counts_where_its_reply_is_read(
+    redis_url: str,
+) -> None:
+    """A poll sent before a phase's last snapshot and answered after it (a worker's read of
+    the job stream, the projector's look at its index: a busy machine widens the gap) counts
+    where its reply says what it found: empty, nowhere in the work; with a job, in the phase
+    that reads it. (Counted when sent, it was one round trip too many in a phase now and then:
+    test_round_trips failed landings with 26 for 25.)"""
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        queue = JobQueue(client, lease_seconds=30)
+        await queue.ensure_group()
+        with counting() as counter:
+            before = counter.snapshot()
+            reading = asyncio.create_task(queue.read("A", 1, block_ms=1000))
+            await asyncio.sleep(0.05)  # the read is sent: the phase ends while it waits
+            assert counter.snapshot() == before
+            assert await reading == []  # found nothing: a poll, not work
+            assert counter.snapshot() == before
+            # A read in flight that finds a job: counted once its reply is read.
+            reading = asyncio.create_task(queue.read("A", 1, block_ms=5000))
+            await asyncio.sleep(0.05)
+            assert counter.snapshot() == before
+            await queue.enqueue("start", keys.new_run_id(), "exec")
+            assert len(await reading) == 1
+            spent = counter.snapshot()
+            spent.subtract(before)
+            assert spent["XREADGROUP"] == 1, spent  # (the enqueue opened a connection)
+    finally:
+        await client.aclose()
