@@ -31,9 +31,9 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 from bot.engine.runner import unpack_state
 from bot.slack.blocks import APPROVE
 from bot.store import keys
-from bot.store.audit import AUDIT_STREAM
 from bot.store.connection import EmbeddedRedis
 from bot.store.runs import decode_snapshot
+from bot.store.trail.audit import AUDIT_STREAM
 from bot.testing.harness import PRODUCTION_WINDOWS, BotHarness, wait_until
 from bot.testing.slack_api import Message
 

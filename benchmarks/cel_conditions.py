@@ -7,7 +7,7 @@ time per rule, evaluation CPU per rule, a comprehension inside a comprehension o
 whose time grows as the square), and what it says in the cases where typing decides
 (`int` against `double`, `true` against `1`, a missing field, a string where a number is
 compared, an integer beyond 64 bits, a non-boolean result, an undeclared name). Then the bot's
-own condition (`bot.service.cel.compile_cel`, on `cel-expr-python`) beside a short form.
+own condition (`bot.service.policy.cel.compile_cel`, on `cel-expr-python`) beside a short form.
 
 The bot installs only `cel-expr-python`; to compare, install the others in the same venv:
 `pip install common-expression-language cel-python`.
@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bot.service.cel import compile_cel
-from bot.service.policy import parse_policy
+from bot.service.policy.cel import compile_cel
+from bot.service.policy.rules import parse_policy
 
 RULES = [
     "args.amount > 10000 && args.currency == 'USD'",

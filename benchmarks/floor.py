@@ -44,7 +44,7 @@ from agents import Runner, RunResult, RunResultStreaming, RunState, set_tracing_
 from benchmarks.bench_agents import deployer
 from benchmarks.decisions import Process, bare_floor, cpu_seconds
 from benchmarks.peers import TOKEN
-from bot.slack.webapi import build_client
+from bot.slack.api.webapi import build_client
 from bot.store.connection import EmbeddedRedis, connect
 
 ROUND_TRIPS = 9  # the guarantees' round trips listed above

@@ -34,10 +34,10 @@ from bot.learning import backtest as backtests
 from bot.learning import shadow_report, suggest
 from bot.learning.history import read_history
 from bot.service.audit import AuditKind, audit_fields
-from bot.service.policy import parse_policy
-from bot.store.audit import AUDIT_STREAM, AuditLog
+from bot.service.policy.rules import parse_policy
 from bot.store.connection import EmbeddedRedis
 from bot.store.records import RunRecord
+from bot.store.trail.audit import AUDIT_STREAM, AuditLog
 from bot.testing.history import TEAM, HistoryWriter
 
 DAY = 86400.0

@@ -14,9 +14,9 @@ import json
 import time
 
 from bot.engine.arguments import read_json
-from bot.service.conditions import encode_subject, subject_of
-from bot.service.gate import keep_subject
-from bot.service.policy import parse_policy
+from bot.service.policy.conditions import encode_subject, subject_of
+from bot.service.policy.gate import keep_subject
+from bot.service.policy.rules import parse_policy
 from bot.store.records import SHOWN_ARGUMENTS, CallRecord
 
 JUDGEMENTS = 20_000

@@ -21,9 +21,9 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from bot.store.audit import AuditLog
 from bot.store.connection import EmbeddedRedis
-from bot.store.webhooks import WebhookOutbox
+from bot.store.trail.audit import AuditLog
+from bot.store.trail.webhooks import WebhookOutbox
 from bot.webhooks import WebhookSender
 
 EVENTS = 2000

@@ -24,14 +24,14 @@ import redis.asyncio as aioredis
 from slack_sdk.oauth.installation_store.models.bot import Bot
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.serving import Team
-from bot.slack.tokens import WorkspaceTokens
+from bot.slack.api.serving import Team
+from bot.slack.installs.tokens import WorkspaceTokens
 from bot.store import keys
 from bot.store.connection import EmbeddedRedis
-from bot.store.installations import RedisInstallationStore, TokenCipher
+from bot.store.installs.installations import RedisInstallationStore, TokenCipher
+from bot.store.installs.workspaces import forget_workspace
 from bot.store.records import CallRecord, RunRecord, RunStatus, Snapshot
 from bot.store.runs import RunStore
-from bot.store.workspaces import forget_workspace
 
 LOOKUPS = 20_000
 FROM_REDIS = 2_000

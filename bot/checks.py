@@ -21,7 +21,7 @@ from redis.sentinel import Sentinel
 from bot.config import Settings, env_file
 from bot.engine.advisor import load_advisor
 from bot.engine.registry import AgentLoadError, AgentRegistry, walk
-from bot.service.policy import Policy, PolicyError, load_policy
+from bot.service.policy.rules import Policy, PolicyError, load_policy
 from bot.store.connection import SENTINEL_SCHEMES, SentinelTarget
 
 PLACEHOLDER_MARKS = ("your", "...", "changeme", "change-me", "replace", "<", ">")

@@ -28,7 +28,7 @@ from bot.checks import (
 from bot.config import Settings, export_openai
 from bot.engine.registry import AgentLoadError, AgentRegistry
 from bot.learning import commands as learning_commands
-from bot.service.policy import PolicyError, load_policy
+from bot.service.policy.rules import PolicyError, load_policy
 from bot.store.connection import RedisUnavailable
 
 
@@ -216,7 +216,7 @@ def parse_time(text: str) -> float:
 
 async def _export_audit(settings: Settings, since: float, until: float | None, fmt: str) -> int:
 
-    from bot.store.audit import FIELDS, offline_trail
+    from bot.store.trail.audit import FIELDS, offline_trail
 
     async with offline_trail(
         settings.redis_url, settings.data_dir, mode=settings.redis_mode
@@ -320,7 +320,7 @@ def _ops_options(parser: argparse.ArgumentParser) -> None:
 def _token_key(args: argparse.Namespace) -> int:
     """A new Fernet key: put it first in APPROVAL_BOT_TOKEN_KEYS (keep the old one after it
     until every workspace's token was written again, or reinstalled)."""
-    from bot.store.installations import TokenCipher
+    from bot.store.installs.installations import TokenCipher
 
     print(TokenCipher.new_key())
     return 0

@@ -186,7 +186,7 @@ class Settings(BaseSettings):
     # click of the person who reacted. Off by default: it needs the `reactions:read` scope and
     # the `reaction_added` event in the app's manifest (docs/slack-app.md).
     reactions: bool = Field(default=False, alias="APPROVAL_BOT_REACTIONS")
-    # The weekly review digest to each channel (bot/service/review_digest.py): off, weekly
+    # The weekly review digest to each channel (bot/service/oversight/review_digest.py): off, weekly
     # (Monday 09:00 UTC) or a day and a UTC time (fri 16:30).
     review_digest: str = Field(default="off", alias="APPROVAL_BOT_REVIEW_DIGEST")
 
@@ -355,7 +355,7 @@ class Settings(BaseSettings):
 
     def distribution_problems(self, *, socket_mode: bool) -> list[str]:
         """OAuth distribution: both credentials, a token key, HTTP mode, no fixed token."""
-        from bot.store.installations import TokenCipher, TokenKeyError
+        from bot.store.installs.installations import TokenCipher, TokenKeyError
 
         found: list[str] = []
         if self.slack_client_id is None or self.slack_client_secret is None:

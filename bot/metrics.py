@@ -151,8 +151,9 @@ SHADOW_DECISIONS = Counter(
     registry=REGISTRY,
 )
 
-# Whether approvals are real (bot/service/attention.py). By channel, not by person: a label per
-# person would grow without bound; `approval-bot report reviewers` has each person's figures.
+# Whether approvals are real (bot/service/oversight/attention.py). By channel, not by person: a
+# label per person would grow without bound; `approval-bot report reviewers` has each person's
+# figures.
 REVIEW_SECONDS = Histogram(
     "approval_bot_review_seconds",
     "From a card shown in Slack to a person's decision on it (approvals, votes, rejections), "
@@ -182,7 +183,7 @@ RUBBER_STAMPS = Counter(
     ["channel"],
     registry=REGISTRY,
 )
-# The advisor's second opinion (bot/service/advice.py): its time per call, by outcome.
+# The advisor's second opinion (bot/service/oversight/advice.py): its time per call, by outcome.
 ADVISOR_SECONDS = Histogram(
     "approval_bot_advisor_seconds",
     "From asking the advisor about a call (its card posted) to its answer, by outcome: advised, "

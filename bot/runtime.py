@@ -27,39 +27,39 @@ from bot.engine.runner import Engine
 from bot.engine.tracing import Tracing
 from bot.listening import start_site
 from bot.outage import OUTAGE
-from bot.service.advice import AdvisorSettings
 from bot.service.approvals import ApprovalService
-from bot.service.attention import AttentionSettings
 from bot.service.authorize import Authorizer
 from bot.service.foreground import Foreground
-from bot.service.limits import StartLimits
-from bot.service.policy_source import PolicySource
-from bot.service.review_digest import ReviewDigests
-from bot.service.worker import Worker
+from bot.service.oversight.advice import AdvisorSettings
+from bot.service.oversight.attention import AttentionSettings
+from bot.service.oversight.review_digest import ReviewDigests
+from bot.service.policy.source import PolicySource
+from bot.service.running.limits import StartLimits
+from bot.service.running.worker import Worker
+from bot.slack.api.notifier import SlackNotifier
+from bot.slack.api.webapi import build_client
 from bot.slack.app import build_app, remember_auth_test
-from bot.slack.channels import SlackChannels
-from bot.slack.groups import SlackGroups
-from bot.slack.home import HomePublisher
-from bot.slack.installation import SlackAuth, learn_installation, learn_once
+from bot.slack.delivery.home import HomePublisher
+from bot.slack.delivery.projector import Projector
+from bot.slack.directory.channels import SlackChannels
+from bot.slack.directory.groups import SlackGroups
+from bot.slack.installs.installation import SlackAuth, learn_installation, learn_once
+from bot.slack.installs.oauth import Distribution
+from bot.slack.installs.tokens import WorkspaceTokens
 from bot.slack.intake import Refusal, admit, bolt_request
-from bot.slack.notifier import SlackNotifier
-from bot.slack.oauth import Distribution
-from bot.slack.projector import Projector
 from bot.slack.render.base import use_slack_api
 from bot.slack.review_digest import DigestPoster
-from bot.slack.tokens import WorkspaceTokens
-from bot.slack.webapi import build_client
 from bot.stopping import cancel_and_wait
 from bot.store.admission import AdmissionStore, Quota
-from bot.store.audit import AuditLog
 from bot.store.connection import EmbeddedRedis, open_redis
-from bot.store.installations import RedisInstallationStore, TokenCipher
+from bot.store.delivery.pacing import SharedPacer
+from bot.store.installs.installations import RedisInstallationStore, TokenCipher
+from bot.store.installs.oauth_states import RedisStateStore
 from bot.store.journal import RedisJournal
-from bot.store.oauth_states import RedisStateStore
-from bot.store.pacing import SharedPacer
 from bot.store.queue import JobQueue
 from bot.store.runs import RunStore
-from bot.store.webhooks import WebhookOutbox
+from bot.store.trail.audit import AuditLog
+from bot.store.trail.webhooks import WebhookOutbox
 from bot.webhooks import WebhookSender
 from bot.weekly import parse_schedule
 
@@ -115,7 +115,7 @@ class BotRuntime:
         self.digests: ReviewDigests | None = None  # the weekly review digest, when set
 
     def _distribution(self) -> Distribution:
-        """OAuth distribution's parts (bot/slack/oauth.py): installations and states in
+        """OAuth distribution's parts (bot/slack/installs/oauth.py): installations and states in
         Redis, each workspace's token found (and refreshed) for the bot's own calls."""
         s = self.settings
         assert s.slack_client_id is not None and s.slack_client_secret is not None
@@ -174,7 +174,7 @@ class BotRuntime:
         )
         # The projector's and the App Home's: a 429 is not waited out inside the call (that
         # process alone would wait) but held in the bucket every replica shares, and the
-        # message is tried again through the outbox (bot/store/pacing.py).
+        # message is tried again through the outbox (bot/store/delivery/pacing.py).
         self.delivery_client = build_client(
             token, s.slack_api_url, self.http, timeout=s.slack_timeout_seconds, rate_limited=0,
             tokens=tokens,
@@ -465,7 +465,8 @@ class BotRuntime:
 
         async def oauth(request: web.Request) -> web.Response:
             """The browser's side of an installation (OAuth distribution): the install page,
-            and Slack's redirect back with the code (Bolt's OAuth flow, bot/slack/oauth.py)."""
+            and Slack's redirect back with the code (Bolt's OAuth flow,
+            bot/slack/installs/oauth.py)."""
             flow = self.app.oauth_flow
             assert flow is not None
             bolt_req = AsyncBoltRequest(

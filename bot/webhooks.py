@@ -1,7 +1,7 @@
 """Decision webhooks: every audit entry POSTed as signed JSON to `APPROVAL_BOT_WEBHOOK_URL`.
 
 At least once, in the audit trail's order (so in order per run), each with its idempotency key
-(the entry's stream id). The audit stream is the outbox (`bot.store.webhooks`): a decision
+(the entry's stream id). The audit stream is the outbox (`bot.store.trail.webhooks`): a decision
 writes its audit entry as before and never waits for a receiver. One process at a time
 delivers (a lease in Redis); a receiver that fails or is down holds the head of the queue,
 retried with exponential backoff, and everything after it waits in order. An entry left
@@ -44,8 +44,8 @@ from bot.clock import SYSTEM_CLOCK, Clock
 from bot.outage import log_failure
 from bot.service.audit import AuditKind
 from bot.service.foreground import Foreground
-from bot.store.audit import AuditLog
-from bot.store.webhooks import Event, WebhookOutbox, entry_time
+from bot.store.trail.audit import AuditLog
+from bot.store.trail.webhooks import Event, WebhookOutbox, entry_time
 from bot.untrusted import redact
 
 log = logging.getLogger(__name__)

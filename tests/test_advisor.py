@@ -14,7 +14,7 @@ import pytest
 from agents.testing import assistant_message, function_call
 
 from bot import metrics
-from bot.service.policy import PolicyError, parse_policy
+from bot.service.policy.rules import PolicyError, parse_policy
 from bot.slack.blocks import APPROVE
 from bot.testing.advisors import AdvisorModel, scripted_advisor
 from bot.testing.clock import SkippingClock

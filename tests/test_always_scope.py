@@ -10,7 +10,7 @@ from agents import Agent, ShellCommandOutput, ShellResult, ShellTool
 from agents.testing import ScriptedModel, assistant_message, function_call
 from openai.types.responses import ResponseFunctionShellToolCall
 
-from bot.service.policy_source import PolicySource
+from bot.service.policy.source import PolicySource
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE
 from bot.store import keys
 from bot.testing.harness import BotHarness

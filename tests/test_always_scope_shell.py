@@ -14,7 +14,7 @@ from agents import Agent, ShellCommandOutput, ShellResult, ShellTool, function_t
 from agents.testing import ScriptedModel, assistant_message, function_call
 from openai.types.responses import ResponseFunctionShellToolCall
 
-from bot.service.policy_source import PolicySource, policy_version
+from bot.service.policy.source import PolicySource, policy_version
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE
 from bot.testing.harness import BotHarness, wait_until
 from tests.test_security import audited

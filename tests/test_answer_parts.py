@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bot.slack.answer_parts import FENCE, split_answer
+from bot.slack.delivery.streams import streamable
 from bot.slack.markdown import safe_markdown
-from bot.slack.streams import streamable
 
 
 def test_a_short_answer_is_one_part() -> None:

@@ -13,7 +13,7 @@ from agents import Agent
 from agents.testing import ScriptedModel
 
 from bot import ask_human
-from bot.service.policy import PolicyError, parse_policy
+from bot.service.policy.rules import PolicyError, parse_policy
 from bot.slack import blocks as question_blocks
 from bot.slack.blocks import APPROVE
 from bot.slack.render.question import answer_modal

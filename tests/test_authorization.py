@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from bot.service.policy_source import PolicySource, policy_version
+from bot.service.policy.source import PolicySource, policy_version
 from bot.slack.blocks import ALWAYS_APPROVE, ALWAYS_REJECT, APPROVE, EDIT, REJECT, SHOW_CONVERSATION
 from bot.store import keys
 from bot.testing.cluster import redis_for

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bot import ask_human
-from bot.service.policy_source import PolicySource
+from bot.service.policy.source import PolicySource
 from bot.slack.blocks import (
     APPROVE,
     BATCH_APPROVE,

@@ -18,12 +18,12 @@ import redis.asyncio as aioredis
 
 from bot.learning.backtest import backtest
 from bot.learning.history import read_history
-from bot.service.cel import compile_cel
-from bot.service.conditions import UNREADABLE, ConditionError, Undecidable
-from bot.service.policy import parse_policy
+from bot.service.policy.cel import compile_cel
+from bot.service.policy.conditions import UNREADABLE, ConditionError, Undecidable
+from bot.service.policy.rules import parse_policy
 from bot.slack.blocks import APPROVE
-from bot.store.audit import AuditLog
 from bot.store.records import CallStatus
+from bot.store.trail.audit import AuditLog
 from bot.testing.harness import BotHarness
 from bot.testing.history import HistoryWriter
 from tests.agents_for_tests import Ledger

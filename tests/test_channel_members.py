@@ -14,7 +14,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.service.ports import GroupLookupError
 from bot.slack.blocks import APPROVE
-from bot.slack.channels import SlackChannels
+from bot.slack.directory.channels import SlackChannels
 from bot.testing.harness import BotHarness, status_line, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent

@@ -14,10 +14,10 @@ from bot.config import Settings
 from bot.engine.registry import AgentLoadError, AgentRegistry
 from bot.service.authorize import Authorizer, Installation
 from bot.service.judgement import Judgement
-from bot.service.policy import PolicyError, load_policy, parse_policy
-from bot.service.policy_source import PolicySource
+from bot.service.policy.rules import PolicyError, load_policy, parse_policy
+from bot.service.policy.source import PolicySource
 from bot.service.ports import Actor
-from bot.slack.groups import SlackGroups
+from bot.slack.directory.groups import SlackGroups
 from bot.store.records import RunRecord
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import POLICY

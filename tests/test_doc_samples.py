@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bot.service.policy import parse_policy
+from bot.service.policy.rules import parse_policy
 from tests.docs_samples import ROOT, Sample, pages, samples
 from tests.forkserver import run_python
 

@@ -10,8 +10,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from bot.service.during import During
-from bot.service.policy import parse_policy
+from bot.service.policy.during import During
+from bot.service.policy.rules import parse_policy
 from bot.slack.blocks import APPROVE
 from bot.testing.harness import BotHarness
 from tests.agents_for_tests import Ledger, function_call

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from agents import function_tool
 from pydantic import Field
 
-from bot.service.edits import edit_message
+from bot.service.decisions.edits import edit_message
 from bot.slack.blocks import APPROVE, EDIT, EDIT_MODAL
 from bot.store.records import CallStatus
 from bot.testing.harness import BotHarness, edit_values, wait_until

@@ -16,7 +16,7 @@ from openai.types.responses.response_output_item import McpApprovalRequest
 
 from bot.checks import edit_problems
 from bot.engine.registry import AgentRegistry
-from bot.service.policy import parse_policy
+from bot.service.policy.rules import parse_policy
 from bot.slack.blocks import APPROVE, EDIT, EDIT_JSON_BLOCK
 from bot.testing.harness import BotHarness, edit_values
 from tests.agents_for_tests import POLICY

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 
 from bot.slack.blocks import APPROVE, approval_and_version
-from bot.store.calls import EDITED_SINCE
-from bot.store.outbox import Shown
+from bot.store.delivery.outbox import Shown
+from bot.store.parts.calls import EDITED_SINCE
 from bot.store.records import CallStatus, Gone
 from bot.testing.harness import BotHarness, edit_values, wait_until
 from tests.agents_for_tests import Ledger, ops_agent

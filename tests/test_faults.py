@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 
 from bot.slack.blocks import APPROVE, REVIEW_DONE, REVIEW_RERUN
-from bot.store.audit import AUDIT_STREAM
 from bot.store.connection import EmbeddedRedis
+from bot.store.trail.audit import AUDIT_STREAM
 from bot.testing.cluster import redis_for
 from bot.testing.harness import SIGNING_SECRET, wait_until
 from bot.testing.requests import SlackRequests

@@ -13,10 +13,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from bot.service.policy_source import PolicySource, policy_version
+from bot.service.policy.source import PolicySource, policy_version
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE
 from bot.store import keys
-from bot.store.home import VIEWER_DAYS
+from bot.store.delivery.home import VIEWER_DAYS
 from bot.testing.clock import SkippingClock
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import Message

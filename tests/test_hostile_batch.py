@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bot.service.policy_source import PolicySource
+from bot.service.policy.source import PolicySource
 from bot.slack.blocks import (
     APPROVE,
     BATCH_APPROVE,
@@ -21,8 +21,8 @@ from bot.slack.blocks import (
     SHOW_ALL,
     SHOW_CONVERSATION,
 )
-from bot.store.attention import viewers_key
 from bot.store.records import CallStatus
+from bot.store.trail.attention import viewers_key
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import Message
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent

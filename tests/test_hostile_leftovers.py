@@ -13,8 +13,8 @@ from bot import metrics
 from bot.learning.reviews import USER_ID
 from bot.service.replies import REASON_LIMIT
 from bot.slack.blocks import APPROVE, BATCH_REJECT, REASON_BLOCK, REJECT, REPLY_REJECT
-from bot.slack.oauth import BOT_SCOPES as INSTALL_SCOPES
-from bot.slack.oauth import install_scopes
+from bot.slack.installs.oauth import BOT_SCOPES as INSTALL_SCOPES
+from bot.slack.installs.oauth import install_scopes
 from bot.store import keys
 from bot.store.records import CallStatus
 from bot.testing.advisors import scripted_advisor

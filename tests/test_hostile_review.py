@@ -24,9 +24,9 @@ from bot.engine.runner import TASK_REF, unpack_state
 from bot.slack.app import STILL_WORKING_COMMAND
 from bot.slack.blocks import APPROVE, REJECT, REPLY_KEEP, REPLY_REJECT
 from bot.store import keys
+from bot.store.parts.snapshots import decode_snapshot
+from bot.store.parts.texts import unpack_text
 from bot.store.records import SHOWN_ARGUMENTS
-from bot.store.snapshots import decode_snapshot
-from bot.store.texts import unpack_text
 from bot.testing.harness import SIGNING_SECRET, BotHarness, wait_until
 from bot.testing.requests import signature_headers
 from bot.testing.slack_api import FakeSlackAPI

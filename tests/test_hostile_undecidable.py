@@ -7,7 +7,7 @@ bot."""
 
 from __future__ import annotations
 
-from bot.service.policy import parse_policy
+from bot.service.policy.rules import parse_policy
 from bot.slack.blocks import APPROVE
 from bot.store.records import CallStatus
 from bot.testing.harness import BotHarness

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from bot import metrics
-from bot.service.policy import PolicyError, parse_policy
-from bot.service.policy_source import PolicySource, policy_version
+from bot.service.policy.rules import PolicyError, parse_policy
+from bot.service.policy.source import PolicySource, policy_version
 from bot.slack.blocks import APPROVE
 from bot.store import keys
 from bot.store.records import CallRecord, Decided

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from bot.service.policy import parse_policy
-from bot.service.policy_source import PolicySource, policy_version
-from bot.service.reach import decider_principals
+from bot.service.policy.reach import decider_principals
+from bot.service.policy.rules import parse_policy
+from bot.service.policy.source import PolicySource, policy_version
 from bot.slack.blocks import APPROVE
 from bot.store import keys
 from bot.testing.harness import BotHarness, wait_until

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
-from bot.slack.oauth import BOT_SCOPES as INSTALL_SCOPES
+from bot.slack.installs.oauth import BOT_SCOPES as INSTALL_SCOPES
 
 REPO = Path(__file__).resolve().parent.parent
 VENDORED_SCHEMA = Path(__file__).resolve().parent / "data" / "slack-app-manifest.schema.json"

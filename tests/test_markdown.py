@@ -9,8 +9,8 @@ import re
 import pytest
 from agents import Agent
 
+from bot.slack.delivery.streams import streamable
 from bot.slack.markdown import safe_markdown, to_mrkdwn
-from bot.slack.streams import streamable
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.models import SlowWriter
 from bot.testing.slack_api import FakeSlackAPI

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.service.policy_source import PolicySource
+from bot.service.policy.source import PolicySource
 from bot.slack.blocks import APPROVE
 from bot.store.records import CallStatus
 from bot.testing.harness import BotHarness, edit_values

@@ -12,8 +12,8 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from bot.store import keys
-from bot.store.outcomes import NoticeTurn
-from bot.store.pacing import SharedPacer, Urgency
+from bot.store.delivery.outcomes import NoticeTurn
+from bot.store.delivery.pacing import SharedPacer, Urgency
 from bot.store.runs import RunStore
 
 PERSON = "T1:U1"

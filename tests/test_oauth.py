@@ -19,12 +19,12 @@ import redis.asyncio as aioredis
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.service.authorize import NOT_SERVED, Authorizer
-from bot.service.policy import PolicyError, parse_policy
+from bot.service.policy.rules import PolicyError, parse_policy
 from bot.service.ports import Actor
+from bot.slack.api.serving import Team
 from bot.slack.blocks import APPROVE
-from bot.slack.groups import SlackGroups
-from bot.slack.serving import Team
-from bot.store.installations import TokenCipher, bot_key, workspace_of
+from bot.slack.directory.groups import SlackGroups
+from bot.store.installs.installations import TokenCipher, bot_key, workspace_of
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from bot.service.judgement import Way
-from bot.service.policy_source import PolicySource
+from bot.service.policy.source import PolicySource
 from bot.slack.blocks import (
     ALWAYS_APPROVE,
     APPROVE,

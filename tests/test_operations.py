@@ -207,7 +207,7 @@ async def test_while_slack_refuses_the_token_readyz_says_so_and_so_is_the_person
             await wait_until(
                 lambda: len(slack.calls_to("auth.test")) >= asked + 3, what="auth.test retries"
             )
-            lines = [r for r in caplog.records if r.name == "bot.slack.installation"]
+            lines = [r for r in caplog.records if r.name == "bot.slack.installs.installation"]
             assert [r.levelname for r in lines] == ["ERROR"]
             assert "refuses the bot token (auth.test: invalid_auth)" in lines[0].getMessage()
             assert "check SLACK_BOT_TOKEN" in lines[0].getMessage()
@@ -220,7 +220,7 @@ async def test_while_slack_refuses_the_token_readyz_says_so_and_so_is_the_person
             assert await readyz() == (200, {"ok": True, "redis": "up", "slack": "up"})
             _, found = await scrape(bot.url)
             assert value(found, "approval_bot_slack_auth_ok") == 1
-            lines = [r for r in caplog.records if r.name == "bot.slack.installation"]
+            lines = [r for r in caplog.records if r.name == "bot.slack.installs.installation"]
             assert [r.levelname for r in lines] == ["ERROR", "INFO"]
             assert "accepts the bot token again" in lines[1].getMessage()
             await bot.start_and_wait("clean", user="U1")  # and the bot works
@@ -266,7 +266,7 @@ async def test_a_token_revoked_while_the_bot_runs_is_told_as_at_start(
             await wait_until(lambda: len(slack.responses) > before, what="the clicker told")
             assert slack.responses[-1]["text"] == REFUSED
             assert slack.responses[-1]["replace_original"] is False
-            lines = [r for r in caplog.records if r.name == "bot.slack.installation"]
+            lines = [r for r in caplog.records if r.name == "bot.slack.installs.installation"]
             assert [r.levelname for r in lines][-1:] == ["ERROR"]
             assert "(a Web API call: invalid_auth)" in lines[-1].getMessage()
             refused_at = len(lines)
@@ -274,7 +274,7 @@ async def test_a_token_revoked_while_the_bot_runs_is_told_as_at_start(
             refusing.clear()
             await wait_until(lambda: bot.runtime.slack_problem() is None, what="auth.test")
             assert await ready() == (200, "up")
-            lines = [r for r in caplog.records if r.name == "bot.slack.installation"]
+            lines = [r for r in caplog.records if r.name == "bot.slack.installs.installation"]
             assert [r.levelname for r in lines[refused_at:]] == ["INFO"]
             assert "accepts the bot token again" in lines[-1].getMessage()
     finally:

@@ -17,7 +17,7 @@ from agents import Agent, function_tool
 
 from bot.slack.blocks import APPROVE
 from bot.store import keys
-from bot.store.pacing import SharedPacer, Urgency
+from bot.store.delivery.pacing import SharedPacer, Urgency
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import POLICY

@@ -21,12 +21,12 @@ from bot import metrics
 from bot.learning.backtest import backtest
 from bot.learning.history import read_history
 from bot.sandbox.server import serve
-from bot.service.policy import parse_policy
-from bot.service.shadow import shadow_verdicts
+from bot.service.policy.rules import parse_policy
+from bot.service.policy.shadow import shadow_verdicts
 from bot.slack.blocks import APPROVE
-from bot.store.audit import AuditLog
 from bot.store.records import RunRecord
-from bot.store.webhooks import Event
+from bot.store.trail.audit import AuditLog
+from bot.store.trail.webhooks import Event
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.history import HistoryWriter
 from bot.webhooks import payload

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from bot.service.conditions import REQUESTED_AT
-from bot.service.policy import Policy, parse_policy
+from bot.service.policy.conditions import REQUESTED_AT
+from bot.service.policy.rules import Policy, parse_policy
 from tests.docs_samples import DOCS, blocks, section
 
 RECIPES = blocks(section(DOCS / "policy.md", "## Recipes"), "yaml")

@@ -11,8 +11,8 @@ from agents.testing import assistant_message, function_call
 
 from bot import metrics
 from bot.slack.blocks import APPROVE, SHOW_ALL, SHOW_CONVERSATION
-from bot.store.attention import Past, attention_of, streak_of
-from bot.store.outbox import Shown
+from bot.store.delivery.outbox import Shown
+from bot.store.trail.attention import Past, attention_of, streak_of
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.requests import Sent
 from bot.testing.slack_api import Message

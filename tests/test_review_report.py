@@ -20,8 +20,8 @@ from bot.service.audit import AuditKind, audit_fields
 from bot.service.ports import Actor
 from bot.slack.blocks import APPROVE, SHOW_ALL
 from bot.slack.review_digest import digest_text
-from bot.store.audit import AuditLog
-from bot.store.digests import digest_key
+from bot.store.trail.audit import AuditLog
+from bot.store.trail.digests import digest_key
 from bot.testing.clock import SkippingClock
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.history import TEAM, HistoryWriter

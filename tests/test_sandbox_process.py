@@ -16,8 +16,8 @@ from typing import Any
 import aiohttp
 
 from bot.sandbox.server import cast, sandbox_policy
-from bot.service.policy import ChannelRule
-from bot.service.policy_source import PolicySource
+from bot.service.policy.rules import ChannelRule
+from bot.service.policy.source import PolicySource
 from bot.testing.harness import wait_until
 from tests.forkserver import ForkedProcess, run_bot
 from tests.processes import ROOT, fork_with_ports, free_port

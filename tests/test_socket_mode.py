@@ -11,7 +11,7 @@ from pydantic import SecretStr
 from bot.config import Settings
 from bot.engine.registry import AgentRegistry
 from bot.runtime import BotRuntime, serve_socket
-from bot.service.policy_source import PolicySource
+from bot.service.policy.source import PolicySource
 from bot.slack.blocks import APPROVE
 from bot.testing.harness import BOT_TOKEN, wait_until
 from bot.testing.requests import SlackRequests

@@ -31,7 +31,7 @@ from bot.config import Settings
 from bot.service.ports import GroupLookupError
 from bot.slack.app import FORM_FAILED, FORM_LATE, STILL_WORKING, STILL_WORKING_COMMAND
 from bot.slack.blocks import APPROVE, REJECT
-from bot.slack.groups import SlackGroups
+from bot.slack.directory.groups import SlackGroups
 from bot.slack.listeners.views import STILL_WORKING_EDIT
 from bot.store.connection import EmbeddedRedis
 from bot.testing.harness import BotHarness, edit_values, wait_until

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from bot.store import keys
+from bot.store.delivery.outbox import Shown
 from bot.store.keys import RunKeys, Target
-from bot.store.outbox import Shown
+from bot.store.parts.texts import HASH_VALUE_LIMIT, pack_text, split_run, unpack_text
 from bot.store.records import CallRecord, CallStatus, RunRecord, RunStatus
 from bot.store.runs import AlreadyEnded, Ended, NotOwner, RunMissing, decode_finish
-from bot.store.texts import HASH_VALUE_LIMIT, pack_text, split_run, unpack_text
 
 RUN = "0123456789abcdef"
 CALL = f"{RUN}.AAAAAAAAAAAAAAAA"

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from bot import ask_human
 from bot.slack.blocks import APPROVE
-from bot.store.audit import AUDIT_STREAM
+from bot.store.trail.audit import AUDIT_STREAM
 from bot.testing.clock import SkippingClock
 from bot.testing.harness import SIGNING_SECRET, BotHarness, wait_until
 from bot.testing.requests import SlackRequests

@@ -5,7 +5,7 @@ The advisor is an Agents SDK agent like any other (any model), asked once per ca
 the agent's reason. No run state, no context object, no tool of the run: it cannot read more
 than a reviewer reads on the card. Its answer must have the shape of `AdviceOutput` (give the
 agent `output_type=AdviceOutput`, or any output with the same fields); anything else is
-`OutOfShape`, and the card says "no advice" (`bot.service.advice`).
+`OutOfShape`, and the card says "no advice" (`bot.service.oversight.advice`).
 """
 
 from __future__ import annotations

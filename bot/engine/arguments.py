@@ -16,7 +16,7 @@ Where the bot cannot know more without running the tool's own code (a parameter 
 model of the application's, a custom validator; a tool that is not a decorated function: an
 agent used as a tool, an MCP tool, a hosted MCP call), the arguments are read as the JSON they
 are, which the tool then reads itself; a rule that finds the wrong type there cannot be
-decided (`bot.service.conditions`), so it never approves.
+decided (`bot.service.policy.conditions`), so it never approves.
 
 JSON has no NaN or infinity (RFC 8259), but Python's `json` (and so the SDK) reads `NaN`,
 `Infinity`, `-Infinity`, and `1e999` as a float that is not finite, and pydantic turns the

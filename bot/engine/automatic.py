@@ -3,7 +3,7 @@ without a person (a policy rule's automatic decision, a channel grant).
 
 Asking before anything is saved lets a call the policy decides by itself go on in the same run:
 no snapshot, no job, no card. The engine knows only the answer; who decides, and what is
-recorded, is the service's (`bot.service.automatic`). It is asked in two places:
+recorded, is the service's (`bot.service.decisions.automatic`). It is asked in two places:
 
 - At the SDK's approval check of a function tool (its `needs_approval`, which the registry wraps
   with `at_check`, openai-agents 0.24): an approved call is then a call that needs no approval,

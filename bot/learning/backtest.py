@@ -25,9 +25,9 @@ from typing import Any
 
 from bot.learning.history import DecidedCall, History
 from bot.learning.text import call_line, count, printable, when
-from bot.service.conditions import REQUESTED_AT
-from bot.service.policy import CallRule, Policy
-from bot.service.shadow import ASK, AUTO_APPROVE, AUTO_REJECT, would_do
+from bot.service.policy.conditions import REQUESTED_AT
+from bot.service.policy.rules import CallRule, Policy
+from bot.service.policy.shadow import ASK, AUTO_APPROVE, AUTO_REJECT, would_do
 
 SETS = (
     ("approves_rejected", "Would approve automatically what was rejected (or edited first)"),

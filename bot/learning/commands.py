@@ -24,9 +24,9 @@ from bot.config import Settings
 from bot.learning import backtest, suggest
 from bot.learning.history import History, read_history
 from bot.learning.report import SECTIONS, TABLES, Options, report_csv, report_data, report_text
-from bot.service.policy import Policy, PolicyError, load_policy
-from bot.store.audit import offline_trail
+from bot.service.policy.rules import Policy, PolicyError, load_policy
 from bot.store.connection import RedisUnavailable
+from bot.store.trail.audit import offline_trail
 
 CANNOT = 2
 

@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from bot.engine.questions import TOOL_NAME as QUESTION_TOOL
 from bot.service.audit import AuditKind
-from bot.service.conditions import decode_subject
-from bot.store.audit import AuditLog
+from bot.service.policy.conditions import decode_subject
+from bot.store.trail.audit import AuditLog
 
 Outcome = Literal["approved", "rejected", "expired", "edited"]
 
@@ -91,7 +91,7 @@ class ShadowEntry:
     detail: str
 
 
-# The entries that say how closely people review (bot/service/attention.py), besides the
+# The entries that say how closely people review (bot/service/oversight/attention.py), besides the
 # decisions: a card posted (folded or whole, its characters), a person who opened what lies
 # behind a card, a quorum vote, a rubber-stamp alarm.
 REVIEWED: frozenset[str] = frozenset(

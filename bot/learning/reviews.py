@@ -1,7 +1,7 @@
 """`approval-bot report reviews`: whether approvals are real, per approver and channel.
 
-Read back from the audit trail the bot writes as it happens (bot/service/attention.py): for
-each person's decision (or quorum vote), the time from its card shown in Slack (`card_shown`;
+Read back from the audit trail the bot writes as it happens (bot/service/oversight/attention.py):
+for each person's decision (or quorum vote), the time from its card shown in Slack (`card_shown`;
 before that entry existed, the call's request) to the decision; whether it came faster than
 the card can be read (the attention it had, since the card was shown or since the person's
 previous decision when that is shorter, under its characters at `read_chars_per_second`);
@@ -31,10 +31,10 @@ EVERYONE = "*"
 APPROVALS = frozenset({"approve", "always_approve", "approve_edited"})
 REJECTIONS = frozenset({"reject", "always_reject"})
 # An Always decision settles the run's other calls of the tool too: those were not reviewed
-# on their own cards (bot/service/decisions.py audits them with this detail).
+# on their own cards (bot/service/decisions/decide.py audits them with this detail).
 ALONGSIDE = "always decision on "
 # A previous decision older than this does not shorten a card's attention (the live record of
-# a person's latest decisions is kept as long: bot/store/attention.py).
+# a person's latest decisions is kept as long: bot/store/trail/attention.py).
 KEEP_SECONDS = 86400.0
 # A Slack user id (a mention is made of nothing else).
 USER_ID = re.compile(r"^[UW][A-Z0-9]+\Z")  # (\Z: `$` would let a final "\n" through)

@@ -1,7 +1,7 @@
 """The shadow rules' record: what each would have done, beside what became of the call.
 
-A shadow entry (`bot/service/shadow.py`) is written when the call is posted; what became of the
-call is its settling entry (`bot.learning.history.History.outcomes`). A rule that would have
+A shadow entry (`bot/service/policy/shadow.py`) is written when the call is posted; what became of
+the call is its settling entry (`bot.learning.history.History.outcomes`). A rule that would have
 approved automatically agreed with people when they approved, and disagreed when they rejected
 it or edited it first: each of those is listed, every one. A rule that would have rejected
 agreed when people rejected it, and disagreed when they approved it. A rule that would have
@@ -19,7 +19,7 @@ from typing import Any
 
 from bot.learning.history import DecidedCall, History, ShadowEntry
 from bot.learning.text import call_line, count, printable, when
-from bot.service.shadow import ASK, AUTO_APPROVE, AUTO_REJECT
+from bot.service.policy.shadow import ASK, AUTO_APPROVE, AUTO_REJECT
 
 WOULD = {
     AUTO_APPROVE: "approve automatically",

@@ -33,8 +33,8 @@ import yaml
 from bot.learning.backtest import Backtest, backtest, judged, section_for
 from bot.learning.history import DecidedCall, History
 from bot.learning.text import compact, count, printable, when
-from bot.service.conditions import PATH, ROOTS, UNREADABLE
-from bot.service.policy import Policy, ToolRule
+from bot.service.policy.conditions import PATH, ROOTS, UNREADABLE
+from bot.service.policy.rules import Policy, ToolRule
 
 MAX_VALUES = 5  # an argument seen with more values than this is not pinned to a list
 MAX_PER_TOOL = 3  # suggestions for one tool of one agent in one channel

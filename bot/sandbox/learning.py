@@ -12,7 +12,7 @@ from aiohttp import web
 
 from bot.learning.history import read_history
 from bot.learning.report import Options, report_text
-from bot.store.audit import AuditLog
+from bot.store.trail.audit import AuditLog
 
 SHADOW_RULES = """\
 tools:

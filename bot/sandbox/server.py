@@ -30,8 +30,8 @@ from bot.engine.registry import AgentRegistry
 from bot.listening import start_site
 from bot.runtime import BotRuntime
 from bot.sandbox.learning import SHADOW_RULES, report_page
-from bot.service.policy import ChannelRule
-from bot.service.policy_source import PolicySource
+from bot.service.policy.rules import ChannelRule
+from bot.service.policy.source import PolicySource
 from bot.slack.blocks import EDIT_MODAL, REASON_BLOCK, REASON_INPUT
 from bot.testing.advisors import demo_advisor
 from bot.testing.harness import edit_values

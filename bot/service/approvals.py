@@ -16,34 +16,34 @@ from __future__ import annotations
 import logging
 
 from bot.engine.runner import Engine
-from bot.service.advice import Advisor, AdvisorSettings
-from bot.service.attention import Attention, AttentionSettings
 from bot.service.authorize import Authorizer
-from bot.service.batch import Batch
 from bot.service.core import ServiceCore
-from bot.service.decisions import Decisions
-from bot.service.details import Details
-from bot.service.edits import Edits
+from bot.service.decisions.batch import Batch
+from bot.service.decisions.decide import Decisions
+from bot.service.decisions.edits import Edits
+from bot.service.decisions.grants import Grants
+from bot.service.decisions.questions import Questions
+from bot.service.decisions.reviews import Reviews
+from bot.service.decisions.timers import Timers
 from bot.service.foreground import Foreground
-from bot.service.grants import Grants
 from bot.service.judgement import Judgement
-from bot.service.limits import StartLimits
+from bot.service.oversight.advice import Advisor, AdvisorSettings
+from bot.service.oversight.attention import Attention, AttentionSettings
+from bot.service.oversight.details import Details
 from bot.service.people import People
-from bot.service.policy_source import PolicySource
+from bot.service.policy.source import PolicySource
 from bot.service.ports import Notifier
-from bot.service.questions import Questions
 from bot.service.replies import RejectForm, Reply, when
-from bot.service.reviews import Reviews
-from bot.service.runs import Runs
-from bot.service.sweeper import Sweeper
-from bot.service.timers import Timers
+from bot.service.running.limits import StartLimits
+from bot.service.running.runs import Runs
+from bot.service.running.sweeper import Sweeper
 from bot.store.admission import AdmissionStore
-from bot.store.audit import AuditLog
+from bot.store.installs.workspaces import forget_workspace
 from bot.store.journal import RedisJournal
 from bot.store.queue import JobQueue
 from bot.store.records import CallRecord, RunRecord
 from bot.store.runs import RunStore
-from bot.store.workspaces import forget_workspace
+from bot.store.trail.audit import AuditLog
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,8 @@ class ApprovalService:
 
     async def forget_workspace(self, team_id: str) -> int:
         """The app was uninstalled from `team_id` (or its bot token revoked): everything the
-        bot keeps about that workspace goes, nothing of another (bot/store/workspaces.py)."""
+        bot keeps about that workspace goes, nothing of another
+        (bot/store/installs/workspaces.py)."""
         return await forget_workspace(self.store.redis, team_id)
 
 

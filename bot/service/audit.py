@@ -13,9 +13,9 @@ from typing import Any
 from prometheus_client import Counter
 
 from bot import metrics
-from bot.service.advised import without_advice
-from bot.service.conditions import REQUESTED_AT, encode_subject, stored_subject
-from bot.service.gate import subject_of_call
+from bot.service.oversight.advised import without_advice
+from bot.service.policy.conditions import REQUESTED_AT, encode_subject, stored_subject
+from bot.service.policy.gate import subject_of_call
 from bot.service.ports import Actor
 from bot.store.records import CallRecord, RunRecord
 
@@ -56,16 +56,17 @@ class AuditKind(StrEnum):
     # A rule's conditions could not be decided on a call: a person decides it, under the
     # strictest rule that could apply (`Policy.rule_for`); detail: why, and that rule.
     UNDECIDABLE = "undecidable"
-    SHADOW = "shadow"  # what a shadow rule would have done with a call (bot/service/shadow.py)
-    # Whether approvals are real (bot/service/attention.py): a person opened what lies behind
-    # a card (decision: show_all | conversation), a person's quick approvals in a row raised
+    # what a shadow rule would have done with a call (bot/service/policy/shadow.py)
+    SHADOW = "shadow"
+    # Whether approvals are real (bot/service/oversight/attention.py): a person opened what lies
+    # behind a card (decision: show_all | conversation), a person's quick approvals in a row raised
     # the rubber-stamp alarm (detail: how many, how quick).
     VIEWED = "viewed"
     RUBBER_STAMP = "rubber_stamp"
     # A call's card was posted: decision folded | whole (its arguments), detail its characters.
     CARD_SHOWN = "card_shown"
-    # The advisor's second opinion on a call (bot/service/advice.py): decision its risk, or
-    # `none` (detail: why); detail its rationale and the seconds it took; text its concerns.
+    # The advisor's second opinion on a call (bot/service/oversight/advice.py): decision its risk,
+    # or `none` (detail: why); detail its rationale and the seconds it took; text its concerns.
     ADVISED = "advised"
 
     def tally(self, decision: str, call: CallRecord | None) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.service.policy import ALLOWED, CallRule, Policy, Verdict
+from bot.service.policy.rules import ALLOWED, CallRule, Policy, Verdict
 from bot.service.ports import Actor, ChannelDirectory, GroupDirectory, GroupLookupError
 from bot.service.replies import Code, Mention, Part, Plain, joined, said
 

@@ -14,15 +14,15 @@ from bot.outage import log_failure
 from bot.service.audit import AuditKind, audit_fields
 from bot.service.authorize import Authorizer
 from bot.service.foreground import Foreground
-from bot.service.limits import StartLimits
-from bot.service.policy_source import PolicySource
+from bot.service.policy.source import PolicySource
 from bot.service.ports import Actor, Notifier
+from bot.service.running.limits import StartLimits
 from bot.store.admission import AdmissionStore
-from bot.store.audit import AuditLog
 from bot.store.journal import RedisJournal
 from bot.store.queue import JobQueue
 from bot.store.records import CallRecord, RunRecord
 from bot.store.runs import RunStore
+from bot.store.trail.audit import AuditLog
 
 log = logging.getLogger(__name__)
 

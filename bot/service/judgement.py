@@ -31,16 +31,16 @@ from typing import Any
 from bot.clock import Clock
 from bot.engine.questions import QUESTION_KIND
 from bot.service.authorize import Authorizer, principal_parts
-from bot.service.conditions import value_to_type
+from bot.service.decisions.grants import GrantScope, scope_refusal
 from bot.service.digest import digest_of
-from bot.service.gate import rule_for, subject_of_call
-from bot.service.grants import GrantScope, scope_refusal
-from bot.service.policy import CallRule, Policy, Verdict, grant_max_of, human
-from bot.service.policy_source import PolicySource
+from bot.service.policy.conditions import value_to_type
+from bot.service.policy.gate import rule_for, subject_of_call
+from bot.service.policy.rules import CallRule, Policy, Verdict, grant_max_of, human
+from bot.service.policy.source import PolicySource
 from bot.service.ports import Actor
 from bot.service.replies import Code, Mention, Text, already_text, said, when
-from bot.store.calls import EDITED_SINCE
 from bot.store.grants import Grant, new_grant_id
+from bot.store.parts.calls import EDITED_SINCE
 from bot.store.records import AlreadyDecided, CallRecord, RunRecord
 
 
@@ -277,7 +277,7 @@ class Judgement:
         if call.decided:
             earlier = AlreadyDecided(call.status, call.decided_by, call.decided_at, call.via)
             return already_text(earlier)
-        if call.kind == QUESTION_KIND:  # an answer is text: bot/service/questions.py
+        if call.kind == QUESTION_KIND:  # an answer is text: bot/service/decisions/questions.py
             return "This is a question from the agent: answer it with Answer."
         if attempt.version and attempt.version != call.version:
             if attempt.way == Way.EDIT and call.edited_by:

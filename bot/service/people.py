@@ -5,7 +5,7 @@ rules governing the calls of its latest pause (`Authorizer.may_manage`): a rule 
 agent, or to tools the run never waited on, gives no rights over it; seeing a run's status too.
 "Waiting for me" lists exactly the calls a click by this person would decide now: the same
 authorization as a click. It reads only the channels where the person could decide something
-(`bot.service.reach`, from each channel's index of unfinished runs), so its cost follows the
+(`bot.service.policy.reach`, from each channel's index of unfinished runs), so its cost follows the
 runs of those channels, not every paused run of the deployment.
 """
 
@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
+from bot.service.decisions.grants import Grants, GrantView
 from bot.service.digest import digest_of
-from bot.service.gate import rule_for, subject_of_call
-from bot.service.grants import Grants, GrantView
 from bot.service.judgement import Judgement, Ruled
-from bot.service.policy import CallRule, Policy, Verdict
+from bot.service.policy.gate import rule_for, subject_of_call
+from bot.service.policy.reach import decider_principals
+from bot.service.policy.rules import CallRule, Policy, Verdict
 from bot.service.ports import Actor
-from bot.service.reach import decider_principals
 from bot.service.replies import Code, Mention, Reply, Text, said, when
 from bot.store import keys
-from bot.store.edits import EditRecord
+from bot.store.parts.edits import EditRecord
+from bot.store.parts.turns import FollowUp, TurnRecord
 from bot.store.records import CallRecord, RunRecord, RunStatus
-from bot.store.turns import FollowUp, TurnRecord
 
 MAX_LISTED = 20
 MAX_SCANNED = 1000  # paused runs a list or a batch of App Homes looks at (the oldest first)
@@ -201,7 +201,7 @@ class People:
 
     async def _reach(self, policy: Policy, actor: Actor, sizes: dict[str, int]) -> set[str]:
         """The channels with unfinished runs where `actor` could decide something under
-        `policy` (see `bot.service.reach`): the only ones read for them. A superset, never a
+        `policy` (see `bot.service.policy.reach`): the only ones read for them. A superset, never a
         grant: a user group or channel lookup that fails leaves its channel out, as it would
         refuse each of its calls."""
         found = set()

@@ -34,8 +34,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot import metrics
 from bot.service.approvals import ApprovalService
 from bot.service.foreground import Foreground
-from bot.slack.home import HomePublisher
-from bot.slack.installation import SlackAuth
+from bot.slack.api.serving import serving
+from bot.slack.delivery.home import HomePublisher
+from bot.slack.installs.installation import SlackAuth
+from bot.slack.installs.oauth import Distribution, Forgetting
+from bot.slack.installs.oauth import register as register_installs
 from bot.slack.listeners import actions, commands, events, middleware, views
 from bot.slack.listeners import questions as question_listeners
 from bot.slack.listeners.actions import FORM_FAILED, FORM_LATE, TRIGGER_SECONDS
@@ -43,9 +46,6 @@ from bot.slack.listeners.commands import COMMAND, STILL_WORKING_COMMAND
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import DEADLINE, RECEIVED, STILL_WORKING, TRY_AGAIN
 from bot.slack.listeners.views import STILL_WORKING_REJECTION
-from bot.slack.oauth import Distribution, Forgetting
-from bot.slack.oauth import register as register_installs
-from bot.slack.serving import serving
 
 __all__ = [
     "ACK_BUDGET_SECONDS",
@@ -113,7 +113,7 @@ class _BudgetedApp(AsyncApp):  # type: ignore[misc]
             return _refused(req.body, sentence)
         context = req.context
         # The request's workspace, from its signed body: every Web API call of its handling
-        # (and of the tasks it starts) carries that workspace's token (bot/slack/serving.py).
+        # (and of the tasks it starts) carries that workspace's token (bot/slack/api/serving.py).
         with serving(
             context.team_id or "", context.enterprise_id or "", bool(context.is_enterprise_install)
         ):
@@ -204,8 +204,8 @@ def build_app(
 ) -> AsyncApp:
     """Wire Slack's commands, button clicks, modal submissions and thread replies: the app,
     its middleware and error handler, then each listener module's `register`. With
-    `distribution`, many workspaces install the app (bot/slack/oauth.py). With `auth`, every
-    request is refused (with a sentence) while Slack does not accept the bot token."""
+    `distribution`, many workspaces install the app (bot/slack/installs/oauth.py). With `auth`,
+    every request is refused (with a sentence) while Slack does not accept the bot token."""
     _quiet_token_warning(client.token)
     oauth = distribution.app_options(client) if distribution is not None else {}
     app = _BudgetedApp(

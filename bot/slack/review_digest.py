@@ -1,5 +1,5 @@
-"""The weekly review digest as Slack shows it (bot/service/review_digest.py decides when and
-for which channel): one message to the channel, a line for everyone and one per approver,
+"""The weekly review digest as Slack shows it (bot/service/oversight/review_digest.py decides when
+and for which channel): one message to the channel, a line for everyone and one per approver,
 who is mentioned, so the digest reaches the people it is about.
 
 The figures come from the audit trail; the ids in it came from Slack, but are shown as
@@ -13,7 +13,7 @@ import time
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.learning.reviews import EVERYONE, USER_ID, ReviewFigures
-from bot.slack.serving import serving
+from bot.slack.api.serving import serving
 from bot.slack.text import fit, inline
 
 PEOPLE_SHOWN = 30  # approvers listed; the rest are counted (the report lists them all)
@@ -74,7 +74,7 @@ def digest_text(channel: str, rows: list[ReviewFigures], week_end: float) -> str
 
 
 class DigestPoster:
-    """Posts a channel's digest (`bot.service.review_digest.PostDigest`)."""
+    """Posts a channel's digest (`bot.service.oversight.review_digest.PostDigest`)."""
 
     def __init__(self, client: AsyncWebClient) -> None:
         self.client = client

@@ -112,8 +112,8 @@ class ReplicasBehind(redis.ConnectionError):
 
 
 # The SHA-1 of scripts whose writes need no replica's confirmation: what they keep may be lost
-# in a failover at no cost (Slack's pacing, bot/store/pacing.py: at worst a call goes early,
-# and Slack's 429 holds the bucket again), so they keep working while replicas lag.
+# in a failover at no cost (Slack's pacing, bot/store/delivery/pacing.py: at worst a call goes
+# early, and Slack's 429 holds the bucket again), so they keep working while replicas lag.
 UNREPLICATED: set[str] = set()
 
 

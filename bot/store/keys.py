@@ -7,7 +7,7 @@ snapshot hash, the pause set, call hashes with every field) are still read, on t
 
 Layout 3 (#17): a task or a call's arguments longer than a hash value may be under Redis's
 default settings (64 bytes) is kept once, in a string key of its own (`task_key`,
-`arguments_key`, `bot.store.texts`), read with its hash; the snapshot refers to the task
+`arguments_key`, `bot.store.parts.texts`), read with its hash; the snapshot refers to the task
 instead of holding a copy. Runs of layout 2 (a cut copy of the task in the run hash, the
 arguments in the call hash) are read as they are.
 
@@ -56,13 +56,13 @@ def run_key(run_id: str) -> str:
 
 
 def task_key(run_id: str) -> str:
-    """A task too long for the run hash (`bot.store.texts`), for the run's whole life (layout
+    """A task too long for the run hash (`bot.store.parts.texts`), for the run's whole life (layout
     2 kept one only until the run first paused)."""
     return f"{PREFIX}:{{{run_id}}}:task"
 
 
 def arguments_key(approval_id: str) -> str:
-    """A call's display arguments too long for its hash (`bot.store.texts`)."""
+    """A call's display arguments too long for its hash (`bot.store.parts.texts`)."""
     return call_key(approval_id) + ":args"
 
 
@@ -158,7 +158,7 @@ def delivery_key(kind: str, delivery_id: str) -> str:
 
 def pace_key(limit: str, scope: str) -> str:
     """One of Slack's rate limits (`limit`: post, update, home) for one channel or workspace,
-    shared by every replica (bot/store/pacing.py). Its own hash tag, shared with its kept
+    shared by every replica (bot/store/delivery/pacing.py). Its own hash tag, shared with its kept
     turns: a cluster spreads the limits over its nodes."""
     return f"{PREFIX}:pace:{{{limit}:{scope}}}"
 
@@ -168,19 +168,21 @@ def turn_key(limit: str, scope: str, message: str) -> str:
     return f"{pace_key(limit, scope)}:turn:{message}"
 
 
-# What people see in Slack is derived from these (bot/store/outbox.py, bot/slack/projector.py).
-# One hash tag, so the claim script touches one slot on Redis Cluster.
+# What people see in Slack is derived from these (bot/store/delivery/outbox.py,
+# bot/slack/delivery/projector.py). One hash tag, so the claim script touches one slot on Redis
+# Cluster.
 OUTBOX_INDEX = f"{PREFIX}:{{outbox}}:due"  # sorted set: run id -> when its messages are due (ms)
 OUTBOX_LEASES = f"{PREFIX}:{{outbox}}:leases"  # hash: run id -> the claim holding it (score)
 
-# Decision webhooks (bot/store/webhooks.py): the audit stream is their outbox; these say how far
-# its delivery got and which process delivers. One hash tag: the fenced advance touches one slot.
+# Decision webhooks (bot/store/trail/webhooks.py): the audit stream is their outbox; these say how
+# far its delivery got and which process delivers. One hash tag: the fenced advance touches one
+# slot.
 WEBHOOK_CURSOR = f"{PREFIX}:{{webhook}}:cursor"  # string: id of the last audit entry delivered
 WEBHOOK_LEASE = f"{PREFIX}:{{webhook}}:lease"  # string (PX): the delivering process's token
 
 # Timers of pending calls (expiry, reminders, escalation): approval id -> when its next timer
 # is due (ms). One hash tag of its own: the claim touches one slot; each firing is then a script
-# on its run's keys (bot/store/timers.py).
+# on its run's keys (bot/store/parts/timers.py).
 TIMERS = f"{PREFIX}:{{timers}}:due"
 
 # A run's messages ("targets", see `Target`): its run message, one card per call, the result in
@@ -229,8 +231,8 @@ def outbox_key(run_id: str) -> str:
 
 
 def shown_key(run_id: str) -> str:
-    """Hash: target -> `<ts> <hash>[ <posting>]` (`bot.store.outbox.Shown`; layout 2: JSON):
-    what Slack holds of that message."""
+    """Hash: target -> `<ts> <hash>[ <posting>]` (`bot.store.delivery.outbox.Shown`; layout 2:
+    JSON): what Slack holds of that message."""
     return f"{PREFIX}:{{{run_id}}}:shown"
 
 
@@ -288,7 +290,7 @@ def user_runs_key(team: str, user: str) -> str:
 
 def channel_runs_key(channel: str) -> str:
     """Sorted set: the unfinished runs started in a channel (run id -> created time): what
-    `/agent list` and the App Home read instead of every active run (`bot.store.indexes`).
+    `/agent list` and the App Home read instead of every active run (`bot.store.parts.indexes`).
     Used alone, never inside a run's script, like `EXECUTING_RUNS`; it only narrows what is
     read: every run and call read through it is judged by the policy in force."""
     return f"{PREFIX}:runs:channel:{channel}"

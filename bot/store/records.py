@@ -81,7 +81,7 @@ def _from_hash(cls: type[_R], raw: Mapping[Any, Any], derived: dict[str, str]) -
             if f.name in cls.USUAL:
                 kwargs[f.name] = cls.USUAL[f.name]
             elif f.default is dataclasses.MISSING and f.type in ("str", str):
-                kwargs[f.name] = ""  # a long text kept in a key of its own (bot.store.texts)
+                kwargs[f.name] = ""  # a long text kept in a key of its own (bot.store.parts.texts)
             continue
         value: Any = values[f.name]
         if f.type in ("int", int):
@@ -247,7 +247,7 @@ class CallRecord:
     policy_version: str = ""
     digest: str = ""
     paused_at: float = 0.0  # when the run paused on this call (time to decision)
-    # Timers (bot/store/timers.py), from the policy when the call was posted; times in Unix s.
+    # Timers (bot/store/parts/timers.py), from the policy when the call was posted; times in Unix s.
     # Seconds from `paused_at` to the call's expiry (`expires_at`); 0: a call stored before
     # expiry existed (never expires).
     expire_after: int = 0
@@ -258,13 +258,13 @@ class CallRecord:
     escalate_at: float = 0.0
     escalate_to: str = ""  # JSON list of principals who may decide once escalated
     escalated_at: float = 0.0  # set once, atomically, when escalate_after has passed
-    # What the policy's conditions read (bot/service/conditions.py), as JSON: kept only when it
-    # cannot be read again from `arguments` (a cut display copy, a shell or patch call's facts).
+    # What the policy's conditions read (bot/service/policy/conditions.py), as JSON: kept only when
+    # it cannot be read again from `arguments` (a cut display copy, a shell or patch call's facts).
     subject: str = ""
     # The argument path whose value Approve asks to type (`tool`: the tool name; "": none),
     # from the rule when the call was posted (the card says so; the policy in force decides).
     confirm: str = ""
-    # Edit, then approve (bot/service/edits.py, edit.lua): the call then stands for the
+    # Edit, then approve (bot/service/decisions/edits.py, edit.lua): the call then stands for the
     # reviewer's arguments; the original ones never run (the agent is asked to call again).
     allow_edit: bool = False  # the policy offered Edit when the call was posted
     edited_arguments: str = ""  # the edited arguments, pretty JSON (empty: not edited)
@@ -277,14 +277,14 @@ class CallRecord:
     # The edited call (approval id) whose one-shot approval may settle this call (use_edit.lua).
     edit_grant: str = ""
     # The channel grant (#19) this call made (its Always approve) or was settled by, as JSON
-    # (`bot.service.grants.GrantNote`): what the card says it did; empty: none.
+    # (`bot.service.decisions.grants.GrantNote`): what the card says it did; empty: none.
     granted: str = ""
     # Who asked for the turn that made this call, when not the run's starter (the author of a
     # follow-up; empty: the starter, as for every call stored before requesters were kept),
     # and that turn's number (0: the first). Self-approval is judged against the requester.
     requester: str = ""
     turn: int = 0
-    # The advisor's second opinion (bot/service/advice.py), as JSON: `{risk, rationale,
+    # The advisor's second opinion (bot/service/oversight/advice.py), as JSON: `{risk, rationale,
     # concerns}`, or `{none: why}` when it gave none (failed, timed out, out of shape); empty:
     # not (yet) advised. Written after the card is posted, while the call is pending.
     advice: str = ""

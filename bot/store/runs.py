@@ -20,16 +20,24 @@ import redis.asyncio as redis
 
 from bot.clock import SYSTEM_CLOCK, Clock
 from bot.store import keys
-from bot.store.calls import CONTEXT_FIELD, INLINE_CONTEXT, Calls
-from bot.store.calls import MAX_COMMENTS as MAX_COMMENTS
 from bot.store.connection import UNREPLICATED, is_cluster
-from bot.store.edits import Edits
+from bot.store.delivery.outbox import Mark, Outbox, Shown
+from bot.store.delivery.outcomes import Outcomes
 from bot.store.errors import NotOwner as NotOwner
 from bot.store.errors import StoreError as StoreError
-from bot.store.indexes import Indexes
 from bot.store.keys import RunKeys
-from bot.store.outbox import Mark, Outbox, Shown
-from bot.store.outcomes import Outcomes
+from bot.store.parts.calls import CONTEXT_FIELD, INLINE_CONTEXT, Calls
+from bot.store.parts.calls import MAX_COMMENTS as MAX_COMMENTS
+from bot.store.parts.edits import Edits
+from bot.store.parts.indexes import Indexes
+from bot.store.parts.reviews import Reviews
+from bot.store.parts.snapshots import SNAPSHOT_TAG as SNAPSHOT_TAG
+from bot.store.parts.snapshots import decode_snapshot as decode_snapshot
+from bot.store.parts.snapshots import encode_snapshot as encode_snapshot
+from bot.store.parts.snapshots import stored_snapshot
+from bot.store.parts.texts import call_from, run_from, split_call, split_run, unpack_text
+from bot.store.parts.timers import Timers
+from bot.store.parts.turns import Turns
 from bot.store.records import (
     CallContext,
     CallRecord,
@@ -37,16 +45,8 @@ from bot.store.records import (
     RunRecord,
     Snapshot,
 )
-from bot.store.reviews import Reviews
 from bot.store.scripts import mark, marking, script, text
 from bot.store.scripts import now as now
-from bot.store.snapshots import SNAPSHOT_TAG as SNAPSHOT_TAG
-from bot.store.snapshots import decode_snapshot as decode_snapshot
-from bot.store.snapshots import encode_snapshot as encode_snapshot
-from bot.store.snapshots import stored_snapshot
-from bot.store.texts import call_from, run_from, split_call, split_run, unpack_text
-from bot.store.timers import Timers
-from bot.store.turns import Turns
 
 TIMER_MARGIN = 86400  # a paused run's records outlive its calls' expiry by at least this
 CANCEL_TRIES = 5  # a run that pauses again at every try of a cancel (never, in practice)
@@ -218,7 +218,7 @@ class Runs:
         One round trip, a transaction of the run and its indexes, on a single server; two on a
         cluster (a transaction stays within one slot: the run's, then the indexes)."""
         key = keys.run_key(run.run_id)
-        stored, task = split_run(run)  # a long task: in its own key, once (bot.store.texts)
+        stored, task = split_run(run)  # a long task: in its own key, once (bot.store.parts.texts)
         single = not is_cluster(self.redis)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping=stored)  # type: ignore[arg-type]
@@ -339,7 +339,7 @@ class Runs:
         self, run_id: str
     ) -> tuple[dict[str, Mark], RunRecord | None, dict[str, Shown], dict[Any, Any], list[str]]:
         """What a projector pass reads, in one round trip: the run's marks, the run, what
-        Slack holds of its messages, its outcomes hash (`bot.store.outcomes`: who is to be
+        Slack holds of its messages, its outcomes hash (`bot.store.delivery.outcomes`: who is to be
         told what) as HGETALL returns it, and its progress lines (for its run message)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(keys.outbox_key(run_id))

@@ -28,7 +28,7 @@ from bot.config import Settings
 from bot.engine.questions import QUESTION_KIND
 from bot.engine.registry import AgentRegistry
 from bot.runtime import BotRuntime
-from bot.service.policy_source import PolicySource
+from bot.service.policy.source import PolicySource
 from bot.slack import blocks as ids
 from bot.slack.blocks import (
     ALWAYS_REJECT,

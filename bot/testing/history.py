@@ -20,11 +20,11 @@ from typing import Any
 
 from bot.engine.arguments import read_json
 from bot.service.audit import AuditKind, audit_fields
-from bot.service.conditions import subject_of
 from bot.service.digest import digest_of
+from bot.service.policy.conditions import subject_of
 from bot.service.ports import Actor
-from bot.store.audit import AuditLog
 from bot.store.records import CallRecord, RunRecord
+from bot.store.trail.audit import AuditLog
 
 TEAM = "T0TEST"
 

@@ -29,7 +29,7 @@ from openai.types.responses import ResponseTextDeltaEvent
 from bot.config import DEFAULT_REJECTION_TEXT
 from bot.engine.questions import is_question_tool
 from bot.engine.registry import walk
-from bot.service.edits import edited_call_in
+from bot.service.decisions.edits import edited_call_in
 
 Agents = Agent[Any] | Mapping[str, Agent[Any]] | Iterable[Agent[Any]]
 
@@ -195,8 +195,8 @@ def _latest_turn(items: list[Any]) -> list[Any]:
 
 
 def _edited_call(items: list[Any]) -> tuple[str, dict[str, Any]] | None:
-    """The call a reviewer's edit asks for (`bot.service.edits.edit_message`), when the latest
-    tool outputs hold one and it was not proposed since."""
+    """The call a reviewer's edit asks for (`bot.service.decisions.edits.edit_message`), when the
+    latest tool outputs hold one and it was not proposed since."""
     asked = None
     for item in items:
         data = _data(item)

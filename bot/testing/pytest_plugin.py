@@ -34,7 +34,7 @@ import pytest
 from bot.config import ENV_FILE_VARIABLE
 
 if TYPE_CHECKING:  # the bot itself is imported only by tests that use a fixture
-    from bot.service.policy_source import PolicySource
+    from bot.service.policy.source import PolicySource
     from bot.store.connection import EmbeddedRedis
     from bot.testing.cluster import LocalCluster
     from bot.testing.harness import BotHarness

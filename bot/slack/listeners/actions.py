@@ -16,15 +16,15 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_sdk.errors import SlackApiError
 from slack_sdk.models.views import View
 
-from bot.service.batch import BatchForm
-from bot.service.edits import EditForm
-from bot.service.grants import ChooseScope
+from bot.service.decisions.batch import BatchForm
+from bot.service.decisions.edits import EditForm
+from bot.service.decisions.grants import ChooseScope
 from bot.service.ports import Actor
 from bot.service.replies import RejectForm, Reply, TypeToConfirm
 from bot.slack import blocks
+from bot.slack.api.metered import error_code
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import RECEIVED, Listener, actor_of, channel_of, left
-from bot.slack.metered import error_code
 from bot.slack.render import batch, details, grants, modals
 from bot.slack.replies import shown
 

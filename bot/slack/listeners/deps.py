@@ -14,12 +14,12 @@ from typing import Any, Protocol, TypeVar
 from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.service.batch import BatchDone, BatchForm
-from bot.service.decisions import WhoReacted
-from bot.service.details import Conversation, WholeCall
-from bot.service.edits import EditErrors, EditForm, Entered
+from bot.service.decisions.batch import BatchDone, BatchForm
+from bot.service.decisions.decide import WhoReacted
+from bot.service.decisions.edits import EditErrors, EditForm, Entered
+from bot.service.decisions.grants import ChooseScope, GrantScope
 from bot.service.foreground import Foreground
-from bot.service.grants import ChooseScope, GrantScope
+from bot.service.oversight.details import Conversation, WholeCall
 from bot.service.people import Overview, RunView
 from bot.service.ports import Actor, Notifier
 from bot.service.replies import ConfirmReject, RejectForm, Reply, TypeToConfirm

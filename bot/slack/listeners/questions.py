@@ -15,13 +15,13 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_sdk.errors import SlackApiError
 
 from bot.outage import log_failure
+from bot.service.decisions.questions import AnswerForm
 from bot.service.ports import Actor
-from bot.service.questions import AnswerForm
 from bot.service.replies import Reply
 from bot.slack import blocks
+from bot.slack.api.metered import error_code
 from bot.slack.listeners.deps import ListenerDeps
 from bot.slack.listeners.shared import RECEIVED, TRY_AGAIN, Listener, actor_of, channel_of, left
-from bot.slack.metered import error_code
 from bot.slack.render import question
 from bot.slack.replies import shown
 

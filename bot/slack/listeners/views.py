@@ -10,8 +10,8 @@ from typing import Any
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
 from bot.outage import log_failure
-from bot.service.batch import BatchDone
-from bot.service.edits import EditErrors, Entered
+from bot.service.decisions.batch import BatchDone
+from bot.service.decisions.edits import EditErrors, Entered
 from bot.service.replies import Reply, reason_too_long
 from bot.slack import blocks
 from bot.slack.listeners.deps import ListenerDeps

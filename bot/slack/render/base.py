@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from slack_sdk.models.blocks import Block, MarkdownTextObject
 
 from bot.service.authorize import principal_parts
-from bot.service.policy import human
+from bot.service.policy.rules import human
 from bot.service.replies import Text, when
 from bot.slack.replies import render
 from bot.slack.text import escape, fit, inline

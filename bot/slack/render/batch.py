@@ -20,7 +20,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from bot.engine.questions import QUESTION_KIND
-from bot.service.batch import BatchDone, BatchForm, Item, Outcome
+from bot.service.decisions.batch import BatchDone, BatchForm, Item, Outcome
 from bot.service.replies import REASON_LIMIT
 from bot.slack.blocks import BATCH_APPROVE, BATCH_MODAL, BATCH_REJECT, REASON_BLOCK, REASON_INPUT
 from bot.slack.render.base import approvers_text, md, person

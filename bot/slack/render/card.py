@@ -14,8 +14,8 @@ import json
 from slack_sdk.models.blocks import ActionsBlock, Block, ContextBlock, SectionBlock
 
 from bot.engine.questions import QUESTION_KIND
-from bot.service.advised import read_advised
-from bot.service.policy import human
+from bot.service.oversight.advised import read_advised
+from bot.service.policy.rules import human
 from bot.slack.render import question
 from bot.slack.render.base import (
     ARGUMENTS_LIMIT,

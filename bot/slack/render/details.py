@@ -13,8 +13,8 @@ from slack_sdk.models.views import View
 
 from bot.conversation import Turn
 from bot.engine.questions import QUESTION_KIND
-from bot.service.details import Conversation, WholeCall
 from bot.service.digest import short
+from bot.service.oversight.details import Conversation, WholeCall
 from bot.service.replies import when
 from bot.slack.render.base import (
     approvers_text,

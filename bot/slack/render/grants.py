@@ -32,8 +32,8 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from bot.service.grants import ChooseScope, GrantScope, GrantView, until_text
-from bot.service.policy import human
+from bot.service.decisions.grants import ChooseScope, GrantScope, GrantView, until_text
+from bot.service.policy.rules import human
 from bot.slack.blocks import (
     GRANT_MODAL,
     GRANT_REVOKE,

@@ -18,7 +18,7 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from bot.service.edits import EditField, EditForm
+from bot.service.decisions.edits import EditField, EditForm
 from bot.service.replies import REASON_LIMIT
 from bot.slack.blocks import (
     CONFIRM_MODAL,

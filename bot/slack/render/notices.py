@@ -7,7 +7,7 @@ from __future__ import annotations
 from slack_sdk.models.blocks import ActionsBlock, Block, ButtonElement, ContextBlock, SectionBlock
 
 from bot.engine.questions import QUESTION_KIND
-from bot.service.policy import human
+from bot.service.policy.rules import human
 from bot.service.replies import Text
 from bot.slack.blocks import REPLY_KEEP, REPLY_REJECT, REVIEW_DONE, REVIEW_RERUN
 from bot.slack.render import question

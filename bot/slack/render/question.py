@@ -17,8 +17,8 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from bot.service.policy import human
-from bot.service.questions import ANSWER_LIMIT
+from bot.service.decisions.questions import ANSWER_LIMIT
+from bot.service.policy.rules import human
 from bot.slack.blocks import ANSWER_BLOCK, ANSWER_INPUT, ANSWER_MODAL
 from bot.slack.render.base import (
     asked_by,

@@ -1,4 +1,4 @@
--- An advisor's advice on a pending call (bot/service/advice.py), and what the policy in force
+-- An advisor's advice on a pending call (bot/service/oversight/advice.py), and what the policy in force
 -- says of the call with it: written only while the call is pending, and its card marked to
 -- show them, in one transition (a decision made first leaves the call as it was decided).
 -- KEYS[1] the call's hash, KEYS[2] the run's outbox

@@ -1,0 +1,1 @@
+"""Every way a call is decided: one or several, edited, answered, granted, expired."""

@@ -1,0 +1,1 @@
+"""Whether reviews are real: second opinions, attention, details, the weekly digest."""

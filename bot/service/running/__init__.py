@@ -1,0 +1,1 @@
+"""Runs as jobs: started, executed, settled, their next turns, workers, the sweeper."""

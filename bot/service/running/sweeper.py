@@ -1,0 +1,185 @@
+"""The sweeper: finishes what a stopped process left half done (executions no worker took,
+pauses whose automatic decisions were not applied, runs left off the indexes).
+
+Each process runs `sweep_forever`; everything it does is safe to repeat from any process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from logging import WARNING
+
+from bot.outage import OUTAGE, log_failure
+from bot.service.core import ServiceCore
+from bot.service.policy.gate import rule_for
+from bot.service.running.runs import Runs, time_call
+from bot.store.connection import primaries
+from bot.store.records import ENDED, RunStatus
+from bot.store.runs import now
+
+log = logging.getLogger(__name__)
+
+
+class Sweeper:
+    """Looks at what is due for too long, and at every active run now and then."""
+
+    def __init__(self, core: ServiceCore, runs: Runs) -> None:
+        self.core = core
+        self.store = core.store
+        self.runs = runs
+        self._recoveries = OUTAGE.recoveries  # see `_redis_changed`
+        self._primaries = ""
+
+    # A full pass over the active runs, on the first sweep and every RECONCILE_EVERY after: it
+    # catches what a process that stopped in the instant between a transition and the write
+    # that indexes it left unindexed. Every other sweep reads only what is due, unless Redis
+    # changed under the bot (see `_redis_changed`).
+    RECONCILE_EVERY = 20
+
+    async def sweep_forever(self, every: float) -> None:
+        """Every `every` seconds, finish what is due: executions no worker took, pauses whose
+        automatic decisions were not applied (see `requeue_stalled`)."""
+        sweeps = 0
+        while True:
+            await asyncio.sleep(every)
+            try:
+                changed = await self._redis_changed()
+                await self.requeue_stalled(
+                    older_than=every * 2,
+                    reconcile=changed or sweeps % self.RECONCILE_EVERY == 0,
+                )
+            except Exception:
+                log_failure(log, "sweep for stalled runs failed", level=WARNING)
+            sweeps += 1
+
+    async def _redis_changed(self) -> bool:
+        """Whether an outage ended, or another server answers as primary (a failover, a
+        restart), since the last sweep. A write the old primary acknowledged but had not
+        passed on (a decided pause's job, its due-index entry: they are not in the decision's
+        script, whose keys share one slot) is gone, and the due index that would find it may
+        be gone with it: the full pass finds the run anyway (resuming, not due) and enqueues
+        it now, not a reconcile period later."""
+        recoveries, self._recoveries = self._recoveries, OUTAGE.recoveries
+        now_primaries = await primaries(self.store.redis)
+        before, self._primaries = self._primaries, now_primaries
+        changed = recoveries != OUTAGE.recoveries or (bool(before) and before != now_primaries)
+        if changed:
+            log.info("Redis recovered or failed over since the last sweep: checking every run")
+        return changed
+
+    async def requeue_stalled(self, *, older_than: float, reconcile: bool = True) -> int:
+        """Finish what a stopped process left half done; returns how many runs it touched.
+
+        It looks only at the runs due (`ab:runs:due`) for longer than `older_than`, so its cost
+        follows what is due, not how many runs wait for people:
+        - a run waiting for a worker that never got its job (the process that should have
+          enqueued it stopped first): enqueue it again (a duplicate job is harmless: only one
+          delivery can take an execution), unless its job is still in the stream waiting for a
+          free worker;
+        - a pause saved but whose automatic decisions were not applied (its worker stopped).
+        With `reconcile`, first a full pass (one pipeline) over the active runs: a run whose
+        outbox holds marks but which is not on the outbox index (the process stopped between
+        a transition and its index write) is indexed, so a projector brings its messages up to
+        date; an unfinished run missing from the due set is put back on it; an unfinished run
+        missing from its channel's index (started by an older version) is put on it.
+        Then trim the job stream of entries every worker is done with.
+        """
+        count = await self._reconcile() if reconcile else 0
+        cutoff = float(now()) - older_than
+        due = await self.store.due_runs(cutoff)
+        runs = await self.store.runs([run_id for run_id, _ in due]) if due else []
+        waiting: set[str] | None = None
+        for (run_id, since), run in zip(due, runs, strict=True):
+            if run is None or run.ended:
+                await self.store.forget_active(run_id, run.channel_id if run else "")
+                await self.store.not_due(run_id, since)
+            elif (
+                run.status in (RunStatus.RUNNING, RunStatus.RESUMING)
+                and run.owner
+                and "/" not in run.owner
+            ):
+                if waiting is None:
+                    waiting = await self.core.queue.waiting_runs()
+                if run_id not in waiting:  # its job is lost, not merely queued
+                    kind = "start" if run.status == RunStatus.RUNNING else "resume"
+                    await self.core.queue.enqueue(kind, run.run_id, run.owner)
+                    count += 1
+                await self.store.due(run_id, float(now()))  # looked at again, later
+            elif run.status == RunStatus.PAUSED:
+                # a pause whose process stopped before indexing its timers: indexed now
+                await self.store.timers.schedule(
+                    await self.store.pause_calls(run_id), only_missing=True
+                )
+                if await self._undecided_by_rule(run_id):
+                    await self.runs.auto_decide(run)
+                    count += 1
+                await self.store.not_due(run_id, since)
+            else:  # taken by a worker (its job's lease watches it), or waiting for a review
+                await self.store.not_due(run_id, since)
+        await self.core.queue.trim()
+        return count
+
+    async def _reconcile(self) -> int:
+        """The full pass over active runs (see `requeue_stalled`); returns the runs indexed."""
+        await self.store.index_channels()
+        count = 0
+        outbox = self.store.outbox
+        for run_id, status, owner, indexed, marked, due in await self.store.active_overview():
+            if marked and not indexed:
+                log.info("re-indexing the undelivered messages of run %s", run_id)
+                await outbox.schedule(run_id)
+                count += 1
+            if status is None or status in ENDED:
+                await self.store.forget_active(run_id)
+            elif not due and (
+                status == RunStatus.PAUSED
+                or (status in (RunStatus.RUNNING, RunStatus.RESUMING) and "/" not in owner)
+            ):
+                await self.store.due(run_id, 0.0)  # looked at by this very sweep
+            if status == RunStatus.PAUSED:
+                count += await self._time_older_calls(run_id)
+        return count
+
+    async def _time_older_calls(self, run_id: str) -> int:
+        """Give timers to the pending calls of a pause saved by a version without them (they
+        would otherwise wait unseen forever): the policy's expiry and escalation, counted from
+        now (the first sweep after the upgrade); no reminders (they would all be overdue)."""
+        calls = [
+            c
+            for c in await self.store.pause_calls(run_id)
+            if not c.decided and not c.auto and not c.expires_at
+        ]
+        run = await self.store.get_run(run_id) if calls else None
+        if run is None:
+            return 0
+        policy = self.core.policies.current().policy.for_team(run.team_id)
+        timed = []
+        for call in calls:
+            rule = rule_for(policy, run, call)
+            if rule is None:
+                continue
+            paused_at, call.paused_at = call.paused_at, float(now())
+            time_call(call, rule)  # expiry and escalation count from now
+            if call.expire_after:  # expires_at is paused_at + expire_after
+                call.expire_after += math.ceil(call.paused_at - paused_at)
+            call.paused_at = paused_at
+            call.remind_after = call.remind_max = 0  # its reminders would be long overdue
+            stored = call.to_hash()  # as the record stores them
+            fields = {
+                name: stored[name]
+                for name in ("expire_after", "remind_after", "remind_max",
+                             "escalate_after", "escalate_at", "escalate_to")
+                if getattr(call, name)
+            }  # fmt: skip
+            if await self.store.set_pending_call_fields(call.approval_id, fields):
+                log.info("call %s, paused before timers existed, now expires", call.approval_id)
+                timed.append(call)
+        await self.store.timers.schedule(timed)
+        return len(timed)
+
+    async def _undecided_by_rule(self, run_id: str) -> bool:
+        """Whether a pending call awaits a policy rule or an earlier Always decision."""
+        sticky = await self.store.sticky_decisions(run_id)
+        calls = await self.store.pause_calls(run_id)
+        return any(not c.decided and (c.auto or c.sticky in sticky) for c in calls)

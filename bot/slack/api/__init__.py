@@ -1,0 +1,1 @@
+"""Slack's Web API: the one client, its metering, the workspace served, private answers."""

@@ -1,0 +1,1 @@
+"""Making Slack show what Redis holds: projector, streams, thread status, App Home."""

@@ -1,0 +1,1 @@
+"""People and channels from Slack (the service's directories), cached."""

@@ -1,0 +1,1 @@
+"""Where the bot is installed: OAuth distribution, what Slack says, each token."""

@@ -1,0 +1,363 @@
+"""The outbox: which Slack messages must be brought up to date with what Redis holds.
+
+A transition that changes what people see marks the message ("target") in its run's outbox hash,
+inside the same Lua script or MULTI (so a crash cannot separate the change from the mark). The
+run is then put on a sorted-set index, due now. A projector (any replica) claims due runs with a
+lease (a unique score), delivers their targets, and drops a mark only if no newer change came in
+meanwhile. A reconciler re-indexes any run whose outbox is not empty, so a crash between a
+transition and its index write delays a message, never loses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as redis
+from redis.exceptions import NoScriptError
+
+from bot.store import keys
+from bot.store.connection import Replicated
+from bot.store.keys import RunKeys
+from bot.store.scripts import mark
+
+# A claim is a lease on one run's messages: one holder at a time, whatever the index says. A
+# change that arrives meanwhile makes the run due again (its score drops), to be claimed once
+# the lease is released or lapses.
+_CLAIM = """
+local now = tonumber(ARGV[1])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 4 * tonumber(ARGV[3]))
+local out = {}
+for i, member in ipairs(due) do
+  local lease = redis.call('HGET', KEYS[2], member)
+  if not lease or tonumber(lease) < now then
+    local score = string.format('%.3f', tonumber(ARGV[2]) + i / 1000)
+    redis.call('ZADD', KEYS[1], 'XX', score, member)
+    redis.call('HSET', KEYS[2], member, score)
+    table.insert(out, member)
+    table.insert(out, score)
+    if #out >= 2 * tonumber(ARGV[3]) then
+      break
+    end
+  end
+end
+return out
+"""
+
+# Renew (ARGV[2] = the new lease) or release (ARGV[2] = the next due score, or '' to drop
+# the run from the index) a claim, only while this claim holds the lease. The index entry is
+# moved only if it still carries the claim's score: a newer change left it due (now, or when
+# its notice is); a release then keeps whichever is due first.
+_HOLD = """
+if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[3] then
+  return 0
+end
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local mine = score and tonumber(score) == tonumber(ARGV[3])
+if ARGV[4] == 'renew' then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+  if mine then
+    redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+  end
+  return 1
+end
+redis.call('HDEL', KEYS[2], ARGV[1])
+if mine then
+  if ARGV[2] == '' then
+    redis.call('ZREM', KEYS[1], ARGV[1])
+  else
+    redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+  end
+elseif score and ARGV[2] ~= '' then
+  redis.call('ZADD', KEYS[1], 'LT', ARGV[2], ARGV[1]) -- whichever is due first
+end
+return 1
+"""
+
+# A delivered message: what Slack holds (KEYS[1], the shown hash) and its mark dropped from the
+# outbox (KEYS[2]) unless a newer change came in, in one round trip.
+_DELIVERED = """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
+  redis.call('HDEL', KEYS[2], ARGV[1], ARGV[1] .. '@')
+  return 1
+end
+return 0
+"""
+
+# A pass's messages delivered (or found up to date), in one round trip at its end: KEYS[1] the
+# shown hash, KEYS[2] the outbox; ARGV[1] retention, then target, tick, what Slack holds ('':
+# unchanged) for each. Each mark is dropped unless a newer change came in.
+_DELIVERED_MANY = """
+local shown = false
+for i = 2, #ARGV, 3 do
+  if ARGV[i + 2] ~= '' then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 2])
+    shown = true
+  end
+  if redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[i + 1] then
+    redis.call('HDEL', KEYS[2], ARGV[i], ARGV[i] .. '@')
+  end
+end
+if shown then
+  redis.call('EXPIRE', KEYS[1], ARGV[1])
+end
+return 0
+"""
+
+_DONE = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HDEL', KEYS[1], ARGV[1], ARGV[1] .. '@')
+  return 1
+end
+return 0
+"""
+
+
+def _s(value: Any) -> str:
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
+
+
+def now_ms() -> float:
+    return time.time() * 1000
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A target that must show a newer state: its change counter, and since when (Unix s)."""
+
+    tick: str
+    since: float
+
+
+@dataclass
+class Shown:
+    """What Slack holds of one message: its ts, the hash of the content last confirmed
+    delivered, and when a post was last attempted without a confirmed answer."""
+
+    ts: str = ""
+    hash: str = ""
+    posting: float = 0.0
+    # What a card asked of its reader when it was posted: its text's characters, then `f` when
+    # its call's arguments were folded (it offered Show all), e.g. `812f` (#33: whether
+    # approvals are real, `bot.service.oversight.attention`); "" for other messages.
+    reading: str = ""
+
+    def encode(self) -> str:
+        """As the shown hash stores it: `<ts> <hash>[ <posting>[ <reading>]]`, within a compact
+        hash's 64-byte values (layout 2 stored JSON, still read)."""
+        stored = f"{self.ts} {self.hash}"
+        if self.reading:
+            return f"{stored} {f'{self.posting:.3f}' if self.posting else '0'} {self.reading}"
+        return f"{stored} {self.posting:.3f}" if self.posting else stored
+
+    @classmethod
+    def decode(cls, value: str) -> Shown:
+        if value.startswith("{"):
+            return cls(**json.loads(value))
+        ts, _, rest = value.partition(" ")
+        digest, _, rest = rest.partition(" ")
+        posting, _, reading = rest.partition(" ")
+        return cls(ts, digest, float(posting or 0), reading)
+
+    @property
+    def card_chars(self) -> int:
+        """A card's characters when it was posted (0: not known)."""
+        digits = self.reading.rstrip("f")
+        return int(digits) if digits.isdigit() else 0
+
+    @property
+    def folded(self) -> bool:
+        """A card showed its call's arguments folded (it offered Show all)."""
+        return self.reading.endswith("f")
+
+
+@dataclass(frozen=True)
+class Claim:
+    run_id: str
+    score: str
+
+
+class Outbox:
+    """Reads and acknowledges the outbox; records what was shown."""
+
+    def __init__(self, client: redis.Redis, *, retention_seconds: int) -> None:
+        self.redis = client
+        self.retention = retention_seconds
+        self._claim = client.register_script(_CLAIM)
+        self._hold = client.register_script(_HOLD)
+        self._done = client.register_script(_DONE)
+        self._delivered = client.register_script(_DELIVERED)
+        self._delivered_many = client.register_script(_DELIVERED_MANY)
+        # Set when this process makes a run due: its projector wakes at once instead of at its
+        # next poll (which is how it learns of other processes' changes).
+        self.woken = asyncio.Event()
+
+    async def schedule(self, run_id: str, delay: float = 0.0) -> None:
+        """Index the run as due in `delay` seconds (never later than it already is)."""
+        await self.redis.zadd(keys.OUTBOX_INDEX, {run_id: now_ms() + delay * 1000}, lt=True)
+        if delay <= 0:
+            self.woken.set()
+
+    @staticmethod
+    def schedule_in(pipe: Any, run_id: str, delay: float = 0.0) -> None:
+        """`schedule(run_id, delay)` as one command of a pipeline that carries other writes
+        (it does not wake the projector: its next look at the index finds the run)."""
+        pipe.zadd(keys.OUTBOX_INDEX, {run_id: now_ms() + delay * 1000}, lt=True)
+
+    async def claim(self, limit: int, lease: float) -> list[Claim]:
+        """Take up to `limit` due runs for `lease` seconds; each claim has a unique score."""
+        base = f"{now_ms() + lease * 1000 + random.random():.3f}"
+        reply = await self._claim(
+            keys=[keys.OUTBOX_INDEX, keys.OUTBOX_LEASES], args=[now_ms(), base, limit]
+        )
+        items = [_s(r) for r in reply]
+        return [Claim(items[i], items[i + 1]) for i in range(0, len(items), 2)]
+
+    async def renew(self, claim: Claim, lease: float) -> Claim | None:
+        score = f"{now_ms() + lease * 1000 + random.random():.6f}"
+        held = await self._hold(
+            keys=[keys.OUTBOX_INDEX, keys.OUTBOX_LEASES],
+            args=[claim.run_id, score, claim.score, "renew"],
+        )
+        return Claim(claim.run_id, score) if int(held) == 1 else None
+
+    async def release(self, claim: Claim, next_due: float | None) -> None:
+        """Give the run back: dropped from the index, or due again in `next_due` seconds.
+        A change that arrived meanwhile keeps it indexed (due now) either way."""
+        await self._hold(
+            keys=[keys.OUTBOX_INDEX, keys.OUTBOX_LEASES], args=self._release_args(claim, next_due)
+        )
+
+    @staticmethod
+    def _release_args(claim: Claim, next_due: float | None) -> list[str]:
+        score = "" if next_due is None else f"{now_ms() + next_due * 1000:.3f}"
+        return [claim.run_id, score, claim.score, "release"]
+
+    async def end_pass(
+        self,
+        run_id: str,
+        written: list[tuple[str, Mark, Shown | None]],
+        claim: Claim | None,
+        next_due: float | None,
+        listed: list[str] | tuple[str, ...] = (),
+        *,
+        first: list[tuple[Any, list[str], list[Any]]] | None = None,
+    ) -> None:
+        """The end of a projector pass in one round trip: what it delivered (target, its mark
+        as read, what Slack holds now or None: unchanged), each mark dropped unless a newer
+        change came in; the run listed among `listed` people's runs with news to be told
+        (`Outcomes.record_outcomes`, its keys in another slot, after the run's script); then
+        the claim released (`release`); before all, the scripts `first` (the outcomes the
+        pass recorded, which mark the run's notice). All are safe to repeat: a
+        write lost with its round trip delivers the message again, or finds it delivered.
+        (With replicas to confirm writes, `Replicated` confirms each script on its own.)"""
+        args: list[str | int] = [self.retention]
+        for target, marked, shown in written:
+            args.extend((target, marked.tick, shown.encode() if shown is not None else ""))
+        many = (self._delivered_many, RunKeys(run_id).delivered(), args)
+        hold = (
+            (
+                self._hold,
+                [keys.OUTBOX_INDEX, keys.OUTBOX_LEASES],
+                self._release_args(claim, next_due),
+            )
+            if claim is not None
+            else None
+        )
+        # With replicas to confirm them, each script is confirmed on its own (`Replicated`).
+        alone = isinstance(self.redis, Replicated) and bool(self.redis.replicas)
+        if alone:  # (each confirmed by the replicas on its own)
+            for found, names, values in first or []:
+                await found(keys=names, args=values)
+        if written and alone:
+            await self._delivered_many(keys=many[1], args=many[2])
+        sent: list[tuple[int, Any, list[str], list[Any]]] = []  # (reply index, script, ...)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for found, names, values in [] if alone else first or []:
+                sent.append((len(pipe), found, names, values))
+                pipe.execute_command("EVALSHA", found.sha, len(names), *names, *values)
+            if written and not alone:
+                sent.append((len(pipe), *many))
+                pipe.execute_command("EVALSHA", many[0].sha, len(many[1]), *many[1], *many[2])
+            for person in listed:
+                pipe.zadd(keys.notice_runs_key(person), {run_id: time.time()})
+                pipe.expire(keys.notice_runs_key(person), self.retention)
+            if hold is not None and not alone:
+                sent.append((len(pipe), *hold))
+                pipe.execute_command("EVALSHA", hold[0].sha, len(hold[1]), *hold[1], *hold[2])
+            replies = await pipe.execute(raise_on_error=False) if len(pipe) else []
+        for index, found, names, values in sent:
+            reply = replies[index]
+            if isinstance(reply, NoScriptError):  # not loaded yet (a new server): once more
+                await found(keys=names, args=values)
+            elif isinstance(reply, Exception):
+                raise reply
+        if hold is not None and alone:
+            await self._hold(keys=hold[1], args=hold[2])
+
+    async def mark_now(self, run_id: str, targets: list[str]) -> None:
+        """Have `targets` (new messages the projector found it must post: the further parts
+        of a long answer) delivered, in a pass that follows this one."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for target in targets:
+                mark(pipe, run_id, target, self.retention)
+            await pipe.execute()
+        await self.schedule(run_id)
+
+    async def marks(self, run_id: str) -> dict[str, Mark]:
+        return self.parse_marks(await self.redis.hgetall(keys.outbox_key(run_id)))
+
+    @staticmethod
+    def parse_marks(hash_: dict[Any, Any]) -> dict[str, Mark]:
+        """The marks of an outbox hash as HGETALL returns it."""
+        raw = {_s(k): _s(v) for k, v in hash_.items()}
+        return {
+            target: Mark(tick, float(raw.get(target + "@", "0") or 0))
+            for target, tick in raw.items()
+            if not target.endswith("@")
+        }
+
+    async def done(self, run_id: str, target: str, mark: Mark) -> bool:
+        """Drop the mark if no newer change arrived since it was read."""
+        done = await self._done(keys=[RunKeys(run_id).outbox], args=[target, mark.tick])
+        return int(done) == 1
+
+    async def shown(self, run_id: str) -> dict[str, Shown]:
+        return self.parse_shown(await self.redis.hgetall(keys.shown_key(run_id)))
+
+    @staticmethod
+    def parse_shown(raw: dict[Any, Any]) -> dict[str, Shown]:
+        """What Slack holds, from a shown hash as HGETALL returns it."""
+        return {_s(k): Shown.decode(_s(v)) for k, v in raw.items()}
+
+    async def shown_one(self, run_id: str, target: str) -> Shown:
+        """What Slack holds of one message (an empty `Shown`: nothing known)."""
+        value = await self.redis.hget(keys.shown_key(run_id), target)
+        return Shown.decode(_s(value)) if value is not None else Shown()
+
+    async def set_shown(self, run_id: str, target: str, shown: Shown) -> None:
+        key = keys.shown_key(run_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, target, shown.encode())
+            pipe.expire(key, self.retention)
+            await pipe.execute()
+
+    async def delivered(self, run_id: str, target: str, shown: Shown, mark: Mark) -> bool:
+        """`set_shown` and `done` in one round trip (a delivered message)."""
+        done = await self._delivered(
+            keys=RunKeys(run_id).delivered(),
+            args=[target, mark.tick, shown.encode(), self.retention],
+        )
+        return int(done) == 1
+
+    async def indexed(self, run_id: str) -> bool:
+        return await self.redis.zscore(keys.OUTBOX_INDEX, run_id) is not None
+
+    async def backlog(self) -> int:
+        return int(await self.redis.zcard(keys.OUTBOX_INDEX))

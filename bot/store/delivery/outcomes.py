@@ -1,0 +1,286 @@
+"""Outcomes people must be told (a call decided or expired, the run ended), and which of them
+they were told: their `notice` message is one more target of the run's outbox. Each outcome is
+told to who asked for it: the run's starter, or a later turn's requester (its field is then
+`<id> <user>`, `outcome_key`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as redis
+
+from bot.store import keys
+from bot.store.connection import UNREPLICATED
+from bot.store.delivery.outbox import Mark, Outbox
+from bot.store.delivery.pacing import Take
+from bot.store.keys import RunKeys
+from bot.store.parts.calls import Calls
+from bot.store.parts.texts import run_from
+from bot.store.records import CallRecord, RunRecord
+from bot.store.scripts import Batch, now, script, text
+
+
+def outcome_key(item: str, person: str, starter: str) -> str:
+    """The field of an outcome (`item`: an approval id, or `run`) told to `person`: the item
+    alone when that is the run's starter (as every outcome was before requesters were kept)."""
+    return item if person == starter else f"{item} {person}"
+
+
+def told_to(key: str, starter: str) -> tuple[str, str]:
+    """An outcome field's item and whom it is told to (`outcome_key` read back)."""
+    item, _, person = key.partition(" ")
+    return item, person or starter
+
+
+# Record outcomes people must be told; mark their message when one is new.
+# KEYS[1] outcomes hash, KEYS[2] outbox; ARGV[1] now, ARGV[2] retention, ARGV[3..] id, outcome
+_OUTCOMES = """
+local new = 0
+for i = 3, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) ~= ARGV[i + 1] then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+    new = new + 1
+  end
+end
+if new > 0 then
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
+  mark(KEYS[2], 'notice', ARGV[1], ARGV[2])
+  return {new, redis.call('HGET', KEYS[2], 'notice'), redis.call('HGET', KEYS[2], 'notice@')}
+end
+return {new}
+"""
+
+
+def decode_outcomes(reply: list[Any]) -> Mark | None:
+    """_OUTCOMES' reply: {new, notice tick, notice since} when an outcome was new, else {0}:
+    the notice's mark, or None when nothing was new."""
+    if not int(reply[0]):
+        return None
+    return Mark(text(reply[1]), float(text(reply[2]) or 0))
+
+
+def untold_in(stored: dict[Any, Any]) -> dict[str, str]:
+    """The outcomes not yet told, from an outcomes hash as HGETALL returns it."""
+    raw = {text(k): text(v) for k, v in stored.items()}
+    return {k: v for k, v in raw.items() if not k.endswith("!") and raw.get(k + "!") != v}
+
+
+def recorded_for(stored: dict[Any, Any], person: str, starter: str) -> bool:
+    """Whether an outcomes hash (as HGETALL returns it) ever held an outcome for `person`."""
+    return any(told_to(text(k), starter)[1] == person for k in stored if not text(k).endswith("!"))
+
+
+@dataclass(frozen=True)
+class NoticeTurn:
+    """A step of a person's notice (`notice.lua`): whether this pass holds it, the runs it is
+    to tell (run id -> when listed, as stored), or when the next notice may go."""
+
+    held: bool
+    listed: dict[str, str]
+    paced_until: float = 0.0
+
+
+def decode_turn(reply: list[Any]) -> NoticeTurn:
+    """`notice.lua`'s reply: {0}, {-1, next}, or {1, run, listed at, ...}."""
+    state = int(reply[0])
+    if state == -1:
+        return NoticeTurn(False, {}, float(text(reply[1])))
+    items = [text(r) for r in reply[1:]]
+    return NoticeTurn(state == 1, dict(zip(items[::2], items[1::2], strict=True)))
+
+
+class Outcomes:
+    """What people must be told of runs, and what they were told (idempotent)."""
+
+    def __init__(self, client: redis.Redis, *, retention_seconds: int, outbox: Outbox) -> None:
+        self.redis = client
+        self.retention = retention_seconds
+        self.outbox = outbox
+        self._outcomes = client.register_script(script("_outbox") + _OUTCOMES)
+        self._notice = client.register_script(script("notice"))
+        # (a person's notice keys may be lost in a failover at no cost: each run's own notice
+        # pass lists its run again; at worst a notice goes twice, or sooner)
+        UNREPLICATED.add(self._notice.sha)
+
+    async def record_outcomes(
+        self,
+        run_id: str,
+        outcomes: dict[str, str],
+        people: list[str] | tuple[str, ...] = (),
+        window: float = 0.0,
+        *,
+        later: list[str] | None = None,
+    ) -> Mark | None:
+        """Note outcomes people must be told (`outcome_key` -> status); the run's `notice` is
+        marked when one is new: then its mark (what a reread of the outbox would give), and
+        the run is listed among each of `people`'s runs with news (so the first of their
+        notices due tells it too), and due when its notice is (`window` seconds after its
+        mark: not at once, which would be a pass that finds nothing to do yet); or, with
+        `later`, `people` are added to it for the caller to list. Idempotent."""
+        if not outcomes:
+            return None
+        args: list[str] = [now(), str(self.retention)]
+        for item in sorted(outcomes.items()):
+            args.extend(item)
+        reply = await self._outcomes(keys=RunKeys(run_id).record_outcomes(), args=args)
+        notice = decode_outcomes(reply)
+        if notice is not None and later is not None:
+            # A projector pass lists the run at its end, with its release (which makes the
+            # run due when the notice is): `Outbox.end_pass`.
+            later.extend(people)
+        elif notice is not None:
+            # Its own key (another slot): after the run's script, never inside it; then the
+            # run is due (in the same round trip, in that order).
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for person in people:
+                    pipe.zadd(keys.notice_runs_key(person), {run_id: time.time()})
+                    pipe.expire(keys.notice_runs_key(person), self.retention)
+                due = max(0.0, notice.since + window - time.time())
+                self.outbox.schedule_in(pipe, run_id, due)
+                await pipe.execute()
+            if due <= 0:
+                self.outbox.woken.set()
+        return notice
+
+    def recording(self, run_id: str, outcomes: dict[str, str]) -> tuple[Any, list[str], list[Any]]:
+        """`record_outcomes` (without its listing, and the run made due: the caller's) as a
+        script to send with other commands (`Outbox.end_pass`)."""
+        args: list[str] = [now(), str(self.retention)]
+        for item in sorted(outcomes.items()):
+            args.extend(item)
+        return self._outcomes, RunKeys(run_id).record_outcomes(), args
+
+    async def told_many(self, told: dict[str, dict[str, str]]) -> None:
+        """`told_outcomes` of several runs, in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            self._told_in(pipe, told)
+            await pipe.execute()
+
+    @staticmethod
+    def _told_in(pipe: Any, told: dict[str, dict[str, str]]) -> None:
+        for run_id, outcomes in told.items():
+            if outcomes:
+                pipe.hset(
+                    keys.outcomes_key(run_id), mapping={k + "!": v for k, v in outcomes.items()}
+                )
+
+    def _notice_keys(self, person: str) -> list[str]:
+        return [keys.notice_runs_key(person), keys.notice_lock_key(person),
+                keys.notice_next_key(person)]  # fmt: skip
+
+    async def open_notice(
+        self,
+        person: str,
+        run_id: str,
+        token: str,
+        seconds: float,
+        limit: int,
+        pace: Callable[[Batch], Callable[[Any], Take]],
+        call_ids: list[str],
+    ) -> tuple[NoticeTurn, Take, list[tuple[RunRecord, dict[str, str]]], list[CallRecord]]:
+        """List `run_id` among `person`'s runs with news (anew: a reader that saw the older
+        listing does not forget it), then try to take their notice for one pass (a lease),
+        in one step: whoever holds the notice, or takes it next, finds the run listed
+        (`Projector._tell_person`). Held: the first `limit` runs to tell; not held, and
+        `paced_until`: a notice went less than a window ago.
+
+        In the same round trip, what the notice most often needs next: a Slack token
+        (`pace`), `run_id`'s news with its record (`untold_with_runs`), and the calls
+        `call_ids` (those its news names, as the pass read it)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            batch = Batch(pipe)
+            turn = batch.script(
+                self._notice,
+                self._notice_keys(person),
+                ["take", token, max(1, int(seconds * 1000)), now(), limit, run_id, self.retention],
+            )
+            taken = pace(batch)
+            first = len(pipe)
+            self._read_news(pipe, [run_id])
+            Calls.read_calls(pipe, call_ids)
+            replies = await batch.execute()
+        news = self._news([run_id], replies[first : first + 3])
+        calls = Calls.calls_from(call_ids, replies[first + 3 :])
+        return decode_turn(replies[turn]), taken(replies), news, calls
+
+    async def told_notice(
+        self,
+        person: str,
+        token: str,
+        seconds: float,
+        limit: int,
+        told: dict[str, str],
+        *,
+        window: float,
+        stop: bool = False,
+        outcomes: dict[str, dict[str, str]] | None = None,
+    ) -> NoticeTurn:
+        """`person` was told the runs `told` (as listed) and, with `window`, sent a notice
+        now (the next waits that long): unlist them unless listed again since; then the next
+        runs to tell, the notice kept, or (none left, or `stop`) the notice given back, in
+        the same step; first (in the same round trip) the `outcomes` told are recorded as
+        told (`told_many`)."""
+        args: list[str | int | float] = [
+            "told",
+            token,
+            max(1, int(seconds * 1000)),
+            now(),
+            limit,
+            "1" if window > 0 else "0",
+            repr(window),
+            "1" if stop else "0",
+        ]
+        for run_id, score in told.items():
+            args.extend((run_id, score))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            batch = Batch(pipe)
+            self._told_in(pipe, outcomes or {})
+            turn = batch.script(self._notice, self._notice_keys(person), args)
+            replies = await batch.execute()
+        return decode_turn(replies[turn])
+
+    async def untold_with_runs(self, run_ids: list[str]) -> list[tuple[RunRecord, dict[str, str]]]:
+        """The runs that still exist among `run_ids`, each with its outcomes not yet told
+        (runs with none left out), in the order asked: one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            self._read_news(pipe, run_ids)
+            replies = await pipe.execute()
+        return self._news(run_ids, replies)
+
+    @staticmethod
+    def _read_news(pipe: Any, run_ids: list[str]) -> None:
+        for run_id in run_ids:
+            pipe.hgetall(keys.outcomes_key(run_id))
+            pipe.hgetall(keys.run_key(run_id))
+            pipe.get(keys.task_key(run_id))
+
+    @staticmethod
+    def _news(run_ids: list[str], replies: list[Any]) -> list[tuple[RunRecord, dict[str, str]]]:
+        found = []
+        for i, run_id in enumerate(run_ids):
+            stored, raw, task = replies[3 * i : 3 * i + 3]
+            untold = untold_in(stored)
+            record = run_from(raw, task, run_id)
+            if untold and record is not None:
+                found.append((record, untold))
+        return found
+
+    async def untold_outcomes(self, run_id: str) -> dict[str, str]:
+        """Outcomes recorded and not yet told (`outcome_key` -> status)."""
+        return untold_in(await self.redis.hgetall(keys.outcomes_key(run_id)))
+
+    async def has_outcomes(self, run_id: str, person: str, starter: str) -> bool:
+        """Whether an outcome of the run was ever recorded for `person` to be told."""
+        found = await self.redis.hkeys(keys.outcomes_key(run_id))  # type: ignore[misc]
+        return any(
+            told_to(text(k), starter)[1] == person for k in found if not text(k).endswith("!")
+        )
+
+    async def told_outcomes(self, run_id: str, told: dict[str, str]) -> None:
+        if told:
+            await self.redis.hset(
+                keys.outcomes_key(run_id), mapping={k + "!": v for k, v in told.items()}
+            )

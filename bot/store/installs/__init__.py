@@ -1,0 +1,1 @@
+"""Where the bot is installed: installations, OAuth states, forgetting a workspace."""

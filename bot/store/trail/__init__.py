@@ -1,0 +1,1 @@
+"""The audit trail and what is read from it: webhooks, attention, the weekly digest."""
