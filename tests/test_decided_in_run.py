@@ -7,11 +7,13 @@ Slack stand-in."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from agents import Agent, ApplyPatchTool, ShellTool
+from agents import Agent, AgentHooks, ApplyPatchTool, HostedMCPTool, ShellTool
 from agents.testing import ScriptedModel
 from openai.types.responses import ResponseApplyPatchToolCall, ResponseFunctionShellToolCall
+from openai.types.responses.response_output_item import McpApprovalRequest
 
 from bot import metrics
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE
@@ -35,6 +37,18 @@ tools:
     when: {args.service: web}
     auto: approve
 """
+
+
+class Starts(AgentHooks[Any]):
+    """Counts the SDK runs an agent takes part in: each `Runner.run` (a start, or a resume of
+    a state the run stopped in) starts its agent once. A call decided at its approval hook
+    leaves the run one SDK run; one decided where the run stops on it, two."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def on_start(self, context: Any, agent: Any) -> None:
+        self.count += 1
 
 
 def decided_total(outcome: str) -> float:
@@ -87,6 +101,115 @@ async def test_a_call_a_rule_approves_runs_without_a_pause_and_is_audited(
     # its webhook event (every audit entry reached the receiver), and its metric
     assert decided["id"] in receiver.ids()
     assert decided_total("auto_approve") == before + 1
+
+
+REFUSING = AUTO + (
+    "  - name: no-cache-restarts\n    match: restart_service\n"
+    "    when: {args.service: cache}\n    auto: reject\n"
+    "    reason: Caches are not restarted by agents.\n"
+)
+
+
+async def test_a_call_a_rule_rejects_is_refused_at_its_check(redis_url: str) -> None:
+    """A rule's automatic rejection of a function call is given at the SDK's approval check
+    (recorded in the run's context, which the SDK reads right after `needs_approval`): the tool
+    never runs, the model is told the rule's reason, as a rejection at a pause told it, and the
+    run never stops on the call."""
+    ledger = Ledger()
+    starts = Starts()
+    agent, model = ops_agent(
+        [
+            [function_call("restart_service", {"service": "cache"}, call_id="c1")],
+            [assistant_message("done")],
+        ],
+        ledger,
+    )
+    agent.hooks = starts
+    before = decided_total("auto_reject")
+    async with BotHarness(redis_url, agent, REFUSING) as bot:
+        await bot.slack.command("restart cache", user="U1", channel="C1")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        audit = await bot.audit()
+        shown = bot.slack_api.approval_messages()
+        [started] = [e for e in audit if e["kind"] == "run_started"]
+        run = await bot.runtime.service.store.get_run(started["run_id"])
+        notes = [m.text for m in bot.run_thread()]
+        no_server_errors(bot)
+    assert ledger.executed == []
+    assert shown == [] and run is not None and run.pause == 0
+    assert starts.count == 1  # refused at its check: one SDK run
+    assert model.last_call is not None
+    [output] = [
+        i for i in model.last_call.input
+        if isinstance(i, dict) and i.get("type") == "function_call_output"
+    ]  # fmt: skip
+    assert output["call_id"] == "c1"
+    assert output["output"] == "Caches are not restarted by agents."
+    kinds = [e["kind"] for e in audit]
+    assert "paused" not in kinds
+    [decided] = [e for e in audit if e["kind"] == "decided"]
+    assert (decided["decision"], decided["rule"]) == ("auto_reject", "no-cache-restarts")
+    assert kinds.index("decided") < kinds.index("run_finished")
+    assert decided_total("auto_reject") == before + 1
+    assert any("was rejected automatically by policy rule" in n for n in notes), notes
+
+
+def mcp_request(request_id: str, name: str, arguments: dict[str, Any]) -> McpApprovalRequest:
+    return McpApprovalRequest(
+        id=request_id, type="mcp_approval_request", server_label="github", name=name,
+        arguments=json.dumps(arguments),
+    )  # fmt: skip
+
+
+async def test_hosted_mcp_requests_a_rule_decides_are_answered_in_the_run(
+    redis_url: str,
+) -> None:
+    """Hosted MCP approval requests a rule decides are answered as the model's response
+    arrives: the approval response the model gets is the one a person's decision gives (the
+    rejection with the rule's reason), with no pause, no card, and their audit entries."""
+    policy = AUTO + (
+        "  - name: reads\n    match: github/get_issue\n    auto: approve\n"
+        "  - name: no-deletes\n    match: github/delete_repo\n    auto: reject\n"
+        "    reason: Repositories are not deleted by agents.\n"
+    )
+    model = ScriptedModel(
+        [
+            [mcp_request("mcpr_a", "get_issue", {"n": 1}),
+             mcp_request("mcpr_b", "delete_repo", {"repo": "x"})],
+            [assistant_message("ok")],
+        ]
+    )  # fmt: skip
+    hosted = HostedMCPTool(
+        tool_config={
+            "type": "mcp", "server_label": "github",
+            "server_url": "https://mcp.invalid/", "require_approval": "always",
+        }
+    )  # fmt: skip
+    starts = Starts()
+    agent = Agent(name="triager", model=model, tools=[hosted], hooks=starts)
+    async with BotHarness(redis_url, agent, policy) as bot:
+        await bot.slack.command("go", user="U1", channel="C1")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        audit = await bot.audit()
+        shown = bot.slack_api.approval_messages()
+        [started] = [e for e in audit if e["kind"] == "run_started"]
+        run = await bot.runtime.service.store.get_run(started["run_id"])
+        no_server_errors(bot)
+    assert shown == [] and run is not None and run.pause == 0
+    assert starts.count == 1
+    assert model.last_call is not None
+    responses = {
+        i["approval_request_id"]: i for i in model.last_call.input
+        if isinstance(i, dict) and i.get("type") == "mcp_approval_response"
+    }  # fmt: skip
+    assert responses["mcpr_a"]["approve"] is True
+    assert responses["mcpr_b"]["approve"] is False
+    assert responses["mcpr_b"]["reason"] == "Repositories are not deleted by agents."
+    assert "paused" not in [e["kind"] for e in audit]
+    decided = sorted((e["rule"], e["decision"]) for e in audit if e["kind"] == "decided")
+    assert decided == [("no-deletes", "auto_reject"), ("reads", "auto_approve")]
 
 
 async def test_a_turn_pauses_only_for_the_calls_a_person_decides(redis_url: str) -> None:
@@ -184,9 +307,11 @@ async def test_shell_and_patch_calls_a_rule_decides_are_decided_in_their_run(
         operation={"type": "delete_file", "path": "src/in-run.py"},
     )  # fmt: skip
     model = ScriptedModel([[shell, delete], [assistant_message("ok")]])
+    starts = Starts()
     agent = Agent(
         name="coder",
         model=model,
+        hooks=starts,
         tools=[ShellTool(executor=run_shell, needs_approval=True),
                ApplyPatchTool(editor=Editor(), needs_approval=True)],
     )  # fmt: skip
@@ -196,11 +321,17 @@ async def test_shell_and_patch_calls_a_rule_decides_are_decided_in_their_run(
         await bot.idle()
         audit = await bot.audit()
         shown = bot.slack_api.approval_messages()
+        [started] = [e for e in audit if e["kind"] == "run_started"]
+        run = await bot.runtime.service.store.get_run(started["run_id"])
         no_server_errors(bot)
     assert shown == []
+    assert run is not None and run.pause == 0  # no snapshot, no resume job
     assert "ls -la /srv/in-run" in done and "delete src/in-run.py" not in done
+    assert starts.count == 1  # decided at their on_approval: the run never stopped on them
     assert model.last_call is not None
-    assert "Source files are not deleted by agents." in str(model.last_call.input)
+    told = json.dumps(model.last_call.input)
+    assert "Source files are not deleted by agents." in told
+    assert '"output": "ok"' in told or "ok" in told
     assert "paused" not in [e["kind"] for e in audit]
     decided = sorted((e["rule"], e["decision"]) for e in audit if e["kind"] == "decided")
     assert decided == [("listing", "auto_approve"), ("no-source-deletes", "auto_reject")]

@@ -18,9 +18,9 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
-from agents import Agent, FunctionTool, Handoff
+from agents import Agent, ApplyPatchTool, FunctionTool, Handoff, ShellTool
 
-from bot.engine.automatic import at_check
+from bot.engine.automatic import at_check, on_approval
 from bot.engine.journal import journal_tools
 from bot.engine.questions import TOOL_NAME as QUESTION_TOOL
 from bot.errors import ApprovalBotError
@@ -49,6 +49,7 @@ class AgentRegistry:
         for agent in self.agents.values():
             for each in walk(agent):
                 _fail_closed_approvals(each)
+                _deciding_hooks(each)
                 journal_tools(each)
 
     def get(self, name: str) -> Agent[Any] | None:
@@ -228,6 +229,45 @@ def _fail_closed_approvals(agent: Agent[Any]) -> None:
             continue
         tool_name = getattr(tool, "name", "?")
         cast(Any, tool).needs_approval = _fail_closed(check, tool_name)
+
+
+def _deciding_hooks(agent: Agent[Any]) -> None:
+    """Give each local shell and patch tool an `on_approval` that puts a call needing approval
+    to the run's automatic decisions (`bot.engine.automatic.on_approval`), after the tool's own
+    `on_approval` if it has one and that one decides."""
+    for tool in agent.tools:
+        if not isinstance(tool, ShellTool | ApplyPatchTool):
+            continue
+        if isinstance(tool, ShellTool) and tool.executor is None:
+            continue  # a hosted shell: the SDK takes no approval for it
+        own = tool.on_approval
+        if getattr(own, "_approval_bot_deciding", False):
+            continue
+        cast(Any, tool).on_approval = _deciding(own, tool.name)
+
+
+def _deciding(own: Callable[..., Any] | None, tool_name: str) -> Callable[..., Any]:
+    async def decide(context: Any, item: Any) -> Any:
+        if own is not None:
+            try:
+                answer = own(context, item)
+                if inspect.isawaitable(answer):
+                    answer = await answer
+            except Exception:
+                log.exception("on_approval of tool %r raised; asking a human instead", tool_name)
+                return None
+            if isinstance(answer, dict) and isinstance(answer.get("approve"), bool):
+                return answer  # the tool's own decision, as the SDK would take it
+        try:
+            return await on_approval(context, item)
+        except Exception:
+            log.exception("deciding a call of %r at its on_approval failed; it pauses", tool_name)
+            return None
+
+    if own is not None:
+        functools.update_wrapper(decide, own)
+    cast(Any, decide)._approval_bot_deciding = True
+    return decide
 
 
 def _gated(tool: FunctionTool, setting: Any) -> Callable[..., Any]:

@@ -27,6 +27,7 @@ from agents import (
     Agent,
     FunctionTool,
     MaxTurnsExceeded,
+    ModelResponse,
     RunConfig,
     RunContextWrapper,
     RunHooks,
@@ -260,6 +261,16 @@ class _ProgressHooks(RunHooks[Any]):
             raise _StopRequested()
         if self.deciding is not None:
             self.deciding.spoke(context, agent)
+
+    async def on_llm_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
+    ) -> None:
+        if self.deciding is None:
+            return
+        try:
+            await self.deciding.answered(context, agent, response)
+        except Exception:  # its calls are decided where the run stops on them, as before
+            log.exception("deciding the calls of a model response in the run failed")
 
     async def _say(self, text: str) -> None:
         if self.progress is None:
