@@ -286,6 +286,7 @@ class BotRuntime:
             notice=s.requester_notice,
             notice_window=s.requester_notice_seconds,
             run_changed=self.home.run_changed,
+            run_changed_reads=self.home.read_in,
             card_posted=self.service.card_posted,
             foreground=self.service.foreground,
             streams=s.slack_streaming == "auto",

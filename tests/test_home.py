@@ -188,3 +188,33 @@ async def test_a_policy_change_takes_the_call_from_a_removed_approvers_home(
         refused = await wait_until(lambda: bot.slack_api.dms("U2"), what="U2 told")
         assert "not among the approvers" in refused[-1].text
         assert ledger.executed == []
+
+
+async def test_a_viewer_who_opens_the_home_after_the_viewers_were_read_follows_changes(
+    redis_url: str,
+) -> None:
+    """The projector keeps the App Home viewers it read while their version is unchanged (read
+    with each pass, #32): a person who opens their Home afterwards changes it, so the next
+    change of a run reaches their Home too."""
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("ok")]],
+        ledger,
+    )
+    async with BotHarness(redis_url, agent, POLICY) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        await bot.idle()  # the passes that posted the run message and the card read no viewer
+        await open_home(bot, "U2")
+        await wait_until(
+            lambda: (
+                "U2" in bot.slack_api.home_views
+                and home_of(bot, "U2").action_ids().count(APPROVE) == 1
+            ),
+            what="U2's Home offering the call",
+        )
+        await bot.click(card, APPROVE, user="U2")
+        await bot.wait_for_status("finished")
+        await wait_until(
+            lambda: home_of(bot, "U2").action_ids().count(APPROVE) == 0,
+            what="U2's Home without the decided call",
+        )

@@ -306,6 +306,9 @@ HOME_VIEWERS = f"{PREFIX}:{{home}}:viewers"  # hash: "<team>:<user>" -> when the
 HOME_DUE = f"{PREFIX}:{{home}}:due"  # sorted set: "<team>:<user>" -> when to publish (ms)
 HOME_SHOWN = f"{PREFIX}:{{home}}:shown"  # hash: "<team>:<user>" -> "<ms> <hash>" last published
 HOME_ORGS = f"{PREFIX}:{{home}}:orgs"  # hash: "<team>:<user>" -> their enterprise id ('' if none)
+# Counter: bumped with every change to HOME_VIEWERS, so a process may keep the viewers it read
+# while it is unchanged (read with a projector pass's records: no round trip of its own).
+HOME_VIEWERS_VERSION = f"{PREFIX}:{{home}}:viewers:version"
 
 # The requester's message about their run's outcomes is one more outbox target of the run.
 NOTICE = "notice"

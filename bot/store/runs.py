@@ -336,11 +336,14 @@ class Runs:
         return await self.get_runs([text(i) for i in ids])
 
     async def projection(
-        self, run_id: str
-    ) -> tuple[dict[str, Mark], RunRecord | None, dict[str, Shown], dict[Any, Any], list[str]]:
+        self, run_id: str, also: Callable[[Any], None] | None = None
+    ) -> tuple[
+        dict[str, Mark], RunRecord | None, dict[str, Shown], dict[Any, Any], list[str], list[Any]
+    ]:
         """What a projector pass reads, in one round trip: the run's marks, the run, what
         Slack holds of its messages, its outcomes hash (`bot.store.delivery.outcomes`: who is to be
-        told what) as HGETALL returns it, and its progress lines (for its run message)."""
+        told what) as HGETALL returns it, and its progress lines (for its run message); then
+        the replies of what `also(pipe)` queued (other slots: read in the same round trip)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(keys.outbox_key(run_id))
             pipe.hgetall(keys.run_key(run_id))
@@ -348,9 +351,11 @@ class Runs:
             pipe.hgetall(keys.shown_key(run_id))
             pipe.hgetall(keys.outcomes_key(run_id))
             pipe.lrange(keys.progress_key(run_id), 0, -1)
-            marks, run, task, shown, outcomes, progress = await pipe.execute()
+            if also is not None:
+                also(pipe)
+            marks, run, task, shown, outcomes, progress, *more = await pipe.execute()
         parsed = Outbox.parse_marks(marks), run_from(run, task, run_id), Outbox.parse_shown(shown)
-        return (*parsed, outcomes, [text(line) for line in progress])
+        return (*parsed, outcomes, [text(line) for line in progress], more)
 
     async def run_status(self, run_id: str) -> str:
         value = await self.redis.hget(keys.run_key(run_id), "status")

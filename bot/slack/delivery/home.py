@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 from logging import WARNING
+from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -67,11 +68,16 @@ class HomePublisher:
             return
         await self.index.opened(actor.team_id, actor.user_id, actor.enterprise_id)
 
-    async def run_changed(self, run: RunRecord) -> None:
+    def read_in(self, pipe: Any) -> None:
+        """What `run_changed` needs read, queued on a projector pass's read (`version`)."""
+        self.index.read_version(pipe)
+
+    async def run_changed(self, run: RunRecord, version: Any = ...) -> None:
         """A run's records changed: its starter's Home, and the Homes of the viewers who
         approve calls in its channel (all of the workspace's viewers when the approvers are
-        "*" or a user group), may show something else now."""
-        viewers = await self.index.viewers(run.team_id)
+        "*" or a user group), may show something else now. `version`: what `read_in` read
+        (the viewers as this process last read them serve while it is unchanged)."""
+        viewers = await self.index.viewers(run.team_id, version)
         if not viewers:
             return
         policy = self.service.policies.current().policy.for_team(run.team_id)

@@ -79,7 +79,10 @@ DM_CHANNELS = 10_000  # people whose direct-message channel id is remembered
 NOTICE_RUNS = 50  # runs one requester's notice tells of at most (the rest: the next one)
 
 Undeliverable = Callable[[str, str, str], Awaitable[None]]
-RunChanged = Callable[[RunRecord], Awaitable[None]]
+# The App Home publisher's hook: a run changed (the run, and what its `ReadWith` read in the
+# pass's read of the run: the App Home viewers' version).
+RunChanged = Callable[[RunRecord, Any], Awaitable[None]]
+ReadWith = Callable[[Any], None]
 # Writes to send with the record of a run message's first post (a pipeline, the run as read):
 # the run's start job, which waits for its message (`Runs.start_in`).
 RunPosted = Callable[[Any, RunRecord], None]
@@ -165,6 +168,7 @@ class Projector:
         notice: str = "dm",
         notice_window: float = 3.0,
         run_changed: RunChanged | None = None,
+        run_changed_reads: ReadWith | None = None,
         card_posted: CardPosted | None = None,
         foreground: Foreground | None = None,
         streams: bool = True,
@@ -197,6 +201,8 @@ class Projector:
         self.notice = notice
         self.notice_window = notice_window
         self.run_changed = run_changed  # the App Home publisher's hook
+        self.run_changed_reads = run_changed_reads  # what it needs, read with the pass's read
+        self._changed_read: dict[str, Any] = {}  # run id -> what that read gave, this pass
         self.run_posted = run_posted  # the service's: a run starts once its message is shown
         self.card_posted = card_posted  # the service's (review figures, the advisor)
         # Slack's chat streaming for answers, and the thread's status line, where the
@@ -325,7 +331,9 @@ class Projector:
         """Bring every marked message of the run up to date; seconds until it must be tried
         again, or None when nothing is left."""
         # Read at once (one pipelined round trip, not three).
-        marks, run, shown, outcomes, progress = await self.store.projection(run_id)
+        marks, run, shown, outcomes, progress, more = await self.store.projection(
+            run_id, self.run_changed_reads if self.run_changed is not None else None
+        )
         if not marks:
             return None
         if run is None:  # expired: nothing left to show
@@ -340,12 +348,14 @@ class Projector:
             extra = [live]
         self._outcomes[run_id] = outcomes  # (`_note_outcomes` adds what it records)
         self._progress[run_id] = progress
+        self._changed_read[run_id] = more[0] if more and self.run_changed_reads else ...
         try:
             with serving(run.team_id, run.enterprise_id):  # its workspace's token
                 again, waits = await self._project(run, marks, shown)
         finally:
             self._outcomes.pop(run_id, None)
             self._progress.pop(run_id, None)
+            self._changed_read.pop(run_id, None)
         with serving(run.team_id, run.enterprise_id):
             # The run message said something: the thread's line too (unless it is to be
             # cleared while a post in the thread, which clears it, is still to go).
@@ -446,7 +456,7 @@ class Projector:
                     again = wait if again is None else min(again, wait)
             if self.run_changed is not None:
                 try:
-                    await self.run_changed(run)
+                    await self.run_changed(run, self._changed_read.get(run_id, ...))
                 except Exception:
                     log_failure(
                         log, "could not mark App Homes of run %s due", run_id, level=WARNING

@@ -61,6 +61,14 @@ class HomeIndex:
         self.redis = client
         self._touch = client.register_script(_TOUCH)
         self._claim = client.register_script(_CLAIM)
+        # The viewers as last read (member -> when they opened it, ms), with the version of
+        # the index they were read at (`HOME_VIEWERS_VERSION`; None: the key was absent).
+        self._known: tuple[str | None, dict[str, float]] | None = None
+
+    @staticmethod
+    def read_version(pipe: Any) -> None:
+        """Queue the read of the viewers' version on `pipe` (for `viewers(team, version)`)."""
+        pipe.get(keys.HOME_VIEWERS_VERSION)
 
     async def opened(self, team: str, user: str, enterprise: str = "") -> None:
         """`user` opened their App Home: a viewer from now on, due now."""
@@ -70,6 +78,7 @@ class HomeIndex:
             pipe.hset(keys.HOME_ORGS, member, enterprise)
             pipe.zadd(keys.HOME_VIEWERS, {member: now_ms})
             pipe.zadd(keys.HOME_DUE, {member: now_ms}, lt=True)
+            pipe.incr(keys.HOME_VIEWERS_VERSION)
             await pipe.execute()
         await self.trim()
 
@@ -81,6 +90,7 @@ class HomeIndex:
             pipe.zrem(keys.HOME_DUE, member)
             pipe.hdel(keys.HOME_SHOWN, member)
             pipe.hdel(keys.HOME_ORGS, member)
+            pipe.incr(keys.HOME_VIEWERS_VERSION)
             await pipe.execute()
 
     async def trim(self) -> int:
@@ -93,15 +103,31 @@ class HomeIndex:
                 pipe.zrem(keys.HOME_VIEWERS, *gone)
                 pipe.hdel(keys.HOME_SHOWN, *gone)
                 pipe.hdel(keys.HOME_ORGS, *gone)
+                pipe.incr(keys.HOME_VIEWERS_VERSION)
                 await pipe.execute()
         return len(gone)
 
-    async def viewers(self, team: str) -> list[str]:
-        """The users of `team` who opened their App Home in the last `VIEWER_DAYS` days."""
+    async def viewers(self, team: str, version: Any = ...) -> list[str]:
+        """The users of `team` who opened their App Home in the last `VIEWER_DAYS` days.
+        `version`: the index's version as just read (`read_version`, with other reads): the
+        viewers this process read at that version serve without a round trip."""
         since = time.time() * 1000 - VIEWER_DAYS * 86400_000
-        members = await self.redis.zrangebyscore(keys.HOME_VIEWERS, since, "+inf")
+        seen = None if version is None or version is ... else _s(version)
+        if version is ... or self._known is None or self._known[0] != seen:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.get(keys.HOME_VIEWERS_VERSION)  # first: the members are at least as new
+                pipe.zrangebyscore(keys.HOME_VIEWERS, since, "+inf", withscores=True)
+                found, members = await pipe.execute()
+            self._known = (
+                None if found is None else _s(found),
+                {_s(m): float(score) for m, score in members},
+            )
         prefix = team + ":"
-        return [_s(m)[len(prefix) :] for m in members if _s(m).startswith(prefix)]
+        return [
+            m[len(prefix) :]
+            for m, at in self._known[1].items()
+            if at >= since and m.startswith(prefix)
+        ]
 
     async def everyone(self) -> dict[str, list[str]]:
         """Every viewer of the last `VIEWER_DAYS` days, by team."""
