@@ -26,7 +26,7 @@ from bot.store.delivery.outcomes import Outcomes
 from bot.store.errors import NotOwner as NotOwner
 from bot.store.errors import StoreError as StoreError
 from bot.store.keys import RunKeys
-from bot.store.parts.calls import CONTEXT_FIELD, INLINE_CONTEXT, Calls
+from bot.store.parts.calls import CONTEXT_FIELD, INLINE_CONTEXT, Calls, read_context
 from bot.store.parts.calls import MAX_COMMENTS as MAX_COMMENTS
 from bot.store.parts.edits import Edits
 from bot.store.parts.indexes import Indexes
@@ -45,7 +45,7 @@ from bot.store.records import (
     RunRecord,
     Snapshot,
 )
-from bot.store.scripts import mark, marking, script, text
+from bot.store.scripts import Batch, mark, marking, script, text
 from bot.store.scripts import now as now
 
 TIMER_MARGIN = 86400  # a paused run's records outlive its calls' expiry by at least this
@@ -187,6 +187,24 @@ def decode_cancel(reply: list[Any]) -> CancelResult:
     return CancelResult("missing")
 
 
+@dataclass(frozen=True)
+class Projection:
+    """What a projector pass reads of a run (`Runs.projection`)."""
+
+    marks: dict[str, Mark]
+    run: RunRecord | None
+    shown: dict[str, Shown]
+    outcomes: dict[Any, Any]  # as HGETALL returns it
+    progress: list[str]
+    cards: dict[str, tuple[CallRecord | None, CallContext | None]]  # approval id -> its call
+    also: list[Any]  # the replies of what the caller queued with it
+
+
+def _pairs(flat: Any) -> dict[Any, Any]:
+    """A hash as a script returns HGETALL (a flat list), as redis-py's HGETALL gives it."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
 class Runs:
     """A run's record, progress, notes and snapshot, and its transitions."""
 
@@ -211,6 +229,8 @@ class Runs:
         UNREPLICATED.add(self._forgive.sha)  # a count: lost in a failover at no cost
         self._add_note = client.register_script(script("_outbox") + _ADD_NOTE)
         self._cancel = client.register_script(marking("cancel"))
+        self._projection = client.register_script(script("projection"))
+        UNREPLICATED.add(self._projection.sha)  # reads only: nothing for replicas to confirm
 
     async def create_run(self, run: RunRecord, after: Callable[[Any], None] | None = None) -> None:
         """Store a new run, owned by `run.owner` until it pauses or ends; its message is due.
@@ -337,25 +357,44 @@ class Runs:
 
     async def projection(
         self, run_id: str, also: Callable[[Any], None] | None = None
-    ) -> tuple[
-        dict[str, Mark], RunRecord | None, dict[str, Shown], dict[Any, Any], list[str], list[Any]
-    ]:
-        """What a projector pass reads, in one round trip: the run's marks, the run, what
-        Slack holds of its messages, its outcomes hash (`bot.store.delivery.outcomes`: who is to be
-        told what) as HGETALL returns it, and its progress lines (for its run message); then
-        the replies of what `also(pipe)` queued (other slots: read in the same round trip)."""
+    ) -> Projection:
+        """What a projector pass reads, in one round trip (`projection.lua`): the run's marks,
+        the run, what Slack holds of its messages, its outcomes hash
+        (`bot.store.delivery.outcomes`: who is to be told what) as HGETALL returns it, its
+        progress lines (for its run message) and the call of each card marked; then the
+        replies of what `also(pipe)` queued (other slots: read in the same round trip)."""
+        names = [
+            keys.outbox_key(run_id),
+            keys.run_key(run_id),
+            keys.task_key(run_id),
+            keys.shown_key(run_id),
+            keys.outcomes_key(run_id),
+            keys.progress_key(run_id),
+        ]
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.outbox_key(run_id))
-            pipe.hgetall(keys.run_key(run_id))
-            pipe.get(keys.task_key(run_id))
-            pipe.hgetall(keys.shown_key(run_id))
-            pipe.hgetall(keys.outcomes_key(run_id))
-            pipe.lrange(keys.progress_key(run_id), 0, -1)
+            batch = Batch(pipe)
+            first = batch.script(self._projection, names, [run_id, keys.call_key(f"{run_id}.")])
             if also is not None:
                 also(pipe)
-            marks, run, task, shown, outcomes, progress, *more = await pipe.execute()
-        parsed = Outbox.parse_marks(marks), run_from(run, task, run_id), Outbox.parse_shown(shown)
-        return (*parsed, outcomes, [text(line) for line in progress], more)
+            replies = await batch.execute()
+        marks, run, task, shown, outcomes, progress, *cards = replies[first]
+        found: dict[str, tuple[CallRecord | None, CallContext | None]] = {}
+        for i in range(0, len(cards), 4):
+            approval_id, raw = text(cards[i]), _pairs(cards[i + 1])
+            inline = raw.get(CONTEXT_FIELD.encode())
+            found[approval_id] = (
+                call_from(raw, cards[i + 2], approval_id),
+                read_context(cards[i + 3] or inline),
+            )
+        return Projection(
+            Outbox.parse_marks(_pairs(marks)),
+            run_from(_pairs(run), task, run_id),
+            Outbox.parse_shown(_pairs(shown)),
+            _pairs(outcomes),
+            [text(line) for line in progress],
+            found,
+            replies[first + 1 :],
+        )
 
     async def run_status(self, run_id: str) -> str:
         value = await self.redis.hget(keys.run_key(run_id), "status")

@@ -61,7 +61,7 @@ from bot.store.delivery.outbox import Claim, Mark, Shown
 from bot.store.delivery.outcomes import outcome_key, recorded_for, told_to, untold_in
 from bot.store.delivery.pacing import KEEP_AFTER, SharedPacer, Urgency
 from bot.store.grants import GrantStore
-from bot.store.records import CallRecord, RunRecord, RunStatus
+from bot.store.records import CallContext, CallRecord, RunRecord, RunStatus
 from bot.store.runs import RunStore
 from bot.store.scripts import text
 
@@ -203,6 +203,8 @@ class Projector:
         self.run_changed = run_changed  # the App Home publisher's hook
         self.run_changed_reads = run_changed_reads  # what it needs, read with the pass's read
         self._changed_read: dict[str, Any] = {}  # run id -> what that read gave, this pass
+        # run id -> its marked cards' calls, read with the pass's read (taken when shown)
+        self._cards: dict[str, dict[str, tuple[CallRecord | None, CallContext | None]]] = {}
         self.run_posted = run_posted  # the service's: a run starts once its message is shown
         self.card_posted = card_posted  # the service's (review figures, the advisor)
         # Slack's chat streaming for answers, and the thread's status line, where the
@@ -331,9 +333,11 @@ class Projector:
         """Bring every marked message of the run up to date; seconds until it must be tried
         again, or None when nothing is left."""
         # Read at once (one pipelined round trip, not three).
-        marks, run, shown, outcomes, progress, more = await self.store.projection(
+        read = await self.store.projection(
             run_id, self.run_changed_reads if self.run_changed is not None else None
         )
+        marks, run, shown, outcomes, progress = (
+            read.marks, read.run, read.shown, read.outcomes, read.progress)  # fmt: skip
         if not marks:
             return None
         if run is None:  # expired: nothing left to show
@@ -348,7 +352,8 @@ class Projector:
             extra = [live]
         self._outcomes[run_id] = outcomes  # (`_note_outcomes` adds what it records)
         self._progress[run_id] = progress
-        self._changed_read[run_id] = more[0] if more and self.run_changed_reads else ...
+        self._changed_read[run_id] = read.also[0] if read.also and self.run_changed_reads else ...
+        self._cards[run_id] = read.cards
         try:
             with serving(run.team_id, run.enterprise_id):  # its workspace's token
                 again, waits = await self._project(run, marks, shown)
@@ -356,6 +361,7 @@ class Projector:
             self._outcomes.pop(run_id, None)
             self._progress.pop(run_id, None)
             self._changed_read.pop(run_id, None)
+            self._cards.pop(run_id, None)
         with serving(run.team_id, run.enterprise_id):
             # The run message said something: the thread's line too (unless it is to be
             # cleared while a post in the thread, which clears it, is still to go).
@@ -761,7 +767,9 @@ class Projector:
             text, body = run_message.run_message(run, progress, waiting)
             self._status_due[run.run_id] = run_message.thread_status(run, progress, waiting)
         elif kind == "card":
-            call, context = await self.store.call_with_context(keys.Target.parse(target).id)
+            approval_id = keys.Target.parse(target).id
+            known = self._cards.get(run.run_id, {}).pop(approval_id, None)
+            call, context = known or await self.store.call_with_context(approval_id)
             if call is None:
                 await self._done(run.run_id, target, mark)
                 return None
