@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import json
@@ -59,11 +60,11 @@ from bot.stopping import cancel_and_wait
 from bot.store import keys
 from bot.store.delivery.outbox import Claim, Mark, Shown
 from bot.store.delivery.outcomes import outcome_key, recorded_for, told_to, untold_in
-from bot.store.delivery.pacing import KEEP_AFTER, SharedPacer, Urgency
+from bot.store.delivery.pacing import KEEP_AFTER, SharedPacer, Take, Urgency
 from bot.store.grants import GrantStore
 from bot.store.records import CallContext, CallRecord, RunRecord, RunStatus
 from bot.store.runs import RunStore
-from bot.store.scripts import text
+from bot.store.scripts import Batch, text
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,76 @@ START_WITHOUT_MESSAGE = 30.0
 IN_THREAD = frozenset({"result", "note", "review"})
 # A call's card was posted: (run, the call, its characters, its arguments folded).
 CardPosted = Callable[[RunRecord, CallRecord, int, bool], None]
+
+
+# The message a task of a pass delivers (`_FirstTakes`), and the output an update waits behind.
+_PARTY: contextvars.ContextVar[object | None] = contextvars.ContextVar("party", default=None)
+_BEHIND: contextvars.ContextVar[asyncio.Event | None] = contextvars.ContextVar(
+    "behind", default=None
+)
+TAKES_WAIT = 0.5  # seconds the first takes of a pass wait at most for a slow message's
+
+
+class _FirstTakes:
+    """The first Slack tokens of the messages a pass delivers side by side, taken in one round
+    trip (each `SharedPacer.take_in` one command of a pipeline): a message's first take waits
+    until every other message of the pass has asked for its own or needs none (at most
+    `TAKES_WAIT`: a message that looks Slack up first does not hold the others). Later takes
+    go on their own."""
+
+    def __init__(self, client: Any, parties: int) -> None:
+        self.redis = client
+        self.left = parties  # parties that have neither asked nor finished
+        self.seen: set[object] = set()
+        self.asked: list[tuple[SharedPacer, str, Urgency, str, asyncio.Future[Take]]] = []
+        self.sent = False
+        self._sending: asyncio.Task[None] | None = None
+
+    def leave(self, party: object) -> None:
+        """`party` is done: it asks for nothing more in this round trip."""
+        if party not in self.seen:
+            self.seen.add(party)
+            self.left -= 1
+            self._maybe_send()
+
+    async def take(
+        self, party: object, pacer: SharedPacer, scope: str, urgency: Urgency, message: str
+    ) -> Take:
+        if self.sent or party in self.seen:
+            return await pacer.take(scope, urgency, message)
+        future: asyncio.Future[Take] = asyncio.get_running_loop().create_future()
+        self.asked.append((pacer, scope, urgency, message, future))
+        if len(self.asked) == 1:
+            asyncio.get_running_loop().call_later(TAKES_WAIT, self._send_now)
+        self.leave(party)
+        return await future
+
+    def _maybe_send(self) -> None:
+        if self.left <= 0:
+            self._send_now()
+
+    def _send_now(self) -> None:
+        if self.sent:
+            return
+        self.sent = True
+        if self.asked:
+            self._sending = asyncio.create_task(self._send(self.asked))
+
+    async def _send(
+        self, asked: list[tuple[SharedPacer, str, Urgency, str, asyncio.Future[Take]]]
+    ) -> None:
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                batch = Batch(pipe)
+                decoders = [p.take_in(batch, s, u, m) for p, s, u, m, _ in asked]
+                replies = await batch.execute()
+            for (*_, future), decoded in zip(asked, decoders, strict=True):
+                if not future.done():
+                    future.set_result(decoded(replies))
+        except Exception as exc:
+            for *_, future in asked:
+                if not future.done():
+                    future.set_exception(exc)
 
 
 def _digest(text: str, body: list[dict[str, Any]]) -> str:
@@ -227,6 +298,7 @@ class Projector:
         self._recording: dict[str, dict[str, str]] = {}
         self._progress: dict[str, list[str]] = {}
         self._dm_channels: dict[tuple[str, str], str] = {}
+        self._takes: dict[str, _FirstTakes] = {}  # run id -> its pass's first takes
         # Acks first: a claim waits for a lull in this process's Slack requests.
         self.foreground = foreground or Foreground(max_wait=0)
 
@@ -427,20 +499,41 @@ class Projector:
         else:
             later = []
 
-        async def posts_then_run() -> None:
-            await in_order(posts)
-            await in_order(later)
-
-        outcomes: list[object] = []
+        output: asyncio.Event | None = None
         if posts and not later and all(keys.target_kind(t) == "result" for t in posts):
             # The run's output is its only new message: it goes out before the updates of the
             # messages already shown (they follow by a moment), for it is what the requester
-            # waits for, and the updates' reads and rendering would otherwise go first.
-            outcomes += await asyncio.gather(in_order(posts), return_exceptions=True)
-            posts = []
-        outcomes += await asyncio.gather(
-            posts_then_run(), *(alone(t) for t in updates), return_exceptions=True
-        )
+            # waits for.
+            output = asyncio.Event()
+
+        async def first() -> None:
+            try:
+                await in_order(posts)
+            finally:
+                if output is not None:
+                    output.set()
+            await in_order(later)
+
+        async def behind(target: str) -> None:
+            _BEHIND.set(output)
+            await alone(target)
+
+        # Their first Slack tokens in one round trip (`_FirstTakes`).
+        parties = [first(), *(behind(t) for t in updates)]
+        takes = self._takes[run_id] = _FirstTakes(self.store.redis, len(parties))
+
+        async def party(work: Awaitable[None]) -> None:
+            token = object()
+            _PARTY.set(token)
+            try:
+                await work
+            finally:
+                takes.leave(token)
+
+        try:
+            outcomes = await asyncio.gather(*(party(p) for p in parties), return_exceptions=True)
+        finally:
+            self._takes.pop(run_id, None)
         failed = [r for r in outcomes if isinstance(r, BaseException)]
         if failed:
             raise failed[0]
@@ -904,6 +997,8 @@ class Projector:
                 if left > 0:
                     return left  # its turn comes later: more urgent messages go first
                 await self._fence(run.run_id)
+                if (ahead := _BEHIND.get()) is not None:
+                    await ahead.wait()  # the output first (it is what the requester waits for)
                 await self.client.chat_update(
                     channel=channel, ts=current.ts, text=text, blocks=payload or None
                 )
@@ -1063,7 +1158,11 @@ class Projector:
         another pass, rather than wait behind the card's place in the workspace's queue; the
         pass that comes at its turn, in any process, is given the same turn, not a second."""
         urgency = urgency or _urgency(keys.target_kind(target), posted=posted)
-        taken = await pacer.take(scope, urgency, message=f"{run_id}/{target}")
+        takes, party = self._takes.get(run_id), _PARTY.get()
+        if takes is not None and party is not None:  # with the pass's other first takes
+            taken = await takes.take(party, pacer, scope, urgency, f"{run_id}/{target}")
+        else:
+            taken = await pacer.take(scope, urgency, message=f"{run_id}/{target}")
         if not taken.taken or taken.wait > KEEP_AFTER:
             return taken.wait  # an output or a status update does not queue: asked again then
         if taken.wait > 0:

@@ -75,15 +75,20 @@ class SharedPacer:
         )
         return decode_take(reply)
 
-    def take_in(self, batch: Batch, scope: str, urgency: Urgency) -> Callable[[Any], Take]:
-        """`take(scope, urgency)` of a call that does not queue (not a card's) as one command
-        of a batch (one round trip with others): the reply's decoder."""
-        assert urgency != Urgency.CARD
-        index = batch.script(
-            self._pace,
-            [keys.pace_key(self.name, scope)],
-            [repr(self.rate), self.burst, "now", repr(self._floor(urgency))],
-        )
+    def take_in(
+        self, batch: Batch, scope: str, urgency: Urgency, message: str = ""
+    ) -> Callable[[Any], Take]:
+        """`take(scope, urgency, message)` as one command of a batch (one round trip with
+        others): the reply's decoder."""
+        if urgency == Urgency.CARD:
+            keep_after = KEEP_AFTER * 1000 if message else 1e12  # (no message: never kept)
+            turn = keys.turn_key(self.name, scope, message or "-")
+            names = [keys.pace_key(self.name, scope), turn]
+            values = [repr(self.rate), self.burst, "queue", repr(keep_after)]
+        else:
+            names = [keys.pace_key(self.name, scope)]
+            values = [repr(self.rate), self.burst, "now", repr(self._floor(urgency))]
+        index = batch.script(self._pace, names, values)
 
         def decoded(replies: Any) -> Take:
             taken = decode_take(replies[index])
