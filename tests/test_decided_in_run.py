@@ -7,7 +7,9 @@ Slack stand-in."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 from agents import Agent, AgentHooks, ApplyPatchTool, HostedMCPTool, ShellTool
@@ -16,9 +18,16 @@ from openai.types.responses import ResponseApplyPatchToolCall, ResponseFunctionS
 from openai.types.responses.response_output_item import McpApprovalRequest
 
 from bot import metrics
+from bot.service.policy.source import PolicySource
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE
-from bot.testing.harness import BotHarness, edit_values
-from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
+from bot.testing.harness import BotHarness, edit_values, wait_until
+from tests.agents_for_tests import (
+    Ledger,
+    assistant_message,
+    function_call,
+    ops_agent,
+    slow_check,
+)
 from tests.test_authorization import no_server_errors
 from tests.test_edit import edited_then
 from tests.test_grants import GRANTING, cards, grant_in_first_run, two_runs
@@ -475,3 +484,86 @@ async def test_an_earlier_always_settles_a_later_call_inside_the_run(redis_url: 
     assert decided_by(audit) == [("U2", "always_approve"), ("U2", "always_approve")]
     assert [e["kind"] for e in audit].count("paused") == 1
     assert any("by the Always approve decision of <@U2>" in n for n in notes), notes
+
+
+async def test_an_edits_call_a_person_would_decide_runs_on_the_edit_without_a_pause(
+    redis_url: str,
+) -> None:
+    """The call the agent re-proposes after an edit, under a rule that asks a person: the edit
+    was that person's decision on exactly these arguments, so the call runs on it inside the
+    run (the editor judged under the policy in force for what the tool will receive, the
+    one-shot approval used up there): no second pause, no second card, its audit entry and
+    note as when a pause applied it."""
+    ledger = Ledger()
+    starts = Starts()
+    agent, model = ops_agent(edited_then({"path": "/srv/a"}, {"path": "/srv/b"}), ledger)
+    agent.hooks = starts
+    async with BotHarness(redis_url, agent, TMP_DELETES) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        view = await bot.open_edit(card, user="U2")
+        sent = await bot.slack.submit(view, edit_values(view, {"field:path": "/srv/b"}), user="U2")
+        assert sent.status == 200, sent
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        audit = await bot.audit()
+        shown = bot.slack_api.approval_messages()
+        notes = [m.text for m in bot.run_thread()]
+        [started] = [e for e in audit if e["kind"] == "run_started"]
+        run = await bot.runtime.service.store.get_run(started["run_id"])
+        edits = await bot.runtime.service.store.edits(started["run_id"])
+        no_server_errors(bot)
+    assert ledger.executed == [("delete_logs", {"path": "/srv/b"})]
+    assert len(shown) == 1  # the edited call's card only
+    assert [e["kind"] for e in audit].count("paused") == 1
+    assert run is not None and run.pause == 1  # the edited call's pause only
+    assert starts.count == 2  # the start, and the resume after the edit: nothing more
+    assert decided_by(audit) == [("U2", "approve_edited"), ("U2", "approve_edited")]
+    [again] = [e for e in audit if e["kind"] == "decided"][1:]
+    assert again["tool"] == "delete_logs" and "one-shot approval of the edit" in again["detail"]
+    [edit] = edits
+    assert edit.used  # used up: it approves no other call
+    assert any("runs with them (approved by that edit" in n for n in notes), notes
+    assert model.last_call is not None and "deleted /srv/b" in str(model.last_call.input)
+
+
+async def test_an_edit_the_policy_no_longer_lets_settle_brings_its_call_to_a_person(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The editor is judged for the re-proposed call under the policy in force when it comes:
+    once the rule for those arguments no longer offers Edit, the edit does not settle the call:
+    it pauses on its own card, and the thread says why."""
+    ledger = Ledger()
+    started, release = asyncio.Event(), asyncio.Event()
+    agent, _ = ops_agent(
+        [
+            [function_call("delete_logs", {"path": "/srv/a"}, call_id="c1")],
+            [function_call("slow_check", {"host": "h"}, call_id="s1")],
+            [function_call("delete_logs", {"path": "/srv/b"}, call_id="c2")],
+            [assistant_message("Done.")],
+        ],
+        ledger,
+        extra_tools=[slow_check(ledger, started, release)],
+    )
+    path = tmp_path / "policy.yml"
+    path.write_text(TMP_DELETES)
+    source = PolicySource.from_file(path)
+    async with BotHarness(redis_url, agent, source) as bot:
+        card = await bot.start_and_wait("clean", user="U1")
+        view = await bot.open_edit(card, user="U2")
+        sent = await bot.slack.submit(view, edit_values(view, {"field:path": "/srv/b"}), user="U2")
+        assert sent.status == 200 and sent.text == "", sent
+        await started.wait()  # resumed on the edit; the re-proposed call comes next
+        path.write_text(
+            TMP_DELETES + "  - name: srv-b-as-is\n    match: delete_logs\n"
+            "    when: {args.path: /srv/b}\n    allow_edit: false\n"
+        )
+        assert source.reload()
+        release.set()
+        await wait_until(lambda: len(bot.slack_api.approval_messages()) == 2, what="a new card")
+        await bot.idle()
+        notes = [m.text for m in bot.run_thread()]
+        audit = await bot.audit()
+        no_server_errors(bot)
+    assert ledger.names() == ["slow_check"]
+    assert [e["kind"] for e in audit].count("paused") == 2
+    assert any("no longer holds" in n and "no longer offers Edit" in n for n in notes), notes

@@ -762,6 +762,7 @@ class RunStore:
         # Edited calls and the one-shot approval each gives the re-proposed call.
         self.edit = edits.edit
         self.use_edit = edits.use_edit
+        self.use_edit_in_run = edits.use_edit_in_run
         self.edits = edits.edits
         # Reviews.
         self.review_vote = reviews.review_vote

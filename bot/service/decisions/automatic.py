@@ -1,22 +1,25 @@
 """Calls the policy decides by itself, decided inside their run (#32 part 1).
 
-A call that a rule decides automatically (`auto:`), that a channel grant covers, or that an
-Always decision made earlier in the run settles, is judged here before anything is saved (at
-the SDK's approval check of a function tool, or where the run stops on the call) and decided in
-the run (`bot.engine.automatic`): no snapshot, no resume job, no card; in a turn with calls for
-people too, the run pauses only for those. The judgement is the one a click gets
-(`Judgement.settle`: Way.RULE; Way.GRANT_USE with the grantor as actor; Way.EARLIER_ALWAYS
-with the Always decision's decider), on the call as a pause would have posted it
-(`Runs._new_call`), in the pause's order (a rule, an edit's one-shot approval, an earlier
-Always, a grant). Anything else (a condition the policy cannot evaluate, a grant or an Always
-that no longer holds, an edit's re-proposed call, a question) is left to the pause, which
-handles it as before: a person, or the standing decision re-judged there (an Always refused
-there is forgotten, and the thread told).
+A call that a rule decides automatically (`auto:`), that a channel grant covers, that an
+Always decision made earlier in the run settles, or that an edit's one-shot approval settles
+(the agent's call re-proposed with exactly the edited arguments: the edit was its editor's
+decision), is judged here before anything is saved (at the SDK's approval hook of its tool,
+or where the run stops on the call: `bot.engine.automatic`) and decided in the run: no
+snapshot, no resume job, no card; in a turn with calls for people too, the run pauses only for
+those. The judgement is the one a click gets (`Judgement.settle`: Way.RULE; Way.GRANT_USE with
+the grantor as actor; Way.EARLIER_ALWAYS with the Always decision's decider; Way.EDITED_CALL
+with the editor, the edit's approval then used up by the run's attempt, once:
+use_edit_in_run.lua), on the call as a pause would have posted it (`Runs._new_call`: its
+subject is what the tool will receive), in the pause's order (a rule, an edit's one-shot
+approval, an earlier Always, a grant). Anything else (a condition the policy cannot evaluate,
+a grant, an Always or an edit that no longer holds, a question) is left to the pause, which
+handles it as before: a person, or the standing decision re-judged there (refused there, it
+is forgotten, and the thread told).
 
 What a decision leaves is what it left when the call paused: its audit entry (`decided` with
-`auto_approve`/`auto_reject` or `always_approve`/`always_reject`, or `grant_used`), hence its
-metric and its webhook delivery, the shadow rules' verdicts, and a grant's or an Always's note
-in the run's thread. There is no call record: the
+`auto_approve`/`auto_reject`, `always_approve`/`always_reject` or `approve_edited`, or
+`grant_used`), hence its metric and its webhook delivery, the shadow rules' verdicts, and a
+grant's, an Always's or an edit's note in the run's thread. There is no call record: the
 entries name the call by an approval id no pending call has.
 """
 
@@ -60,10 +63,13 @@ class _Standing:
     always: dict[str, StickyDecision]  # Always decisions, by sticky key
     edits: list[EditRecord]  # unused edits
 
-    def edited(self, call: CallRecord) -> bool:
-        """Whether `call` is exactly an edited call re-proposed (`Runs._match_edits`)."""
+    def edited(self, call: CallRecord) -> EditRecord | None:
+        """The edit whose call `call` is exactly, re-proposed (`Runs._match_edits`)."""
         sha = call.arguments_sha or arguments_sha(call.arguments)
-        return any((e.agent, e.tool, e.sha) == (call.agent, call.tool, sha) for e in self.edits)
+        for edit in self.edits:
+            if (edit.agent, edit.tool, edit.sha) == (call.agent, call.tool, sha):
+                return edit
+        return None
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,7 @@ class _Settled:
     decision: Automatic
     grant: Grant | None = None
     always: StickyDecision | None = None  # an earlier Always decision of the run settled it
+    edit: EditRecord | None = None  # the one-shot approval of this edit settled it
     detail: str = ""
     why: str = ""  # the rule's own reason, if it gives one
 
@@ -122,8 +129,10 @@ class InRun:
             else:
                 if standing is None:
                     standing = await self._standing()
-                if standing.edited(call):
-                    settled.append(None)  # the pause applies the edit's one-shot approval
+                edit = standing.edited(call)
+                if edit is not None:  # not settled by it: the pause says why, and asks a person
+                    settled.append(await self._by_edit(call, edit))
+                    standing.edits.remove(edit)  # one call per edit
                     continue
                 always = standing.always.get(call.sticky)
                 if always is not None:  # refused: the pause forgets it, and says why
@@ -147,6 +156,25 @@ class InRun:
         always = {text(k): StickyDecision.from_json(text(k), text(v)) for k, v in stickies.items()}
         found = [EditRecord.from_json(text(k), text(v)) for k, v in edits.items()]
         return _Standing(always, [e for e in found if not e.used])
+
+    async def _by_edit(self, call: CallRecord, edit: EditRecord) -> _Settled | None:
+        """The agent's call re-proposed after `edit`, settled by that edit's one-shot approval
+        (the edit was the decision: the editor's, on these very arguments), as `Runs.apply_edit`
+        would settle it at a pause: if the editor may still decide it under the policy in force
+        (Way.EDITED_CALL), and the approval is used up now, once, by this run's attempt."""
+        execution = self.execution
+        if execution is None:
+            return None
+        editor = Actor(edit.team, edit.by, self.run.enterprise_id)
+        attempt = Attempt(Way.EDITED_CALL, edit_required=edit.required)
+        judged = await self.judgement.settle(editor, self.run, call, attempt)
+        if not isinstance(judged, Allowed):
+            return None
+        sha = call.arguments_sha or arguments_sha(call.arguments)
+        used = await self.core.store.use_edit_in_run(
+            self.run.run_id, edit, owner=execution.attempt, sha=sha, used_by=call.approval_id
+        )
+        return _Settled(call, Automatic(True), edit=edit) if used else None
 
     async def _by_always(self, call: CallRecord, always: StickyDecision) -> _Settled | None:
         """The Always decision made earlier in this run on this agent's tool, if the policy in
@@ -209,8 +237,16 @@ class InRun:
                         pipe, AuditKind.SHADOW, call=shadow.audited_call(call),
                         decision=shadow.would, detail=shadow.why,
                     )  # fmt: skip
-                grant, always = each.grant, each.always
-                if always is not None:
+                grant, always, edit = each.grant, each.always, each.edit
+                if edit is not None:
+                    self.core.audit_in(
+                        pipe, AuditKind.DECIDED, call=call,
+                        actor=Actor(edit.team, edit.by, self.run.enterprise_id),
+                        decision="approve_edited",
+                        detail=f"the one-shot approval of the edit of {edit.approval_id} "
+                        f"(digest {edit.digest})",
+                    )  # fmt: skip
+                elif always is not None:
                     verb = "Always approve" if each.decision.approve else "Always reject"
                     self.core.audit_in(
                         pipe, AuditKind.DECIDED, call=call,
@@ -256,6 +292,12 @@ class InRun:
         and a rejection with its reason (what the rejected call's card said); an automatic
         approval shows as the tool's progress line."""
         call, grant, always = each.call, each.grant, each.always
+        if each.edit is not None:
+            return said(
+                "{tool} was called again with the arguments {who} edited, and runs with them "
+                "(approved by that edit; no new request).",
+                tool=Code(call.tool), who=Mention(each.edit.by),
+            )  # fmt: skip
         if always is not None:
             return said(
                 "{tool} was {shown} by the {verb} decision of {who} earlier in this run.",

@@ -18,7 +18,7 @@ from bot.store.delivery.outbox import Outbox
 from bot.store.keys import RunKeys
 from bot.store.parts.calls import decode_decide
 from bot.store.records import Decided, DecideResult, Gone, Voted
-from bot.store.scripts import marking, now, text
+from bot.store.scripts import marking, now, script, text
 
 CHANGED = (
     "This call was changed (edited by someone else) since you opened it, so your edit was not "
@@ -99,6 +99,7 @@ class Edits:
         self.outbox = outbox
         self._edit = client.register_script(marking("edit"))
         self._use = client.register_script(marking("use_edit"))
+        self._use_in_run = client.register_script(script("use_edit_in_run"))
 
     async def edit(
         self,
@@ -162,6 +163,18 @@ class Edits:
                     pipe.zadd(keys.DUE_RUNS, {run_id: float(now())})
                 await pipe.execute()
         return result
+
+    async def use_edit_in_run(
+        self, run_id: str, edit: EditRecord, *, owner: str, sha: str, used_by: str
+    ) -> bool:
+        """Use up the one-shot approval of `edit` for the run's re-proposed call (`sha`: its
+        arguments), inside the run that `owner` executes (use_edit_in_run.lua); False when it
+        does not apply (the call then goes to the pause, as before)."""
+        reply = await self._use_in_run(
+            keys=[keys.run_key(run_id), keys.edits_key(run_id), keys.call_key(edit.approval_id)],
+            args=[edit.approval_id, owner, edit.agent, edit.tool, sha, used_by],
+        )
+        return text(reply[0]) == "used_now"
 
     async def edits(self, run_id: str) -> list[EditRecord]:
         """The run's edits, oldest first."""
