@@ -12,9 +12,12 @@ is delivered (the bot idle again), one at a time:
   from the click to the run's output, the card and run message updated, and the notice sent;
 - a run whose one gated call a policy rule approves automatically (`auto: approve`), from
   `/agent` to its output: decided inside the run (#32 part 1), it should cost little more than
-  the run whose tool needs no approval.
+  the run whose tool needs no approval;
+- a run whose one gated call a policy rule rejects (`auto: reject`, with a reason), from
+  `/agent` to its output: refused at the call's approval check, inside the run (its thread
+  says so: a note the run whose call is approved has not).
 
-Beside the round trips, the bot's CPU per run of those two kinds, measured from outside: the bot
+Beside the round trips, the bot's CPU per run of those kinds, measured from outside: the bot
 in a process of its own (`benchmarks/decisions.py`'s `Bot`, with the Slack stand-in in another),
 the runs one at a time, interleaved (each kind first in turn), its CPU (from /proc) from the
 signed `/agent` until the run's output is in Slack and nothing is left to do; their means are
@@ -46,8 +49,12 @@ from bot.testing.harness import PRODUCTION_WINDOWS, BotHarness, wait_until
 RUN_GOAL = 30
 DECISION_GOAL = 15
 POLICY = "channels:\n  C1:\n    approvers: [U2]\n"
-# The deployer's one call is approved by a rule (the looker's tool needs no approval).
-AUTO_POLICY = POLICY + "tools:\n  - match: deploy\n    auto: approve\n"
+# The deployer's one call is approved by a rule (the looker's tool needs no approval), or
+# rejected by one when its target starts with "deploy refuse-".
+AUTO_POLICY = POLICY + (
+    "tools:\n  - match: deploy\n    when: {args.target: 'deploy refuse-*'}\n    auto: reject\n"
+    "    reason: Not deployed by agents.\n  - match: deploy\n    auto: approve\n"
+)
 AUTO_CPU_GOAL = 1.2  # CPU of a run decided automatically / of a run that needs no approval
 AUTO_TRIPS_GOAL = 3  # round trips more
 
@@ -119,20 +126,28 @@ async def auto_run(bot: BotHarness, i: int) -> None:
     await plain_run(bot, i, "run deployer deploy auto-{i}")
 
 
+async def rejected_run(bot: BotHarness, i: int) -> None:
+    """`/agent deployer deploy refuse-...` under `AUTO_POLICY`: its call is rejected by a rule."""
+    await plain_run(bot, i, "run deployer deploy refuse-{i}")
+
+
 async def measure(
     redis_url: str, samples: int, automatic: bool = True, **settings: Any
 ) -> dict[str, list[Counter[str]]]:
     """Round trips of `samples` plain runs and `samples` decisions, one at a time (after one
     of each that warms up: the direct-message channel is opened once per person); with
-    `automatic`, of `samples` runs whose call a rule approves too."""
-    found: dict[str, list[Counter[str]]] = {"run": [], "decision": [], "automatic": []}
+    `automatic`, of `samples` runs whose call a rule approves, and as many it rejects, too."""
+    found: dict[str, list[Counter[str]]] = {
+        "run": [], "decision": [], "automatic": [], "rejected": []
+    }  # fmt: skip
     with counting() as counter:
         if automatic:
             async with harness(redis_url, AUTO_POLICY, **settings) as bot:
-                for i in range(samples + 1):
-                    spent = await counted(counter, bot, lambda i=i: auto_run(bot, i))  # type: ignore[misc]
-                    if i:
-                        found["automatic"].append(spent)
+                for kind, act in (("automatic", auto_run), ("rejected", rejected_run)):
+                    for i in range(samples + 1):
+                        spent = await counted(counter, bot, lambda i=i, a=act: a(bot, i))  # type: ignore[misc]
+                        if i:
+                            found[kind].append(spent)
         async with harness(redis_url, **settings) as bot:
             for i in range(samples + 1):
                 spent = await counted(counter, bot, lambda i=i: plain_run(bot, i))  # type: ignore[misc]
@@ -150,19 +165,21 @@ async def cpu_per_run(
     redis_url: str, api_url: str, tmp: Path, samples: int
 ) -> dict[str, list[float]]:
     """The bot's CPU seconds (its own process) per run, one at a time, interleaved: a run
-    whose tool needs no approval (`plain`) and one whose call a rule approves (`automatic`);
-    the first three of each warm up."""
+    whose tool needs no approval (`plain`), one whose call a rule approves (`automatic`) and
+    one whose call a rule rejects (`rejected`); the first three of each warm up."""
     bot = Bot(redis_url, api_url, tmp)
     (tmp / "policy.yml").write_text(AUTO_POLICY)
-    found: dict[str, list[float]] = {"plain": [], "automatic": []}
+    found: dict[str, list[float]] = {"plain": [], "automatic": [], "rejected": []}
     await bot.start()
     try:
         for i in range(samples + 3):
-            pair = [
+            kinds = [
                 ("plain", f"run looker look at h{i}"),
                 ("automatic", f"run deployer deploy a{i}"),
+                ("rejected", f"run deployer deploy refuse-{i}"),
             ]
-            for kind, text in pair if i % 2 else pair[::-1]:  # each kind first in turn
+            turn = i % len(kinds)
+            for kind, text in kinds[turn:] + kinds[:turn]:  # each kind first in turn
                 shown = len((await bot.standin("bench.results"))["results"])
 
                 async def done(shown: int = shown) -> bool:
@@ -188,6 +205,9 @@ def report_cpu(found: dict[str, list[float]]) -> None:
     print(f"Bot CPU per run ({len(found['plain'])} each, interleaved, from outside): its gated "
           f"call decided automatically {auto:.1f} ms, its tool needing no approval {plain:.1f} "
           f"ms: {auto / plain:.2f}x (goal <= {AUTO_CPU_GOAL}x)")  # fmt: skip
+    if found.get("rejected"):
+        refused = statistics.mean(found["rejected"]) * 1000
+        print(f"  its gated call rejected by a rule: {refused:.1f} ms, {refused / plain:.2f}x")
 
 
 def report(found: dict[str, list[Counter[str]]]) -> None:
@@ -196,9 +216,11 @@ def report(found: dict[str, list[Counter[str]]]) -> None:
         "run": "a run whose one tool needs no approval, /agent to output",
         "decision": "a decision, one at a time, click to output and the requester's notice",
         "automatic": "a run whose one gated call a rule approves, /agent to output",
+        "rejected": "a run whose one gated call a rule rejects, /agent to output",
     }
     plain = max(sum(s.values()) for s in found["run"])
     goals["automatic"] = plain + AUTO_TRIPS_GOAL
+    goals["rejected"] = plain + AUTO_TRIPS_GOAL
     for name, samples in found.items():
         if not samples:
             continue

@@ -28,6 +28,10 @@ DECISION_BOUND = 19
 # A run whose one gated call a rule approves, decided inside the run (#32 part 1): at most 3
 # round trips more than the run whose tool needs no approval (57-66 before, by this count).
 AUTOMATIC_MORE = 3
+# A run whose one gated call a rule rejects, refused at the call's check: its thread says so (a
+# note, and its delivery), which the run whose call is approved has not.
+REJECTED_MORE = 7
+AUDIT_ONLY = {"XADD", "TIME"}  # a round trip of audit entries and nothing else
 STEADY = {"projector_gather_seconds": 30.0, "progress_due_seconds": 30.0,
           "requester_notice_seconds": 0.2}  # fmt: skip
 
@@ -35,12 +39,19 @@ STEADY = {"projector_gather_seconds": 30.0, "progress_due_seconds": 30.0,
 async def test_a_run_and_a_decision_cost_their_round_trips(redis_url: str) -> None:
     found = await measure(redis_url, 1, **STEADY)
     [run], [decision], [automatic] = found["run"], found["decision"], found["automatic"]
+    [rejected] = found["rejected"]
     assert sum(run.values()) <= RUN_BOUND, sorted(run.items())
     assert sum(decision.values()) <= DECISION_BOUND, sorted(decision.items())
     assert sum(automatic.values()) <= sum(run.values()) + AUTOMATIC_MORE, sorted(automatic.items())
     # no pause: nothing saved for a person, no resume job taken, no card
-    names = " ".join(automatic)
-    assert "save_pause" not in names and names.count("take_job") == 1, names
+    for spent in (automatic, rejected):
+        names = " ".join(spent)
+        assert "save_pause" not in names and names.count("take_job") == 1, names
+    # A rejection's: what a rejected run does beyond the run that needs no approval is its
+    # note in the thread (its script, its delivery); its audit entry goes with the check
+    # before the next model call, and the call has no journal write.
+    assert sum(rejected.values()) <= sum(run.values()) + REJECTED_MORE, sorted(rejected.items())
+    assert "EVALSHA(begin_call " not in " ".join(rejected)
     # What each must do is there: the journal around the tool, the run's owner-checked end,
     # the decision's atomic transition and the worker's take.
     for spent in (run, decision):
@@ -53,8 +64,9 @@ async def test_a_run_and_a_decision_cost_their_round_trips(redis_url: str) -> No
     # journal write of the tool (`Execution.riders`).
     assert not any(n.startswith("ZADD+SADD") for n in run), sorted(run)
     # So does an automatic decision's audit entry (with the approved call's journal write).
-    for spent in (run, decision, automatic):
-        assert not any(n.startswith(("RPUSH", "XADD+TIME")) for n in spent), sorted(spent)
+    for spent in (run, decision, automatic, rejected):
+        alone = [n for n in spent if n.startswith("RPUSH") or set(n.split("+")) <= AUDIT_ONLY]
+        assert not alone, sorted(spent)
 
 
 async def test_a_poll_in_flight_at_a_snapshot_counts_where_its_reply_is_read(

@@ -60,6 +60,7 @@ from bot.store.records import (
     RunStatus,
 )
 from bot.store.runs import Ended, NotOwner, StoreError, Taken, now
+from bot.store.scripts import text
 from bot.untrusted import plain, redact
 
 log = logging.getLogger(__name__)
@@ -774,35 +775,48 @@ class Runs:
         """Asked by the engine before every model call: was the run cancelled meanwhile? Not
         if the store confirmed, since the last model call, that this attempt still owns the
         run (its take, or the journal's write after a tool: a cancel clears the owner); else
-        read from the run's record (one HGET; a Redis error lets the run go on, and its next
+        read from the run's record (one HGET, in the round trip of the riders no journal write
+        carried, e.g. a rejection's audit entry; a Redis error lets the run go on, and its next
         owner-checked write is refused anyway)."""
-        run_id = execution.run_id
 
         async def stop() -> bool:
-            await self._ride(execution)  # before a model call: what must be stored first
             if execution.confirmed():
+                await self._ride(execution)  # before a model call: what must be stored first
                 return False
-            try:
-                return await self.store.run_status(run_id) == RunStatus.CANCELLED
-            except Exception:
-                log.warning("could not check whether run %s was cancelled", run_id)
-                return False
+            return await self._ride(execution, status=True) == RunStatus.CANCELLED
 
         return stop
 
-    async def _ride(self, execution: Execution) -> None:
+    async def _ride(self, execution: Execution, status: bool = False) -> str:
         """Send the attempt's riders that no journal write carried (`Execution.riders`): an
-        audit entry; a failure is logged, as a failed audit entry is."""
+        audit entry; a failure is logged, as a failed audit entry is. With `status`, the run's
+        status is read in the same round trip and returned ("" when it could not be read: the
+        run goes on, and its next owner-checked write is refused anyway)."""
         riders = execution.take_riders()
-        if not riders:
-            return
+        if not riders and not status:
+            return ""
+        replies: list[Any] = []
+        written = 0  # the riders' commands, before the status read
         try:
             async with self.store.redis.pipeline(transaction=False) as pipe:
                 for ride in riders:
                     ride(pipe)
-                await pipe.execute()
+                written = len(pipe)
+                if status:
+                    pipe.hget(keys.run_key(execution.run_id), "status")
+                replies = list(await pipe.execute(raise_on_error=False))
         except Exception:
+            replies = []
+        if riders and (not replies or any(isinstance(r, Exception) for r in replies[:written])):
             log_failure(log, "could not record what run %s stores first", execution.run_id)
+        if not status:
+            return ""
+        found = replies[written] if len(replies) > written else None
+        if isinstance(found, Exception):
+            found = None
+        if found is None and not replies:
+            log.warning("could not check whether run %s was cancelled", execution.run_id)
+        return text(found) if found is not None else ""
 
     async def _shown(self, run: RunRecord, wait: float = 30.0) -> RunRecord:
         """The run once its message is in Slack (its thread is the tools' `thread_ts`, and a
