@@ -197,7 +197,7 @@ class Projection:
     outcomes: dict[Any, Any]  # as HGETALL returns it
     progress: list[str]
     cards: dict[str, tuple[CallRecord | None, CallContext | None]]  # approval id -> its call
-    also: list[Any]  # the replies of what the caller queued with it
+    also: list[Any]  # the replies of the round trip (what the caller queued with it)
 
 
 def _pairs(flat: Any) -> dict[Any, Any]:
@@ -356,13 +356,14 @@ class Runs:
         return await self.get_runs([text(i) for i in ids])
 
     async def projection(
-        self, run_id: str, also: Callable[[Any], None] | None = None
+        self, run_id: str, also: Callable[[Batch], None] | None = None
     ) -> Projection:
         """What a projector pass reads, in one round trip (`projection.lua`): the run's marks,
         the run, what Slack holds of its messages, its outcomes hash
         (`bot.store.delivery.outcomes`: who is to be told what) as HGETALL returns it, its
         progress lines (for its run message) and the call of each card marked; then the
-        replies of what `also(pipe)` queued (other slots: read in the same round trip)."""
+        replies of the whole round trip, for what `also(batch)` queued (other slots: read and
+        taken in the same round trip; `Batch`)."""
         names = [
             keys.outbox_key(run_id),
             keys.run_key(run_id),
@@ -375,7 +376,7 @@ class Runs:
             batch = Batch(pipe)
             first = batch.script(self._projection, names, [run_id, keys.call_key(f"{run_id}.")])
             if also is not None:
-                also(pipe)
+                also(batch)
             replies = await batch.execute()
         marks, run, task, shown, outcomes, progress, *cards = replies[first]
         found: dict[str, tuple[CallRecord | None, CallContext | None]] = {}
@@ -393,7 +394,7 @@ class Runs:
             _pairs(outcomes),
             [text(line) for line in progress],
             found,
-            replies[first + 1 :],
+            replies,
         )
 
     async def run_status(self, run_id: str) -> str:

@@ -58,11 +58,17 @@ class Batch:
         self.pipe.execute_command("EVALSHA", found.sha, len(names), *names, *values)
         return index
 
-    async def execute(self) -> list[Any]:
-        replies = list(await self.pipe.execute(raise_on_error=False))
+    async def settle(self, replies: list[Any]) -> list[Any]:
+        """The replies of the pipeline (executed with `raise_on_error=False`), each of this
+        batch's scripts the server did not hold run again on its own."""
+        replies = list(replies)
         for index, (found, names, values) in self._scripts.items():
             if isinstance(replies[index], NoScriptError):
                 replies[index] = await found(keys=names, args=values)
+        return replies
+
+    async def execute(self) -> list[Any]:
+        replies = await self.settle(await self.pipe.execute(raise_on_error=False))
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply

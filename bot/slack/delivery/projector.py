@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -59,7 +60,13 @@ from bot.slack.render.overview import notice_message
 from bot.stopping import cancel_and_wait
 from bot.store import keys
 from bot.store.delivery.outbox import Claim, Mark, Shown
-from bot.store.delivery.outcomes import outcome_key, recorded_for, told_to, untold_in
+from bot.store.delivery.outcomes import (
+    NoticeTurn,
+    outcome_key,
+    recorded_for,
+    told_to,
+    untold_in,
+)
 from bot.store.delivery.pacing import KEEP_AFTER, SharedPacer, Take, Urgency
 from bot.store.grants import GrantStore
 from bot.store.records import CallContext, CallRecord, RunRecord, RunStatus
@@ -164,6 +171,18 @@ class _FirstTakes:
             for *_, future in asked:
                 if not future.done():
                     future.set_exception(exc)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Told:
+    """A requester's notice a pass sent: its step told with the pass's end."""
+
+    run: RunRecord
+    user: str
+    token: str
+    listed: dict[str, str]
+    told: dict[str, dict[str, str]]
+    window: float
 
 
 def _digest(text: str, body: list[dict[str, Any]]) -> str:
@@ -299,6 +318,16 @@ class Projector:
         self._progress: dict[str, list[str]] = {}
         self._dm_channels: dict[tuple[str, str], str] = {}
         self._takes: dict[str, _FirstTakes] = {}  # run id -> its pass's first takes
+        # The requester's notice: run id -> (when its notice may go, person -> the calls it
+        # names) of a run whose next pass here is expected to tell it (its first step goes
+        # with that pass's read); run id -> person -> (token, turn, token for the post,
+        # calls) of the notices
+        # a pass's read took; run id -> the notices a pass sent (told with its end) and those
+        # that found more runs listed (told after it).
+        self._expect_notice: dict[str, tuple[float, dict[str, list[str]]]] = {}
+        self._opened: dict[str, dict[str, tuple[str, NoticeTurn, Take, list[CallRecord]]]] = {}
+        self._told_later: dict[str, list[_Told]] = {}
+        self._after: dict[str, list[tuple[_Told, NoticeTurn]]] = {}
         # Acks first: a claim waits for a lull in this process's Slack requests.
         self.foreground = foreground or Foreground(max_wait=0)
 
@@ -382,6 +411,7 @@ class Projector:
         written = self._written[claim.run_id] = []
         listed = self._listed[claim.run_id] = []
         recording = self._recording[claim.run_id] = {}
+        told = self._told_later[claim.run_id] = []
         try:
             next_due = await self.project(claim.run_id)
         except Exception:
@@ -391,25 +421,54 @@ class Projector:
             self._written.pop(claim.run_id, None)
             self._listed.pop(claim.run_id, None)
             self._recording.pop(claim.run_id, None)
+            self._told_later.pop(claim.run_id, None)
+            unused = self._opened.pop(claim.run_id, {})
             await cancel_and_wait(renewing)
+        dropped = [(person, o[0]) for person, o in unused.items() if o[1].held]
         try:
             first = [self.store.outcomes.recording(claim.run_id, recording)] if recording else []
             await self.outbox.end_pass(
-                claim.run_id, written, held["claim"], next_due, listed, first=first
-            )
+                claim.run_id, written, held["claim"], next_due, listed, first=first,
+                then=self._telling(claim.run_id, told, dropped),
+            )  # fmt: skip
         except Exception:
             log_failure(log, "could not end the pass of run %s", claim.run_id, level=WARNING)
         self.outbox.woken.set()  # a change that came during delivery left the run due now
+        if claim.run_id in self._after:
+            await self._tell_after(claim.run_id)
 
     async def project(self, run_id: str) -> float | None:
         """Bring every marked message of the run up to date; seconds until it must be tried
         again, or None when nothing is left."""
         # Read at once (one pipelined round trip, not three).
-        read = await self.store.projection(
-            run_id, self.run_changed_reads if self.run_changed is not None else None
-        )
+        at: dict[str, int] = {}  # what was queued with the read: its reply's index
+        opening: dict[str, tuple[str, Callable[[list[Any]], Any]]] = {}
+        expected = self._expect_notice.pop(run_id, None)
+        if expected is not None and expected[0] > time.time() + POLL:
+            expected = None  # not yet: the pass has something else to do
+
+        def also(batch: Batch) -> None:
+            if self.run_changed is not None and self.run_changed_reads is not None:
+                at["home"] = len(batch.pipe)
+                self.run_changed_reads(batch.pipe)
+            for person, ids in (expected or (0.0, {}))[1].items():
+                token = secrets.token_hex(8)
+                pace = functools.partial(
+                    self.posts.take_in, scope=f"notice:{person}", urgency=Urgency.OUTPUT
+                )
+                opening[person] = (
+                    token,
+                    self.store.outcomes.open_in(
+                        batch, person, run_id, token, self.lease, NOTICE_RUNS, pace, ids
+                    ),
+                )
+
+        read = await self.store.projection(run_id, also)
         marks, run, shown, outcomes, progress = (
             read.marks, read.run, read.shown, read.outcomes, read.progress)  # fmt: skip
+        for person, (token, opened) in opening.items():
+            turn, taken, calls = opened(read.also)
+            self._opened.setdefault(run_id, {})[person] = (token, turn, taken, calls)
         if not marks:
             return None
         if run is None:  # expired: nothing left to show
@@ -424,7 +483,7 @@ class Projector:
             extra = [live]
         self._outcomes[run_id] = outcomes  # (`_note_outcomes` adds what it records)
         self._progress[run_id] = progress
-        self._changed_read[run_id] = read.also[0] if read.also and self.run_changed_reads else ...
+        self._changed_read[run_id] = read.also[at["home"]] if "home" in at else ...
         self._cards[run_id] = read.cards
         try:
             with serving(run.team_id, run.enterprise_id):  # its workspace's token
@@ -668,7 +727,19 @@ class Projector:
             if since + self.notice_window > time.time() + POLL:
                 recording.update(new)
                 self._listed[run.run_id].extend(persons)
+                if len(self._expect_notice) >= DM_CHANNELS:
+                    self._expect_notice.clear()
                 self._outcomes[run.run_id] = {**read_outcomes, **new}
+                untold = {told_to(k, run.user_id) for k in untold_in(self._outcomes[run.run_id])}
+                self._expect_notice[run.run_id] = (
+                    since + self.notice_window,
+                    {
+                        self._person(run, user): sorted(
+                            i for i, whom in untold if whom == user and i != "run"
+                        )
+                        for user in people
+                    },
+                )
                 return Mark("", since)  # (its window not passed: not delivered this pass)
         notice = await self.store.record_outcomes(
             run.run_id,
@@ -719,24 +790,48 @@ class Projector:
         listed run's news (in messages of `NOTICE_RUNS` runs) until the list is empty, and
         lets go in the same step that finds it empty: a run listed later finds the notice
         free (its own pass tells it). A pass that finds it held is done: the holder will find
-        its run listed."""
+        its run listed. (The first step goes with the pass's read when this process expects
+        the pass to tell the notice, `_expect_notice`; the last with the pass's end.)"""
         person = self._person(run, user)
         outcomes = self.store.outcomes
-        token = secrets.token_hex(8)
         scope = f"notice:{person}"
         # What the notice most often tells: this run's news alone (its calls as this pass
         # read its outcomes), read with the first step, with a Slack token for the post.
         read = untold_in(self._outcomes.get(run.run_id) or {})
         named = sorted({told_to(k, run.user_id) for k in read})
         ids = [item for item, whom in named if whom == user and item != "run"]
-        turn, taken, news, calls = await outcomes.open_notice(
-            person, run.run_id, token, self.lease, NOTICE_RUNS,
-            lambda batch: self.posts.take_in(batch, scope, Urgency.OUTPUT), ids,
-        )  # fmt: skip
+        opened = self._opened.get(run.run_id, {}).pop(person, None)
+        if opened is not None:  # taken with the pass's read
+            token, turn, taken, calls = opened
+            news = [(run, read)] if read else []
+        else:
+            token = secrets.token_hex(8)
+            turn, taken, news, calls = await outcomes.open_notice(
+                person, run.run_id, token, self.lease, NOTICE_RUNS,
+                lambda batch: self.posts.take_in(batch, scope, Urgency.OUTPUT), ids,
+            )  # fmt: skip
         if turn.paced_until:
             # One notice per window per person: news that comes meanwhile gathers (listed);
             # this run's notice stays due: it carries the rest.
             return max(turn.paced_until - time.time(), 0.01)
+        return await self._tell_on(run, user, token, turn, taken, news, calls)
+
+    async def _tell_on(
+        self,
+        run: RunRecord,
+        user: str,
+        token: str,
+        turn: NoticeTurn,
+        taken: Take,
+        news: list[tuple[RunRecord, dict[str, str]]],
+        calls: list[CallRecord],
+    ) -> float | None:
+        """`_tell_person` from the notice held (`token`): each message's news told, until
+        none is left. In a pass, the step after its first message goes with the pass's end
+        (`_told_later`; what it finds left is told after that, `_tell_after`)."""
+        person = self._person(run, user)
+        outcomes = self.store.outcomes
+        scope = f"notice:{person}"
         while turn.held and turn.listed:
             if not taken.taken:  # never hold the run's lease (its other messages) for one
                 await outcomes.told_notice(
@@ -753,14 +848,66 @@ class Projector:
                         person, token, self.lease, NOTICE_RUNS, {}, window=0, stop=True
                     )
                 raise
+            window = self.notice_window if told else 0.0
+            later = self._told_later.get(run.run_id)
+            if later is not None:  # in a pass: told with its end
+                later.append(_Told(run, user, token, dict(turn.listed), told, window))
+                return None
             turn = await outcomes.told_notice(
                 person, token, self.lease, NOTICE_RUNS, turn.listed,
-                window=self.notice_window if told else 0.0, outcomes=told,
+                window=window, outcomes=told,
             )  # fmt: skip
             if turn.held and turn.listed:  # more than one message's runs: the next
                 taken = await self.posts.take(scope, Urgency.OUTPUT)
                 news, calls = [], []
         return None
+
+    def _telling(
+        self, run_id: str, told: list[_Told], dropped: list[tuple[str, str]]
+    ) -> Callable[[Batch], Callable[[list[Any]], None]] | None:
+        """The steps of the requester's notice to send with the pass's end: what its notices
+        told (`told`), and the notices its read took and did not use (`dropped`: person,
+        token), given back. Those told that find more runs listed since are told after the
+        pass (`_tell_after`)."""
+        if not told and not dropped:
+            return None
+        outcomes = self.store.outcomes
+
+        def queue(batch: Batch) -> Callable[[list[Any]], None]:
+            steps = []
+            for t in told:
+                person = self._person(t.run, t.user)
+                step = outcomes.told_in(
+                    batch, person, t.token, self.lease, NOTICE_RUNS, t.listed,
+                    window=t.window, outcomes=t.told,
+                )  # fmt: skip
+                steps.append(step)
+            for person, token in dropped:
+                outcomes.told_in(
+                    batch, person, token, self.lease, NOTICE_RUNS, {}, window=0, stop=True
+                )
+
+            def done(replies: list[Any]) -> None:
+                for t, step in zip(told, steps, strict=True):
+                    turn = step(replies)
+                    if turn.held and turn.listed:
+                        self._after.setdefault(run_id, []).append((t, turn))
+
+            return done
+
+        return queue
+
+    async def _tell_after(self, run_id: str) -> None:
+        """The runs listed with a person's news while this pass told them (it still holds
+        their notice): told now, after the pass (`_tell_on`)."""
+        for told, turn in self._after.pop(run_id, []):
+            try:
+                scope = f"notice:{self._person(told.run, told.user)}"
+                taken = await self.posts.take(scope, Urgency.OUTPUT)
+                with serving(told.run.team_id, told.run.enterprise_id):
+                    await self._tell_on(told.run, told.user, told.token, turn, taken, [], [])
+            except Exception:
+                log_failure(log, "could not tell the news of run %s", run_id, level=WARNING)
 
     async def _tell_listed(
         self,

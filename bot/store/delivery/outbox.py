@@ -14,6 +14,7 @@ import asyncio
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from redis.exceptions import NoScriptError
 from bot.store import keys
 from bot.store.connection import Replicated
 from bot.store.keys import RunKeys
-from bot.store.scripts import mark
+from bot.store.scripts import Batch, mark
 
 # A claim is a lease on one run's messages: one holder at a time, whatever the index says. A
 # change that arrives meanwhile makes the run due again (its score drops), to be claimed once
@@ -248,13 +249,16 @@ class Outbox:
         listed: list[str] | tuple[str, ...] = (),
         *,
         first: list[tuple[Any, list[str], list[Any]]] | None = None,
+        then: Callable[[Batch], Callable[[list[Any]], None]] | None = None,
     ) -> None:
         """The end of a projector pass in one round trip: what it delivered (target, its mark
         as read, what Slack holds now or None: unchanged), each mark dropped unless a newer
         change came in; the run listed among `listed` people's runs with news to be told
         (`Outcomes.record_outcomes`, its keys in another slot, after the run's script); then
         the claim released (`release`); before all, the scripts `first` (the outcomes the
-        pass recorded, which mark the run's notice). All are safe to repeat: a
+        pass recorded, which mark the run's notice), then what `then(batch)` queues (its
+        replies given to what it returns: the requester's notice told). All are safe to
+        repeat: a
         write lost with its round trip delivers the message again, or finds it delivered.
         (With replicas to confirm writes, `Replicated` confirms each script on its own.)"""
         args: list[str | int] = [self.retention]
@@ -275,6 +279,11 @@ class Outbox:
         if alone:  # (each confirmed by the replicas on its own)
             for found, names, values in first or []:
                 await found(keys=names, args=values)
+        if then is not None and alone:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                batch = Batch(pipe)
+                alone_told = then(batch)
+                alone_told(await batch.execute())
         if written and alone:
             await self._delivered_many(keys=many[1], args=many[2])
         sent: list[tuple[int, Any, list[str], list[Any]]] = []  # (reply index, script, ...)
@@ -282,6 +291,8 @@ class Outbox:
             for found, names, values in [] if alone else first or []:
                 sent.append((len(pipe), found, names, values))
                 pipe.execute_command("EVALSHA", found.sha, len(names), *names, *values)
+            batch = Batch(pipe)
+            told = then(batch) if then is not None and not alone else None
             if written and not alone:
                 sent.append((len(pipe), *many))
                 pipe.execute_command("EVALSHA", many[0].sha, len(many[1]), *many[1], *many[2])
@@ -292,12 +303,15 @@ class Outbox:
                 sent.append((len(pipe), *hold))
                 pipe.execute_command("EVALSHA", hold[0].sha, len(hold[1]), *hold[1], *hold[2])
             replies = await pipe.execute(raise_on_error=False) if len(pipe) else []
+            replies = await batch.settle(replies)
         for index, found, names, values in sent:
             reply = replies[index]
             if isinstance(reply, NoScriptError):  # not loaded yet (a new server): once more
                 await found(keys=names, args=values)
             elif isinstance(reply, Exception):
                 raise reply
+        if told is not None:
+            told(replies)
         if hold is not None and alone:
             await self._hold(keys=hold[1], args=hold[2])
 

@@ -192,19 +192,41 @@ class Outcomes:
         `call_ids` (those its news names, as the pass read it)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             batch = Batch(pipe)
-            turn = batch.script(
-                self._notice,
-                self._notice_keys(person),
-                ["take", token, max(1, int(seconds * 1000)), now(), limit, run_id, self.retention],
-            )
-            taken = pace(batch)
+            opened = self.open_in(batch, person, run_id, token, seconds, limit, pace, call_ids)
             first = len(pipe)
             self._read_news(pipe, [run_id])
-            Calls.read_calls(pipe, call_ids)
             replies = await batch.execute()
         news = self._news([run_id], replies[first : first + 3])
-        calls = Calls.calls_from(call_ids, replies[first + 3 :])
-        return decode_turn(replies[turn]), taken(replies), news, calls
+        turn, taken, calls = opened(replies)
+        return turn, taken, news, calls
+
+    def open_in(
+        self,
+        batch: Batch,
+        person: str,
+        run_id: str,
+        token: str,
+        seconds: float,
+        limit: int,
+        pace: Callable[[Batch], Callable[[Any], Take]],
+        call_ids: list[str],
+    ) -> Callable[[list[Any]], tuple[NoticeTurn, Take, list[CallRecord]]]:
+        """`open_notice` without its read of the run's news, queued on `batch` (with the
+        reads of a projector pass): what decodes its part of the replies."""
+        turn = batch.script(
+            self._notice,
+            self._notice_keys(person),
+            ["take", token, max(1, int(seconds * 1000)), now(), limit, run_id, self.retention],
+        )
+        taken = pace(batch)
+        first = len(batch.pipe)
+        Calls.read_calls(batch.pipe, call_ids)
+
+        def opened(replies: list[Any]) -> tuple[NoticeTurn, Take, list[CallRecord]]:
+            found = replies[first : first + 2 * len(call_ids)]
+            return decode_turn(replies[turn]), taken(replies), Calls.calls_from(call_ids, found)
+
+        return opened
 
     async def told_notice(
         self,
@@ -223,6 +245,29 @@ class Outcomes:
         runs to tell, the notice kept, or (none left, or `stop`) the notice given back, in
         the same step; first (in the same round trip) the `outcomes` told are recorded as
         told (`told_many`)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            batch = Batch(pipe)
+            turn = self.told_in(
+                batch, person, token, seconds, limit, told,
+                window=window, stop=stop, outcomes=outcomes,
+            )  # fmt: skip
+            return turn(await batch.execute())
+
+    def told_in(
+        self,
+        batch: Batch,
+        person: str,
+        token: str,
+        seconds: float,
+        limit: int,
+        told: dict[str, str],
+        *,
+        window: float,
+        stop: bool = False,
+        outcomes: dict[str, dict[str, str]] | None = None,
+    ) -> Callable[[list[Any]], NoticeTurn]:
+        """`told_notice` queued on `batch` (with a projector pass's end): what decodes its
+        reply."""
         args: list[str | int | float] = [
             "told",
             token,
@@ -235,12 +280,15 @@ class Outcomes:
         ]
         for run_id, score in told.items():
             args.extend((run_id, score))
-        async with self.redis.pipeline(transaction=False) as pipe:
-            batch = Batch(pipe)
-            self._told_in(pipe, outcomes or {})
-            turn = batch.script(self._notice, self._notice_keys(person), args)
-            replies = await batch.execute()
-        return decode_turn(replies[turn])
+        self._told_in(batch.pipe, outcomes or {})
+        turn = batch.script(self._notice, self._notice_keys(person), args)
+
+        def decoded(replies: list[Any]) -> NoticeTurn:
+            if isinstance(replies[turn], Exception):
+                raise replies[turn]
+            return decode_turn(replies[turn])
+
+        return decoded
 
     async def untold_with_runs(self, run_ids: list[str]) -> list[tuple[RunRecord, dict[str, str]]]:
         """The runs that still exist among `run_ids`, each with its outcomes not yet told
