@@ -3,17 +3,16 @@ malformed messages, and scripts repeated after a lost reply."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
 
 from bot.store import keys
-from bot.store.queue import GROUP, STREAM, JobQueue
+from bot.store.queue import GROUP, STREAM, Job, JobQueue
 from bot.store.records import RunRecord
 from bot.store.runs import AlreadyEnded, Ended, NotOwner, RunMissing, RunStore
-from bot.testing.harness import BotHarness
+from bot.testing.harness import BotHarness, wait_until
 from tests.agents_for_tests import POLICY, Ledger, assistant_message, ops_agent
 
 
@@ -24,6 +23,12 @@ async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
     await c.aclose()
 
 
+async def taken_over(queue: JobQueue, consumer: str) -> Job:
+    """The job `consumer` takes over once its lease (a millisecond) lapsed."""
+    [job] = await wait_until(lambda: queue.reclaim(consumer, 1), what="the job taken over")
+    return job  # type: ignore[no-any-return]
+
+
 async def test_a_worker_that_lost_its_job_neither_renews_nor_acks_it(
     client: aioredis.Redis,
 ) -> None:
@@ -32,17 +37,38 @@ async def test_a_worker_that_lost_its_job_neither_renews_nor_acks_it(
     await queue.enqueue("start", keys.new_run_id(), "exec")
     [job] = await queue.read("A", 1, block_ms=100)
     # A stalls; B takes the job over once the lease lapsed.
-    await asyncio.sleep(0.05)
-    [taken] = await queue.reclaim("B", 1)
+    taken = await taken_over(queue, "B")
     assert taken.message_id == job.message_id
     assert await queue.renew("A", job) is False  # A must not steal it back
     assert await queue.ack("A", job) is False  # nor acknowledge B's job
     assert (await client.xpending(STREAM, GROUP))["pending"] == 1
-    assert await queue.renew("B", job) is True
-    assert await queue.ack("B", job) is True
+    assert await queue.renew("B", taken) is True
+    assert await queue.ack("B", taken) is True
     assert (await client.xpending(STREAM, GROUP))["pending"] == 0
     await queue.trim()
     assert await client.xlen(STREAM) == 0  # done with: trimmed
+
+
+async def test_a_job_its_own_worker_took_over_is_acknowledged_by_the_later_attempt_alone(
+    client: aioredis.Redis,
+) -> None:
+    """A's first attempt stalls past the lease (as in a failover) and A takes its own job over:
+    the superseded attempt, which ends without the run (another attempt owns it), must neither
+    renew nor acknowledge the job the later attempt still needs. (The failover burst left runs
+    `resuming`, taken, with no job left to retry them: the first attempt had acknowledged it.)"""
+    queue = JobQueue(client, lease_seconds=0.001)
+    await queue.ensure_group()
+    await queue.enqueue("resume", keys.new_run_id(), "exec")
+    [first] = await queue.read("A", 1, block_ms=100)
+    again = await taken_over(queue, "A")
+    assert again.message_id == first.message_id
+    assert (first.deliveries, again.deliveries) == (1, 2)
+    assert await queue.renew("A", first) is False
+    assert await queue.ack("A", first) is False
+    assert (await client.xpending(STREAM, GROUP))["pending"] == 1
+    assert await queue.renew("A", again) is True
+    assert await queue.ack("A", again) is True
+    assert (await client.xpending(STREAM, GROUP))["pending"] == 0
 
 
 async def test_a_malformed_message_does_not_stop_the_worker(redis_url: str) -> None:

@@ -39,13 +39,18 @@ class Job:
     pause: str = ""
     """A resume: the tokens of the pause it resumes (the run's `calls`, as the decision that
     enqueued it read them), so that taking it reads the calls too; '': not named."""
+    deliveries: int = 1
+    """Which delivery of the message this is (Redis's count: 1 when read, one more at each
+    take-over). Only the latest may renew or acknowledge it: a worker whose lease lapsed may
+    take its own job over while the first attempt still runs (a failover's stall), and that
+    attempt, superseded, must not acknowledge the job its successor still needs."""
 
     @classmethod
-    def parse(cls, message_id: Any, fields: dict[Any, Any]) -> Job:
+    def parse(cls, message_id: Any, fields: dict[Any, Any], deliveries: int = 1) -> Job:
         data = {_text(k): _text(v) for k, v in fields.items()}
         return cls(
             _text(message_id), data["kind"], data["run_id"], data["execution"],
-            data.get("pause", ""),
+            data.get("pause", ""), deliveries,
         )  # fmt: skip
 
 
@@ -120,10 +125,10 @@ class JobQueue:
                 jobs.extend(await self._parsed(message_id, fields))
         return jobs
 
-    async def _parsed(self, message_id: Any, fields: Any) -> list[Job]:
+    async def _parsed(self, message_id: Any, fields: Any, deliveries: int = 1) -> list[Job]:
         """The job in a message; a malformed (or trimmed) message is acknowledged and skipped."""
         try:
-            return [Job.parse(message_id, fields)]
+            return [Job.parse(message_id, fields, deliveries)]
         except (KeyError, TypeError, AttributeError):
             log.error("dropping malformed job message %s: %r", _text(message_id), fields)
             await self.redis.xack(STREAM, GROUP, message_id)
@@ -135,19 +140,34 @@ class JobQueue:
             STREAM, GROUP, consumer, min_idle_time=self.lease_ms, start_id="0-0", count=count
         )
         messages = reply[1] if reply else []
+        if not messages:
+            return []
+        # How many times each was delivered, now this take-over counted (one round trip, only
+        # when jobs were taken over): what `renew` and `ack` check.
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for message_id, _ in messages:
+                pipe.xpending_range(STREAM, GROUP, message_id, message_id, 1, consumer)
+            counts: list[Any] = await pipe.execute()
         jobs = []
-        for message_id, fields in messages:
-            jobs.extend(await self._parsed(message_id, fields))
+        for (message_id, fields), found in zip(messages, counts, strict=True):
+            deliveries = int(found[0]["times_delivered"]) if found else 1
+            jobs.extend(await self._parsed(message_id, fields, deliveries))
         return jobs
 
     async def renew(self, consumer: str, job: Job) -> bool:
-        """Reset the job's idle time, if this worker still holds it (False: it lost the job)."""
-        held = await self._hold(keys=[STREAM], args=[GROUP, consumer, job.message_id, "renew"])
+        """Reset the job's idle time, if this delivery of it is still this worker's (False: it
+        lost the job, to another worker or to a later take-over of its own)."""
+        held = await self._hold(
+            keys=[STREAM], args=[GROUP, consumer, job.message_id, "renew", job.deliveries]
+        )
         return int(held) == 1
 
     async def ack(self, consumer: str, job: Job) -> bool:
-        """Acknowledge the job, if this worker still holds it (another may have taken it over)."""
-        held = await self._hold(keys=[STREAM], args=[GROUP, consumer, job.message_id, "ack"])
+        """Acknowledge the job, if this delivery of it is still this worker's (it may have been
+        taken over, by another worker or by this one again)."""
+        held = await self._hold(
+            keys=[STREAM], args=[GROUP, consumer, job.message_id, "ack", job.deliveries]
+        )
         return int(held) == 1
 
     async def trim(self) -> None:

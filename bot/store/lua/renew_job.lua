@@ -3,7 +3,10 @@
 -- An acknowledgement also trims the stream of the entries every worker is done with (those
 -- before the oldest pending job, or up to the last delivered one when none is pending), so
 -- a finished job costs no memory until the sweeper's next pass; 'trim' does only that.
--- KEYS[1] job stream; ARGV[1] group, ARGV[2] consumer, ARGV[3] message id, ARGV[4] renew|ack|trim
+-- Only the delivery named holds the job: a worker may take its own job over once its lease
+-- lapsed (its first attempt stalled), and the superseded attempt must neither renew nor ack.
+-- KEYS[1] job stream; ARGV[1] group, ARGV[2] consumer, ARGV[3] message id, ARGV[4] renew|ack|trim,
+-- ARGV[5] the delivery's count (XPENDING's; absent: any delivery to the consumer)
 local function trim()
   local floor = redis.call('XPENDING', KEYS[1], ARGV[1])[2]
   if not floor then
@@ -27,7 +30,8 @@ if ARGV[4] == 'trim' then
   return 1
 end
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
-if #pending == 0 or pending[1][2] ~= ARGV[2] then
+if #pending == 0 or pending[1][2] ~= ARGV[2]
+   or (ARGV[5] and ARGV[5] ~= '' and pending[1][4] ~= tonumber(ARGV[5])) then
   return 0
 end
 if ARGV[4] == 'ack' then
