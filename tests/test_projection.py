@@ -246,7 +246,13 @@ async def test_a_burst_of_decisions_costs_three_web_api_calls_per_decision(
         await bot.idle()
         made = bot.slack_api.calls[before:]
     told = [c.method for c in made if _is_notice(c.method, c.params)]
-    shown = [c.method for c in made if not _is_notice(c.method, c.params)]
+    # What the channel sees; not the clicker's private answers, which a loaded machine sends
+    # when twenty clicks at once outlast the ack budget ("still working", then the answer).
+    shown = [
+        c.method
+        for c in made
+        if not _is_notice(c.method, c.params) and c.method != "chat.postEphemeral"
+    ]
     assert len(shown) / runs <= 3, sorted(shown)
     assert shown.count("chat.postMessage") == runs  # the outputs
     assert "chat.postMessage" in told and told.count("conversations.open") == 1, told

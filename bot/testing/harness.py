@@ -75,11 +75,17 @@ def fast_environment(**overrides: float) -> dict[str, str]:
 
 Explain = Callable[[], Awaitable[str]]
 
+WAIT = 30.0
+"""Seconds a wait for proof may take before the test fails: a bound, not a measure. A test
+that passes never waits it out, and a loaded machine (CI, a suite on more workers than cores)
+can take many times a quiet one's time: at 10 s, waits for a card, a DM or a quiet bot timed
+out in a run on a machine loaded tenfold."""
+
 
 async def wait_until(
     condition: Callable[[], Any],
     *,
-    timeout: float = 10.0,
+    timeout: float = WAIT,
     what: str = "condition",
     explain: Explain | None = None,
 ) -> Any:
@@ -295,7 +301,7 @@ class BotHarness:
         return sorted(cards, key=lambda m: float(m.ts))
 
     async def wait_for_cards(
-        self, count: int = 1, *, timeout: float = 10.0, since: int | None = None
+        self, count: int = 1, *, timeout: float = WAIT, since: int | None = None
     ) -> list[Message]:
         """Wait until at least `count` cards (approval requests or questions) show their
         buttons, and the bot is idle again (the pause posted everything); return every card
@@ -316,7 +322,7 @@ class BotHarness:
         await self.idle(timeout)  # and everything that pause does after posting them
         return self.pending_cards()
 
-    async def wait_for_approvals(self, count: int, *, timeout: float = 10.0) -> list[Message]:
+    async def wait_for_approvals(self, count: int, *, timeout: float = WAIT) -> list[Message]:
         """Wait until `count` approval messages with buttons are showing; return them."""
 
         def pending() -> list[Message] | None:
@@ -332,7 +338,7 @@ class BotHarness:
         await self.idle(timeout)  # and everything that pause does after posting them
         return pending() or []
 
-    async def wait_for_questions(self, count: int, *, timeout: float = 10.0) -> list[Message]:
+    async def wait_for_questions(self, count: int, *, timeout: float = WAIT) -> list[Message]:
         """Wait until `count` question cards (`ask_human`) with their Answer button are
         showing; return them."""
 
@@ -352,7 +358,7 @@ class BotHarness:
         assert runs, "no run message was posted"
         return runs[-1]
 
-    async def wait_for_status(self, word: str, *, timeout: float = 10.0) -> Message:
+    async def wait_for_status(self, word: str, *, timeout: float = WAIT) -> Message:
         """Wait until the latest run message's status contains `word` (finished, failed...);
         return that message."""
 
@@ -498,7 +504,7 @@ class BotHarness:
         """The audit trail so far, oldest first."""
         return [entry async for entry in self.runtime.service.audit_log.read()]
 
-    async def idle(self, timeout: float = 30.0) -> None:
+    async def idle(self, timeout: float = WAIT) -> None:
         """Wait until the bot is quiet: no queued or running job, no background task."""
         service, worker, queue = self.runtime.service, self.runtime.worker, self.runtime.queue
 
