@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 
 from bot.slack.blocks import APPROVE, REVIEW_DONE, REVIEW_RERUN
+from bot.store import keys
 from bot.store.connection import EmbeddedRedis
 from bot.store.trail.audit import AUDIT_STREAM
 from bot.testing.cluster import redis_for
@@ -292,7 +293,14 @@ async def test_redis_killed_and_restarted_while_runs_wait(
         ):
             await requests.command("/var/log/c", user="U1", channel="C1")
             [approval] = await wait_until(lambda: slack.approval_messages(), timeout=20)
-            await asyncio.sleep(1.5)  # appendfsync everysec: let the pause reach the disk
+            # The pause on disk before the kill (appendfsync everysec: Redis may hold back
+            # the write while a background fsync runs): the call's key in the AOF.
+            call = keys.call_key(approval.button_value(APPROVE).split(":")[0]).encode()
+            await wait_until(
+                lambda: any(call in aof.read_bytes() for aof in redis_dir.rglob("*.aof")),
+                timeout=30,
+                what="the pause in Redis's append-only file",
+            )
             assert own.process is not None
             own.process.send_signal(signal.SIGKILL)
             own.process.wait(timeout=10)
