@@ -567,3 +567,49 @@ async def test_an_edit_the_policy_no_longer_lets_settle_brings_its_call_to_a_per
     assert ledger.names() == ["slow_check"]
     assert [e["kind"] for e in audit].count("paused") == 2
     assert any("no longer holds" in n and "no longer offers Edit" in n for n in notes), notes
+
+
+async def test_a_hosted_mcp_request_a_rule_approves_waits_in_the_state_beside_a_call_for_a_person(
+    redis_url: str,
+) -> None:
+    """A hosted MCP request a rule approves, in a response whose function call needs a person:
+    no card for the request, the run pauses for the call only, and after the click the model
+    gets the request's approval once, and the call's output."""
+    ledger = Ledger()
+    policy = AUTO + "  - name: reads\n    match: github/get_issue\n    auto: approve\n"
+    hosted = HostedMCPTool(
+        tool_config={
+            "type": "mcp", "server_label": "github",
+            "server_url": "https://mcp.invalid/", "require_approval": "always",
+        }
+    )  # fmt: skip
+    agent, model = ops_agent(
+        [
+            [mcp_request("mcpr_m", "get_issue", {"n": 2}),
+             function_call("restart_service", {"service": "db"}, call_id="r1")],
+            [assistant_message("done")],
+        ],
+        ledger,
+        extra_tools=[hosted],
+    )  # fmt: skip
+    async with BotHarness(redis_url, agent, policy) as bot:
+        await bot.slack.command("go", user="U1", channel="C1")
+        [card] = await bot.wait_for_approvals(1)
+        await bot.idle()
+        cards_while_paused = bot.slack_api.approval_messages()
+        await bot.click(card, APPROVE, user="U2")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        audit = await bot.audit()
+        no_server_errors(bot)
+    assert "restart_service" in card.all_text() and "get_issue" not in card.all_text()
+    assert len(cards_while_paused) == 1
+    assert ledger.executed == [("restart_service", {"service": "db"})]
+    assert model.last_call is not None
+    responses = [
+        i for i in model.last_call.input
+        if isinstance(i, dict) and i.get("type") == "mcp_approval_response"
+    ]  # fmt: skip
+    assert [(r["approval_request_id"], r["approve"]) for r in responses] == [("mcpr_m", True)]
+    decided = sorted((e["decision"], e.get("rule")) for e in audit if e["kind"] == "decided")
+    assert decided == [("approve", decided[0][1]), ("auto_approve", "reads")]
