@@ -253,7 +253,7 @@ class Runs:
             async with self.redis.pipeline(transaction=False) as pipe:
                 self._index_new(pipe, run, after)
                 await pipe.execute()
-        self.outbox.woken.set()  # this process's projector posts its message at once
+        self.outbox.expect(run.run_id)  # this process's projector posts its message at once
 
     def _index_new(self, pipe: Any, run: RunRecord, after: Callable[[Any], None] | None) -> None:
         """A new run's index writes, after the run's own (`create_run`)."""
@@ -358,12 +358,21 @@ class Runs:
     async def projection(
         self, run_id: str, also: Callable[[Batch], None] | None = None
     ) -> Projection:
-        """What a projector pass reads, in one round trip (`projection.lua`): the run's marks,
+        """What a projector pass reads, in one round trip (`projection_in`); with what
+        `also(batch)` queued (other slots: read and taken in the same round trip; `Batch`)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            batch = Batch(pipe)
+            read = self.projection_in(batch, run_id)
+            if also is not None:
+                also(batch)
+            return read(await batch.execute())
+
+    def projection_in(self, batch: Batch, run_id: str) -> Callable[[list[Any]], Projection]:
+        """What a projector pass reads (`projection.lua`), queued on `batch`: the run's marks,
         the run, what Slack holds of its messages, its outcomes hash
         (`bot.store.delivery.outcomes`: who is to be told what) as HGETALL returns it, its
-        progress lines (for its run message) and the call of each card marked; then the
-        replies of the whole round trip, for what `also(batch)` queued (other slots: read and
-        taken in the same round trip; `Batch`)."""
+        progress lines (for its run message) and the call of each card marked; what decodes
+        it (`Projection.also`: all the batch's replies)."""
         names = [
             keys.outbox_key(run_id),
             keys.run_key(run_id),
@@ -372,30 +381,29 @@ class Runs:
             keys.outcomes_key(run_id),
             keys.progress_key(run_id),
         ]
-        async with self.redis.pipeline(transaction=False) as pipe:
-            batch = Batch(pipe)
-            first = batch.script(self._projection, names, [run_id, keys.call_key(f"{run_id}.")])
-            if also is not None:
-                also(batch)
-            replies = await batch.execute()
-        marks, run, task, shown, outcomes, progress, *cards = replies[first]
-        found: dict[str, tuple[CallRecord | None, CallContext | None]] = {}
-        for i in range(0, len(cards), 4):
-            approval_id, raw = text(cards[i]), _pairs(cards[i + 1])
-            inline = raw.get(CONTEXT_FIELD.encode())
-            found[approval_id] = (
-                call_from(raw, cards[i + 2], approval_id),
-                read_context(cards[i + 3] or inline),
+        first = batch.script(self._projection, names, [run_id, keys.call_key(f"{run_id}.")])
+
+        def decoded(replies: list[Any]) -> Projection:
+            marks, run, task, shown, outcomes, progress, *cards = replies[first]
+            found: dict[str, tuple[CallRecord | None, CallContext | None]] = {}
+            for i in range(0, len(cards), 4):
+                approval_id, raw = text(cards[i]), _pairs(cards[i + 1])
+                inline = raw.get(CONTEXT_FIELD.encode())
+                found[approval_id] = (
+                    call_from(raw, cards[i + 2], approval_id),
+                    read_context(cards[i + 3] or inline),
+                )
+            return Projection(
+                Outbox.parse_marks(_pairs(marks)),
+                run_from(_pairs(run), task, run_id),
+                Outbox.parse_shown(_pairs(shown)),
+                _pairs(outcomes),
+                [text(line) for line in progress],
+                found,
+                replies,
             )
-        return Projection(
-            Outbox.parse_marks(_pairs(marks)),
-            run_from(_pairs(run), task, run_id),
-            Outbox.parse_shown(_pairs(shown)),
-            _pairs(outcomes),
-            [text(line) for line in progress],
-            found,
-            replies,
-        )
+
+        return decoded
 
     async def run_status(self, run_id: str) -> str:
         value = await self.redis.hget(keys.run_key(run_id), "status")
@@ -568,7 +576,7 @@ class Runs:
                 if after is not None:
                     after(pipe)
                 await pipe.execute()
-            self.outbox.woken.set()
+            self.outbox.expect(run_id)
         return result
 
     async def cancel(
@@ -724,6 +732,7 @@ class RunStore:
         self.recent_runs = runs.recent_runs
         self.recent_run_ids = runs.recent_run_ids
         self.projection = runs.projection
+        self.projection_in = runs.projection_in
         self.run_status = runs.run_status
         self.set_run_message = runs.set_run_message
         self.run_for_message = runs.run_for_message

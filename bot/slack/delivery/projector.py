@@ -59,6 +59,7 @@ from bot.slack.render.base import as_dicts
 from bot.slack.render.overview import notice_message
 from bot.stopping import cancel_and_wait
 from bot.store import keys
+from bot.store.connection import Replicated, is_cluster
 from bot.store.delivery.outbox import Claim, Mark, Shown
 from bot.store.delivery.outcomes import (
     NoticeTurn,
@@ -70,7 +71,7 @@ from bot.store.delivery.outcomes import (
 from bot.store.delivery.pacing import KEEP_AFTER, SharedPacer, Take, Urgency
 from bot.store.grants import GrantStore
 from bot.store.records import CallContext, CallRecord, RunRecord, RunStatus
-from bot.store.runs import RunStore
+from bot.store.runs import Projection, RunStore
 from bot.store.scripts import Batch, text
 
 log = logging.getLogger(__name__)
@@ -328,6 +329,7 @@ class Projector:
         self._opened: dict[str, dict[str, tuple[str, NoticeTurn, Take, list[CallRecord]]]] = {}
         self._told_later: dict[str, list[_Told]] = {}
         self._after: dict[str, list[tuple[_Told, NoticeTurn]]] = {}
+        self._in_hand: set[str] = set()  # runs whose pass is going on here
         # Acks first: a claim waits for a lull in this process's Slack requests.
         self.foreground = foreground or Foreground(max_wait=0)
 
@@ -345,13 +347,17 @@ class Projector:
                 if free > 0:
                     await self.foreground.lull()
                 claimed_at = time.monotonic()
-                claims = await self.outbox.claim(free, self.lease) if free > 0 else []
+                claims, reads = await self._claim(free) if free > 0 else ([], {})
                 for claim in claims:
+                    self.outbox.expected.pop(claim.run_id, None)  # (taken: expected no more)
+                    read = reads.pop(claim.run_id, None)
                     task = asyncio.create_task(
-                        self._handle(claim, claimed_at), name=f"project-{claim.run_id}"
+                        self._handle(claim, claimed_at, read), name=f"project-{claim.run_id}"
                     )
                     self._running.add(task)
                     task.add_done_callback(self._running.discard)
+                for run_id in reads:  # read ahead, and not claimed here (rare)
+                    await self._not_claimed(run_id)
                 if free <= 0:  # busy: look again when a delivery ends
                     await asyncio.wait(
                         set(self._running), timeout=self.poll, return_when=asyncio.FIRST_COMPLETED
@@ -366,13 +372,59 @@ class Projector:
                 log_failure(log, "the projector could not read the outbox; retrying", level=WARNING)
                 await asyncio.sleep(1.0)
 
+    async def _claim(self, free: int) -> tuple[list[Claim], dict[str, Projection]]:
+        """Up to `free` due runs claimed; with the claim, in the same round trip, the read of
+        each run this process expects it to take (it made the run due now, `Outbox.expect`,
+        or the run's notice is due, `_expect_notice`): their passes start read. Not on Redis
+        Cluster, whose nodes may run the read before the claim, nor with replicas to confirm
+        the claim (`Replicated`)."""
+        ahead = self._ahead(free)
+        if not ahead:
+            return await self.outbox.claim(free, self.lease), {}
+        async with self.store.redis.pipeline(transaction=False) as pipe:
+            batch = Batch(pipe)
+            claimed = self.outbox.claim_in(batch, free, self.lease)  # first: read after it
+            reading = {run_id: self._read_in(batch, run_id) for run_id in ahead}
+            replies = await batch.execute()
+        return claimed(replies), {run_id: read(replies) for run_id, read in reading.items()}
+
+    def _ahead(self, free: int) -> list[str]:
+        """The runs a claim now should take that this process expects: read with it."""
+        redis = self.store.redis
+        if is_cluster(redis) or (isinstance(redis, Replicated) and redis.replicas):
+            self.outbox.expected.clear()
+            return []
+        now = time.time()
+        ahead = []
+        for run_id, at in list(self.outbox.expected.items()):
+            if at <= now and run_id not in self._in_hand:
+                del self.outbox.expected[run_id]
+                ahead.append(run_id)
+        for run_id, (due, _) in self._expect_notice.items():
+            if due <= now and run_id not in self._in_hand and run_id not in ahead:
+                ahead.append(run_id)
+        return ahead[:free]
+
+    async def _not_claimed(self, run_id: str) -> None:
+        """A run read ahead that the claim did not take (another process has it): what the
+        read took for its pass given back (a notice)."""
+        self._changed_read.pop(run_id, None)
+        for person, (token, turn, _, _) in self._opened.pop(run_id, {}).items():
+            if turn.held:
+                with contextlib.suppress(Exception):
+                    await self.store.outcomes.told_notice(
+                        person, token, self.lease, NOTICE_RUNS, {}, window=0, stop=True
+                    )
+
     async def stop(self, timeout: float) -> None:
         self._stopping.set()
         self.outbox.woken.set()
         if self._running:
             await asyncio.wait(set(self._running), timeout=timeout)
 
-    async def _handle(self, claim: Claim, claimed_at: float) -> None:
+    async def _handle(
+        self, claim: Claim, claimed_at: float, read: Projection | None = None
+    ) -> None:
         held = {"claim": claim}
         confirmed = [claimed_at]  # when the lease was last known to be ours (monotonic)
 
@@ -412,8 +464,9 @@ class Projector:
         listed = self._listed[claim.run_id] = []
         recording = self._recording[claim.run_id] = {}
         told = self._told_later[claim.run_id] = []
+        self._in_hand.add(claim.run_id)
         try:
-            next_due = await self.project(claim.run_id)
+            next_due = await self.project(claim.run_id, read)
         except Exception:
             log_failure(log, "could not project run %s; retrying", claim.run_id)
         finally:
@@ -422,6 +475,8 @@ class Projector:
             self._listed.pop(claim.run_id, None)
             self._recording.pop(claim.run_id, None)
             self._told_later.pop(claim.run_id, None)
+            self._in_hand.discard(claim.run_id)
+            self._changed_read.pop(claim.run_id, None)
             unused = self._opened.pop(claim.run_id, {})
             await cancel_and_wait(renewing)
         dropped = [(person, o[0]) for person, o in unused.items() if o[1].held]
@@ -433,42 +488,62 @@ class Projector:
             )  # fmt: skip
         except Exception:
             log_failure(log, "could not end the pass of run %s", claim.run_id, level=WARNING)
+        expected = self._expect_notice.get(claim.run_id)
+        if expected is not None and next_due is not None:
+            # Due when its release (just sent) made it due, not a moment before (the claim
+            # that reads it ahead then takes it).
+            due = max(expected[0], time.time() + next_due)
+            self._expect_notice[claim.run_id] = (due, expected[1])
         self.outbox.woken.set()  # a change that came during delivery left the run due now
         if claim.run_id in self._after:
             await self._tell_after(claim.run_id)
 
-    async def project(self, run_id: str) -> float | None:
-        """Bring every marked message of the run up to date; seconds until it must be tried
-        again, or None when nothing is left."""
-        # Read at once (one pipelined round trip, not three).
-        at: dict[str, int] = {}  # what was queued with the read: its reply's index
+    def _read_in(self, batch: Batch, run_id: str) -> Callable[[list[Any]], Projection]:
+        """A pass's read of the run (`RunStore.projection_in`) queued on `batch`, with what the
+        pass needs of other slots: the App Home viewers' version (`run_changed_reads`) and,
+        when its notice is due here (`_expect_notice`), the notice's first step (taken for
+        the pass, `_opened`). What decodes it."""
+        home: list[int] = []
         opening: dict[str, tuple[str, Callable[[list[Any]], Any]]] = {}
+        read = self.store.projection_in(batch, run_id)
+        if self.run_changed is not None and self.run_changed_reads is not None:
+            home.append(len(batch.pipe))
+            self.run_changed_reads(batch.pipe)
         expected = self._expect_notice.pop(run_id, None)
         if expected is not None and expected[0] > time.time() + POLL:
-            expected = None  # not yet: the pass has something else to do
+            self._expect_notice[run_id] = expected  # not yet: this pass is for something else
+            expected = None
+        for person, ids in (expected or (0.0, {}))[1].items():
+            token = secrets.token_hex(8)
+            pace = functools.partial(
+                self.posts.take_in, scope=f"notice:{person}", urgency=Urgency.OUTPUT
+            )
+            opened = self.store.outcomes.open_in(
+                batch, person, run_id, token, self.lease, NOTICE_RUNS, pace, ids
+            )
+            opening[person] = token, opened
 
-        def also(batch: Batch) -> None:
-            if self.run_changed is not None and self.run_changed_reads is not None:
-                at["home"] = len(batch.pipe)
-                self.run_changed_reads(batch.pipe)
-            for person, ids in (expected or (0.0, {}))[1].items():
-                token = secrets.token_hex(8)
-                pace = functools.partial(
-                    self.posts.take_in, scope=f"notice:{person}", urgency=Urgency.OUTPUT
-                )
-                opening[person] = (
-                    token,
-                    self.store.outcomes.open_in(
-                        batch, person, run_id, token, self.lease, NOTICE_RUNS, pace, ids
-                    ),
-                )
+        def decoded(replies: list[Any]) -> Projection:
+            found = read(replies)
+            if home:
+                self._changed_read[run_id] = replies[home[0]]
+            for person, (token, opened) in opening.items():
+                turn, taken, calls = opened(replies)
+                self._opened.setdefault(run_id, {})[person] = (token, turn, taken, calls)
+            return found
 
-        read = await self.store.projection(run_id, also)
+        return decoded
+
+    async def project(self, run_id: str, read: Projection | None = None) -> float | None:
+        """Bring every marked message of the run up to date; seconds until it must be tried
+        again, or None when nothing is left. `read`: the pass's read, made with its claim."""
+        if read is None:  # read at once (one pipelined round trip, not three)
+            async with self.store.redis.pipeline(transaction=False) as pipe:
+                batch = Batch(pipe)
+                decoded = self._read_in(batch, run_id)
+                read = decoded(await batch.execute())
         marks, run, shown, outcomes, progress = (
             read.marks, read.run, read.shown, read.outcomes, read.progress)  # fmt: skip
-        for person, (token, opened) in opening.items():
-            turn, taken, calls = opened(read.also)
-            self._opened.setdefault(run_id, {})[person] = (token, turn, taken, calls)
         if not marks:
             return None
         if run is None:  # expired: nothing left to show
@@ -483,7 +558,6 @@ class Projector:
             extra = [live]
         self._outcomes[run_id] = outcomes  # (`_note_outcomes` adds what it records)
         self._progress[run_id] = progress
-        self._changed_read[run_id] = read.also[at["home"]] if "home" in at else ...
         self._cards[run_id] = read.cards
         try:
             with serving(run.team_id, run.enterprise_id):  # its workspace's token

@@ -120,6 +120,9 @@ return 0
 """
 
 
+EXPECTED = 10_000  # runs an `Outbox` remembers this process made due (`expect`)
+
+
 def _s(value: Any) -> str:
     return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
 
@@ -198,12 +201,22 @@ class Outbox:
         # Set when this process makes a run due: its projector wakes at once instead of at its
         # next poll (which is how it learns of other processes' changes).
         self.woken = asyncio.Event()
+        # Runs this process made due now (run id -> when, Unix s): its projector reads each
+        # with the claim that should take it (`Projector._claim`), in the same round trip.
+        self.expected: dict[str, float] = {}
+
+    def expect(self, run_id: str) -> None:
+        """This process made the run due now: its projector is woken, and expects it."""
+        if len(self.expected) >= EXPECTED:
+            self.expected.pop(next(iter(self.expected)))
+        self.expected[run_id] = time.time()
+        self.woken.set()
 
     async def schedule(self, run_id: str, delay: float = 0.0) -> None:
         """Index the run as due in `delay` seconds (never later than it already is)."""
         await self.redis.zadd(keys.OUTBOX_INDEX, {run_id: now_ms() + delay * 1000}, lt=True)
         if delay <= 0:
-            self.woken.set()
+            self.expect(run_id)
 
     @staticmethod
     def schedule_in(pipe: Any, run_id: str, delay: float = 0.0) -> None:
@@ -217,6 +230,21 @@ class Outbox:
         reply = await self._claim(
             keys=[keys.OUTBOX_INDEX, keys.OUTBOX_LEASES], args=[now_ms(), base, limit]
         )
+        return self._claims(reply)
+
+    def claim_in(
+        self, batch: Batch, limit: int, lease: float
+    ) -> Callable[[list[Any]], list[Claim]]:
+        """`claim` as the first command of a batch (what follows it reads after the claim):
+        what decodes its reply. (Not with replicas to confirm it: `Replicated`.)"""
+        base = f"{now_ms() + lease * 1000 + random.random():.3f}"
+        index = batch.script(
+            self._claim, [keys.OUTBOX_INDEX, keys.OUTBOX_LEASES], [now_ms(), base, limit]
+        )
+        return lambda replies: self._claims(replies[index])
+
+    @staticmethod
+    def _claims(reply: list[Any]) -> list[Claim]:
         items = [_s(r) for r in reply]
         return [Claim(items[i], items[i + 1]) for i in range(0, len(items), 2)]
 
