@@ -46,7 +46,7 @@ async def decided_at(bot: BotHarness, count: int) -> float:
         entries = [e for e in await bot.audit() if e["kind"] == "decided"]
         return entries if len(entries) >= count else []
 
-    entries = await wait_until(decisions, timeout=10, what=f"decision {count}")
+    entries = await wait_until(decisions, timeout=30, what=f"decision {count}")
     return float(entries[count - 1]["time"])
 
 

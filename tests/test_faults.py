@@ -173,7 +173,7 @@ async def test_a_worker_killed_during_the_tool_leaves_it_to_a_person(
                     for m in slack.top_level()
                     if "started agent" in m.all_text()
                 ),
-                timeout=10,
+                timeout=30,
                 what="the run message to say it needs review",
             )
             # Not by someone who may not decide this tool; then by an approver.
@@ -205,7 +205,7 @@ async def test_a_worker_killed_during_the_tool_leaves_it_to_a_person(
             )
             # Settled: the review shows who chose what (a real mention), and no buttons.
             await wait_until(
-                lambda: not review.action_ids(), timeout=10, what="the review to show its outcome"
+                lambda: not review.action_ids(), timeout=30, what="the review to show its outcome"
             )
             assert "<@U" in review.all_text() and "&lt;@" not in review.all_text()
             again = await requests.click(REVIEW_DONE, mark_done, user="U3", channel="C1")

@@ -366,7 +366,7 @@ async def test_an_answer_is_streamed_with_slacks_streaming_then_finalized(
         await bot.slack.command("how did the deploy go?", user="U1", channel="C1")
         [live] = await wait_until(
             lambda: [m for m in in_thread(bot, "The deploy") if m.streaming],
-            timeout=10,
+            timeout=30,
             what="the answer streaming",
         )
         assert "if not." not in live.text
@@ -424,7 +424,7 @@ async def test_an_answer_is_shown_while_it_is_written_then_finalized(redis_url: 
     async with BotHarness(redis_url, agent, POLICY, slack=slack, settings=settings) as bot:
         await bot.slack.command("how did the deploy go?", user="U1", channel="C1")
         writing = await wait_until(
-            lambda: in_thread(bot, "still writing"), timeout=10, what="the answer so far"
+            lambda: in_thread(bot, "still writing"), timeout=30, what="the answer so far"
         )
         shown = writing[0].all_text()
         assert shown.startswith("The deploy") and "latency is back to normal" not in shown

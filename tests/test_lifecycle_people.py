@@ -376,7 +376,8 @@ async def test_home_publishes_are_coalesced_per_person(redis_url: str) -> None:
         view = bot.slack_api.home_views.get("U3")
         return Message("home", "", "", view["blocks"]).action_ids().count(APPROVE) if view else -1
 
-    settings = {"home_refresh_seconds": 2.0}
+    interval = 2.0
+    settings = {"home_refresh_seconds": interval}
     async with BotHarness(redis_url, agent, POLICY, settings=settings) as bot:
         event = {"type": "app_home_opened", "user": "U3", "channel": "DU3", "tab": "home"}
         await bot.slack.send_json(bot.slack.event_payload(event))
@@ -384,16 +385,20 @@ async def test_home_publishes_are_coalesced_per_person(redis_url: str) -> None:
         cards = await bot.wait_for_approvals(4)
         await wait_until(lambda: buttons() == 4, what="U3's Home with the four calls")
         before = bot.slack_api.home_publishes["U3"]
+        began = time.monotonic()
         for card in cards:  # four decisions within 1.5 s, each a change to U3's Home
             await bot.click(card, APPROVE, user="U2")
             await asyncio.sleep(0.4)
+        # At most one publish an interval: over the burst, and one after it. A loaded machine
+        # spreads the clicks (what the stopwatch saw pass bounds the burst from above).
+        most = 2 + int((time.monotonic() - began) // interval)
         await bot.wait_for_status("finished")
         await wait_until(lambda: buttons() == 0, what="U3's Home without the calls")
         # Any publish still coming is on the index (due within the interval): wait it out.
         await bot.idle()
-        await wait_until(bot.runtime.home.idle, timeout=10, what="no App Home due")
+        await wait_until(bot.runtime.home.idle, timeout=30, what="no App Home due")
         after = bot.slack_api.home_publishes["U3"]
-    assert 1 <= after - before <= 2, (before, after)
+    assert 1 <= after - before <= most, (before, after, most)  # 2 on a quiet machine, not 4
 
 
 async def test_the_requester_gets_one_message_for_a_burst(redis_url: str) -> None:
@@ -409,18 +414,21 @@ async def test_the_requester_gets_one_message_for_a_burst(redis_url: str) -> Non
         ],
         ledger,
     )
-    settings = {"requester_notice_seconds": 3.0}
+    window = 3.0
+    settings = {"requester_notice_seconds": window}
     async with BotHarness(redis_url, agent, POLICY, settings=settings) as bot:
         await bot.slack.command("clean", user="U1", channel="C1")
         cards = await bot.wait_for_approvals(3)
         run_id = run_id_of(bot.run_message())
         restart = next(c for c in cards if "restart_service" in c.all_text())
+        began = time.monotonic()
         for card in cards:  # a burst: three decisions over about a second
             if card is restart:
                 await bot.reject(restart, user="U3", reason="not <!here> now")
             else:
                 await bot.click(card, APPROVE, user="U2")
             await asyncio.sleep(0.4)
+        burst = time.monotonic() - began  # from above: a loaded machine spreads the clicks
         await bot.wait_for_status("finished")
         await bot.idle()
         await wait_until(
@@ -430,12 +438,17 @@ async def test_the_requester_gets_one_message_for_a_burst(redis_url: str) -> Non
         await bot.idle()  # a notice still to come would be in the outbox
         dms = sorted(bot.slack_api.dms("U1"), key=lambda m: m.ts)
         # The three decisions are one message; the run's end comes with them when it falls
-        # within the same window (as it usually does), else in one more.
-        first = dms[0].text
+        # within the same window (as it usually does), else in one more. (A burst a loaded
+        # machine spread past the window is told in a message a window, each decision once.)
+        first, told = dms[0].text, "\n".join(m.text for m in dms)
         assert f"Your run `{run_id}`" in first
-        assert first.count("Approved by <@U2>") == 2
-        assert "Rejected by <@U3>:\n>not &lt;!here&gt; now" in first
-        assert len(dms) <= 2 and "finished" in dms[-1].text, [m.text for m in dms]
+        if burst < window:
+            assert first.count("Approved by <@U2>") == 2
+            assert "Rejected by <@U3>:\n>not &lt;!here&gt; now" in first
+        assert told.count("Approved by <@U2>") == 2 and told.count("Rejected by <@U3>") == 1
+        assert "Rejected by <@U3>:\n>not &lt;!here&gt; now" in told
+        most = 2 + int(burst // window)
+        assert len(dms) <= most and "finished" in dms[-1].text, [m.text for m in dms]
         assert bot.slack_api.calls_to("conversations.open")[-1].params["users"] == "U1"
         assert bot.slack_api.dms("U2") == [] and bot.slack_api.dms("U3") == []
 
