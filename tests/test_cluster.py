@@ -224,7 +224,8 @@ async def test_a_resume_lost_in_a_failover_is_enqueued_at_the_next_sweep(tmp_pat
                 ]
 
             await wait_until(lambda: _has(jobs), what="the resume job")
-            await asyncio.sleep(2)  # past the first sweep, which looks at every run anyway
+            sweeper = bot.runtime.service.sweeper  # past its first sweep, a full pass anyway
+            await wait_until(lambda: sweeper.sweeps >= 1, what="the first sweep done")
             # What the old primary lost: the job and the entry that makes the run due.
             for entry_id in await jobs():
                 await client.xdel(STREAM, entry_id)

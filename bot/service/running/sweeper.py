@@ -30,6 +30,8 @@ class Sweeper:
         self.runs = runs
         self._recoveries = OUTAGE.recoveries  # see `_redis_changed`
         self._primaries = ""
+        self.sweeps = 0
+        """Sweeps done (the first is a full pass): what a test waits on, rather than time."""
 
     # A full pass over the active runs, on the first sweep and every RECONCILE_EVERY after: it
     # catches what a process that stopped in the instant between a transition and the write
@@ -40,18 +42,17 @@ class Sweeper:
     async def sweep_forever(self, every: float) -> None:
         """Every `every` seconds, finish what is due: executions no worker took, pauses whose
         automatic decisions were not applied (see `requeue_stalled`)."""
-        sweeps = 0
         while True:
             await asyncio.sleep(every)
             try:
                 changed = await self._redis_changed()
                 await self.requeue_stalled(
                     older_than=every * 2,
-                    reconcile=changed or sweeps % self.RECONCILE_EVERY == 0,
+                    reconcile=changed or self.sweeps % self.RECONCILE_EVERY == 0,
                 )
             except Exception:
                 log_failure(log, "sweep for stalled runs failed", level=WARNING)
-            sweeps += 1
+            self.sweeps += 1
 
     async def _redis_changed(self) -> bool:
         """Whether an outage ended, or another server answers as primary (a failover, a
