@@ -800,7 +800,10 @@ class Runs:
         try:
             async with self.store.redis.pipeline(transaction=False) as pipe:
                 for ride in riders:
-                    ride(pipe)
+                    try:
+                        ride(pipe)
+                    except Exception:  # (its own fault: the status is read anyway)
+                        log_failure(log, "a write of run %s could not be sent", execution.run_id)
                 written = len(pipe)
                 if status:
                     pipe.hget(keys.run_key(execution.run_id), "status")
@@ -812,11 +815,11 @@ class Runs:
         if not status:
             return ""
         found = replies[written] if len(replies) > written else None
-        if isinstance(found, Exception):
-            found = None
-        if found is None and not replies:
-            log.warning("could not check whether run %s was cancelled", execution.run_id)
-        return text(found) if found is not None else ""
+        if found is None or isinstance(found, Exception):
+            if not replies or isinstance(found, Exception):
+                log.warning("could not check whether run %s was cancelled", execution.run_id)
+            return ""
+        return text(found)
 
     async def _shown(self, run: RunRecord, wait: float = 30.0) -> RunRecord:
         """The run once its message is in Slack (its thread is the tools' `thread_ts`, and a
