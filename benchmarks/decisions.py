@@ -39,7 +39,8 @@ bot per phase), BENCH_BOT (what follows `python` to start the bot, default `-m b
 BENCH_NOTICE (the requester's message: dm, the default, ephemeral or off), BENCH_WORKERS (n:
 the bot serves with no worker of its own and n `worker` processes run beside it; CPU is summed
 over them), BENCH_SLOW (a factor for the waits, on a machine busy with more), BENCH_LOOP
-(uvloop: the bot's APPROVAL_BOT_EVENT_LOOP), BENCH_ROUNDTRIPS (set: the bot's Redis round
+(uvloop: the bot's APPROVAL_BOT_EVENT_LOOP), BENCH_BOT_ENV ("NAME=value ...": the bot's
+settings, e.g. an A/B of one), BENCH_ROUNDTRIPS (set: the bot's Redis round
 trips per decision one at a time, beyond its idle polling, and per second idle, by command;
 `benchmarks/roundtrips.py`; BENCH_ROUNDTRIPS_CALLERS: by the bot's functions that sent them).
 """
@@ -393,6 +394,8 @@ class Bot:
             # the requester's message (its own Web API calls and a projector pass per run)
             "APPROVAL_BOT_REQUESTER_NOTICE": os.environ.get("BENCH_NOTICE") or "dm",
             "APPROVAL_BOT_EVENT_LOOP": os.environ.get("BENCH_LOOP", ""),  # uvloop: installed
+            # BENCH_BOT_ENV="NAME=value ...": settings of the bot's (an A/B of one of them)
+            **dict(kv.split("=", 1) for kv in os.environ.get("BENCH_BOT_ENV", "").split()),
         }
         self.env = {k: v for k, v in self.env.items() if v or k == "APPROVAL_BOT_ENV_FILE"}
         self.process: Process | None = None

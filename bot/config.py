@@ -126,6 +126,12 @@ class Settings(BaseSettings):
     projector_poll_seconds: float = Field(
         default=0.05, alias="APPROVAL_BOT_PROJECTOR_POLL_SECONDS", gt=0
     )
+    # ... while the process is busy; idle, its looks (and the App Home publisher's) grow apart
+    # up to this (an idle look costs CPU): another process's change is then shown within it
+    # (every process's own changes wake its projector at once).
+    projector_idle_poll_seconds: float = Field(
+        default=0.5, alias="APPROVAL_BOT_PROJECTOR_IDLE_POLL_SECONDS", gt=0
+    )
     # A progress line makes its run message due this much later (coalesced like a change).
     progress_due_seconds: float = Field(
         default=1.0, alias="APPROVAL_BOT_PROGRESS_DUE_SECONDS", ge=0

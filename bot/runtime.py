@@ -235,6 +235,7 @@ class BotRuntime:
             self.delivery_client,
             interval=s.home_refresh_seconds,
             poll=s.home_poll_seconds,
+            idle_poll=s.projector_idle_poll_seconds,
         )
         if self.distribution is not None:  # a token per workspace, each checked by Bolt
             self.slack_auth = SlackAuth(accepted=True)
@@ -279,6 +280,7 @@ class BotRuntime:
             busy_coalesce=s.projector_busy_coalesce_seconds,
             gather=s.projector_gather_seconds,
             poll=s.projector_poll_seconds,
+            idle_poll=s.projector_idle_poll_seconds,
             posts=SharedPacer(self.redis, "post", rate=s.slack_posts_per_second, burst=5),
             updates=SharedPacer(
                 self.redis, "update", rate=s.slack_updates_per_minute / 60, burst=10

@@ -248,6 +248,7 @@ def test_windows_and_polls_are_settings_with_production_defaults() -> None:
         "slack_updates_per_minute": 50.0,
     }
     assert (defaults.projector_gather_seconds, defaults.projector_poll_seconds) == (0.25, 0.05)
+    assert defaults.projector_idle_poll_seconds == 0.5
     for name, value in PRODUCTION_WINDOWS.items():
         assert getattr(defaults, name) == value, name
     environment = fast_environment()

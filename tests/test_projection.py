@@ -499,3 +499,31 @@ async def test_retry_after_holds_a_card_whatever_else_wakes_its_run(redis_url: s
         await bot.wait_for_status("finished", timeout=20)
         await bot.idle()
     assert sorted(ledger.names()) == ["delete_logs", "restart_service"]
+
+
+async def test_an_idle_projector_still_shows_another_processs_change(redis_url: str) -> None:
+    """An idle bot looks at the outbox index less often (each look costs CPU), and still
+    shows a change another process made: here a cancel through a store of its own, which
+    neither wakes this process's projector nor tells it when the run is due."""
+    from bot.store.connection import connect
+    from bot.store.runs import RunStore
+
+    ledger = Ledger()
+    async with BotHarness(redis_url, _agent(ledger), POLICY) as bot:
+        await bot.slack.command("clean", user="U1", channel="C1")
+        await bot.wait_for_approvals(1, timeout=20)
+        await bot.idle()
+        projector = bot.runtime.projector
+        assert projector.idle_poll > projector.poll
+        # Idle: its looks are as far apart as they get (a state of the projector, not a time).
+        await wait_until(lambda: projector._idle_wait(False) >= projector.idle_poll, timeout=30)
+        other = connect(redis_url, max_connections=2)
+        try:
+            store = RunStore(other, retention_seconds=3600)
+            [run_id] = await store.active_runs()
+            result = await store.cancel(run_id, team=bot.slack_api.team_id, user="U1", channel="C1")
+            assert result.outcome == "ok"
+        finally:
+            await other.aclose()
+        await bot.wait_for_status("cancelled", timeout=20)
+    assert ledger.names() == []

@@ -39,6 +39,7 @@ class Foreground:
         self.max_wait = max_wait
         self.batch = max(1, batch)
         self._in_flight = 0
+        self.seen = 0  # requests so far (the projector polls often while they come)
         # (deadline, future) in arrival order; deadlines ascend as max_wait is fixed.
         self._waiters: collections.deque[tuple[float, asyncio.Future[None]]] = collections.deque()
         self._pump: asyncio.TimerHandle | asyncio.Handle | None = None
@@ -55,6 +56,7 @@ class Foreground:
     def request(self) -> Iterator[None]:
         """Around the answer to one Slack request, whatever way it ends."""
         self._in_flight += 1
+        self.seen += 1
         try:
             yield
         finally:

@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import time
 from logging import WARNING
 from typing import Any
 
@@ -33,6 +34,8 @@ from bot.store.records import RunRecord
 
 log = logging.getLogger(__name__)
 
+IDLE_POLL = 0.5  # seconds between looks at the index at most, while the process is idle
+
 
 class HomePublisher:
     """Keeps the App Home of people who opened it up to date; one per process."""
@@ -45,12 +48,16 @@ class HomePublisher:
         interval: float = 5.0,
         pacer: SharedPacer | None = None,
         poll: float = 0.1,
+        idle_poll: float = IDLE_POLL,
     ) -> None:
         self.service = service
         self.client = client
         self.index = HomeIndex(service.store.redis)
         self.interval = interval
         self.poll = poll  # between looks at the index when nobody is due (a setting)
+        self.idle_poll = max(idle_poll, poll)  # ... growing to this while the process is idle
+        self._active = 0.0  # when (monotonic) a look last found a Home due
+        self._seen = -1  # the Slack requests this process had answered by then
         # views.publish: Tier 4, per workspace, shared by every replica
         self.pacer = pacer or SharedPacer(service.store.redis, "home", rate=100 / 60, burst=20)
         self._stopping = asyncio.Event()
@@ -110,12 +117,26 @@ class HomePublisher:
                         self._busy -= 1
                 if not due:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._stopping.wait(), self.poll)
+                        await asyncio.wait_for(self._stopping.wait(), self._idle_wait())
+                else:
+                    self._active = time.monotonic()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log_failure(log, "the App Home publisher could not read its index", level=WARNING)
                 await asyncio.sleep(1.0)
+
+    def _idle_wait(self) -> float:
+        """Seconds until the next look at the index: `poll` while this process is busy (a
+        look found a Home due, a Slack request came, this process made a Home due), growing
+        with the quiet since then to `idle_poll` (each look costs CPU): a Home another process
+        made due, or due later, is published within that much of its time."""
+        now = time.monotonic()
+        seen = self.service.foreground.seen
+        if seen != self._seen:
+            self._active, self._seen = now, seen
+        quiet = now - max(self._active, self.index.changed_at)
+        return min(self.idle_poll, max(self.poll, quiet / 4))
 
     def stop(self) -> None:
         self._stopping.set()

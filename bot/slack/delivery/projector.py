@@ -83,6 +83,8 @@ NOT_STREAMED = -1.0  # `_stream`: the workspace offers no chat streaming
 ORDER = {"run": 0, "card": 1, "review": 2, "note": 3, "remind": 3, "result": 4, "notice": 5}
 MAX_BACKOFF = 60.0
 POLL = 0.05  # seconds between looks at the outbox index when nothing woke the projector
+# ... while this process is busy; idle, the looks grow apart up to this (see `_idle_wait`)
+IDLE_POLL = 0.5
 GATHER = 0.25  # seconds a decided card waits for the resume it started (see `_deliver`)
 DM_CHANNELS = 10_000  # people whose direct-message channel id is remembered
 NOTICE_RUNS = 50  # runs one requester's notice tells of at most (the rest: the next one)
@@ -253,6 +255,7 @@ class Projector:
         busy_coalesce: float = 60.0,
         gather: float = GATHER,
         poll: float = POLL,
+        idle_poll: float = IDLE_POLL,
         concurrency: int = 16,
         posts: SharedPacer | None = None,
         updates: SharedPacer | None = None,
@@ -276,6 +279,9 @@ class Projector:
         self.busy_coalesce = busy_coalesce
         self.gather = gather  # settings (`projector_*_seconds`): tests make them short
         self.poll = poll
+        self.idle_poll = max(idle_poll, poll)
+        self._active = 0.0  # when (monotonic) a look last found work, or something woke it
+        self._seen = -1  # the Slack requests this process had answered by then
         self.concurrency = concurrency
         # Slack: about one post a second per channel, ~50 updates a minute per workspace.
         self.posts = posts or SharedPacer(store.redis, "post", rate=1.0, burst=5)
@@ -365,7 +371,9 @@ class Projector:
                 elif len(claims) < free:  # nothing more due now: no second look at once
                     # This process's changes wake it at once; other processes' within a poll.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(woken.wait(), self.poll)
+                        await asyncio.wait_for(woken.wait(), self._idle_wait(bool(claims)))
+                    if woken.is_set():
+                        self._active = time.monotonic()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -415,6 +423,25 @@ class Projector:
                     await self.store.outcomes.told_notice(
                         person, token, self.lease, NOTICE_RUNS, {}, window=0, stop=True
                     )
+
+    def _idle_wait(self, claimed: bool) -> float:
+        """Seconds until the next look at the index when nothing wakes the projector: `poll`
+        while this process is busy (a look found work, a Slack request came, this process
+        indexed a run or one it indexed fell due), growing with the quiet since then to
+        `idle_poll` (an idle bot's looks cost CPU, about 0.3 ms each, 20 a second at `poll`),
+        and never past the moment a run this process indexed for later falls due. A change
+        of another process is found within that wait (every bot process runs a projector,
+        which its own changes wake at once)."""
+        now = time.monotonic()
+        outbox = self.outbox
+        if claimed or self.foreground.seen != self._seen:
+            self._active, self._seen = now, self.foreground.seen
+        due = outbox.due_at
+        quiet = now - max(self._active, outbox.changed_at, due if due <= now else 0.0)
+        wait = min(self.idle_poll, max(self.poll, quiet / 4))
+        if due > now:
+            wait = min(wait, max(self.poll, due - now))
+        return wait
 
     async def stop(self, timeout: float) -> None:
         self._stopping.set()

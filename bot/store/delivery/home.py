@@ -61,6 +61,9 @@ class HomeIndex:
         self.redis = client
         self._touch = client.register_script(_TOUCH)
         self._claim = client.register_script(_CLAIM)
+        # When (monotonic) this process last made a Home due: its publisher looks often while
+        # this process is busy (`HomePublisher._idle_wait`).
+        self.changed_at = 0.0
         # The viewers as last read (member -> when they opened it, ms), with the version of
         # the index they were read at (`HOME_VIEWERS_VERSION`; None: the key was absent).
         self._known: tuple[str | None, dict[str, float]] | None = None
@@ -74,6 +77,7 @@ class HomeIndex:
         """`user` opened their App Home: a viewer from now on, due now."""
         now_ms = time.time() * 1000
         member = person(team, user)
+        self.changed_at = time.monotonic()
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(keys.HOME_ORGS, member, enterprise)
             pipe.zadd(keys.HOME_VIEWERS, {member: now_ms})
@@ -143,6 +147,7 @@ class HomeIndex:
         publish (whichever is later)."""
         if not users:
             return
+        self.changed_at = time.monotonic()
         await self._touch(
             keys=[keys.HOME_DUE, keys.HOME_SHOWN],
             args=[time.time() * 1000, interval * 1000, *(person(team, u) for u in users)],
@@ -156,6 +161,7 @@ class HomeIndex:
     async def again(self, team: str, user: str, delay: float) -> None:
         """Publishing failed: due again in `delay` seconds (unless due sooner)."""
         at = time.time() * 1000 + delay * 1000
+        self.changed_at = time.monotonic()
         await self.redis.zadd(keys.HOME_DUE, {person(team, user): at}, nx=True)
 
     async def shown(self, team: str, user: str) -> str:

@@ -204,6 +204,11 @@ class Outbox:
         # Runs this process made due now (run id -> when, Unix s): its projector reads each
         # with the claim that should take it (`Projector._claim`), in the same round trip.
         self.expected: dict[str, float] = {}
+        # When (monotonic) this process last indexed a run, and the earliest moment one it
+        # indexed for later is due: its projector looks at the index by then, and polls often
+        # while this process is busy (`Projector._idle_wait`).
+        self.changed_at = 0.0
+        self.due_at = 0.0
 
     def expect(self, run_id: str) -> None:
         """This process made the run due now: its projector is woken, and expects it."""
@@ -212,16 +217,23 @@ class Outbox:
         self.expected[run_id] = time.time()
         self.woken.set()
 
+    def _indexed(self, delay: float) -> None:
+        now = time.monotonic()
+        self.changed_at = now
+        if delay > 0 and (self.due_at <= now or now + delay < self.due_at):
+            self.due_at = now + delay
+
     async def schedule(self, run_id: str, delay: float = 0.0) -> None:
         """Index the run as due in `delay` seconds (never later than it already is)."""
+        self._indexed(delay)
         await self.redis.zadd(keys.OUTBOX_INDEX, {run_id: now_ms() + delay * 1000}, lt=True)
         if delay <= 0:
             self.expect(run_id)
 
-    @staticmethod
-    def schedule_in(pipe: Any, run_id: str, delay: float = 0.0) -> None:
+    def schedule_in(self, pipe: Any, run_id: str, delay: float = 0.0) -> None:
         """`schedule(run_id, delay)` as one command of a pipeline that carries other writes
         (it does not wake the projector: its next look at the index finds the run)."""
+        self._indexed(delay)
         pipe.zadd(keys.OUTBOX_INDEX, {run_id: now_ms() + delay * 1000}, lt=True)
 
     async def claim(self, limit: int, lease: float) -> list[Claim]:
@@ -259,6 +271,8 @@ class Outbox:
     async def release(self, claim: Claim, next_due: float | None) -> None:
         """Give the run back: dropped from the index, or due again in `next_due` seconds.
         A change that arrived meanwhile keeps it indexed (due now) either way."""
+        if next_due is not None:
+            self._indexed(next_due)
         await self._hold(
             keys=[keys.OUTBOX_INDEX, keys.OUTBOX_LEASES], args=self._release_args(claim, next_due)
         )
@@ -289,6 +303,8 @@ class Outbox:
         repeat: a
         write lost with its round trip delivers the message again, or finds it delivered.
         (With replicas to confirm writes, `Replicated` confirms each script on its own.)"""
+        if claim is not None and next_due is not None:
+            self._indexed(next_due)
         args: list[str | int] = [self.retention]
         for target, marked, shown in written:
             args.extend((target, marked.tick, shown.encode() if shown is not None else ""))
