@@ -90,8 +90,10 @@ async def late_click(bot: BotHarness, approval: Message, approval_id: str, user:
 async def test_an_undecided_call_expires_and_the_run_goes_on(redis_url: str) -> None:
     agent, model, ledger = one_call()
     expired_before = metrics.EXPIRIES._value.get()
-    rules = "  expire_after: 2s\n  remind_max: 0\n"
-    clock = SkippingClock()  # the two seconds are skipped, not waited for
+    # An hour, skipped: no loaded machine reaches it before the clock is moved (two seconds
+    # did: the call expired before the test saw its card).
+    rules = "  expire_after: 1h\n  remind_max: 0\n"
+    clock = SkippingClock()
     async with BotHarness(redis_url, agent, policy(rules), clock=clock) as bot:
         approval = await bot.start_and_wait("clean the logs", user="U1")
         aid = approval.button_value(APPROVE)
@@ -100,18 +102,18 @@ async def test_an_undecided_call_expires_and_the_run_goes_on(redis_url: str) -> 
         assert "Reminds" not in shown  # remind_max: 0
         stored = await call_hash(redis_url, aid)
         waits = expiry(stored) - float(stored["paused_at"])
-        assert waits == pytest.approx(2, abs=0.01)
+        assert waits == pytest.approx(3600, abs=0.01)
 
-        clock.advance(2)
+        clock.advance(3600)
         await bot.wait_for_status("finished", timeout=15)
         await bot.idle()
         expired = card(bot, approval)
         assert expired.action_ids() == []
         text = expired.all_text()
-        assert "Expired" in text and "no reviewer decided within 2s" in text
+        assert "Expired" in text and "no reviewer decided within 1h" in text
         assert "Approved" not in text and "Rejected" not in text
         # The agent got the rejection, saying why; the tool never ran.
-        assert tool_outputs(model)["c1"] == "No reviewer decided within 2s; the call was not run."  # type: ignore[arg-type]
+        assert tool_outputs(model)["c1"] == "No reviewer decided within 1h; the call was not run."  # type: ignore[arg-type]
         assert ledger.executed == []
         stored = await call_hash(redis_url, aid)
         assert stored["status"] == "expired"
@@ -120,7 +122,7 @@ async def test_an_undecided_call_expires_and_the_run_goes_on(redis_url: str) -> 
         audit = await bot.audit()
         assert [e["kind"] for e in audit].count("expired") == 1
         [entry] = [e for e in audit if e["kind"] == "expired"]
-        assert entry["tool"] == "delete_logs" and "2s" in entry["detail"]
+        assert entry["tool"] == "delete_logs" and "1h" in entry["detail"]
         assert [e["kind"] for e in audit].count("resumed") == 1
         assert metrics.EXPIRIES._value.get() == expired_before + 1
 
@@ -219,29 +221,30 @@ async def test_a_decision_that_came_first_makes_the_expiry_a_no_op(redis_url: st
 
 async def test_reminders_mention_the_approvers_up_to_remind_max(redis_url: str) -> None:
     agent, _, ledger = one_call()
-    rules = "  expire_after: 30s\n  remind_after: 1s\n  remind_max: 2\n"
+    # Hours, skipped: no loaded machine reaches a timer before the clock is moved.
+    rules = "  expire_after: 24h\n  remind_after: 1h\n  remind_max: 2\n"
     clock = SkippingClock()
     async with BotHarness(redis_url, agent, policy(rules), clock=clock) as bot:
         approval = await bot.start_and_wait("clean the logs", user="U1")
-        assert "Reminds approvers every 1s (up to 2 times)" in await bot.details(
+        assert "Reminds approvers every 1h (up to 2 times)" in await bot.details(
             approval, user="U2"
         )
-        for n in (1, 2):  # a second at a time (after a gap, only the latest due is sent)
-            clock.advance(1)
+        for n in (1, 2):  # an hour at a time (after a gap, only the latest due is sent)
+            clock.advance(3600)
             await wait_until(lambda: len(card_thread(bot, approval)) >= n, what=f"reminder {n}")  # noqa: B023
         first, second = card_thread(bot, approval)
         for n, reply in enumerate((first, second), start=1):
             assert f"Reminder ({n} of 2)" in reply.text
             assert "<@U2>" in reply.text and "<@U3>" in reply.text
             assert "expires <!date^" in reply.text
-        # No third: the call's next timer is its expiry (in 30 s), and what fired is shown.
+        # No third: the call's next timer is its expiry, and what fired is shown.
         expires_at = expiry(await call_hash(redis_url, approval.button_value(APPROVE)))
 
         async def next_is_the_expiry() -> bool:
             due = await bot.runtime.redis.zscore(keys.TIMERS, approval.button_value(APPROVE))
             return due is not None and abs(due / 1000 - expires_at) < 0.01
 
-        clock.advance(1.5)  # a third would be due now
+        clock.advance(5400)  # a third would be due now
         await wait_until(next_is_the_expiry, what="the expiry to be the next timer")
         await bot.idle()
         assert len(card_thread(bot, approval)) == 2
@@ -257,11 +260,11 @@ async def test_reminders_mention_the_approvers_up_to_remind_max(redis_url: str) 
 
 async def test_no_reminder_after_a_decision(redis_url: str) -> None:
     agent, _, _ = one_call()
-    rules = "  expire_after: 30s\n  remind_after: 1s\n  remind_max: 5\n"
+    rules = "  expire_after: 24h\n  remind_after: 1h\n  remind_max: 5\n"  # skipped, never reached
     clock = SkippingClock()
     async with BotHarness(redis_url, agent, policy(rules), clock=clock) as bot:
         approval = await bot.start_and_wait("clean the logs", user="U1")
-        clock.advance(1)
+        clock.advance(3600)
         await wait_until(lambda: card_thread(bot, approval), what="the first reminder")
         await bot.click(approval, APPROVE, user="U3")
         await bot.wait_for_status("finished")
@@ -271,8 +274,9 @@ async def test_no_reminder_after_a_decision(redis_url: str) -> None:
         async def no_timer_left() -> bool:
             return await bot.runtime.redis.zcard(keys.TIMERS) == 0
 
-        await wait_until(no_timer_left, what="the call's timers to be cleared")
-        clock.advance(2.5)  # reminders 2 and 3 would be due now
+        clock.advance(9000)  # reminders 2 and 3 would be due now
+        # Dropped as it comes due (a decided call's timer is a no-op, not removed at once).
+        await wait_until(no_timer_left, what="the decided call's timers dropped")
         await bot.idle()
         assert len(card_thread(bot, approval)) == count
         assert await bot.runtime.redis.zcard(keys.TIMERS) == 0  # nothing left to fire
@@ -281,21 +285,21 @@ async def test_no_reminder_after_a_decision(redis_url: str) -> None:
 async def test_escalation_lets_more_people_decide_only_once_it_fired(redis_url: str) -> None:
     agent, _, ledger = one_call()
     rules = (
-        "  expire_after: 30s\n  remind_max: 0\n  escalate_after: 2s\n  escalate_to: [U9, S0LEADS]\n"
+        "  expire_after: 24h\n  remind_max: 0\n  escalate_after: 2h\n  escalate_to: [U9, S0LEADS]\n"
     )
-    clock = SkippingClock()
+    clock = SkippingClock()  # hours, skipped: no loaded machine reaches them first
     async with BotHarness(redis_url, agent, policy(rules), clock=clock) as bot:
         bot.slack_api.usergroups["S0LEADS"] = ("leads", ["U1", "U8"])  # U1 starts the run
         approval = await bot.start_and_wait("clean the logs", user="U1")
         aid = approval.button_value(APPROVE)
-        assert "Escalates to <@U9>, `S0LEADS` after 2s" in await bot.details(approval, user="U2")
+        assert "Escalates to <@U9>, `S0LEADS` after 2h" in await bot.details(approval, user="U2")
         # Before escalate_after: U9 is refused like anyone who is not an approver.
         await bot.click(approval, APPROVE, user="U9")
         refused = await wait_until(lambda: bot.slack_api.ephemeral_to("U9"), what="a refusal")
         assert "not among the approvers" in refused[-1]
         assert (await call_hash(redis_url, aid))["status"] == "pending"
 
-        clock.advance(2)
+        clock.advance(7200)
         [told] = await wait_until(lambda: card_thread(bot, approval), what="the escalation")
         assert "escalated to <@U9>, <!subteam^S0LEADS>" in told.text
         assert "may now decide" in told.text
