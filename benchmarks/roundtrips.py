@@ -6,7 +6,8 @@ counted under the names of the commands it sends. Two kinds are set apart, for t
 depend on what the bot is asked to do but on how long it runs: a poll that found nothing (the
 projector's, the App Home publisher's and the timers' look at their index, a worker's read of
 the job stream: their reply is empty), and the periodic upkeep (the sweeper). What is left is
-what the bot's work cost, whatever the machine's speed.
+what the bot's work cost, whatever the machine's speed. (A new connection's handshake is
+counted apart too: `SETUP`.)
 
 In-process (tests, benchmarks): `counting()` installs the counter; `RoundTrips.snapshot()`
 before and after a phase. As a program (`python -m benchmarks.roundtrips <bot's arguments>`)
@@ -44,6 +45,10 @@ POLLS = ("Outbox.claim", "HomeIndex.claim", "JobQueue.read", "JobQueue.reclaim",
 UPKEEP = ("Sweeper.", "Timers.timers_forever", "WebhookSender.", "PolicySource.")
 # A test's or benchmark's own looks at the bot (the harness's waits): not the bot's work.
 OBSERVER = ("BotHarness.",)
+# A new connection's handshake (redis-py's CLIENT SETINFO, and HELLO, AUTH, SELECT): the pool
+# opens a connection when more callers than ever before wait at once, which depends on what
+# ran before (and how busy the machine is), not on what an operation does (counted apart).
+SETUP = ("CLIENT", "HELLO", "AUTH", "SELECT")
 
 
 def _shape(key: str) -> str:
@@ -105,6 +110,7 @@ class RoundTrips:
     work: Counter[str] = field(default_factory=Counter)
     polls: Counter[str] = field(default_factory=Counter)
     upkeep: Counter[str] = field(default_factory=Counter)
+    setup: Counter[str] = field(default_factory=Counter)
     callers: bool = bool(os.environ.get("BENCH_ROUNDTRIPS_CALLERS"))
 
     def snapshot(self) -> Counter[str]:
@@ -115,6 +121,9 @@ class RoundTrips:
         chain = _callers()
         name = _name(packed) + (f" [{' <- '.join(chain[:3])}]" if self.callers else "")
         if any(c.startswith(OBSERVER) for c in chain):
+            return
+        if name.startswith(SETUP):
+            self.setup[name] += 1
             return
         if any(c.startswith(UPKEEP) for c in chain):
             self.upkeep[name] += 1

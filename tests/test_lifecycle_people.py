@@ -521,6 +521,50 @@ async def test_the_direct_message_channel_is_opened_once_per_person(redis_url: s
         assert len(bot.slack_api.calls_to("conversations.open")) == 1
 
 
+async def test_news_listed_while_the_notice_is_told_is_told_after_the_pass(
+    redis_url: str,
+) -> None:
+    """A pass that tells a person's notice records it told with its end (#32); a run whose news
+    was listed meanwhile (its own pass found the notice held, and left it to the holder) is
+    told right after that pass, which still holds the notice."""
+    ledger = Ledger()
+    agent, _ = ops_agent(
+        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")],
+         [function_call("delete_logs", {"path": "/b"}, call_id="c2")],
+         [assistant_message("a")], [assistant_message("b")]],
+        ledger,
+    )  # fmt: skip
+    settings = {"requester_notice_seconds": 0.2}
+    async with BotHarness(redis_url, agent, POLICY, settings=settings) as bot:
+        first = await bot.start_and_wait("clean 1", user="U1")
+        await bot.slack.command("clean 2", user="U1", channel="C1")
+        [second] = [c for c in await bot.wait_for_approvals(2) if c.ts != first.ts]
+        run_ids = [keys.run_of(c.button_value(APPROVE)) or "" for c in (first, second)]
+        # The first notice's post hangs, its pass holding U1's notice meanwhile.
+        bot.slack_api.hang("chat.postMessage", when=lambda p: str(p.get("channel")).startswith("D"))
+        await bot.reject(first, user="U2", reason="no")
+        await wait_until(lambda: bot.slack_api.hanging >= 1, what="the first notice to hang")
+        await bot.reject(second, user="U2", reason="not now")
+        client = bot.runtime.service.store.redis
+
+        async def listed() -> bool:
+            marks = await client.hgetall(keys.outbox_key(run_ids[1]))
+            found = await client.zscore(keys.notice_runs_key("T0TEST:U1"), run_ids[1])
+            return found is not None and b"notice" not in marks
+
+        await wait_until(listed, what="the second run listed, its own pass done")
+        assert len(bot.slack_api.dms("U1")) == 0
+        bot.slack_api.release()
+        told = await wait_until(
+            lambda: (dms := bot.slack_api.dms("U1")) and len(dms) == 2 and dms,
+            what="U1 told of both runs",
+        )
+        await bot.idle()
+        texts = [m.text for m in sorted(told, key=lambda m: m.ts)]
+        assert f"`{run_ids[0]}`" in texts[0] and f"`{run_ids[1]}`" in texts[1], texts
+        assert len(bot.slack_api.dms("U1")) == 2
+
+
 async def test_a_burst_over_several_runs_is_one_message_to_their_starter(redis_url: str) -> None:
     """Three runs of U1, each paused on a call; U2 approves the three at once: U1 gets one
     direct message telling all three runs, not one each (#17, item 4)."""

@@ -240,20 +240,20 @@ class Runs:
         key = keys.run_key(run.run_id)
         stored, task = split_run(run)  # a long task: in its own key, once (bot.store.parts.texts)
         single = not is_cluster(self.redis)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping=stored)  # type: ignore[arg-type]
-            pipe.expire(key, self.retention)
-            if task is not None:
-                pipe.set(keys.task_key(run.run_id), task, ex=self.retention)
-            mark(pipe, run.run_id, "run", self.retention)
-            if single:
-                self._index_new(pipe, run, after)
-            await pipe.execute()
-        if not single:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                self._index_new(pipe, run, after)
+        with self.outbox.making_due(run.run_id):  # this process's projector posts its message
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.hset(key, mapping=stored)  # type: ignore[arg-type]
+                pipe.expire(key, self.retention)
+                if task is not None:
+                    pipe.set(keys.task_key(run.run_id), task, ex=self.retention)
+                mark(pipe, run.run_id, "run", self.retention)
+                if single:
+                    self._index_new(pipe, run, after)
                 await pipe.execute()
-        self.outbox.expect(run.run_id)  # this process's projector posts its message at once
+            if not single:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    self._index_new(pipe, run, after)
+                    await pipe.execute()
 
     def _index_new(self, pipe: Any, run: RunRecord, after: Callable[[Any], None] | None) -> None:
         """A new run's index writes, after the run's own (`create_run`)."""
@@ -564,19 +564,19 @@ class Runs:
         )  # fmt: skip
         result = decode_finish(reply, run_id)
         if isinstance(result, Ended):  # indexed before it leaves the active set (reconciler)
-            async with self.redis.pipeline(transaction=False) as pipe:
-                self.outbox.schedule_in(pipe, run_id)  # (a pipeline runs in order)
-                if channel:
-                    pipe.zrem(keys.channel_runs_key(channel), run_id)
-                pipe.srem(keys.EXECUTING_RUNS, run_id)
-                pipe.zrem(keys.DUE_RUNS, run_id)
-                if channel and result.message_ts:  # off the channel's index: found by its ts
-                    pipe.set(keys.message_key(channel, result.message_ts), run_id,
-                             ex=self.retention)  # fmt: skip
-                if after is not None:
-                    after(pipe)
-                await pipe.execute()
-            self.outbox.expect(run_id)
+            with self.outbox.making_due(run_id):  # this process's projector reads it with its claim
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    self.outbox.schedule_in(pipe, run_id)  # (a pipeline runs in order)
+                    if channel:
+                        pipe.zrem(keys.channel_runs_key(channel), run_id)
+                    pipe.srem(keys.EXECUTING_RUNS, run_id)
+                    pipe.zrem(keys.DUE_RUNS, run_id)
+                    if channel and result.message_ts:  # off the channel's index: found by its ts
+                        pipe.set(keys.message_key(channel, result.message_ts), run_id,
+                                 ex=self.retention)  # fmt: skip
+                    if after is not None:
+                        after(pipe)
+                    await pipe.execute()
         return result
 
     async def cancel(

@@ -60,7 +60,7 @@ from bot.slack.render.overview import notice_message
 from bot.stopping import cancel_and_wait
 from bot.store import keys
 from bot.store.connection import Replicated, is_cluster
-from bot.store.delivery.outbox import Claim, Mark, Shown
+from bot.store.delivery.outbox import Claim, Mark, Shown, now_ms
 from bot.store.delivery.outcomes import (
     NoticeTurn,
     outcome_key,
@@ -355,7 +355,6 @@ class Projector:
                 claimed_at = time.monotonic()
                 claims, reads = await self._claim(free) if free > 0 else ([], {})
                 for claim in claims:
-                    self.outbox.expected.pop(claim.run_id, None)  # (taken: expected no more)
                     read = reads.pop(claim.run_id, None)
                     task = asyncio.create_task(
                         self._handle(claim, claimed_at, read), name=f"project-{claim.run_id}"
@@ -386,30 +385,33 @@ class Projector:
         or the run's notice is due, `_expect_notice`): their passes start read. Not on Redis
         Cluster, whose nodes may run the read before the claim, nor with replicas to confirm
         the claim (`Replicated`)."""
-        ahead = self._ahead(free)
+        now = now_ms()  # (what is due: the same moment for what it expects and for the claim)
+        ahead, skip = self._ahead(free, now), self.outbox.in_flight()
         if not ahead:
-            return await self.outbox.claim(free, self.lease), {}
+            return await self.outbox.claim(free, self.lease, now, skip), {}
         async with self.store.redis.pipeline(transaction=False) as pipe:
             batch = Batch(pipe)
-            claimed = self.outbox.claim_in(batch, free, self.lease)  # first: read after it
+            claimed = self.outbox.claim_in(
+                batch, free, self.lease, now, skip
+            )  # first: read after it
             reading = {run_id: self._read_in(batch, run_id) for run_id in ahead}
             replies = await batch.execute()
         return claimed(replies), {run_id: read(replies) for run_id, read in reading.items()}
 
-    def _ahead(self, free: int) -> list[str]:
-        """The runs a claim now should take that this process expects: read with it."""
+    def _ahead(self, free: int, now: float) -> list[str]:
+        """The runs a claim at `now` (ms) should take that this process expects: read with
+        it. (Its writes that made them due have been answered; notices' due times are those
+        their releases wrote: the claim takes them.)"""
         redis = self.store.redis
         if is_cluster(redis) or (isinstance(redis, Replicated) and redis.replicas):
-            self.outbox.expected.clear()
             return []
-        now = time.time()
         ahead = []
         for run_id, at in list(self.outbox.expected.items()):
-            if at <= now and run_id not in self._in_hand:
+            if at is not None and run_id not in self._in_hand:
                 del self.outbox.expected[run_id]
                 ahead.append(run_id)
         for run_id, (due, _) in self._expect_notice.items():
-            if due <= now and run_id not in self._in_hand and run_id not in ahead:
+            if due * 1000 <= now and run_id not in self._in_hand and run_id not in ahead:
                 ahead.append(run_id)
         return ahead[:free]
 
@@ -507,20 +509,21 @@ class Projector:
             unused = self._opened.pop(claim.run_id, {})
             await cancel_and_wait(renewing)
         dropped = [(person, o[0]) for person, o in unused.items() if o[1].held]
+        due: float | None = None
         try:
             first = [self.store.outcomes.recording(claim.run_id, recording)] if recording else []
-            await self.outbox.end_pass(
+            due = await self.outbox.end_pass(
                 claim.run_id, written, held["claim"], next_due, listed, first=first,
                 then=self._telling(claim.run_id, told, dropped),
             )  # fmt: skip
         except Exception:
             log_failure(log, "could not end the pass of run %s", claim.run_id, level=WARNING)
         expected = self._expect_notice.get(claim.run_id)
-        if expected is not None and next_due is not None:
-            # Due when its release (just sent) made it due, not a moment before (the claim
-            # that reads it ahead then takes it).
-            due = max(expected[0], time.time() + next_due)
-            self._expect_notice[claim.run_id] = (due, expected[1])
+        if expected is not None:
+            if due is None:
+                del self._expect_notice[claim.run_id]
+            else:  # due when the release made it due (the claim at that moment takes it)
+                self._expect_notice[claim.run_id] = (due / 1000, expected[1])
         self.outbox.woken.set()  # a change that came during delivery left the run due now
         if claim.run_id in self._after:
             await self._tell_after(claim.run_id)

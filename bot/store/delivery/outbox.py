@@ -11,10 +11,11 @@ transition and its index write delays a message, never loses it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,10 +33,14 @@ from bot.store.scripts import Batch, mark
 _CLAIM = """
 local now = tonumber(ARGV[1])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 4 * tonumber(ARGV[3]))
+local skip = {}
+for i = 4, #ARGV do
+  skip[ARGV[i]] = true
+end
 local out = {}
 for i, member in ipairs(due) do
   local lease = redis.call('HGET', KEYS[2], member)
-  if not lease or tonumber(lease) < now then
+  if not skip[member] and (not lease or tonumber(lease) < now) then
     local score = string.format('%.3f', tonumber(ARGV[2]) + i / 1000)
     redis.call('ZADD', KEYS[1], 'XX', score, member)
     redis.call('HSET', KEYS[2], member, score)
@@ -201,21 +206,35 @@ class Outbox:
         # Set when this process makes a run due: its projector wakes at once instead of at its
         # next poll (which is how it learns of other processes' changes).
         self.woken = asyncio.Event()
-        # Runs this process made due now (run id -> when, Unix s): its projector reads each
-        # with the claim that should take it (`Projector._claim`), in the same round trip.
-        self.expected: dict[str, float] = {}
+        # Runs this process made due now (run id -> when, ms; None: the write is in flight):
+        # its projector reads each with the claim that takes it (`Projector._claim`), in the
+        # same round trip, and no claim of its takes one while its write is in flight.
+        self.expected: dict[str, float | None] = {}
         # When (monotonic) this process last indexed a run, and the earliest moment one it
         # indexed for later is due: its projector looks at the index by then, and polls often
         # while this process is busy (`Projector._idle_wait`).
         self.changed_at = 0.0
         self.due_at = 0.0
 
-    def expect(self, run_id: str) -> None:
-        """This process made the run due now: its projector is woken, and expects it."""
+    @contextlib.contextmanager
+    def making_due(self, run_id: str) -> Iterator[None]:
+        """This process makes the run due now in the block (a write in flight): no claim of
+        this process takes it meanwhile; then its projector is woken, and expects it (it
+        reads the run with the claim that takes it)."""
         if len(self.expected) >= EXPECTED:
             self.expected.pop(next(iter(self.expected)))
-        self.expected[run_id] = time.time()
+        self.expected[run_id] = None
+        try:
+            yield
+        except BaseException:
+            self.expected.pop(run_id, None)
+            raise
+        self.expected[run_id] = now_ms()
         self.woken.set()
+
+    def in_flight(self) -> list[str]:
+        """The runs this process is making due now (`making_due`): no claim of its takes them."""
+        return [run_id for run_id, at in self.expected.items() if at is None]
 
     def _indexed(self, delay: float) -> None:
         now = time.monotonic()
@@ -226,9 +245,11 @@ class Outbox:
     async def schedule(self, run_id: str, delay: float = 0.0) -> None:
         """Index the run as due in `delay` seconds (never later than it already is)."""
         self._indexed(delay)
-        await self.redis.zadd(keys.OUTBOX_INDEX, {run_id: now_ms() + delay * 1000}, lt=True)
-        if delay <= 0:
-            self.expect(run_id)
+        if delay > 0:
+            await self.redis.zadd(keys.OUTBOX_INDEX, {run_id: now_ms() + delay * 1000}, lt=True)
+            return
+        with self.making_due(run_id):
+            await self.redis.zadd(keys.OUTBOX_INDEX, {run_id: now_ms()}, lt=True)
 
     def schedule_in(self, pipe: Any, run_id: str, delay: float = 0.0) -> None:
         """`schedule(run_id, delay)` as one command of a pipeline that carries other writes
@@ -236,24 +257,34 @@ class Outbox:
         self._indexed(delay)
         pipe.zadd(keys.OUTBOX_INDEX, {run_id: now_ms() + delay * 1000}, lt=True)
 
-    async def claim(self, limit: int, lease: float) -> list[Claim]:
-        """Take up to `limit` due runs for `lease` seconds; each claim has a unique score."""
-        base = f"{now_ms() + lease * 1000 + random.random():.3f}"
+    async def claim(
+        self, limit: int, lease: float, now: float | None = None, skip: Sequence[str] = ()
+    ) -> list[Claim]:
+        """Take up to `limit` runs due at `now` (ms) for `lease` seconds, not those in `skip`;
+        each claim has a unique score."""
         reply = await self._claim(
-            keys=[keys.OUTBOX_INDEX, keys.OUTBOX_LEASES], args=[now_ms(), base, limit]
+            keys=[keys.OUTBOX_INDEX, keys.OUTBOX_LEASES],
+            args=self._claim_args(limit, lease, now, skip),
         )
         return self._claims(reply)
 
     def claim_in(
-        self, batch: Batch, limit: int, lease: float
+        self, batch: Batch, limit: int, lease: float, now: float, skip: Sequence[str] = ()
     ) -> Callable[[list[Any]], list[Claim]]:
         """`claim` as the first command of a batch (what follows it reads after the claim):
         what decodes its reply. (Not with replicas to confirm it: `Replicated`.)"""
-        base = f"{now_ms() + lease * 1000 + random.random():.3f}"
         index = batch.script(
-            self._claim, [keys.OUTBOX_INDEX, keys.OUTBOX_LEASES], [now_ms(), base, limit]
+            self._claim,
+            [keys.OUTBOX_INDEX, keys.OUTBOX_LEASES],
+            self._claim_args(limit, lease, now, skip),
         )
         return lambda replies: self._claims(replies[index])
+
+    @staticmethod
+    def _claim_args(limit: int, lease: float, now: float | None, skip: Sequence[str]) -> list[Any]:
+        at = now_ms() if now is None else now
+        base = f"{at + lease * 1000 + random.random():.3f}"
+        return [at, base, limit, *skip]
 
     @staticmethod
     def _claims(reply: list[Any]) -> list[Claim]:
@@ -292,7 +323,7 @@ class Outbox:
         *,
         first: list[tuple[Any, list[str], list[Any]]] | None = None,
         then: Callable[[Batch], Callable[[list[Any]], None]] | None = None,
-    ) -> None:
+    ) -> float | None:
         """The end of a projector pass in one round trip: what it delivered (target, its mark
         as read, what Slack holds now or None: unchanged), each mark dropped unless a newer
         change came in; the run listed among `listed` people's runs with news to be told
@@ -302,7 +333,8 @@ class Outbox:
         replies given to what it returns: the requester's notice told). All are safe to
         repeat: a
         write lost with its round trip delivers the message again, or finds it delivered.
-        (With replicas to confirm writes, `Replicated` confirms each script on its own.)"""
+        (With replicas to confirm writes, `Replicated` confirms each script on its own.)
+        Returns when (ms) the release made the run due again (None: not released so)."""
         if claim is not None and next_due is not None:
             self._indexed(next_due)
         args: list[str | int] = [self.retention]
@@ -358,6 +390,7 @@ class Outbox:
             told(replies)
         if hold is not None and alone:
             await self._hold(keys=hold[1], args=hold[2])
+        return float(hold[2][1]) if hold is not None and hold[2][1] else None
 
     async def mark_now(self, run_id: str, targets: list[str]) -> None:
         """Have `targets` (new messages the projector found it must post: the further parts
