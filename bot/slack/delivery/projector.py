@@ -59,7 +59,6 @@ from bot.slack.render.base import as_dicts
 from bot.slack.render.overview import notice_message
 from bot.stopping import cancel_and_wait
 from bot.store import keys
-from bot.store.connection import Replicated, is_cluster
 from bot.store.delivery.outbox import Claim, Mark, Shown, now_ms
 from bot.store.delivery.outcomes import (
     NoticeTurn,
@@ -402,8 +401,7 @@ class Projector:
         """The runs a claim at `now` (ms) should take that this process expects: read with
         it. (Its writes that made them due have been answered; notices' due times are those
         their releases wrote: the claim takes them.)"""
-        redis = self.store.redis
-        if is_cluster(redis) or (isinstance(redis, Replicated) and redis.replicas):
+        if not self.outbox.reads_ahead:
             return []
         ahead = []
         for run_id, at in list(self.outbox.expected.items()):

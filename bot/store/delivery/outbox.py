@@ -23,7 +23,7 @@ import redis.asyncio as redis
 from redis.exceptions import NoScriptError
 
 from bot.store import keys
-from bot.store.connection import Replicated
+from bot.store.connection import Replicated, is_cluster
 from bot.store.keys import RunKeys
 from bot.store.scripts import Batch, mark
 
@@ -220,7 +220,12 @@ class Outbox:
     def making_due(self, run_id: str) -> Iterator[None]:
         """This process makes the run due now in the block (a write in flight): no claim of
         this process takes it meanwhile; then its projector is woken, and expects it (it
-        reads the run with the claim that takes it)."""
+        reads the run with the claim that takes it). (Not on Redis Cluster, nor with replicas
+        to confirm writes: no claim reads ahead there.)"""
+        if not self.reads_ahead:
+            yield
+            self.woken.set()
+            return
         if len(self.expected) >= EXPECTED:
             self.expected.pop(next(iter(self.expected)))
         self.expected[run_id] = None
@@ -231,6 +236,13 @@ class Outbox:
             raise
         self.expected[run_id] = now_ms()
         self.woken.set()
+
+    @property
+    def reads_ahead(self) -> bool:
+        """Whether a claim may read ahead (`Projector._claim`): in order on one server, and
+        not confirmed by replicas (`Replicated`)."""
+        redis = self.redis
+        return not is_cluster(redis) and not (isinstance(redis, Replicated) and redis.replicas)
 
     def in_flight(self) -> list[str]:
         """The runs this process is making due now (`making_due`): no claim of its takes them."""
