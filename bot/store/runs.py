@@ -415,10 +415,17 @@ class Runs:
         """Record the run message's ts; `after(pipe)`: writes to send with it (a run's start
         job, which waits for its message)."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(keys.run_key(run_id), "message_ts", ts)
-            if after is not None:
-                after(pipe)
+            self.set_run_message_in(pipe, run_id, ts, after)
             await pipe.execute()
+
+    @staticmethod
+    def set_run_message_in(
+        pipe: Any, run_id: str, ts: str, after: Callable[[Any], None] | None = None
+    ) -> None:
+        """`set_run_message` as commands of a pipeline that carries other writes."""
+        pipe.hset(keys.run_key(run_id), "message_ts", ts)
+        if after is not None:
+            after(pipe)
 
     async def run_for_message(self, channel: str, ts: str) -> str | None:
         """The run whose run message is (channel, ts), if that is one: an ended run by the
@@ -735,6 +742,7 @@ class RunStore:
         self.projection_in = runs.projection_in
         self.run_status = runs.run_status
         self.set_run_message = runs.set_run_message
+        self.set_run_message_in = runs.set_run_message_in
         self.run_for_message = runs.run_for_message
         self.reopened = runs.reopened
         self.set_run_fields = runs.set_run_fields

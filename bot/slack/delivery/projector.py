@@ -335,6 +335,8 @@ class Projector:
         self._told_later: dict[str, list[_Told]] = {}
         self._after: dict[str, list[tuple[_Told, NoticeTurn]]] = {}
         self._in_hand: set[str] = set()  # runs whose pass is going on here
+        # run id -> writes to send with its pass's end (a run message's ts, its run's start)
+        self._riders: dict[str, list[Callable[[Any], None]]] = {}
         # Acks first: a claim waits for a lull in this process's Slack requests.
         self.foreground = foreground or Foreground(max_wait=0)
 
@@ -491,6 +493,7 @@ class Projector:
         listed = self._listed[claim.run_id] = []
         recording = self._recording[claim.run_id] = {}
         told = self._told_later[claim.run_id] = []
+        riders = self._riders[claim.run_id] = []
         self._in_hand.add(claim.run_id)
         try:
             next_due = await self.project(claim.run_id, read)
@@ -502,6 +505,7 @@ class Projector:
             self._listed.pop(claim.run_id, None)
             self._recording.pop(claim.run_id, None)
             self._told_later.pop(claim.run_id, None)
+            self._riders.pop(claim.run_id, None)
             self._in_hand.discard(claim.run_id)
             self._changed_read.pop(claim.run_id, None)
             unused = self._opened.pop(claim.run_id, {})
@@ -512,7 +516,7 @@ class Projector:
             first = [self.store.outcomes.recording(claim.run_id, recording)] if recording else []
             due = await self.outbox.end_pass(
                 claim.run_id, written, held["claim"], next_due, listed, first=first,
-                then=self._telling(claim.run_id, told, dropped),
+                then=self._telling(claim.run_id, told, dropped, riders),
             )  # fmt: skip
         except Exception:
             log_failure(log, "could not end the pass of run %s", claim.run_id, level=WARNING)
@@ -965,17 +969,24 @@ class Projector:
         return None
 
     def _telling(
-        self, run_id: str, told: list[_Told], dropped: list[tuple[str, str]]
+        self,
+        run_id: str,
+        told: list[_Told],
+        dropped: list[tuple[str, str]],
+        riders: list[Callable[[Any], None]] | None = None,
     ) -> Callable[[Batch], Callable[[list[Any]], None]] | None:
-        """The steps of the requester's notice to send with the pass's end: what its notices
+        """What to send with the pass's end: first its `riders` (a run message's ts and its
+        run's start, `_posted`); then the steps of the requester's notice: what its notices
         told (`told`), and the notices its read took and did not use (`dropped`: person,
         token), given back. Those told that find more runs listed since are told after the
         pass (`_tell_after`)."""
-        if not told and not dropped:
+        if not told and not dropped and not riders:
             return None
         outcomes = self.store.outcomes
 
         def queue(batch: Batch) -> Callable[[list[Any]], None]:
+            for ride in riders or []:
+                ride(batch.pipe)
             steps = []
             for t in told:
                 person = self._person(t.run, t.user)
@@ -1497,9 +1508,14 @@ class Projector:
         if kind == "run":
             run.message_ts = ts
             posted = self.run_posted
-            await self.store.set_run_message(
-                run.run_id, ts, (lambda pipe: posted(pipe, run)) if posted is not None else None
-            )
+            then = (lambda pipe: posted(pipe, run)) if posted is not None else None
+            riders = self._riders.get(run.run_id)
+            if riders is not None and mark is not None:  # with the pass's end (and its shown)
+                riders.append(
+                    lambda pipe: self.store.set_run_message_in(pipe, run.run_id, ts, then)
+                )
+            else:
+                await self.store.set_run_message(run.run_id, ts, then)
         elif kind == "card":  # indexed for thread replies (idempotent)
             await self.store.set_call_message(keys.Target.parse(target).id, run.channel_id, ts)
             if body is not None:
