@@ -29,10 +29,12 @@ DECISION_BOUND = 15
 # round trips more than the run whose tool needs no approval (57-66 before, by this count).
 AUTOMATIC_MORE = 3
 # A run whose one gated call a rule rejects, refused at the call's check: its thread says so (a
-# note, and its delivery), which the run whose call is approved has not: 6 more alone (24 for
-# 18), 7 or 8 when the note's delivery and the run's end fall in different projector passes
-# (on a loaded machine).
-REJECTED_MORE = 9
+# note), which the run whose call is approved has not. No journal write (-2); the status read
+# before the next model call, with the rejection's audit entry and the note riding in it (+1);
+# the note read with its pass's read and shown in the pass of the run's end (due within the
+# coalescing window): its post's token, a second take of the channel's (+1), and what Slack
+# holds of it (+1). 1 more (6 more before: 23 for 17).
+REJECTED_MORE = 1
 AUDIT_ONLY = {"XADD", "TIME"}  # a round trip of audit entries and nothing else
 STEADY = {"projector_gather_seconds": 30.0, "progress_due_seconds": 30.0,
           "requester_notice_seconds": 0.2}  # fmt: skip

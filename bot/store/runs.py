@@ -197,6 +197,7 @@ class Projection:
     outcomes: dict[Any, Any]  # as HGETALL returns it
     progress: list[str]
     cards: dict[str, tuple[CallRecord | None, CallContext | None]]  # approval id -> its call
+    notes: dict[int, str | None]  # each note marked, by number (None: gone)
     also: list[Any]  # the replies of the round trip (what the caller queued with it)
 
 
@@ -306,6 +307,22 @@ class Runs:
         await self._add_note(keys=RunKeys(run_id).add_note(), args=[text, now(), self.retention])
         await self.outbox.schedule(run_id)
 
+    @property
+    def notes_ride(self) -> bool:
+        """Whether a note may ride in a pipeline of other writes (`add_note_in`): not on Redis
+        Cluster, nor with replicas to confirm writes (a script alone there, as `add_note`)."""
+        return self.outbox.reads_ahead
+
+    def add_note_in(self, pipe: Any, run_id: str, text: str) -> None:
+        """`add_note` as commands of a pipeline that carries other writes of the run (what
+        `Execution.riders` sends before the run's next model call or tool): the script as EVAL
+        (its text, so a server that does not hold it yet runs it all the same), and the run due
+        for Slack within the coalescing window (`progress_due_in`), as a progress line is: its
+        end, sooner, shows the note in the same pass as the output, notes first (#32)."""
+        names = RunKeys(run_id).add_note()
+        pipe.eval(self._add_note.script, len(names), *names, text, now(), self.retention)
+        self.outbox.schedule_in(pipe, run_id, self.progress_due_in)
+
     async def note(self, run_id: str, number: int) -> str | None:
         value = await self.redis.lindex(keys.notes_key(run_id), number - 1)
         return text(value) if value is not None else None
@@ -371,7 +388,8 @@ class Runs:
         """What a projector pass reads (`projection.lua`), queued on `batch`: the run's marks,
         the run, what Slack holds of its messages, its outcomes hash
         (`bot.store.delivery.outcomes`: who is to be told what) as HGETALL returns it, its
-        progress lines (for its run message) and the call of each card marked; what decodes
+        progress lines (for its run message), each note marked and the call of each card
+        marked; what decodes
         it (`Projection.also`: all the batch's replies)."""
         names = [
             keys.outbox_key(run_id),
@@ -380,11 +398,12 @@ class Runs:
             keys.shown_key(run_id),
             keys.outcomes_key(run_id),
             keys.progress_key(run_id),
+            keys.notes_key(run_id),
         ]
         first = batch.script(self._projection, names, [run_id, keys.call_key(f"{run_id}.")])
 
         def decoded(replies: list[Any]) -> Projection:
-            marks, run, task, shown, outcomes, progress, *cards = replies[first]
+            marks, run, task, shown, outcomes, progress, notes, *cards = replies[first]
             found: dict[str, tuple[CallRecord | None, CallContext | None]] = {}
             for i in range(0, len(cards), 4):
                 approval_id, raw = text(cards[i]), _pairs(cards[i + 1])
@@ -400,6 +419,10 @@ class Runs:
                 _pairs(outcomes),
                 [text(line) for line in progress],
                 found,
+                {
+                    int(notes[i]): None if notes[i + 1] is None else text(notes[i + 1])
+                    for i in range(0, len(notes), 2)
+                },
                 replies,
             )
 
@@ -730,6 +753,8 @@ class RunStore:
         self.add_progress = runs.add_progress
         self.add_progress_in = runs.add_progress_in
         self.add_note = runs.add_note
+        self.add_note_in = runs.add_note_in
+        self.notes_ride = runs.notes_ride
         self.note = runs.note
         self.progress = runs.progress
         self.whole_task = runs.whole_task

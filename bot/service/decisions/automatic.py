@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from bot.engine.approvals import PendingApproval, arguments_sha
@@ -226,7 +227,8 @@ class InRun:
 
     async def _record(self, settled: list[_Settled]) -> None:
         """Each decision's audit entries (riding with the run's next write, or one round trip
-        of their own without an execution), and a grant's note in the thread."""
+        of their own without an execution), and the thread's note (riding with them, where
+        notes ride: `Runs.add_note_in`)."""
         policy = self.core.policies.current().policy.for_team(self.run.team_id)
 
         def entries(pipe: Any) -> None:
@@ -277,9 +279,16 @@ class InRun:
                 await pipe.execute()
             except Exception:
                 log_failure(log, "could not audit the decisions in run %s", self.run.run_id)
+        store = self.core.store
         for each in settled:
             note = self._note(each)
             if note is None:
+                continue
+            if self.execution is not None and store.notes_ride:
+                # With the audit entries, before the run's next model call or tool: written
+                # before anything it tells of is visible (#32).
+                ride = partial(store.add_note_in, run_id=self.run.run_id, text=stored(note))
+                self.execution.riders.append(ride)
                 continue
             try:
                 await self.core.store.add_note(self.run.run_id, stored(note))

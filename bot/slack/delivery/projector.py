@@ -301,6 +301,8 @@ class Projector:
         self._changed_read: dict[str, Any] = {}  # run id -> what that read gave, this pass
         # run id -> its marked cards' calls, read with the pass's read (taken when shown)
         self._cards: dict[str, dict[str, tuple[CallRecord | None, CallContext | None]]] = {}
+        # run id -> the notes its pass's read found marked (by number; None: gone)
+        self._notes: dict[str, dict[int, str | None]] = {}
         self.run_posted = run_posted  # the service's: a run starts once its message is shown
         self.card_posted = card_posted  # the service's (review figures, the advisor)
         # Slack's chat streaming for answers, and the thread's status line, where the
@@ -591,6 +593,7 @@ class Projector:
         self._outcomes[run_id] = outcomes  # (`_note_outcomes` adds what it records)
         self._progress[run_id] = progress
         self._cards[run_id] = read.cards
+        self._notes[run_id] = read.notes
         try:
             with serving(run.team_id, run.enterprise_id):  # its workspace's token
                 again, waits = await self._project(run, marks, shown)
@@ -599,6 +602,7 @@ class Projector:
             self._progress.pop(run_id, None)
             self._changed_read.pop(run_id, None)
             self._cards.pop(run_id, None)
+            self._notes.pop(run_id, None)
         with serving(run.team_id, run.enterprise_id):
             # The run message said something: the thread's line too (unless it is to be
             # cleared while a post in the thread, which clears it, is still to go).
@@ -1163,7 +1167,13 @@ class Projector:
                 return 1.0
             thread = run.message_ts
             if kind == "note":
-                note = await self.store.note(run.run_id, keys.Target.parse(target).number)
+                number = keys.Target.parse(target).number
+                noted = self._notes.get(run.run_id, {})
+                note = (
+                    noted.pop(number)
+                    if number in noted
+                    else await self.store.note(run.run_id, number)
+                )
                 if note is None:
                     await self._done(run.run_id, target, mark)
                     return None
