@@ -428,10 +428,6 @@ class Runs:
 
         return decoded
 
-    async def run_status(self, run_id: str) -> str:
-        value = await self.redis.hget(keys.run_key(run_id), "status")
-        return text(value) if value is not None else ""
-
     async def set_run_message(
         self, run_id: str, ts: str, after: Callable[[Any], None] | None = None
     ) -> None:
@@ -765,7 +761,6 @@ class RunStore:
         self.recent_run_ids = runs.recent_run_ids
         self.projection = runs.projection
         self.projection_in = runs.projection_in
-        self.run_status = runs.run_status
         self.set_run_message = runs.set_run_message
         self.set_run_message_in = runs.set_run_message_in
         self.run_for_message = runs.run_for_message
