@@ -120,6 +120,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def children(pid: int) -> list[int]:
+    """The processes `pid` started that still run (a `serve --processes n`'s serving ones)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return sorted(found)
+
+
 def click_body(
     approval_id: str, user: str = "U2", channel: str = CHANNEL
 ) -> tuple[bytes, dict[str, str]]:
@@ -400,6 +410,7 @@ class Bot:
         self.env = {k: v for k, v in self.env.items() if v or k == "APPROVAL_BOT_ENV_FILE"}
         self.process: Process | None = None
         self.workers: list[Process] = []
+        self.topology = ""  # what serves (printed with the figures)
         self.roundtrips_file = tmp / "roundtrips.json"
         self.redis = aioredis.Redis.from_url(redis_url)
         self.session = aiohttp.ClientSession()
@@ -413,12 +424,21 @@ class Bot:
             bot = ["-m", "benchmarks.roundtrips"]
         workers = int(os.environ.get("BENCH_WORKERS") or 0)
         args = [*bot, "--log-level", level, "serve", "--http", "--port", str(self.port)]
+        if os.environ.get("BENCH_ROUNDTRIPS"):  # (counted per process: one serving process)
+            args += ["--processes", "1"]
+        elif os.environ.get("BENCH_PROCESSES"):
+            args += ["--processes", os.environ["BENCH_PROCESSES"]]
         self.process = Process([*args, "--no-worker"] if workers else args, self.counted(0))
         for i in range(workers):
             worker = [*bot, "--log-level", level, "worker", "--metrics-port", "0"]
             self.workers.append(Process(worker, self.counted(i + 1)))
         health = f"http://127.0.0.1:{self.port}/healthz"
         await until(lambda: healthy(self.session, health), 60, "the bot to serve")
+        serving = len(children(self.pid)) or 1
+        self.topology = (
+            f"serve --http --no-worker and {workers} worker process(es)" if workers else
+            f"serve --http in {serving} process(es), each with its worker"
+        )  # fmt: skip
 
     def counted(self, i: int) -> dict[str, str]:
         """The environment of bot process `i`, with where it writes its round trips."""
@@ -437,12 +457,15 @@ class Bot:
 
     @property
     def pids(self) -> list[int]:
-        """The serving process, then the worker processes."""
-        return [self.pid, *(w.pid for w in self.workers)]
+        """The serving process, then the worker processes; a `serve` in several processes
+        (BENCH_PROCESSES, APPROVAL_BOT_PROCESSES) is its serving processes, not their
+        supervisor."""
+        return [*(children(self.pid) or [self.pid]), *(w.pid for w in self.workers)]
 
     def cpu(self) -> float:
-        """CPU seconds so far of every bot process."""
-        return sum(cpu_seconds(pid) for pid in self.pids)
+        """CPU seconds so far of every bot process (the supervisor's, which only waits, too)."""
+        pids = {self.pid, *self.pids}
+        return sum(cpu_seconds(pid) for pid in pids)
 
     async def roundtrips(self) -> dict[str, int]:
         """The bot's Redis round trips so far, by command, over its processes (BENCH_ROUNDTRIPS
@@ -760,6 +783,7 @@ async def main() -> None:
             server.stop()
     report(bare, loads, serial, (sdk, sdk_cpu), calls, storage, connections, at_once, floor,
            serial_cpu)  # fmt: skip
+    print(f"(the bot: {bot.topology})")
     notice = os.environ.get("BENCH_NOTICE") or "dm"
     print(f"(requester notice: {notice}, BENCH_NOTICE=dm|ephemeral|off; 2 cores shared by "
           f"Redis, the bot, the stand-in and the load generator; "

@@ -9,6 +9,7 @@ import csv
 import importlib
 import json
 import logging
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -101,10 +102,11 @@ def _launch(
     socket_mode: bool,
     slack_transport: bool,
     body: Callable[[Settings, asyncio.Event], Awaitable[None]],
+    processes: Callable[[Settings], int] | None = None,
 ) -> int:
-    """Validate everything, then run `body` until SIGINT/SIGTERM; say plainly why it can't."""
-    from bot.runtime import install_signal_handlers
-
+    """Validate everything, then run `body` until SIGINT/SIGTERM; say plainly why it can't.
+    `processes`, when given, runs instead once the settings are valid (`serve --http` in
+    several processes: each runs `body` through `_run`)."""
     settings, problems = collect_problems(socket_mode=socket_mode, slack_transport=slack_transport)
     if problems or settings is None:
         print(f"The {what} cannot start:", file=sys.stderr)
@@ -113,14 +115,33 @@ def _launch(
         if slack_transport:
             print(TRY_THE_SANDBOX, file=sys.stderr)
         return 1
+    if processes is not None:
+        return _failing(what, settings, lambda: processes(settings))
+    return _run(what, settings, body)
+
+
+def _run(
+    what: str, settings: Settings, body: Callable[[Settings, asyncio.Event], Awaitable[None]]
+) -> int:
+    """Run `body` on an event loop until SIGINT/SIGTERM; its exit code."""
+    from bot.runtime import install_signal_handlers
 
     async def main() -> None:
         stop = asyncio.Event()
         install_signal_handlers(stop)
         await body(settings, stop)
 
-    try:
+    def run() -> int:
         run_loop(main(), settings.event_loop)
+        return 0
+
+    return _failing(what, settings, run)
+
+
+def _failing(what: str, settings: Settings, run: Callable[[], int]) -> int:
+    """`run()`, its failures to start or to go on said plainly (exit code 1)."""
+    try:
+        return run()
     except RedisUnavailable as exc:
         print(f"The {what} cannot start: {exc}", file=sys.stderr)
         return 1
@@ -128,22 +149,49 @@ def _launch(
         where = f" (REDIS_URL={redacted(settings.redis_url)})" if settings.redis_url else ""
         print(f"The {what} stopped: {type(exc).__name__}: {exc}{where}", file=sys.stderr)
         return 1
-    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from bot.processes import process_count, supervise
     from bot.runtime import BotRuntime, serve_http, serve_socket
 
-    async def body(settings: Settings, stop: asyncio.Event) -> None:
-        runtime = BotRuntime(settings, socket_mode=args.socket, with_worker=not args.no_worker)
-        if args.socket:
-            await serve_socket(
-                runtime, stop, runtime.ops_server(args.metrics_host, args.metrics_port)
-            )
-        else:
-            await serve_http(runtime, args.host, args.port, stop)
+    def body_on(
+        sock: socket.socket | None = None, index: int = 0
+    ) -> Callable[[Settings, asyncio.Event], Awaitable[None]]:
+        """Serve in this process; with `sock`, as serving process `index` of several, whose
+        own operations endpoints are on the metrics port + `index`."""
 
-    return _launch("bot", socket_mode=args.socket, slack_transport=True, body=body)
+        async def body(settings: Settings, stop: asyncio.Event) -> None:
+            runtime = BotRuntime(settings, socket_mode=args.socket, with_worker=not args.no_worker)
+            if args.socket:
+                await serve_socket(
+                    runtime, stop, runtime.ops_server(args.metrics_host, args.metrics_port)
+                )
+                return
+            ops_server = None
+            if sock is not None:
+                port = settings.metrics_port if args.metrics_port is None else args.metrics_port
+                ops_server = runtime.ops_server(args.metrics_host, port and port + index)
+            await serve_http(runtime, args.host, args.port, stop, sock=sock, ops_server=ops_server)
+
+        return body
+
+    def processes(settings: Settings) -> int:
+        count = process_count(args.processes if args.processes is not None else settings.processes)
+        if count == 1:
+            return _run("bot", settings, body_on())
+        return supervise(
+            settings, args.host, args.port, count,
+            lambda settings, sock, index: _run("bot", settings, body_on(sock, index)),
+        )  # fmt: skip
+
+    if args.socket and args.processes not in (None, 1):
+        print("Socket Mode serves in one process: --processes is for --http.", file=sys.stderr)
+        return 2
+    return _launch(
+        "bot", socket_mode=args.socket, slack_transport=True, body=body_on(),
+        processes=None if args.socket else processes,
+    )  # fmt: skip
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -306,7 +354,8 @@ def _ops_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="PORT",
-        help="port of /metrics, /healthz and /readyz in worker and Socket Mode "
+        help="port of /metrics, /healthz and /readyz in worker and Socket Mode, and of each "
+        "of several serving processes (the next ones for the others) "
         "(default: APPROVAL_BOT_METRICS_PORT, 9090; 0: none)",
     )
     parser.add_argument(
@@ -315,6 +364,12 @@ def _ops_options(parser: argparse.ArgumentParser) -> None:
         metavar="HOST",
         help="default: APPROVAL_BOT_METRICS_HOST, 127.0.0.1",
     )
+
+
+def _process_count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError("a number of processes: 1, 2, ... (0: one per core)")
+    return int(text)
 
 
 def _token_key(args: argparse.Namespace) -> int:
@@ -349,6 +404,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=3000)
+    serve.add_argument(
+        "--processes",
+        type=_process_count,
+        default=None,
+        metavar="N",
+        help="serve HTTP in N processes on one socket, each a whole bot (0: one per core; "
+        "default: APPROVAL_BOT_PROCESSES)",
+    )
     serve.set_defaults(func=_serve)
     worker = sub.add_parser("worker", help="run a worker: executes start and resume jobs")
     _ops_options(worker)

@@ -17,6 +17,9 @@ import socket
 from aiohttp import web
 
 FIRST_FD = 3  # SD_LISTEN_FDS_START
+# Connections the kernel queues on a socket several serving processes share (`bot.processes`):
+# a burst of clicks' connections waits there for whichever process accepts next.
+SHARED_BACKLOG = 1024
 _handed: list[socket.socket] | None = None
 
 
@@ -55,13 +58,18 @@ def handed_socket(host: str, port: int) -> socket.socket | None:
     return None
 
 
-async def start_site(runner: web.AppRunner, host: str, port: int) -> int:
-    """Serve `runner` on `host`:`port` (on the socket handed over for it, if any); the port
-    it listens on (the kernel's choice when `port` is 0). Raises OSError when it cannot bind."""
-    sock = handed_socket(host, port)
-    site: web.BaseSite = (
-        web.SockSite(runner, sock) if sock is not None else web.TCPSite(runner, host, port)
-    )
+async def start_site(
+    runner: web.AppRunner, host: str, port: int, *, sock: socket.socket | None = None
+) -> int:
+    """Serve `runner` on `sock` when given, else on `host`:`port` (on the socket handed over for
+    it, if any); the port it listens on (the kernel's choice when `port` is 0). Raises OSError
+    when it cannot bind."""
+    site: web.BaseSite
+    if sock is not None:  # shared by serving processes: a burst's connections wait in its queue
+        site = web.SockSite(runner, sock, backlog=SHARED_BACKLOG)
+    else:
+        sock = handed_socket(host, port)
+        site = web.SockSite(runner, sock) if sock else web.TCPSite(runner, host, port)
     await site.start()
     server = site._server
     sockets = getattr(server, "sockets", None) or []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import socket
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -514,21 +515,35 @@ def settle_heap() -> None:
     gc.set_threshold(GC_YOUNG, middle, old)
 
 
-async def serve_http(runtime: BotRuntime, host: str, port: int, stop: asyncio.Event) -> None:
+async def serve_http(
+    runtime: BotRuntime,
+    host: str,
+    port: int,
+    stop: asyncio.Event,
+    *,
+    sock: socket.socket | None = None,
+    ops_server: ops.OpsServer | None = None,
+) -> None:
+    """Serve Slack on `host`:`port` until `stop` is set (on `sock`, already bound and listening,
+    when given: the socket several serving processes share, `bot.processes`, each of which
+    has its operations endpoints on a port of its own too: `ops_server`), then drain."""
     await runtime.start()
     settle_heap()
     budget = runtime.settings.drain_seconds
     http_drain = min(HTTP_DRAIN_SECONDS, budget / 4)
     runner = web.AppRunner(runtime.web_app(), access_log=None, shutdown_timeout=http_drain)
     await runner.setup()
-    port = await start_site(runner, host, port)
+    port = await start_site(runner, host, port, sock=sock)
     log.info("serving Slack on http://%s:%d/slack/events (also /metrics, /healthz, /readyz)",
              host, port)  # fmt: skip
     try:
+        ops_server = await _start_ops(ops_server)
         await stop.wait()
     finally:
         loop = asyncio.get_running_loop()
         started = loop.time()
+        if ops_server is not None:
+            await ops_server.stop()
         await runner.cleanup()
         await runtime.stop(max(0.0, budget - (loop.time() - started)))
 

@@ -1,0 +1,246 @@
+"""`serve --http` in several processes on one listening socket: each a whole bot (Bolt, an
+in-process worker, the projector, the timers), so a click is handled end to end by whichever
+process accepted its connection, with no hop between processes on its way.
+
+Why: one Python process does at most one core of work, and a decision costs 15-17 ms of CPU
+(most of it the Agents SDK's resume), so a burst of 200 decisions takes at least 3 s in one
+process whatever else it does. Every piece of state is in Redis behind owner-checked, atomic
+transitions, so processes that share a Redis share the work safely (as replicas do).
+
+The supervisor (the process `serve` started as) validates the configuration, starts the
+embedded `redis-server` when there is no REDIS_URL (one for all of them, stopped last), binds
+the listening socket (or takes the one handed over: `bot.listening`), and forks the serving
+processes, which inherit the socket and accept from it in turn: connections that arrive while
+one is busy are taken by another, and none is refused while a process restarts (the socket
+stays open in the supervisor). It then only waits:
+
+- SIGTERM or SIGINT: passed on as SIGTERM to every serving process, each of which stops as a
+  single bot does (finishing its requests and jobs within APPROVAL_BOT_DRAIN_SECONDS); then the
+  embedded Redis stops, and the supervisor exits 0. One that has not stopped within that budget
+  and `KILL_AFTER` more seconds is killed (its jobs are taken over after their lease, as after
+  any crash).
+- A serving process that exits unasked (a crash, the out-of-memory killer) is started again at
+  once. If `FAILING_IN_A_ROW` exit within `QUICK_EXIT_SECONDS` of their start one after
+  another (it cannot start: Redis unreachable, a port it cannot serve), every process is
+  stopped and the supervisor exits 1, so that the platform's restart policy sees the failure.
+- If the supervisor itself is killed, each serving process is sent SIGTERM by the kernel (Linux
+  `PR_SET_PDEATHSIG`) and stops as above.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import math
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bot.config import Settings
+from bot.listening import SHARED_BACKLOG, handed_socket
+from bot.store.connection import EmbeddedRedis, die_with_parent
+
+log = logging.getLogger(__name__)
+
+QUICK_EXIT_SECONDS = 10.0  # a serving process that exits sooner than this did not start
+FAILING_IN_A_ROW = 3  # that many quick exits one after another stop the whole
+KILL_AFTER = 10.0  # seconds past the drain budget before a serving process is killed
+SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
+
+
+def process_count(setting: int) -> int:
+    """How many serving processes `setting` (APPROVAL_BOT_PROCESSES or `--processes`) asks
+    for: 0 means one per core this process may use (`cores`)."""
+    return setting if setting > 0 else cores()
+
+
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity), at most its cgroup's CPU quota
+    rounded up (a container limited to 1.5 CPUs on a 64-core host: 2)."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except AttributeError:  # (not on every platform)
+        count = os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    if quota is not None:
+        count = min(count, math.ceil(quota))
+    return max(1, count)
+
+
+def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The CPUs the cgroup's quota allows (cgroup v2 `cpu.max`, or v1 `cpu.cfs_quota_us` /
+    `cpu.cfs_period_us`); None when unlimited or unknown."""
+    with contextlib.suppress(OSError, ValueError):
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    for folder in (root / "cpu", root / "cpu,cpuacct"):
+        with contextlib.suppress(OSError, ValueError):
+            quota_us = int((folder / "cpu.cfs_quota_us").read_text())
+            period_us = int((folder / "cpu.cfs_period_us").read_text())
+            return None if quota_us <= 0 or period_us <= 0 else quota_us / period_us
+    return None
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The socket the serving processes share: the one handed over for `host`:`port`, if any,
+    else one bound here (address reuse on, as aiohttp binds it)."""
+    sock = handed_socket(host, port)
+    if sock is None:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    sock.listen(SHARED_BACKLOG)
+    sock.set_inheritable(False)  # the serving processes are forked: they have it anyway
+    return sock
+
+
+@dataclass
+class Child:
+    """A serving process: its pid and when it was started (monotonic)."""
+
+    pid: int
+    started: float = field(default_factory=time.monotonic)
+
+
+class Supervisor:
+    """Forks `count` serving processes, each running `serve(settings, sock, index)` (returns
+    its exit code), and restarts or stops them as the module's docstring says."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        sock: socket.socket,
+        count: int,
+        serve: Callable[[Settings, socket.socket, int], int],
+    ) -> None:
+        self.settings, self.sock, self.count, self.serve = settings, sock, count, serve
+        self.children: dict[int, Child] = {}  # by index (0 .. count - 1)
+        self.failing = 0  # quick exits one after another
+        self.stopping = False
+        self._preexec = die_with_parent()  # made here: it names this process as the parent
+
+    def _fork(self, index: int) -> None:
+        pid = os.fork()
+        if pid == 0:  # the serving process: never returns
+            code = 1
+            try:
+                signal.pthread_sigmask(signal.SIG_SETMASK, set())
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # as a single bot has them
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                if self._preexec is not None:
+                    self._preexec()  # SIGTERM when the supervisor dies
+                code = self.serve(self.settings, self.sock, index)
+            except BaseException:
+                log.exception("serving process %d failed", os.getpid())
+            finally:
+                logging.shutdown()
+                os._exit(code)
+        self.children[index] = Child(pid)
+        log.info("serving process %d of %d started: pid %d", index + 1, self.count, pid)
+
+    def run(self) -> int:
+        """Serve until SIGTERM / SIGINT (0), or until serving processes keep failing at their
+        start (1)."""
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # (queued while blocked, not ignored)
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        gc.collect()
+        gc.freeze()  # shared with the serving processes, copy-on-write: left alone by their GC
+        for index in range(self.count):
+            self._fork(index)
+        code = 0
+        while not self.stopping:
+            received = signal.sigtimedwait(SIGNALS, 1.0)
+            if received is not None and received.si_signo != signal.SIGCHLD:
+                log.info("stopping %d serving processes", len(self.children))
+                break
+            if not self._reap_and_restart():
+                code = 1
+                break
+        self._stop_all()
+        return code
+
+    def _reap_and_restart(self) -> bool:
+        """Start again each serving process that exited; False when they keep failing."""
+        for index, child in list(self.children.items()):
+            pid, status = os.waitpid(child.pid, os.WNOHANG)
+            if pid == 0:
+                continue
+            lived = time.monotonic() - child.started
+            log.warning(
+                "serving process %d (pid %d) exited (%s) after %.1f s; starting it again",
+                index + 1, pid, _exit_text(status), lived,
+            )  # fmt: skip
+            del self.children[index]
+            self.failing = self.failing + 1 if lived < QUICK_EXIT_SECONDS else 0
+            if self.failing >= FAILING_IN_A_ROW:
+                log.error(
+                    "%d serving processes in a row exited within %.0f s of their start: stopping",
+                    self.failing, QUICK_EXIT_SECONDS,
+                )  # fmt: skip
+                return False
+            self._fork(index)
+        return True
+
+    def _stop_all(self) -> None:
+        """SIGTERM to every serving process; wait for them within the drain budget (and
+        `KILL_AFTER`), then kill what is left."""
+        self.stopping = True
+        for child in self.children.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.settings.drain_seconds + KILL_AFTER
+        while self.children and time.monotonic() < deadline:
+            for index, child in list(self.children.items()):
+                if os.waitpid(child.pid, os.WNOHANG)[0]:
+                    del self.children[index]
+            if self.children:
+                signal.sigtimedwait(SIGNALS, 0.1)
+        for child in self.children.values():
+            log.warning("serving process %d did not stop: killed", child.pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGKILL)
+            os.waitpid(child.pid, 0)
+        self.children.clear()
+
+
+def _exit_text(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"code {os.waitstatus_to_exitcode(status)}"
+
+
+def supervise(
+    settings: Settings,
+    host: str,
+    port: int,
+    count: int,
+    serve: Callable[[Settings, socket.socket, int], int],
+) -> int:
+    """Serve with `count` processes on `host`:`port` (see the module's docstring); the exit code."""
+    embedded: EmbeddedRedis | None = None
+    if settings.redis_url is None:  # one embedded server for all of them
+        embedded = EmbeddedRedis(settings.data_dir)
+        asyncio.run(embedded.start())
+        settings = settings.model_copy(update={"redis_url": embedded.url})
+    try:
+        sock = listening_socket(host, port)
+        try:
+            bound = sock.getsockname()[1]
+            log.info("serving Slack on http://%s:%d/slack/events in %d processes",
+                     host, bound, count)  # fmt: skip
+            return Supervisor(settings, sock, count, serve).run()
+        finally:
+            sock.close()
+    finally:
+        if embedded is not None:
+            embedded.stop()

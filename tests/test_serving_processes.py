@@ -1,0 +1,245 @@
+"""`serve --http --processes 2`: two whole bots forked by a supervisor, sharing one listening
+socket, as real processes over real HTTP with signed requests and a real redis-server.
+
+Which process handles a request is whichever accepts its connection first; to make that
+certain, a test stops (SIGSTOP) every other serving process while a new keep-alive connection
+is answered once: only one process could have accepted it, and every later request on that
+connection goes to the same process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from urllib.parse import urlencode
+
+import aiohttp
+import pytest
+
+from bot.processes import cgroup_cpu_quota, cores, process_count
+from bot.slack.blocks import APPROVE
+from bot.testing.harness import SIGNING_SECRET, wait_until
+from bot.testing.requests import SlackRequests, signature_headers
+from bot.testing.slack_api import FakeSlackAPI
+from tests.forkserver import ForkedProcess
+from tests.processes import bot_env, executions, free_port, running_bot
+from tests.test_process import redis_servers_on
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="reads /proc; parent-death signal: Linux"
+)
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command's name (None: no such process)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def serving(supervisor: int) -> list[int]:
+    """The supervisor's serving processes (its children but the embedded redis-server)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        pid = int(stat.parent.name)
+        fields = _stat(pid)
+        if fields and fields[1] == str(supervisor) and fields[0] != "Z":
+            try:
+                if (stat.parent / "comm").read_text().strip() != "redis-server":
+                    found.append(pid)
+            except OSError:
+                continue
+    return sorted(found)
+
+
+def gone(pid: int) -> bool:
+    fields = _stat(pid)
+    return fields is None or fields[0] in ("Z", "X")  # (a zombie has stopped)
+
+
+class Pinned:
+    """One keep-alive HTTP/1.1 connection to the bot: every request on it goes to the process
+    that accepted it."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    async def send(
+        self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> tuple[int, bytes]:
+        lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", f"Content-Length: {len(body)}"]
+        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        await self.writer.drain()
+        status = int((await self.reader.readline()).split()[1])
+        length = 0
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value)
+        return status, await self.reader.readexactly(length)
+
+    async def form(self, fields: dict[str, str]) -> int:
+        """POST signed form `fields` to /slack/events, as Slack sends them; the status."""
+        body = urlencode(fields).encode()
+        headers = {
+            "Content-Type": "application/x-www-form-urlencoded",
+            **signature_headers(body, SIGNING_SECRET),
+        }
+        status, _ = await self.send("POST", "/slack/events", body, headers)
+        return status
+
+    async def command(self, text: str, *, user: str) -> int:
+        return await self.form(SLACK.command_fields(text, user=user, channel="C1"))
+
+    async def click(self, value: str, *, user: str) -> int:
+        payload = SLACK.click_payload(APPROVE, value, user=user, channel="C1")
+        return await self.form({"payload": json.dumps(payload)})
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+SLACK = SlackRequests("", SIGNING_SECRET)  # (builds the signed requests' fields only)
+
+
+async def pinned(port: int, to: int, others: list[int]) -> Pinned:
+    """A connection accepted by serving process `to`: the `others` are stopped until it was
+    answered once."""
+    for pid in others:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        connection = Pinned(reader, writer)
+        status, _ = await connection.send("GET", "/healthz")
+        assert status == 200
+    finally:
+        for pid in others:
+            os.kill(pid, signal.SIGCONT)
+    return connection
+
+
+async def answers(session: aiohttp.ClientSession, url: str) -> bool:
+    try:
+        async with session.get(url) as response:
+            return response.status == 200 and "approval_bot_" in await response.text()
+    except aiohttp.ClientError:
+        return False
+
+
+async def two_serving(bot: ForkedProcess) -> list[int]:
+    return list(await wait_until(lambda: len(found := serving(bot.pid)) == 2 and found))
+
+
+async def test_a_decision_clicked_on_two_processes_at_once_is_consumed_once(
+    slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, redis_url: str
+) -> None:
+    env = bot_env(slack, policy_file, tmp_path, REDIS_URL=redis_url)
+    port, metrics = free_port(), free_port()
+    async with running_bot(env, port, "--processes", "2", "--metrics-port", str(metrics)) as bot:
+        first, second = await two_serving(bot)
+        # The first serving process's own operations endpoints (the second's: the next port).
+        async with aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{metrics}/metrics"
+            await wait_until(lambda: answers(session, url), what="its /metrics")
+        on_first = await pinned(port, first, [second])
+        on_second = await pinned(port, second, [first])
+        try:
+            assert await on_second.command("/var/log/app", user="U1") == 200
+            [card] = await wait_until(lambda: slack.approval_messages(), what="the card")
+            value = card.button_value(APPROVE)
+            # Two approvers click at once, each on another process: both are acknowledged.
+            assert await asyncio.gather(
+                on_first.click(value, user="U2"), on_second.click(value, user="U3")
+            ) == [200, 200]
+            await wait_until(
+                lambda: any("tool said: deleted /var/log/app" in m.text
+                            for m in slack.messages.values()),
+                what="the run's output",
+            )  # fmt: skip
+        finally:
+            on_first.close()
+            on_second.close()
+        # The decision was consumed once: one approver's, the tool ran once.
+        [card] = slack.approval_messages()
+        deciders = [u for u in ("U2", "U3") if f"Approved by <@{u}>" in card.all_text()]
+        assert len(deciders) == 1, card.all_text()
+        assert serving(bot.pid) == [first, second]  # neither failed meanwhile
+    assert executions(tmp_path) == [("start", "/var/log/app"), ("end", "/var/log/app")]
+
+
+async def test_a_killed_serving_process_is_started_again_and_a_signal_stops_them_all(
+    slack: FakeSlackAPI, policy_file: Path, tmp_path: Path
+) -> None:
+    """No REDIS_URL: the supervisor starts one embedded redis-server for both, and stops it
+    last."""
+    env = bot_env(slack, policy_file, tmp_path)
+    data_dir = (tmp_path / "data").resolve()
+    port = free_port()
+    async with running_bot(env, port, "--processes", "2") as bot:
+        first, second = await two_serving(bot)
+        assert len(redis_servers_on(data_dir)) == 1
+        os.kill(first, signal.SIGKILL)
+        await wait_until(lambda: gone(first), what="the killed process to be gone")
+        survivor = second
+
+        def started_again() -> int | None:
+            others = [pid for pid in serving(bot.pid) if pid not in (first, survivor)]
+            return others[0] if others else None
+
+        new = await wait_until(started_again, what="a serving process started again")
+        # The new process serves: the run's command and click are its (the jobs and messages
+        # whichever process's worker and projector takes them first: stopping the other for
+        # longer would leave a job Redis handed to its blocked read waiting for its lease).
+        connection = await pinned(port, new, [survivor])
+        try:
+            assert await connection.command("/srv/old", user="U1") == 200
+            [card] = await wait_until(lambda: slack.approval_messages(), what="the card")
+            assert await connection.click(card.button_value(APPROVE), user="U2") == 200
+            await wait_until(
+                lambda: any("tool said: deleted /srv/old" in m.text
+                            for m in slack.messages.values()),
+                what="the run's output",
+            )  # fmt: skip
+        finally:
+            connection.close()
+        bot.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(bot.wait, 60) == 0
+        assert gone(survivor) and gone(new)
+        assert redis_servers_on(data_dir) == []  # stopped after them
+    assert executions(tmp_path) == [("start", "/srv/old"), ("end", "/srv/old")]
+
+
+async def test_a_killed_supervisors_serving_processes_stop(
+    slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, redis_url: str
+) -> None:
+    env = bot_env(slack, policy_file, tmp_path, REDIS_URL=redis_url)
+    async with running_bot(env, free_port(), "--processes", "2") as bot:
+        children = await two_serving(bot)
+        bot.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(bot.wait, 10)
+        await wait_until(lambda: all(gone(pid) for pid in children), what="them to stop")
+
+
+def test_one_per_core_is_at_most_the_cgroups_cpu_quota(tmp_path: Path) -> None:
+    """A container limited to 1.5 CPUs on a large host serves in 2 processes, not one per the
+    host's cores."""
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cpu.max").write_text("150000 100000\n")
+    assert cgroup_cpu_quota(v2) == 1.5
+    (v2 / "cpu.max").write_text("max 100000\n")
+    assert cgroup_cpu_quota(v2) is None
+    v1 = tmp_path / "v1" / "cpu,cpuacct"
+    v1.mkdir(parents=True)
+    (v1 / "cpu.cfs_quota_us").write_text("200000\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    assert cgroup_cpu_quota(tmp_path / "v1") == 2.0
+    (v1 / "cpu.cfs_quota_us").write_text("-1\n")
+    assert cgroup_cpu_quota(tmp_path / "v1") is None
+    assert cgroup_cpu_quota(tmp_path / "none") is None
+    assert process_count(3) == 3 and process_count(0) == cores() >= 1
