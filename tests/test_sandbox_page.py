@@ -102,6 +102,18 @@ async def send(page: Page, text: str) -> None:
     await page.press("#say", "Enter")
 
 
+async def settled(page: Page) -> None:
+    """Proof that what was done on the page has been handled to its end: every action the page
+    sent answered (its `data-sent` and `data-answered`), the bot quiet (no task, job or
+    delivery left: the sandbox's /api/settled), then the page showing the state from after
+    that. What is missing from the page then will not come; no time is waited out."""
+    await page.wait_for_function("document.body.dataset.sent === document.body.dataset.answered")
+    await page.evaluate(
+        "async () => { const r = await fetch('/api/settled');"
+        " if (!r.ok) throw new Error(await r.text()); await refresh(); }"
+    )
+
+
 async def approve_count(page: Page, count: int) -> None:
     await page.wait_for_function(
         f"document.querySelectorAll('#feed {APPROVE}').length === {count}", timeout=20_000
@@ -354,17 +366,18 @@ async def test_the_page_behaves_like_slack(sandbox_url: str, tmp_path: Path) -> 
     shot = shots(tmp_path)
     async with browser_page(sandbox_url) as page:
         await send(page, "hello everyone")
-        await page.wait_for_selector("#feed .msg >> text=hello everyone")
-        await page.wait_for_timeout(1500)  # (a wrongly started run would have posted by now)
-        assert "started agent" not in await page.inner_text("#feed")
+        await settled(page)
+        feed = await page.inner_text("#feed")
+        assert "hello everyone" in feed and "started agent" not in feed
 
         # Mallory, an outsider, starts nothing: by command or by mention.
         await act_as(page, "U0MALLORY")
         await send(page, "/agent restart the web tier")
         await page.wait_for_selector("#feed .msg.private >> text=not among the people allowed")
         await send(page, "@approval-bot restart the web tier")
-        await page.wait_for_timeout(1500)
-        assert "started agent" not in await page.inner_text("#feed")
+        await settled(page)
+        feed = await page.inner_text("#feed")
+        assert "@approval-bot restart the web tier" in feed and "started agent" not in feed
 
         # Alice mentions the bot: that starts a run, as in Slack.
         await act_as(page, "U0ALICE")
@@ -390,11 +403,13 @@ async def test_the_page_behaves_like_slack(sandbox_url: str, tmp_path: Path) -> 
 
         # Cancel asks first: "Keep it" sends nothing; "Cancel run" cancels.
         cancel = page.locator("#feed button[data-action-id=run_cancel]")
+        sent = await page.get_attribute("body", "data-sent")
         await cancel.click()
         await page.wait_for_selector("#confirm.open >> text=Cancel this run?")
         await page.screenshot(path=shot("cancel"))
         await page.click("#confirm-no")
-        await page.wait_for_timeout(1000)
+        await settled(page)
+        assert await page.get_attribute("body", "data-sent") == sent  # the page sent nothing
         assert await cancel.count() == 1 and await page.locator(f"#feed {APPROVE}").count() == 1
         await cancel.click()
         await page.click("#confirm-yes")

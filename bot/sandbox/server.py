@@ -34,7 +34,7 @@ from bot.service.policy.rules import ChannelRule
 from bot.service.policy.source import PolicySource
 from bot.slack.blocks import EDIT_MODAL, REASON_BLOCK, REASON_INPUT
 from bot.testing.advisors import demo_advisor
-from bot.testing.harness import edit_values
+from bot.testing.harness import edit_values, settle
 from bot.testing.models import DemoModel, use_model
 from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI
@@ -354,6 +354,16 @@ def web_app(sandbox: Sandbox) -> web.Application:
     async def state(request: web.Request) -> web.Response:
         return web.json_response(sandbox.state(request.query.get("user", "U0ALICE")))
 
+    async def settled(_: web.Request) -> web.Response:
+        # Answered once the bot is quiet (no task, job or delivery left): what the page's
+        # actions started has been handled to the end, so what the page shows next is final
+        # until someone acts again (the browser tests' proof that something did not happen).
+        try:
+            await settle(sandbox.runtime, timeout=60)
+        except TimeoutError as exc:
+            return web.json_response({"ok": False, "error": str(exc)}, status=503)
+        return web.json_response({"ok": True})
+
     async def act(request: web.Request) -> web.Response:
         try:
             body = await request.json()
@@ -397,6 +407,7 @@ def web_app(sandbox: Sandbox) -> web.Application:
         [
             web.get("/", index),
             web.get("/api/state", state),
+            web.get("/api/settled", settled),
             web.post("/api/{what}", act),
             web.get("/report", report_page(lambda: sandbox.runtime.service.audit_log)),
         ]

@@ -112,6 +112,31 @@ async def wait_until(
         await asyncio.sleep(0.02)
 
 
+async def settle(
+    runtime: BotRuntime, timeout: float = WAIT, explain: Explain | None = None
+) -> None:
+    """Wait until `runtime` is quiet: no background task, no queued or running job, nothing
+    for its projector to show; twice in a row, as a task's end may queue the next. The proof
+    that whatever a request started has been handled to the end, for a test that then says
+    what did not happen (the harness's `idle`, the sandbox's `/api/settled`)."""
+    service, worker, queue = runtime.service, runtime.worker, runtime.queue
+
+    async def quiet() -> bool:
+        await service.drain(timeout)
+        busy = worker.busy if worker is not None else 0
+        return (
+            not service._tasks
+            and busy == 0
+            and await queue.backlog() == 0
+            and await runtime.projector.idle()
+        )
+
+    async def settled() -> bool:
+        return await quiet() and await quiet()
+
+    await wait_until(settled, timeout=timeout, what="the bot to be idle", explain=explain)
+
+
 def edit_values(
     view: dict[str, Any], changed: dict[str, str] | None = None, *, json_text: str | None = None
 ) -> dict[str, dict[str, Any]]:
@@ -528,21 +553,4 @@ class BotHarness:
 
     async def idle(self, timeout: float = WAIT) -> None:
         """Wait until the bot is quiet: no queued or running job, no background task."""
-        service, worker, queue = self.runtime.service, self.runtime.worker, self.runtime.queue
-
-        async def quiet() -> bool:
-            await service.drain(timeout)
-            busy = worker.busy if worker is not None else 0
-            return (
-                not service._tasks
-                and busy == 0
-                and await queue.backlog() == 0
-                and await self.runtime.projector.idle()
-            )
-
-        async def settled() -> bool:
-            return await quiet() and await quiet()
-
-        await wait_until(
-            settled, timeout=timeout, what="the bot to be idle", explain=self.waiting_on
-        )
+        await settle(self.runtime, timeout, explain=self.waiting_on)
