@@ -231,7 +231,7 @@ async def test_a_resume_lost_in_a_failover_is_enqueued_at_the_next_sweep(tmp_pat
                 await client.xdel(STREAM, entry_id)
             await client.zrem(DUE_RUNS, run_id)
             await asyncio.to_thread(sentinel.failover)
-            await wait_until(lambda: _has(jobs), timeout=8, what="the resume enqueued again")
+            await wait_until(lambda: _has(jobs), what="the resume enqueued again")
             run = await runtime.service.store.get_run(run_id)
             assert run is not None and run.status == "resuming"
     finally:

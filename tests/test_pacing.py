@@ -233,7 +233,11 @@ async def test_a_429_one_replica_meets_holds_the_other_replicas_posts(redis_url:
             assert (await a.slack.command("/var/log/a", user="U1", channel="C1")).status == 200
             await wait_until(lambda: slack.calls_to("chat.postMessage"), what="A's first post")
             limited_at = slack.calls_to("chat.postMessage")[0].at
-            await asyncio.sleep(0.2)
+
+            async def held() -> bool:  # A holds C1's posts in Redis for the 2 s: B starts then
+                return await a.runtime.projector.posts.ahead("C1") > 0
+
+            await wait_until(held, what="A's hold on C1's posts (Slack's Retry-After)")
             assert (await b.slack.command("/var/log/b", user="U1", channel="C1")).status == 200
             await b.wait_for_approvals(2, timeout=20)
         posts = [c for c in slack.calls_to("chat.postMessage") if c.params["channel"] == "C1"]

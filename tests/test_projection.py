@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from bot.runtime import BotRuntime
 from bot.slack.blocks import APPROVE
 from bot.store import keys
-from bot.testing.harness import BotHarness, status_line, wait_until
+from bot.testing.harness import WAIT, BotHarness, status_line, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
 from tests.agents_for_tests import (
     POLICY,
@@ -156,10 +156,7 @@ async def test_a_hung_slack_does_not_hold_up_the_resumed_run(redis_url: str) -> 
             async def ended() -> bool:
                 return await client.hget(keys.run_key(run_id), "status") == b"finished"
 
-            deadline = asyncio.get_running_loop().time() + 20
-            while not await ended():
-                assert asyncio.get_running_loop().time() < deadline, "the run did not end"
-                await asyncio.sleep(0.02)
+            await wait_until(ended, what="the run's end in Redis")
         finally:
             await client.aclose()
         assert ledger.names() == ["delete_logs"]
@@ -448,14 +445,15 @@ async def test_a_decided_card_shows_the_decision_while_its_resumed_run_is_still_
         try:
             card = await bot.start_and_wait("clean", user="U1")
             await bot.click(card, APPROVE, user="U2")
-            await asyncio.wait_for(started.wait(), 10)
+            await asyncio.wait_for(started.wait(), WAIT)
 
             def decided() -> bool:
                 [shown] = bot.slack_api.approval_messages()
                 return shown.action_ids() == [] and "Approved by <@U2>" in shown.all_text()
 
-            await wait_until(decided, timeout=5, what="the card to show the decision")
-            assert not release.is_set() and bot.run_thread() == []  # the run is still busy
+            # (The tool runs until `release`: however long this takes, the run is still busy.)
+            await wait_until(decided, what="the card to show the decision")
+            assert not release.is_set() and bot.run_thread() == []
         finally:
             release.set()
         await bot.wait_for_status("finished")

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 
+import redis
 import redis.asyncio as aioredis
 
 from benchmarks.costs import measure
 from benchmarks.roundtrips import counting
 from bot.store import keys
 from bot.store.queue import JobQueue
+from bot.testing.harness import wait_until
 
 # Issue #32's goals: a run whose one tool needs no approval, at most 30 round trips from
 # `/agent` to its output (74 before, measured from outside; 47 by this count); a decision, one
@@ -84,19 +86,26 @@ async def test_a_poll_in_flight_at_a_snapshot_counts_where_its_reply_is_read(
     that reads it. (Counted when sent, it was one round trip too many in a phase now and then:
     test_round_trips failed landings with 26 for 25.)"""
     client = aioredis.Redis.from_url(redis_url)
+    looker = redis.Redis.from_url(redis_url)  # (a synchronous client: not counted)
+
+    def blocked() -> str | None:  # the read is sent: Redis holds it (its connection's id)
+        held = [c for c in looker.client_list() if c["cmd"] == "xreadgroup" and "b" in c["flags"]]
+        return held[0]["id"] if held else None
+
     try:
         queue = JobQueue(client, lease_seconds=30)
         await queue.ensure_group()
         with counting() as counter:
             before = counter.snapshot()
-            reading = asyncio.create_task(queue.read("A", 1, block_ms=1000))
-            await asyncio.sleep(0.05)  # the read is sent: the phase ends while it waits
-            assert counter.snapshot() == before
+            reading = asyncio.create_task(queue.read("A", 1, block_ms=30_000))
+            reader = await wait_until(blocked, what="the read blocked in Redis")
+            assert counter.snapshot() == before  # the phase ends while it waits
+            looker.client_unblock(reader)  # as if its wait ran out
             assert await reading == []  # found nothing: a poll, not work
             assert counter.snapshot() == before
             # A read in flight that finds a job: counted once its reply is read.
-            reading = asyncio.create_task(queue.read("A", 1, block_ms=5000))
-            await asyncio.sleep(0.05)
+            reading = asyncio.create_task(queue.read("A", 1, block_ms=30_000))
+            await wait_until(blocked, what="the read blocked in Redis")
             assert counter.snapshot() == before
             await queue.enqueue("start", keys.new_run_id(), "exec")
             assert len(await reading) == 1
@@ -105,3 +114,4 @@ async def test_a_poll_in_flight_at_a_snapshot_counts_where_its_reply_is_read(
             assert spent["XREADGROUP"] == 1, spent  # (the enqueue opened a connection)
     finally:
         await client.aclose()
+        looker.close()

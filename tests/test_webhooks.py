@@ -22,6 +22,7 @@ from aiohttp import web
 from bot import ask_human
 from bot.slack.blocks import APPROVE
 from bot.store.trail.audit import AUDIT_STREAM
+from bot.store.trail.webhooks import WebhookOutbox
 from bot.testing.clock import SkippingClock
 from bot.testing.harness import SIGNING_SECRET, BotHarness, wait_until
 from bot.testing.requests import SlackRequests
@@ -156,14 +157,19 @@ async def metrics_text(bot: BotHarness) -> str:
 
 
 async def delivered_all(bot: BotHarness, receiver: Receiver) -> list[dict[str, str]]:
-    """Wait until the receiver holds every audit entry; return the audit trail."""
+    """Wait until the receiver holds every audit entry and the outbox's cursor is past the
+    last (the sender sends only what comes after it: nothing is sent again, whatever comes
+    next); return the audit trail."""
+    outbox = WebhookOutbox(bot.runtime.redis)
 
     async def done() -> list[dict[str, str]] | None:
         audit = await bot.audit()
-        return audit if audit and receiver.ids() == [e["id"] for e in audit] else None
+        if not audit or receiver.ids() != [e["id"] for e in audit]:
+            return None
+        return audit if await outbox.cursor() == audit[-1]["id"] else None
 
     found: list[dict[str, str]] = await wait_until(
-        done, timeout=20, what="every audit entry at the receiver"
+        done, what="every audit entry at the receiver, and recorded as sent"
     )
     return found
 
@@ -182,8 +188,7 @@ async def test_events_are_signed_retried_through_three_failures_and_delivered_on
                 approval = next(m for m in await bot.wait_for_approvals(1) if path in m.all_text())
                 assert (await bot.click(approval, APPROVE, user="U2")).status == 200
                 await bot.wait_for_status("finished")
-            audit = await delivered_all(bot, receiver)
-            await asyncio.sleep(0.3)  # nothing more comes: no entry is sent again once accepted
+            audit = await delivered_all(bot, receiver)  # nothing is sent again once accepted
     assert receiver.unsigned == 0 and receiver.duplicates == 0
     assert receiver.ids() == [e["id"] for e in audit]  # every entry, once, in the trail's order
     # The first entry took four attempts (500, timeout, 500, accepted); every other, one.
