@@ -68,7 +68,10 @@ def test_hadolint_finds_nothing() -> None:
 
 
 def test_the_image_build_step_installs_from_the_copied_files(tmp_path: Path) -> None:
-    """What `docker build` runs, minus Docker: the same files, the same `pip install .`."""
+    """What `docker build` runs, minus Docker: the same files, the same `pip install .`, with
+    the same build backend (pyproject.toml's `[build-system]`), taken from this environment
+    (pip checks it satisfies `requires`) rather than fetched into a fresh one: offline, and
+    about 2 s instead of 5 (16-27 s in a loaded `make test`)."""
     context = tmp_path / "context"
     context.mkdir()
     for word, args in instructions():
@@ -84,8 +87,9 @@ def test_the_image_build_step_installs_from_the_copied_files(tmp_path: Path) -> 
                     shutil.copy(path, context / source)
     prefix = tmp_path / "install"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-         "--no-compile", "--ignore-installed", "--prefix", str(prefix), str(context)],
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
+         "--ignore-installed", "--no-build-isolation", "--check-build-dependencies",
+         "--no-index", "--prefix", str(prefix), str(context)],
         check=True, capture_output=True, timeout=300,
     )  # fmt: skip
     installed = list(prefix.rglob("site-packages/bot/store/lua/decide.lua"))
