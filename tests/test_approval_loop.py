@@ -16,7 +16,7 @@ from bot.store.records import Snapshot
 from bot.store.runs import decode_snapshot, encode_snapshot
 from bot.testing.cluster import redis_for
 from bot.testing.harness import BotHarness, status_line, wait_until
-from bot.testing.slack_api import FakeSlackAPI
+from bot.testing.slack_api import FakeSlackAPI, Message
 from tests.agents_for_tests import (
     POLICY,
     Ledger,
@@ -309,18 +309,22 @@ async def test_approval_inside_a_nested_agent_tool(redis_url: str) -> None:
     assert "all clean" in [m.text for m in bot.run_thread()]
 
 
+async def paused_then_stopped(redis_url: str, slack: FakeSlackAPI, ledger: Ledger) -> Message:
+    """ops asked to delete /a (call c1) and paused for it; then its bot stopped (the test's next
+    harness is a new process: new agent objects, nothing in memory but what Redis kept). The
+    call's card."""
+    agent, _ = ops_agent(
+        two_step(function_call("delete_logs", {"path": "/a"}, call_id="c1")), ledger
+    )
+    async with BotHarness(redis_url, agent, POLICY, slack=slack) as bot:
+        return await bot.start_and_wait("clean", user="U1")
+
+
 @pytest.mark.cluster_too
 async def test_resume_after_the_bot_restarts_while_waiting(redis_url: str) -> None:
-    slack = FakeSlackAPI()
-    await slack.start()
-    try:
+    async with FakeSlackAPI() as slack:
         first_ledger = Ledger()
-        agent, _ = ops_agent(
-            two_step(function_call("delete_logs", {"path": "/a"}, call_id="c1")), first_ledger
-        )
-        async with BotHarness(redis_url, agent, POLICY, slack=slack) as bot:
-            approval = await bot.start_and_wait("clean", user="U1")
-        # A new process: new agent objects, nothing in memory but what Redis kept.
+        approval = await paused_then_stopped(redis_url, slack, first_ledger)
         ledger = Ledger()
         agent, model = ops_agent([[assistant_message("finished after restart")]], ledger)
         async with BotHarness(redis_url, agent, POLICY, slack=slack) as bot:
@@ -331,22 +335,14 @@ async def test_resume_after_the_bot_restarts_while_waiting(redis_url: str) -> No
         assert ledger.executed == [("delete_logs", {"path": "/a"})]
         assert tool_outputs(model) == {"c1": "deleted /a"}
         assert "finished after restart" in [m.text for m in bot.run_thread()]
-    finally:
-        await slack.stop()
 
 
 async def test_a_changed_approval_setting_of_a_pending_tool_refuses_the_resume(
     redis_url: str,
 ) -> None:
-    slack = FakeSlackAPI()
-    await slack.start()
-    try:
+    async with FakeSlackAPI() as slack:
         ledger = Ledger()
-        agent, _ = ops_agent(
-            two_step(function_call("delete_logs", {"path": "/a"}, call_id="c1")), ledger
-        )
-        async with BotHarness(redis_url, agent, POLICY, slack=slack) as bot:
-            approval = await bot.start_and_wait("clean", user="U1")
+        approval = await paused_then_stopped(redis_url, slack, ledger)
 
         @function_tool(needs_approval=False)
         def delete_logs(path: str) -> str:
@@ -367,22 +363,14 @@ async def test_a_changed_approval_setting_of_a_pending_tool_refuses_the_resume(
         thread = " ".join(m.text for m in bot.run_thread())
         assert "definitions this run needs changed" in thread
         assert "the approval setting of `ops/delete_logs` changed" in thread
-    finally:
-        await slack.stop()
 
 
 async def test_a_run_paused_before_an_unrelated_agent_edit_resumes(redis_url: str) -> None:
     """An upgrade that adds a tool to the agent, a new agent beside it, and a new SDK release
     that still reads the snapshot keeps paused runs."""
-    slack = FakeSlackAPI()
-    await slack.start()
-    try:
+    async with FakeSlackAPI() as slack:
         ledger = Ledger()
-        agent, _ = ops_agent(
-            two_step(function_call("delete_logs", {"path": "/a"}, call_id="c1")), ledger
-        )
-        async with BotHarness(redis_url, agent, POLICY, slack=slack) as bot:
-            approval = await bot.start_and_wait("clean", user="U1")
+        approval = await paused_then_stopped(redis_url, slack, ledger)
 
         @function_tool(needs_approval=True)
         def wipe_disk(device: str) -> str:
@@ -408,8 +396,6 @@ async def test_a_run_paused_before_an_unrelated_agent_edit_resumes(redis_url: st
             await bot.idle()
         assert ledger.executed == [("delete_logs", {"path": "/a"})]
         assert "done after the upgrade" in [m.text for m in bot.run_thread()]
-    finally:
-        await slack.stop()
 
 
 async def test_a_failing_model_marks_the_run_failed_in_plain_words(redis_url: str) -> None:

@@ -223,9 +223,7 @@ tools:
     answerers: [U3]
 """
     )
-    slack = FakeSlackAPI()
-    await slack.start()
-    try:
+    async with FakeSlackAPI() as slack:
         agent, _ = asking_agent()
         async with BotHarness(redis_url, agent, policy, slack=slack) as bot:
             question = await ask(bot)
@@ -243,8 +241,6 @@ tools:
         assert tool_outputs(model) == {"q1": "eu-central-1"}
         assert len(model.calls) == 1
         assert "Deploying after a restart." in [m.text for m in bot.run_thread()]
-    finally:
-        await slack.stop()
 
 
 def test_answerers_are_checked_where_the_policy_is_read() -> None:

@@ -22,18 +22,11 @@ from bot.slack.blocks import APPROVE
 from bot.testing.clock import SkippingClock
 from bot.testing.harness import BotHarness, edit_values, wait_until
 from bot.testing.slack_api import Message
+from tests.agents_for_tests import POLICY
 from tests.card_text import Size, render, size
 
 GOLDEN = Path(__file__).parent / "golden" / "cards"
 NAMES = {"U1": "alice", "U2": "bob", "U3": "carol"}
-POLICY = """
-defaults:
-  allow_self_approval: false
-channels:
-  C1:
-    starters: ["*"]
-    approvers: [U2, U3]
-"""
 REASON = "web-1 answers 5xx to one request in five since 09:40; a restart clears the stuck pool."
 
 # A typical pending call's card may not grow past this. Before #30 the same call's card was

@@ -179,34 +179,30 @@ async def test_what_slack_answers_in_place_of_an_error_code_is_never_shown_as_it
     code (here: markup that pings the channel, and a token): the person is told our sentence
     with `unreadable_answer`, /readyz and the logs say the same, nothing of that text."""
     slack = FakeSlackAPI()
-    await slack.start()
     slack.fail_error = "<!channel> xoxb-1-LEAKED-TOKEN is not `valid`"
     failing = {"auth.test"}
     slack.fail_when = lambda method, _: method in failing
     ledger = Ledger()
     agent, _ = one_call(ledger)
-    try:
-        with caplog.at_level(logging.INFO):
-            async with BotHarness(redis_url, agent, POLICY, slack=slack) as bot:
-                refused = (await bot.slack.command("hi", user="U1", channel="C1")).json()["text"]
-                assert "Slack does not accept its token (unreadable_answer)" in refused
-                assert bot.runtime.slack_problem() == "token refused: unreadable_answer"
-                failing.clear()
-                authorizer = bot.runtime.service.authorizer
-                await wait_until(
-                    lambda: authorizer.installation is not None, timeout=30, what="auth.test"
-                )
-                card = await bot.start_and_wait("clean", user="U1")
-                failing.add("views.open")  # the reject form cannot be opened
-                await bot.click(card, REJECT, user="U2")
-                told = await wait_until(
-                    lambda: bot.slack_api.ephemeral_to("U2"), what="U2 told the form failed"
-                )
-                assert "(Slack answered `unreadable_answer`)" in told[-1]
-                failing.clear()
-                await bot.idle()
-    finally:
-        await slack.stop()
+    with caplog.at_level(logging.INFO):
+        async with BotHarness(redis_url, agent, POLICY, slack=slack) as bot:
+            refused = (await bot.slack.command("hi", user="U1", channel="C1")).json()["text"]
+            assert "Slack does not accept its token (unreadable_answer)" in refused
+            assert bot.runtime.slack_problem() == "token refused: unreadable_answer"
+            failing.clear()
+            authorizer = bot.runtime.service.authorizer
+            await wait_until(
+                lambda: authorizer.installation is not None, timeout=30, what="auth.test"
+            )
+            card = await bot.start_and_wait("clean", user="U1")
+            failing.add("views.open")  # the reject form cannot be opened
+            await bot.click(card, REJECT, user="U2")
+            told = await wait_until(
+                lambda: bot.slack_api.ephemeral_to("U2"), what="U2 told the form failed"
+            )
+            assert "(Slack answered `unreadable_answer`)" in told[-1]
+            failing.clear()
+            await bot.idle()
     for said in (refused, *told):
         assert "xoxb" not in said and "<!channel>" not in said, said
     assert "LEAKED" not in caplog.text

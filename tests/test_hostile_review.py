@@ -92,17 +92,13 @@ async def test_an_org_member_of_another_workspace_is_not_served_by_a_workspace_i
     redis_url: str,
 ) -> None:
     slack = FakeSlackAPI(enterprise_id="E0ORG")
-    await slack.start()
-    try:
-        ledger = Ledger()
-        async with BotHarness(redis_url, reads_then_deletes(ledger), OPEN, slack=slack) as bot:
-            other = await bot.slack.command("hi", user="UX2", channel="C1", team="T0SISTER")
-            assert other.json()["text"] == "This workspace is not served by this bot."
-            await bot.idle()
-            assert bot.slack_api.top_level() == []
-            await audited(bot)
-    finally:
-        await slack.stop()
+    ledger = Ledger()
+    async with BotHarness(redis_url, reads_then_deletes(ledger), OPEN, slack=slack) as bot:
+        other = await bot.slack.command("hi", user="UX2", channel="C1", team="T0SISTER")
+        assert other.json()["text"] == "This workspace is not served by this bot."
+        await bot.idle()
+        assert bot.slack_api.top_level() == []
+        await audited(bot)
     assert ledger.executed == []
 
 
@@ -112,22 +108,16 @@ async def test_until_slack_says_where_the_bot_is_installed_everyone_is_refused(
     """The bot's own auth.test at start-up fails: fail closed, with the reason, until the
     background retry learns the installation (Bolt is not asked to try on its own)."""
     slack = FakeSlackAPI()
-    await slack.start()
     failures = iter([True])
     slack.fail_when = lambda method, _: method == "auth.test" and next(failures, False)
-    try:
-        ledger = Ledger()
-        async with BotHarness(redis_url, reads_then_deletes(ledger), OPEN, slack=slack) as bot:
-            refused = await bot.slack.command("hi", user="U1", channel="C1")
-            assert "Slack does not accept its token (fatal_error)" in refused.json()["text"]
-            authorizer = bot.runtime.service.authorizer
-            await wait_until(
-                lambda: authorizer.installation is not None, timeout=15, what="auth.test"
-            )
-            await bot.start_and_wait("clean", user="U1")
-            await audited(bot)
-    finally:
-        await slack.stop()
+    ledger = Ledger()
+    async with BotHarness(redis_url, reads_then_deletes(ledger), OPEN, slack=slack) as bot:
+        refused = await bot.slack.command("hi", user="U1", channel="C1")
+        assert "Slack does not accept its token (fatal_error)" in refused.json()["text"]
+        authorizer = bot.runtime.service.authorizer
+        await wait_until(lambda: authorizer.installation is not None, what="auth.test")
+        await bot.start_and_wait("clean", user="U1")
+        await audited(bot)
     assert ledger.names() == ["read_logs"]
 
 

@@ -200,53 +200,49 @@ async def test_while_slack_refuses_the_token_readyz_says_so_and_so_is_the_person
     the bot asked meanwhile."""
     caplog.set_level(logging.INFO)
     slack = FakeSlackAPI()
-    await slack.start()
     refusing = {"auth.test"}
     slack.fail_error = "invalid_auth"
     slack.fail_when = lambda method, _: method in refusing
     agent, _ = ops_agent(delete_steps(), Ledger())
     retry = {"slack_auth_retry_seconds": 0.05}
-    try:
-        async with BotHarness(redis_url, agent, POLICY, slack=slack, settings=retry) as bot, \
-                aiohttp.ClientSession() as http:  # fmt: skip
+    async with BotHarness(redis_url, agent, POLICY, slack=slack, settings=retry) as bot, \
+            aiohttp.ClientSession() as http:  # fmt: skip
 
-            async def readyz() -> tuple[int, dict[str, Any]]:
-                async with http.get(f"{bot.url}/readyz") as response:
-                    return response.status, await response.json()
+        async def readyz() -> tuple[int, dict[str, Any]]:
+            async with http.get(f"{bot.url}/readyz") as response:
+                return response.status, await response.json()
 
-            assert await readyz() == (
-                503,
-                {"ok": False, "redis": "up", "slack": "token refused: invalid_auth"},
-            )
-            _, found = await scrape(bot.url)
-            assert value(found, "approval_bot_slack_auth_ok") == 0
-            told = await bot.slack.command("clean", user="U1", channel="C1")
-            assert told.status == 200
-            assert told.json() == {"response_type": "ephemeral", "text": REFUSED}
-            # The bot keeps asking; the log does not repeat itself.
-            asked = len(slack.calls_to("auth.test"))
-            await wait_until(
-                lambda: len(slack.calls_to("auth.test")) >= asked + 3, what="auth.test retries"
-            )
-            lines = [r for r in caplog.records if r.name == "bot.slack.installs.installation"]
-            assert [r.levelname for r in lines] == ["ERROR"]
-            assert "refuses the bot token (auth.test: invalid_auth)" in lines[0].getMessage()
-            assert "check SLACK_BOT_TOKEN" in lines[0].getMessage()
-            assert not [r for r in caplog.records if r.exc_info or (r is not lines[0]
-                        and r.levelno >= logging.ERROR)]  # fmt: skip
-            assert bot.slack_api.top_level() == []
+        assert await readyz() == (
+            503,
+            {"ok": False, "redis": "up", "slack": "token refused: invalid_auth"},
+        )
+        _, found = await scrape(bot.url)
+        assert value(found, "approval_bot_slack_auth_ok") == 0
+        told = await bot.slack.command("clean", user="U1", channel="C1")
+        assert told.status == 200
+        assert told.json() == {"response_type": "ephemeral", "text": REFUSED}
+        # The bot keeps asking; the log does not repeat itself.
+        asked = len(slack.calls_to("auth.test"))
+        await wait_until(
+            lambda: len(slack.calls_to("auth.test")) >= asked + 3, what="auth.test retries"
+        )
+        lines = [r for r in caplog.records if r.name == "bot.slack.installs.installation"]
+        assert [r.levelname for r in lines] == ["ERROR"]
+        assert "refuses the bot token (auth.test: invalid_auth)" in lines[0].getMessage()
+        assert "check SLACK_BOT_TOKEN" in lines[0].getMessage()
+        assert not [r for r in caplog.records if r.exc_info or (r is not lines[0]
+                    and r.levelno >= logging.ERROR)]  # fmt: skip
+        assert bot.slack_api.top_level() == []
 
-            refusing.clear()  # Slack accepts the token again
-            await wait_until(lambda: bot.runtime.slack_problem() is None, what="auth.test")
-            assert await readyz() == (200, {"ok": True, "redis": "up", "slack": "up"})
-            _, found = await scrape(bot.url)
-            assert value(found, "approval_bot_slack_auth_ok") == 1
-            lines = [r for r in caplog.records if r.name == "bot.slack.installs.installation"]
-            assert [r.levelname for r in lines] == ["ERROR", "INFO"]
-            assert "accepts the bot token again" in lines[1].getMessage()
-            await bot.start_and_wait("clean", user="U1")  # and the bot works
-    finally:
-        await slack.stop()
+        refusing.clear()  # Slack accepts the token again
+        await wait_until(lambda: bot.runtime.slack_problem() is None, what="auth.test")
+        assert await readyz() == (200, {"ok": True, "redis": "up", "slack": "up"})
+        _, found = await scrape(bot.url)
+        assert value(found, "approval_bot_slack_auth_ok") == 1
+        lines = [r for r in caplog.records if r.name == "bot.slack.installs.installation"]
+        assert [r.levelname for r in lines] == ["ERROR", "INFO"]
+        assert "accepts the bot token again" in lines[1].getMessage()
+        await bot.start_and_wait("clean", user="U1")  # and the bot works
 
 
 async def test_a_token_revoked_while_the_bot_runs_is_told_as_at_start(
@@ -257,49 +253,45 @@ async def test_a_token_revoked_while_the_bot_runs_is_told_as_at_start(
     auth.test accepts the token again; one log line each way."""
     caplog.set_level(logging.INFO)
     slack = FakeSlackAPI()
-    await slack.start()
     refusing: set[str] = set()
     slack.fail_error = "invalid_auth"
     slack.fail_when = lambda method, _: bool(refusing)
     agent, _ = ops_agent(delete_steps(), Ledger())
     retry = {"slack_auth_retry_seconds": 0.05}
-    try:
-        async with BotHarness(redis_url, agent, POLICY, slack=slack, settings=retry) as bot, \
-                aiohttp.ClientSession() as http:  # fmt: skip
+    async with BotHarness(redis_url, agent, POLICY, slack=slack, settings=retry) as bot, \
+            aiohttp.ClientSession() as http:  # fmt: skip
 
-            async def ready() -> tuple[int, str]:
-                async with http.get(f"{bot.url}/readyz") as response:
-                    return response.status, (await response.json())["slack"]
+        async def ready() -> tuple[int, str]:
+            async with http.get(f"{bot.url}/readyz") as response:
+                return response.status, (await response.json())["slack"]
 
-            card = await bot.start_and_wait("clean", user="U1")
-            assert await ready() == (200, "up")
-            refusing.add("everything")  # the token is revoked
-            await bot.click(card, APPROVE, user="U2")  # the card's update is refused
-            await wait_until(
-                lambda: bot.runtime.slack_problem() is not None, what="the refusal to be seen"
-            )
-            assert await ready() == (503, "token refused: invalid_auth")
-            told = await bot.slack.command("clean", user="U1", channel="C1")
-            assert told.json()["text"] == REFUSED
-            # A click meanwhile: its author is told too, beside the card (no token needed).
-            before = len(slack.responses)
-            await bot.click(card, APPROVE, user="U3")
-            await wait_until(lambda: len(slack.responses) > before, what="the clicker told")
-            assert slack.responses[-1]["text"] == REFUSED
-            assert slack.responses[-1]["replace_original"] is False
-            lines = [r for r in caplog.records if r.name == "bot.slack.installs.installation"]
-            assert [r.levelname for r in lines][-1:] == ["ERROR"]
-            assert "(a Web API call: invalid_auth)" in lines[-1].getMessage()
-            refused_at = len(lines)
+        card = await bot.start_and_wait("clean", user="U1")
+        assert await ready() == (200, "up")
+        refusing.add("everything")  # the token is revoked
+        await bot.click(card, APPROVE, user="U2")  # the card's update is refused
+        await wait_until(
+            lambda: bot.runtime.slack_problem() is not None, what="the refusal to be seen"
+        )
+        assert await ready() == (503, "token refused: invalid_auth")
+        told = await bot.slack.command("clean", user="U1", channel="C1")
+        assert told.json()["text"] == REFUSED
+        # A click meanwhile: its author is told too, beside the card (no token needed).
+        before = len(slack.responses)
+        await bot.click(card, APPROVE, user="U3")
+        await wait_until(lambda: len(slack.responses) > before, what="the clicker told")
+        assert slack.responses[-1]["text"] == REFUSED
+        assert slack.responses[-1]["replace_original"] is False
+        lines = [r for r in caplog.records if r.name == "bot.slack.installs.installation"]
+        assert [r.levelname for r in lines][-1:] == ["ERROR"]
+        assert "(a Web API call: invalid_auth)" in lines[-1].getMessage()
+        refused_at = len(lines)
 
-            refusing.clear()
-            await wait_until(lambda: bot.runtime.slack_problem() is None, what="auth.test")
-            assert await ready() == (200, "up")
-            lines = [r for r in caplog.records if r.name == "bot.slack.installs.installation"]
-            assert [r.levelname for r in lines[refused_at:]] == ["INFO"]
-            assert "accepts the bot token again" in lines[-1].getMessage()
-    finally:
-        await slack.stop()
+        refusing.clear()
+        await wait_until(lambda: bot.runtime.slack_problem() is None, what="auth.test")
+        assert await ready() == (200, "up")
+        lines = [r for r in caplog.records if r.name == "bot.slack.installs.installation"]
+        assert [r.levelname for r in lines[refused_at:]] == ["INFO"]
+        assert "accepts the bot token again" in lines[-1].getMessage()
 
 
 REFUSED = (
