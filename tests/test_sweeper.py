@@ -5,6 +5,7 @@ alone, and one whose job was lost is enqueued again. Real redis-server, counted 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -44,7 +45,7 @@ async def test_a_sweep_reads_what_is_due_and_leaves_queued_jobs_alone(redis_url:
         service, store = runtime.service, runtime.service.store
         old = f"{time.time() - 120:.3f}"
         # 400 runs paused on a call each, waiting for people (their pauses fully saved).
-        for i in range(WAITING):
+        async def paused(i: int) -> None:
             run = _run(old, f"exec{i}")
             await store.create_run(run)
             await store.take(run.run_id, run.owner, f"1-{i}", run.owner + "/w")
@@ -58,6 +59,9 @@ async def test_a_sweep_reads_what_is_due_and_leaves_queued_jobs_alone(redis_url:
                 run.run_id, run.owner + "/w", Snapshot(b"x", "0", "f"), [call], since
             )
             await store.not_due(run.run_id, since)  # its automatic decisions were applied
+
+        for first in range(0, WAITING, 50):  # 50 at a time: their round trips overlap
+            await asyncio.gather(*(paused(i) for i in range(first, first + 50)))
         # One run whose job waits in the stream for a free worker, one whose job was lost.
         queued, lost = _run(old, "queued-exec"), _run(old, "lost-exec")
         for run in (queued, lost):
