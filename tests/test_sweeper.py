@@ -44,6 +44,7 @@ async def test_a_sweep_reads_what_is_due_and_leaves_queued_jobs_alone(redis_url:
         runtime._projector_task.cancel()
         service, store = runtime.service, runtime.service.store
         old = f"{time.time() - 120:.3f}"
+
         # 400 runs paused on a call each, waiting for people (their pauses fully saved).
         async def paused(i: int) -> None:
             run = _run(old, f"exec{i}")
