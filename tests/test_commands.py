@@ -8,6 +8,7 @@ import time
 import redis.asyncio as aioredis
 
 from bot.store import keys
+from bot.store.queue import GROUP, STREAM
 from bot.store.records import RunRecord
 from bot.testing.harness import BotHarness, wait_until
 from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
@@ -112,6 +113,13 @@ async def test_a_run_whose_job_was_never_enqueued_is_picked_up(redis_url: str) -
         taken = run("deadbeef0000:5678/worker:1", "taken")  # a worker has it: its lease decides
         for record in (stalled, taken):
             await store.create_run(record)
+        # The taken run's job, delivered to its worker (pending: no worker of this bot reads it).
+        async with bot.runtime.redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(STREAM, {"kind": "start", "run_id": taken.run_id, "execution": "x"})
+            pipe.xreadgroup(GROUP, "worker:1", {STREAM: ">"}, count=1)
+            job, delivered = await pipe.execute()
+        assert delivered[0][1][0][0] == job
+        await bot.runtime.redis.hset(keys.run_key(taken.run_id), "job", job)
         assert await service.requeue_stalled(older_than=60) == 1
 
         async def finished() -> bool:
@@ -119,10 +127,11 @@ async def test_a_run_whose_job_was_never_enqueued_is_picked_up(redis_url: str) -
             return done is not None and done.status == "finished"
 
         await wait_until(finished, timeout=30, what="the swept run to finish")
-        bot.slack_api.release()  # its message is posted (the start that follows it is a no-op)
-        await bot.idle()
         still = await store.get_run(taken.run_id)
         assert still is not None and still.status == "running"
+        await bot.runtime.redis.xack(STREAM, GROUP, job)  # (its worker's: then the bot is idle)
+        bot.slack_api.release()  # its message is posted (the start that follows it is a no-op)
+        await bot.idle()
         # A duplicate job for an execution already taken does nothing.
         await bot.runtime.queue.enqueue("start", stalled.run_id, "deadbeef0000:1234")
         await bot.idle()

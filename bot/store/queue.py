@@ -185,6 +185,12 @@ class JobQueue:
                 return _text(info.get("last-delivered-id") or "0-0")
         return "0-0"
 
+    async def held(self, message_id: str) -> bool:
+        """Whether a delivery of the job is pending (a worker holds it, or its lease lapsed and
+        another will take it over): what watches a taken run. One round trip."""
+        found: Any = await self.redis.xpending_range(STREAM, GROUP, message_id, message_id, 1)
+        return bool(found)
+
     async def waiting_runs(self) -> set[str]:
         """Runs with a job in the stream that no worker has been given yet (queued behind busy
         workers): the entries after the group's last delivered one. One round trip each."""

@@ -228,6 +228,7 @@ class Runs:
         self._take = client.register_script(script("take_job"))
         self._forgive = client.register_script(_FORGIVE)
         UNREPLICATED.add(self._forgive.sha)  # a count: lost in a failover at no cost
+        self._release = client.register_script(script("release_job"))
         self._add_note = client.register_script(script("_outbox") + _ADD_NOTE)
         self._cancel = client.register_script(marking("cancel"))
         self._projection = client.register_script(script("projection"))
@@ -668,8 +669,8 @@ class Runs:
         """`take`, with the run as taken and, for a `resume`, its snapshot and its pause's calls:
         one round trip when the job named the pause it resumes (`pause`: its tokens, as the
         run's `calls` held them) and that is still the run's, else two. The run stays on the
-        due set until it pauses or ends (the sweeper leaves a taken run alone: its job's
-        lease watches it)."""
+        due set until it pauses or ends (its job's lease watches it; the sweeper only checks
+        that a delivery of the job is still pending, see `release_lost_job`)."""
         named = [f"{run_id}.{token}" for token in pause.split()] if resume else []
         reply = await self._take(
             keys=RunKeys(run_id).take_job(named),
@@ -692,6 +693,18 @@ class Runs:
         toward giving the run up (see `_FORGIVE`)."""
         with contextlib.suppress(redis.RedisError, OSError):
             await self._forgive(keys=[keys.run_key(run_id)], args=[attempt])
+
+    async def release_lost_job(self, run_id: str, owner: str, job: str, after: float) -> str:
+        """The sweeper found no delivery of `job` pending and none waiting, while `owner` (an
+        attempt) holds the run on it: nothing would ever take the run over. The first call
+        marks the attempt; one at least `after` seconds later (the same attempt still holding
+        the run on the same job) releases the run to the next delivery of its execution.
+        'marked', 'waiting' (marked less than `after` ago), 'released', or 'moved' (the run
+        is no longer that attempt's on that job: nothing written)."""
+        reply = await self._release(
+            keys=[keys.run_key(run_id)], args=[owner, job, now(), f"{after:.3f}"]
+        )
+        return text(reply)
 
     async def pause_of(self, taken: Taken) -> tuple[list[CallRecord], Snapshot | None]:
         """The calls of a taken run's pause and its snapshot (as `take_run` read them; a run
@@ -774,6 +787,7 @@ class RunStore:
         self.take = runs.take
         self.take_run = runs.take_run
         self.forgive_attempt = runs.forgive_attempt
+        self.release_lost_job = runs.release_lost_job
         self.pause_of = runs.pause_of
         # Calls: decisions, comments, held replies, Always decisions.
         self.get_call = calls.get_call

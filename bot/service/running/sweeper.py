@@ -1,5 +1,6 @@
 """The sweeper: finishes what a stopped process left half done (executions no worker took,
-pauses whose automatic decisions were not applied, runs left off the indexes).
+runs taken by an attempt whose job a failover lost, pauses whose automatic decisions were not
+applied, runs left off the indexes).
 
 Each process runs `sweep_forever`; everything it does is safe to repeat from any process."""
 
@@ -15,7 +16,7 @@ from bot.service.core import ServiceCore
 from bot.service.policy.gate import rule_for
 from bot.service.running.runs import Runs, time_call
 from bot.store.connection import primaries
-from bot.store.records import ENDED, RunStatus
+from bot.store.records import ENDED, RunRecord, RunStatus
 from bot.store.runs import now
 
 log = logging.getLogger(__name__)
@@ -78,12 +79,16 @@ class Sweeper:
           enqueued it stopped first): enqueue it again (a duplicate job is harmless: only one
           delivery can take an execution), unless its job is still in the stream waiting for a
           free worker;
+        - a run taken by a worker whose job no delivery holds any more, pending or waiting (a
+          failover lost it): released and enqueued again once seen so twice (see
+          `_recover_lost_job`);
         - a pause saved but whose automatic decisions were not applied (its worker stopped).
         With `reconcile`, first a full pass (one pipeline) over the active runs: a run whose
         outbox holds marks but which is not on the outbox index (the process stopped between
         a transition and its index write) is indexed, so a projector brings its messages up to
-        date; an unfinished run missing from the due set is put back on it; an unfinished run
-        missing from its channel's index (started by an older version) is put on it.
+        date; an unfinished run missing from the due set (taken or not) is put back on it; an
+        unfinished run missing from its channel's index (started by an older version) is put
+        on it.
         Then trim the job stream of entries every worker is done with.
         """
         count = await self._reconcile() if reconcile else 0
@@ -116,27 +121,55 @@ class Sweeper:
                     await self.runs.auto_decide(run)
                     count += 1
                 await self.store.not_due(run_id, since)
-            else:  # taken by a worker (its job's lease watches it), or waiting for a review
+            elif run.status in (RunStatus.RUNNING, RunStatus.RESUMING) and run.owner:
+                # Taken by a worker: its job's lease watches it, while a delivery of the job is
+                # pending. A failover may lose that (see `_recover_lost_job`): looked at again.
+                if not (run.job and await self.core.queue.held(run.job)):
+                    if waiting is None:
+                        waiting = await self.core.queue.waiting_runs()
+                    if run_id not in waiting:  # nor will a delivery of it come
+                        count += await self._recover_lost_job(run, older_than)
+                await self.store.due(run_id, float(now()))
+            else:  # waiting for a review
                 await self.store.not_due(run_id, since)
         await self.core.queue.trim()
         return count
+
+    async def _recover_lost_job(self, run: RunRecord, after: float) -> int:
+        """A run taken by an attempt whose job no delivery holds, pending or waiting: a
+        failover lost the job's entry or its delivery (the take, confirmed by the replica,
+        survived it), or a superseded attempt acknowledged it. No lease watches the run and no
+        worker would take it over: it stayed `resuming` for good. Seen so on two looks `after`
+        seconds apart at least (two leases: an attempt still running has time to end the run),
+        the run is released and its execution enqueued again; the next delivery takes it over
+        as a retry, and the journal keeps every tool call to one run (a call left executing
+        goes to a person). Returns 1 once released."""
+        found = await self.store.release_lost_job(run.run_id, run.owner, run.job, after)
+        if found == "marked":
+            log.info("run %s is held by %s with no job pending (%r): looked at again",
+                     run.run_id, run.owner, run.job)  # fmt: skip
+        if found != "released":
+            return 0
+        execution = run.owner.rpartition("/")[0]
+        kind = "start" if run.status == RunStatus.RUNNING else "resume"
+        await self.core.queue.enqueue(kind, run.run_id, execution)
+        log.warning("run %s: the job of attempt %s was lost (a failover?); enqueued again",
+                    run.run_id, run.owner)  # fmt: skip
+        return 1
 
     async def _reconcile(self) -> int:
         """The full pass over active runs (see `requeue_stalled`); returns the runs indexed."""
         await self.store.index_channels()
         count = 0
         outbox = self.store.outbox
-        for run_id, status, owner, indexed, marked, due in await self.store.active_overview():
+        for run_id, status, _, indexed, marked, due in await self.store.active_overview():
             if marked and not indexed:
                 log.info("re-indexing the undelivered messages of run %s", run_id)
                 await outbox.schedule(run_id)
                 count += 1
             if status is None or status in ENDED:
                 await self.store.forget_active(run_id)
-            elif not due and (
-                status == RunStatus.PAUSED
-                or (status in (RunStatus.RUNNING, RunStatus.RESUMING) and "/" not in owner)
-            ):
+            elif not due and status in (RunStatus.PAUSED, RunStatus.RUNNING, RunStatus.RESUMING):
                 await self.store.due(run_id, 0.0)  # looked at by this very sweep
             if status == RunStatus.PAUSED:
                 count += await self._time_older_calls(run_id)

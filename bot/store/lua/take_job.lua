@@ -2,7 +2,9 @@
 -- was enqueued with; taking replaces it with `<execution>/<attempt>`, so every later write of
 -- the run (save_pause, finish, the call journal) is checked against this attempt alone.
 -- A redelivery of the same job message may take over from an earlier attempt (its worker
--- stopped renewing the job's lease); any other message for a taken execution is a duplicate.
+-- stopped renewing the job's lease); any other message for a taken execution is a duplicate,
+-- unless the sweeper released the run (`job` = '': its attempt's job was lost, see
+-- release_job.lua): then the next delivery of the execution takes it over.
 -- A taken execution's reply carries what it runs on, so the worker needs no other read of the
 -- run: {kind, previous owner, attempts, snapshot string or '', task key's value or '', the
 -- pause's calls (each {hash fields and values, arguments key's value or ''}; none when the
@@ -46,8 +48,8 @@ if owner == execution then
   return taken('fresh', '', 1)
 end
 if string.sub(owner, 1, #execution + 1) == execution .. '/'
-   and redis.call('HGET', run, 'job') == ARGV[2] then
-  redis.call('HSET', run, 'owner', ARGV[3], 'updated_at', ARGV[4])
+   and (redis.call('HGET', run, 'job') == ARGV[2] or redis.call('HGET', run, 'job') == '') then
+  redis.call('HSET', run, 'owner', ARGV[3], 'job', ARGV[2], 'updated_at', ARGV[4])
   local attempts = redis.call('HINCRBY', run, 'attempts', 1)
   redis.call('EXPIRE', run, ARGV[5])
   redis.call('EXPIRE', KEYS[3], ARGV[5])
