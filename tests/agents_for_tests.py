@@ -44,6 +44,12 @@ def slow_check(ledger: Ledger, started: asyncio.Event, release: asyncio.Event) -
     return slow_check
 
 
+def delete_then_say(path: str = "/a", said: str = "ok") -> list[Any]:
+    """`ops_agent`'s steps for the commonest run: it asks to delete `path` (call c1), then,
+    its tool's result in hand, says `said`."""
+    return [[function_call("delete_logs", {"path": path}, call_id="c1")], [assistant_message(said)]]
+
+
 def ops_agent(
     steps: list[Any], ledger: Ledger, *, name: str = "ops", extra_tools: list[Any] | None = None
 ) -> tuple[Agent[Any], ScriptedModel]:

@@ -21,6 +21,7 @@ from tests.agents_for_tests import (
     POLICY,
     Ledger,
     assistant_message,
+    delete_then_say,
     function_call,
     ops_agent,
     tool_outputs,
@@ -30,13 +31,7 @@ from tests.agents_for_tests import (
 @pytest.mark.cluster_too
 async def test_approve_runs_the_tool_and_posts_the_output(redis_url: str) -> None:
     ledger = Ledger()
-    agent, model = ops_agent(
-        [
-            [function_call("delete_logs", {"path": "/var/log/app"}, call_id="c1")],
-            [assistant_message("Deleted the app logs.")],
-        ],
-        ledger,
-    )
+    agent, model = ops_agent(delete_then_say("/var/log/app", "Deleted the app logs."), ledger)
     async with BotHarness(redis_url, agent, POLICY) as bot:
         sent = await bot.slack.command("clean up &amp; tidy the logs", user="U1", channel="C1")
         assert sent.status == 200

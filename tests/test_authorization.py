@@ -23,7 +23,14 @@ from bot.store import keys
 from bot.testing.cluster import redis_for
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
-from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent, tool_outputs
+from tests.agents_for_tests import (
+    Ledger,
+    assistant_message,
+    delete_then_say,
+    function_call,
+    ops_agent,
+    tool_outputs,
+)
 from tests.forkserver import run_bot
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +46,7 @@ channels:
 
 def delete_then_done(ledger: Ledger, **kwargs: Any) -> Any:
     agent, model = ops_agent(
-        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("ok")]],
+        delete_then_say(),
         ledger,
         **kwargs,
     )

@@ -17,7 +17,7 @@ from bot.slack.blocks import APPROVE
 from bot.slack.directory.channels import SlackChannels
 from bot.testing.harness import BotHarness, status_line, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
-from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
+from tests.agents_for_tests import Ledger, delete_then_say, ops_agent
 from tests.test_home import home_click, open_home
 
 PRIVATE = """
@@ -34,10 +34,7 @@ channels:
 
 
 def one_call_agent(ledger: Ledger) -> Any:
-    agent, _ = ops_agent(
-        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("ok")]],
-        ledger,
-    )
+    agent, _ = ops_agent(delete_then_say(), ledger)
     return agent
 
 

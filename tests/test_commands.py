@@ -11,7 +11,7 @@ from bot.store import keys
 from bot.store.queue import GROUP, STREAM
 from bot.store.records import RunRecord
 from bot.testing.harness import BotHarness, wait_until
-from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+from tests.agents_for_tests import POLICY, Ledger, assistant_message, delete_then_say, ops_agent
 
 
 def agents(ledger: Ledger) -> dict[str, object]:
@@ -61,10 +61,7 @@ async def test_refusals_are_private_and_explained(redis_url: str) -> None:
 
 async def test_duplicate_event_deliveries_are_ignored(redis_url: str) -> None:
     ledger = Ledger()
-    agent, _ = ops_agent(
-        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("x")]],
-        ledger,
-    )
+    agent, _ = ops_agent(delete_then_say("/a", "x"), ledger)
     async with BotHarness(redis_url, agent, POLICY) as bot:
         await bot.slack.command("clean", user="U1", channel="C1")
         [approval] = await bot.wait_for_approvals(1)

@@ -20,7 +20,14 @@ from bot.store.delivery.home import VIEWER_DAYS
 from bot.testing.clock import SkippingClock
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import Message
-from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+from tests.agents_for_tests import (
+    POLICY,
+    Ledger,
+    assistant_message,
+    delete_then_say,
+    function_call,
+    ops_agent,
+)
 
 LONG = "/var/log/" + "x" * 1500
 
@@ -90,10 +97,7 @@ async def test_the_home_shows_the_arguments_it_offers_a_decision_on(redis_url: s
 
 async def test_an_escalatees_open_home_shows_the_call_that_reached_them(redis_url: str) -> None:
     ledger = Ledger()
-    agent, _ = ops_agent(
-        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("ok")]],
-        ledger,
-    )
+    agent, _ = ops_agent(delete_then_say(), ledger)
     rules = "  expire_after: 30s\n  remind_max: 0\n  escalate_after: 2s\n  escalate_to: [U9]\n"
     clock = SkippingClock()
     policy = POLICY.replace("defaults:\n", "defaults:\n" + rules)
@@ -161,10 +165,7 @@ async def test_a_policy_change_takes_the_call_from_a_removed_approvers_home(
     """#22 item 3: U2 is no longer an approver once the policy changes: their open Home stops
     offering the call (and their click from an old Home is refused)."""
     ledger = Ledger()
-    agent, _ = ops_agent(
-        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("ok")]],
-        ledger,
-    )
+    agent, _ = ops_agent(delete_then_say(), ledger)
     path = tmp_path / "policy.yml"
     path.write_text(POLICY)
     after = POLICY.replace("approvers: [U2, U3]", "approvers: [U3]")
@@ -197,10 +198,7 @@ async def test_a_viewer_who_opens_the_home_after_the_viewers_were_read_follows_c
     with each pass, #32): a person who opens their Home afterwards changes it, so the next
     change of a run reaches their Home too."""
     ledger = Ledger()
-    agent, _ = ops_agent(
-        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("ok")]],
-        ledger,
-    )
+    agent, _ = ops_agent(delete_then_say(), ledger)
     async with BotHarness(redis_url, agent, POLICY) as bot:
         card = await bot.start_and_wait("clean", user="U1")
         await bot.idle()  # the passes that posted the run message and the card read no viewer

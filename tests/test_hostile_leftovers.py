@@ -24,6 +24,7 @@ from tests.agents_for_tests import (
     POLICY,
     Ledger,
     assistant_message,
+    delete_then_say,
     function_call,
     ops_agent,
     tool_outputs,
@@ -40,10 +41,7 @@ TOO_LONG = "The reason is too long"
 
 
 def one_call(ledger: Ledger) -> tuple[object, object]:
-    return ops_agent(
-        [[function_call("delete_logs", {"path": "/"}, call_id="c1")], [assistant_message("ok")]],
-        ledger,
-    )
+    return ops_agent(delete_then_say("/"), ledger)
 
 
 # 1. A rejection's reason is bounded on the server -----------------------------------------------

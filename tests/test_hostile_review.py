@@ -33,6 +33,7 @@ from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import (
     Ledger,
     assistant_message,
+    delete_then_say,
     function_call,
     ops_agent,
     tool_outputs,
@@ -203,10 +204,7 @@ async def test_a_reply_that_merely_starts_with_deny_is_asked_about_not_obeyed(
     redis_url: str,
 ) -> None:
     ledger = Ledger()
-    agent, model = ops_agent(
-        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("ok")]],
-        ledger,
-    )
+    agent, model = ops_agent(delete_then_say(), ledger)
     async with BotHarness(redis_url, agent, OPEN) as bot:
         approval = await bot.start_and_wait("clean", user="U1")
         approval_id = approval.button_value(APPROVE)
@@ -332,10 +330,7 @@ async def test_invisible_characters_in_an_approvers_comment_are_shown_in_the_rej
     show a right-to-left override or zero-width joiner from a thread comment, since that text is
     what the agent receives if the reviewer submits it."""
     ledger = Ledger()
-    agent, model = ops_agent(
-        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("ok")]],
-        ledger,
-    )
+    agent, model = ops_agent(delete_then_say(), ledger)
     async with BotHarness(redis_url, agent, OPEN) as bot:
         approval = await bot.start_and_wait("clean", user="U1")
         note = "path is \u202ewrong\u202c, ask o\u200dps"
@@ -363,10 +358,7 @@ async def test_audit_csv_neutralises_formulas_and_times_are_iso_utc(
     redis_url: str, tmp_path: Path
 ) -> None:
     ledger = Ledger()
-    agent, _ = ops_agent(
-        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("ok")]],
-        ledger,
-    )
+    agent, _ = ops_agent(delete_then_say(), ledger)
     hostile = ['=HYPERLINK("http://x.invalid","y")', "+1+1", "-2", "@SUM(A1)", "\tx", "\rx"]
     async with BotHarness(redis_url, agent, OPEN) as bot:
         approval = await bot.start_and_wait("=cmd|' /C calc'!A0", user="U1")

@@ -11,7 +11,7 @@ from bot.service.policy.rules import parse_policy
 from bot.slack.blocks import APPROVE
 from bot.store.records import CallStatus
 from bot.testing.harness import BotHarness
-from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
+from tests.agents_for_tests import Ledger, delete_then_say, ops_agent
 
 # The rules in the "wrong" order: the lenient rule first (self-approval), then the rest (two
 # approvals). Its condition compares a number; the agent sends text.
@@ -47,11 +47,7 @@ async def test_text_where_a_number_is_compared_does_not_let_the_requester_approv
     redis_url: str,
 ) -> None:
     ledger = Ledger()
-    agent, _ = ops_agent(
-        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")],
-         [assistant_message("done")]],
-        ledger,
-    )  # fmt: skip
+    agent, _ = ops_agent(delete_then_say("/a", "done"), ledger)  # fmt: skip
     async with BotHarness(redis_url, agent, POLICY) as bot:
         await bot.slack.command("clean", user="U1", channel="C1")
         [card] = await bot.wait_for_approvals(1)

@@ -24,6 +24,7 @@ from tests.agents_for_tests import (
     POLICY,
     Ledger,
     assistant_message,
+    delete_then_say,
     function_call,
     ops_agent,
     slow_check,
@@ -86,10 +87,7 @@ async def asked(bot: BotHarness, text: str, *, user: str, channel: str = "C1") -
 
 
 def one_call_agent(ledger: Ledger) -> Any:
-    agent, _ = ops_agent(
-        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("ok")]],
-        ledger,
-    )
+    agent, _ = ops_agent(delete_then_say(), ledger)
     return agent
 
 

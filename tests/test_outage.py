@@ -16,7 +16,7 @@ from bot.slack.blocks import APPROVE
 from bot.store.connection import EmbeddedRedis
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import FakeSlackAPI
-from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+from tests.agents_for_tests import POLICY, Ledger, delete_then_say, ops_agent
 
 
 def sample(name: str) -> float:
@@ -29,13 +29,7 @@ async def test_a_redis_outage_is_one_warning_one_info_and_a_metric(
     slack_api: FakeSlackAPI, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     ledger = Ledger()
-    agent, _ = ops_agent(
-        [
-            [function_call("delete_logs", {"path": "/a"}, call_id="c1")],
-            [assistant_message("Deleted.")],
-        ],
-        ledger,
-    )
+    agent, _ = ops_agent(delete_then_say("/a", "Deleted."), ledger)
     data = tmp_path / "redis"
     own = EmbeddedRedis(data)
     await own.start()

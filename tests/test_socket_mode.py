@@ -16,15 +16,12 @@ from bot.slack.blocks import APPROVE
 from bot.testing.harness import BOT_TOKEN, wait_until
 from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI
-from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+from tests.agents_for_tests import POLICY, Ledger, delete_then_say, ops_agent
 
 
 async def test_socket_mode_runs_the_approval_loop(redis_url: str) -> None:
     ledger = Ledger()
-    agent, _ = ops_agent(
-        [[function_call("delete_logs", {"path": "/a"}, call_id="c1")], [assistant_message("ok")]],
-        ledger,
-    )
+    agent, _ = ops_agent(delete_then_say(), ledger)
     async with FakeSlackAPI() as slack:
         settings = Settings(
             _env_file=None,  # type: ignore[call-arg]

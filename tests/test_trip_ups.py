@@ -9,7 +9,7 @@ from pathlib import Path
 from bot.config import ENV_FILE_VARIABLE
 from bot.slack.render.base import permalink, use_slack_api
 from bot.testing.harness import BotHarness, wait_until
-from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+from tests.agents_for_tests import POLICY, Ledger, delete_then_say, ops_agent
 from tests.forkserver import run_bot, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,13 +29,7 @@ def test_permalinks_follow_the_slack_host_in_use() -> None:
 
 
 async def test_approval_cards_link_to_the_run_on_the_slack_in_use(redis_url: str) -> None:
-    agent, _ = ops_agent(
-        [
-            [function_call("delete_logs", {"path": "/tmp/x"}, call_id="c1")],
-            [assistant_message("done")],
-        ],
-        Ledger(),
-    )
+    agent, _ = ops_agent(delete_then_say("/tmp/x", "done"), Ledger())
     try:
         async with BotHarness(redis_url, agent, POLICY) as bot:
             approval = await bot.start_and_wait("clean /tmp/x", user="U1")

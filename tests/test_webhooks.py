@@ -27,7 +27,14 @@ from bot.testing.clock import SkippingClock
 from bot.testing.harness import SIGNING_SECRET, BotHarness, wait_until
 from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI
-from tests.agents_for_tests import POLICY, Ledger, assistant_message, function_call, ops_agent
+from tests.agents_for_tests import (
+    POLICY,
+    Ledger,
+    assistant_message,
+    delete_then_say,
+    function_call,
+    ops_agent,
+)
 from tests.docs_samples import DOCS, blocks
 from tests.processes import bot_env, free_port, running_bot, take_socket
 
@@ -214,13 +221,7 @@ async def test_a_receiver_that_hangs_delays_delivery_never_a_decision(
     redis_url: str, slack_api: FakeSlackAPI
 ) -> None:
     ledger = Ledger()
-    agent, _ = ops_agent(
-        [
-            [function_call("delete_logs", {"path": "/var/log/app"}, call_id="c1")],
-            [assistant_message("Deleted.")],
-        ],
-        ledger,
-    )
+    agent, _ = ops_agent(delete_then_say("/var/log/app", "Deleted."), ledger)
     async with Receiver(["hang"]) as receiver:
         # A minute's timeout: the one POST in flight hangs for all of the run below (a run
         # that waited for it would not finish within the wait's bound, on any machine).
@@ -297,13 +298,7 @@ async def test_entries_past_the_bound_are_skipped_and_the_skip_is_delivered(
     redis_url: str, slack_api: FakeSlackAPI
 ) -> None:
     ledger = Ledger()
-    agent, _ = ops_agent(
-        [
-            [function_call("delete_logs", {"path": "/var/log/app"}, call_id="c1")],
-            [assistant_message("Deleted.")],
-        ],
-        ledger,
-    )
+    agent, _ = ops_agent(delete_then_say("/var/log/app", "Deleted."), ledger)
     clock = SkippingClock()
     async with Receiver(["hang"]) as receiver:
         # The hung POST is given up on soon (nothing here counts attempts or duplicates).
