@@ -199,7 +199,7 @@ async def test_an_unanswered_question_expires_and_the_agent_is_told(redis_url: s
     async with BotHarness(redis_url, agent, policy, clock=clock) as bot:
         question = await ask(bot)
         clock.advance(2)
-        await bot.wait_for_status("finished", timeout=15)
+        await bot.wait_for_status("finished")
         await bot.idle()
         assert tool_outputs(model) == {"q1": "No one answered within 2s."}
         expired = card(bot, question)

@@ -87,9 +87,7 @@ async def test_readiness_follows_the_clusters_state(tmp_path: Path) -> None:
 
             assert await ready() == 200
             cluster.stop_node(2)
-            await wait_until(
-                lambda: _is(ready, 503), timeout=20, what="/readyz to say the cluster failed"
-            )
+            await wait_until(lambda: _is(ready, 503), what="/readyz to say the cluster failed")
     finally:
         cluster.stop()
 

@@ -79,7 +79,6 @@ async def approve_one(
     await requests.command(path, user="U1", channel="C1")
     [approval] = await wait_until(
         lambda: [m for m in slack.approval_messages() if path in m.all_text()],
-        timeout=20,
         what="the approval message",
     )
     for user in approvers:
@@ -104,7 +103,6 @@ async def test_a_worker_killed_where_a_retry_is_safe_is_replaced(
             await approve_one(requests, slack, "/var/log/a")
             await wait_until(
                 lambda: any(e["event"] == "blocked" for e in ledger(tmp_path)),
-                timeout=20,
                 what=f"the worker to reach {stage}",
             )
             doomed.send_signal(signal.SIGKILL)
@@ -153,7 +151,6 @@ async def test_a_worker_killed_during_the_tool_leaves_it_to_a_person(
             await approve_one(requests, slack, "/var/log/b", ("U2", "U3") if quorum else ("U2",))
             await wait_until(
                 lambda: any(e["event"] == "blocked" for e in ledger(tmp_path)),
-                timeout=20,
                 what="the tool to start",
             )
             doomed.send_signal(signal.SIGKILL)
@@ -292,7 +289,7 @@ async def test_redis_killed_and_restarted_while_runs_wait(
             aiohttp.ClientSession() as http,
         ):
             await requests.command("/var/log/c", user="U1", channel="C1")
-            [approval] = await wait_until(lambda: slack.approval_messages(), timeout=20)
+            [approval] = await wait_until(lambda: slack.approval_messages())
             # The pause on disk before the kill (appendfsync everysec: Redis may hold back
             # the write while a background fsync runs): the call's key in the AOF.
             call = keys.call_key(approval.button_value(APPROVE).split(":")[0]).encode()
@@ -312,7 +309,6 @@ async def test_redis_killed_and_restarted_while_runs_wait(
             # (A "still working" note may come first, when Redis takes long to refuse.)
             await wait_until(
                 lambda: [t for t in slack.ephemeral_to("U2") if "Try again in a moment" in t],
-                timeout=15,
                 what="a private reply",
             )
             async with http.get(f"{url}/readyz") as response:
@@ -321,7 +317,7 @@ async def test_redis_killed_and_restarted_while_runs_wait(
             again = EmbeddedRedis(redis_dir, port=own.port)
             await again.start()
             own = again
-            await wait_until(lambda: _ready(http, url), timeout=20, what="/readyz to recover")
+            await wait_until(lambda: _ready(http, url), what="/readyz to recover")
             await requests.click(APPROVE, approval.button_value(APPROVE), user="U2", channel="C1")
             await wait_until(lambda: outputs(slack), timeout=30, what="the run to finish")
     finally:
@@ -347,7 +343,7 @@ async def test_a_process_killed_while_posting_a_card_leaves_no_long_claim(
             f"http://127.0.0.1:{first}/slack/events", SIGNING_SECRET
         ) as requests:
             await requests.command("/var/log/k", user="U1", channel="C1")
-            await wait_until(lambda: slack.hanging == 1, timeout=20, what="the card's post")
+            await wait_until(lambda: slack.hanging == 1, what="the card's post")
         doomed.send_signal(signal.SIGKILL)
         await asyncio.to_thread(doomed.wait, 10)
     async with (
@@ -391,7 +387,7 @@ async def test_a_worker_killed_mid_answer_leaves_no_answer_that_looks_complete(
         doomed = start_process(["worker"], {**env, "TEST_BLOCK": "during_answer"})
         try:
             await approve_one(requests, slack, "/var/log/c")
-            [half] = await wait_until(half_shown, timeout=20, what="half of the answer shown")
+            [half] = await wait_until(half_shown, what="half of the answer shown")
             assert whole not in half.text and half.text.startswith("tool said")
             assert half.streaming == streams
             doomed.send_signal(signal.SIGKILL)

@@ -370,7 +370,7 @@ async def test_an_answer_is_streamed_with_slacks_streaming_then_finalized(
             what="the answer streaming",
         )
         assert "if not." not in live.text
-        await bot.wait_for_status("finished", timeout=20)
+        await bot.wait_for_status("finished")
         await bot.idle()
         [final] = in_thread(bot, "The deploy went out")
         calls = {
@@ -404,7 +404,7 @@ async def test_a_stream_whose_start_went_unanswered_is_found_not_opened_twice(
     settings = {"stream_answers": True}
     async with BotHarness(redis_url, agent, POLICY, slack=slack, settings=settings) as bot:
         await bot.slack.command("how did the deploy go?", user="U1", channel="C1")
-        await bot.wait_for_status("finished", timeout=20)
+        await bot.wait_for_status("finished")
         await bot.idle()
         [final] = in_thread(bot, "The deploy")
     assert final.text == answer and not final.streaming
@@ -428,7 +428,7 @@ async def test_an_answer_is_shown_while_it_is_written_then_finalized(redis_url: 
         )
         shown = writing[0].all_text()
         assert shown.startswith("The deploy") and "latency is back to normal" not in shown
-        await bot.wait_for_status("finished", timeout=20)
+        await bot.wait_for_status("finished")
         await bot.idle()
         [final] = in_thread(bot, "The deploy went out")
         assert final.all_text() == answer  # the same message, finalized: nothing left unsaid

@@ -105,7 +105,7 @@ async def test_an_undecided_call_expires_and_the_run_goes_on(redis_url: str) -> 
         assert waits == pytest.approx(3600, abs=0.01)
 
         clock.advance(3600)
-        await bot.wait_for_status("finished", timeout=15)
+        await bot.wait_for_status("finished")
         await bot.idle()
         expired = card(bot, approval)
         assert expired.action_ids() == []
@@ -153,7 +153,7 @@ async def test_a_click_racing_the_expiry_decides_exactly_once(redis_url: str) ->
             await asyncio.gather(
                 late_click(bot, approval, aid, "U2"), service.fire_due(), service.fire_due()
             )
-            await bot.wait_for_status("finished", timeout=15)
+            await bot.wait_for_status("finished")
             await bot.idle()
             status = (await call_hash(redis_url, aid))["status"]
             outcomes.add(status)

@@ -155,7 +155,7 @@ async def test_a_deceptive_link_never_reaches_slack_while_written(
         redis_url, agent, POLICY, slack=slack, settings={"stream_answers": True}
     ) as bot:
         await bot.slack.command("status?", user="U1", channel="C1")
-        await bot.wait_for_status("finished", timeout=20)
+        await bot.wait_for_status("finished")
         await bot.idle()
         [final] = in_thread(bot, "Sign in again")
         answer = [  # the answer's calls: Slack's stream, or its message's posts and updates

@@ -158,7 +158,7 @@ async def test_slack_errors_and_rate_limits_are_counted(redis_url: str) -> None:
                 else ""
             )
 
-        after = await wait_until(counted, timeout=20, what="the 429 to be counted")
+        after = await wait_until(counted, what="the 429 to be counted")
 
     def moved(name: str, **labels: str) -> float:
         return value(after, name, **labels) - value(before, name, **labels)

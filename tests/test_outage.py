@@ -46,7 +46,6 @@ async def test_a_redis_outage_is_one_warning_one_info_and_a_metric(
                 assert sent.status == 200
             await wait_until(
                 lambda: len([t for t in slack_api.ephemeral_to("U2") if "Try again" in t]) >= 3,
-                timeout=20,
                 what="each clicker told",
             )
             assert sample("approval_bot_redis_up") == 0
@@ -55,9 +54,7 @@ async def test_a_redis_outage_is_one_warning_one_info_and_a_metric(
             again = EmbeddedRedis(data, port=own.port)
             await again.start()
             own = again
-            await wait_until(
-                lambda: sample("approval_bot_redis_up") == 1, timeout=20, what="Redis back"
-            )
+            await wait_until(lambda: sample("approval_bot_redis_up") == 1, what="Redis back")
             await bot.click(card, APPROVE, user="U2")
             await bot.wait_for_status("finished", timeout=30)
             await bot.idle()

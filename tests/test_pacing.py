@@ -239,7 +239,7 @@ async def test_a_429_one_replica_meets_holds_the_other_replicas_posts(redis_url:
 
             await wait_until(held, what="A's hold on C1's posts (Slack's Retry-After)")
             assert (await b.slack.command("/var/log/b", user="U1", channel="C1")).status == 200
-            await b.wait_for_approvals(2, timeout=20)
+            await b.wait_for_approvals(2)
         posts = [c for c in slack.calls_to("chat.postMessage") if c.params["channel"] == "C1"]
         later = [c.at - limited_at for c in posts[1:]]
         assert later and min(later) >= 1.9, later  # B's run message and card waited too

@@ -47,7 +47,6 @@ async def test_sigkill_while_waiting_then_a_new_process_resumes(
             lambda: any(
                 "tool said: deleted /var/log/app" in m.text for m in slack.messages.values()
             ),
-            timeout=20,
             what="the resumed run's output",
         )
     assert executions(tmp_path) == [("start", "/var/log/app"), ("end", "/var/log/app")]
@@ -73,7 +72,6 @@ async def test_embedded_redis_keeps_pending_approvals_across_a_restart(
         await requests.click(APPROVE, approval.button_value(APPROVE), user="U3", channel="C1")
         await wait_until(
             lambda: any("tool said: deleted /srv/old" in m.text for m in slack.messages.values()),
-            timeout=20,
             what="the resumed run's output",
         )
         # The audit export finds the running bot's own redis-server (no second server).

@@ -81,7 +81,7 @@ async def test_a_429_on_the_run_message_does_not_fail_the_run(redis_url: str) ->
     async with BotHarness(redis_url, _agent(ledger), POLICY) as bot:
         bot.slack_api.rate_limit("chat.postMessage", 1, retry_after=1, when=is_run_message)
         await bot.slack.command("clean", user="U1", channel="C1")
-        [card] = await bot.wait_for_approvals(1, timeout=20)
+        [card] = await bot.wait_for_approvals(1)
         await approve_and_finish(bot, card)
         assert len([m for m in bot.slack_api.top_level() if "started agent" in m.all_text()]) == 1
         assert bot.slack_api.ephemeral_to("U1") == []
@@ -96,7 +96,7 @@ async def test_a_lost_response_on_a_card_post_leaves_exactly_one_indexed_card(
         slack = bot.slack_api
         slack.lose_response("chat.postMessage", 1, status=502, when=is_card)
         await bot.slack.command("clean", user="U1", channel="C1")
-        [card] = await bot.wait_for_approvals(1, timeout=20)
+        [card] = await bot.wait_for_approvals(1)
         assert len(slack.approval_messages()) == 1
         assert len(card_posts(slack)) == 1  # found by its metadata, not posted again
         [lookup] = slack.calls_to("conversations.history")
@@ -106,7 +106,7 @@ async def test_a_lost_response_on_a_card_post_leaves_exactly_one_indexed_card(
             "reject: not today", user="U2", channel=card.channel, thread_ts=card.ts
         )
         assert sent.status == 200
-        await bot.wait_for_status("finished", timeout=20)
+        await bot.wait_for_status("finished")
         await bot.idle()
         assert "Rejected by <@U2>" in card.all_text() and card.action_ids() == []
     assert ledger.executed == []
@@ -122,8 +122,8 @@ async def test_a_429_on_the_decisions_update_is_repaired_when_slack_recovers(
             "chat.update", 3, retry_after=1, when=lambda p: p.get("ts") == card.ts
         )
         await bot.click(card, APPROVE, user="U2")
-        await wait_until(lambda: card.action_ids() == [], timeout=15, what="the buttons to go")
-        await bot.wait_for_status("finished", timeout=20)
+        await wait_until(lambda: card.action_ids() == [], what="the buttons to go")
+        await bot.wait_for_status("finished")
         await bot.idle()
         assert "Approved by <@U2>" in card.all_text()
     assert ledger.names() == ["delete_logs"]
@@ -141,7 +141,7 @@ async def test_a_hung_slack_does_not_hold_up_the_resumed_run(redis_url: str) -> 
     gather = {"projector_gather_seconds": 10.0}
     async with BotHarness(redis_url, _agent(ledger), POLICY, settings=gather) as bot:
         await bot.slack.command("clean", user="U1", channel="C1")
-        [card] = await bot.wait_for_approvals(1, timeout=20)
+        [card] = await bot.wait_for_approvals(1)
         await bot.idle()
         # The card's update (the run message's may come first, and must not be the one held).
         # Every attempt hangs: on a loaded machine the client may time out (10 s) and try again.
@@ -354,7 +354,7 @@ async def test_a_lost_reply_on_the_command_claim_does_not_drop_the_command(
         )  # fmt: skip
         proxy.marker = b"{limits}:seen:"  # admit.lua's claim of the command's trigger id
         await bot.slack.command("clean", user="U1", channel="C1")
-        [card] = await bot.wait_for_approvals(1, timeout=20)
+        [card] = await bot.wait_for_approvals(1)
         assert proxy.dropped == 1
         # The retried admission was given the first one's answer: one start taken, not two.
         bucket = keys.user_bucket_key(bot.slack_api.team_id, "U1")
@@ -380,7 +380,7 @@ async def test_a_lost_reply_on_the_event_claim_does_not_drop_a_reject_reply(
         )
         assert sent.status == 200
         assert proxy.dropped == 1
-        await bot.wait_for_status("finished", timeout=20)
+        await bot.wait_for_status("finished")
         await bot.idle()
         assert "Rejected by <@U2>" in card.all_text()
         entries = await bot.audit()
@@ -485,7 +485,7 @@ async def test_retry_after_holds_a_card_whatever_else_wakes_its_run(redis_url: s
         # Two 429s: slack_sdk waits out the first and tries once more itself.
         bot.slack_api.rate_limit("chat.postMessage", 2, retry_after=2, when=card_b)
         await bot.slack.command("clean", user="U1", channel="C1")
-        await wait_until(lambda: len(attempts()) == 2, timeout=20, what="card B limited twice")
+        await wait_until(lambda: len(attempts()) == 2, what="card B limited twice")
         [card_a] = bot.slack_api.approval_messages()
         await bot.click(card_a, APPROVE, user="U2")  # makes the run due now
         await wait_until(lambda: len(bot.slack_api.approval_messages()) == 2, what="card B")
@@ -494,7 +494,7 @@ async def test_retry_after_holds_a_card_whatever_else_wakes_its_run(redis_url: s
         assert posted - limited >= 1.95, posted - limited
         [card_b_message] = [m for m in bot.slack_api.approval_messages() if m.action_ids()]
         await bot.click(card_b_message, APPROVE, user="U2")
-        await bot.wait_for_status("finished", timeout=20)
+        await bot.wait_for_status("finished")
         await bot.idle()
     assert sorted(ledger.names()) == ["delete_logs", "restart_service"]
 
@@ -509,7 +509,7 @@ async def test_an_idle_projector_still_shows_another_processs_change(redis_url: 
     ledger = Ledger()
     async with BotHarness(redis_url, _agent(ledger), POLICY) as bot:
         await bot.slack.command("clean", user="U1", channel="C1")
-        await bot.wait_for_approvals(1, timeout=20)
+        await bot.wait_for_approvals(1)
         await bot.idle()
         projector = bot.runtime.projector
         assert projector.idle_poll > projector.poll
@@ -523,5 +523,5 @@ async def test_an_idle_projector_still_shows_another_processs_change(redis_url: 
             assert result.outcome == "ok"
         finally:
             await other.aclose()
-        await bot.wait_for_status("cancelled", timeout=20)
+        await bot.wait_for_status("cancelled")
     assert ledger.names() == []

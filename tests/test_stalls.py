@@ -132,13 +132,12 @@ async def test_a_redis_stall_holds_no_answer(slack_api: FakeSlackAPI, tmp_path: 
             assert STILL_WORKING_COMMAND in command.text
             assert healthz == 200 and readyz == 503
             # Redis is back: the click is applied, once; the command's run starts and pauses.
-            await wait_until(lambda: executed == ["/var/log/a"], timeout=20, what="the tool")
+            await wait_until(lambda: executed == ["/var/log/a"], what="the tool")
             await wait_until(
                 lambda: (
                     len([m for m in slack_api.approval_messages() if m.action_ids()]) == 1
                     and len(slack_api.approval_messages()) == 2
                 ),
-                timeout=20,
                 what="the second run's card",
             )
             await bot.idle()
@@ -384,7 +383,6 @@ async def test_an_edit_answered_late_tells_its_errors_escaped(
             assert sent.status == 200 and "errors" not in sent.text
             [told] = await wait_until(
                 lambda: [t for t in slack_api.ephemeral_to("U2") if "too long" in t],
-                timeout=20,
                 what="the edit's errors, told late",
             )
             assert "&lt;!channel&gt;" in told and "<!channel>" not in told

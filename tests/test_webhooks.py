@@ -322,7 +322,7 @@ async def test_entries_past_the_bound_are_skipped_and_the_skip_is_delivered(
                 kinds = {e["kind"]: e for e in receiver.accepted}
                 return kinds.get("webhook_skipped")
 
-            event = await wait_until(skipped, timeout=20, what="the skip at the receiver")
+            event = await wait_until(skipped, what="the skip at the receiver")
     assert event["decision"] == str(len(stale))
     assert event["detail"] == f"{stale[0]}..{stale[-1]}"
     assert not set(stale) & set(receiver.ids())  # past the bound: skipped, not sent late
@@ -395,7 +395,7 @@ async def free_text_run(bot: BotHarness) -> None:
         what="the restart's card",
     )
     await bot.reject(restart, user="U3", reason=SAID["reason"])
-    await bot.wait_for_status("finished", timeout=20)
+    await bot.wait_for_status("finished")
     await bot.reply(bot.run_message(), SAID["follow_up"], user="U1")
     await wait_until(
         lambda: [m for m in bot.run_thread() if "The db is fine." in m.all_text()],
