@@ -15,12 +15,15 @@ import asyncio
 
 import redis
 import redis.asyncio as aioredis
+from agents.testing import assistant_message, function_call
 
 from benchmarks.costs import measure
 from benchmarks.roundtrips import counting
+from bot.slack.blocks import APPROVE
 from bot.store import keys
 from bot.store.queue import JobQueue
-from bot.testing.harness import wait_until
+from bot.testing.harness import BotHarness, wait_until
+from tests.agents_for_tests import POLICY, Ledger, ops_agent, slow_check
 
 # Issue #32's goals: a run whose one tool needs no approval, at most 30 round trips from
 # `/agent` to its output (74 before, measured from outside; 47 by this count); a decision, one
@@ -115,3 +118,39 @@ async def test_a_poll_in_flight_at_a_snapshot_counts_where_its_reply_is_read(
     finally:
         await client.aclose()
         looker.close()
+
+
+async def test_a_decided_card_whose_resume_outlasts_its_gather_is_read_with_its_claim(
+    redis_url: str,
+) -> None:
+    """A decided card waits for the resume it started (the gather); when the resume takes
+    longer (a burst's resumes queue up, a tool runs long), its pass comes at the gather's end,
+    and the process that made it due then reads the run with the claim that takes it, as a
+    run it made due now: no read of its own (one round trip fewer a decision in a burst)."""
+    ledger = Ledger()
+    started, release = asyncio.Event(), asyncio.Event()
+    agent, _ = ops_agent(
+        [[function_call("delete_logs", {"path": "/var/log/app"}, call_id="c1")],
+         [function_call("slow_check", {"host": "db-1"}, call_id="c2")],
+         [assistant_message("Deleted.")]],
+        ledger, extra_tools=[slow_check(ledger, started, release)],
+    )  # fmt: skip
+    windows = {"projector_gather_seconds": 0.3, "projector_coalesce_seconds": 30.0,
+               "progress_due_seconds": 30.0}  # fmt: skip
+    with counting() as counter:
+        async with BotHarness(redis_url, agent, POLICY, settings=windows) as bot:
+            card = await bot.start_and_wait("clean", user="U1")
+            await bot.idle()
+            before = counter.snapshot()
+            await bot.click(card, APPROVE, user="U2")
+            await asyncio.wait_for(started.wait(), 20)  # the resume runs on, past the gather
+            await wait_until(lambda: card.action_ids() == [], timeout=20, what="the card")
+            spent = counter.snapshot()
+            spent.subtract(before)
+            release.set()
+            await bot.wait_for_status("finished", timeout=20)
+    assert ledger.names() == ["delete_logs", "slow_check"]
+    reads = {name: n for name, n in spent.items() if n > 0 and "EVALSHA(projection " in name}
+    assert reads, sorted(spent.items())  # the card's pass read the run...
+    alone = [name for name in reads if name.startswith("EVALSHA(projection ")]
+    assert not alone, sorted(reads.items())  # ...with its claim, not in a round trip of its own

@@ -409,7 +409,7 @@ class Projector:
             return []
         ahead = []
         for run_id, at in list(self.outbox.expected.items()):
-            if at is not None and run_id not in self._in_hand:
+            if at is not None and at <= now and run_id not in self._in_hand:
                 del self.outbox.expected[run_id]
                 ahead.append(run_id)
         for run_id, (due, _) in self._expect_notice.items():

@@ -206,9 +206,10 @@ class Outbox:
         # Set when this process makes a run due: its projector wakes at once instead of at its
         # next poll (which is how it learns of other processes' changes).
         self.woken = asyncio.Event()
-        # Runs this process made due now (run id -> when, ms; None: the write is in flight):
-        # its projector reads each with the claim that takes it (`Projector._claim`), in the
-        # same round trip, and no claim of its takes one while its write is in flight.
+        # Runs this process made due (run id -> when they are due, ms; None: the write is in
+        # flight): its projector reads each with the claim that takes it once it is due
+        # (`Projector._claim`), in the same round trip, and no claim of its takes one while
+        # its write is in flight.
         self.expected: dict[str, float | None] = {}
         # When (monotonic) this process last indexed a run, and the earliest moment one it
         # indexed for later is due: its projector looks at the index by then, and polls often
@@ -237,6 +238,20 @@ class Outbox:
         self.expected[run_id] = now_ms()
         self.woken.set()
 
+    def expect_at(self, run_id: str, at: float) -> None:
+        """This process made the run due at `at` (ms; its write answered: `schedule_in` with a
+        delay): the claim that takes it then reads it too, as one it made due now (a decided
+        card that waits for its resume, in a burst where the resume takes longer: one round
+        trip fewer). Not while a write of it is in flight, nor later than it is already
+        expected."""
+        if not self.reads_ahead or self.expected.get(run_id, 0.0) is None:
+            return
+        if run_id in self.expected:
+            at = min(at, self.expected[run_id] or at)
+        elif len(self.expected) >= EXPECTED:
+            self.expected.pop(next(iter(self.expected)))
+        self.expected[run_id] = at
+
     @property
     def reads_ahead(self) -> bool:
         """Whether a claim may read ahead (`Projector._claim`): in order on one server, and
@@ -263,11 +278,14 @@ class Outbox:
         with self.making_due(run_id):
             await self.redis.zadd(keys.OUTBOX_INDEX, {run_id: now_ms()}, lt=True)
 
-    def schedule_in(self, pipe: Any, run_id: str, delay: float = 0.0) -> None:
+    def schedule_in(self, pipe: Any, run_id: str, delay: float = 0.0) -> float:
         """`schedule(run_id, delay)` as one command of a pipeline that carries other writes
-        (it does not wake the projector: its next look at the index finds the run)."""
+        (it does not wake the projector: its next look at the index finds the run); when it
+        is due (ms)."""
         self._indexed(delay)
-        pipe.zadd(keys.OUTBOX_INDEX, {run_id: now_ms() + delay * 1000}, lt=True)
+        due = now_ms() + delay * 1000
+        pipe.zadd(keys.OUTBOX_INDEX, {run_id: due}, lt=True)
+        return due
 
     async def claim(
         self, limit: int, lease: float, now: float | None = None, skip: Sequence[str] = ()

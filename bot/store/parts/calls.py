@@ -352,12 +352,15 @@ class Calls:
                 resumes = isinstance(result, Decided) and result.resume
                 # A resumed run's card waits for the resume (a pass now would only find that
                 # out, read for nothing and hand the run back, while the resume runs).
-                self.outbox.schedule_in(pipe, run_id, self.resume_gather if resumes else 0.0)
+                gather = self.resume_gather if resumes else 0.0
+                due = self.outbox.schedule_in(pipe, run_id, gather)
                 if resumes:  # waits for a worker
                     pipe.zadd(keys.DUE_RUNS, {run_id: float(now())})
                     if enqueue:  # last: a worker that takes it finds the due entry to clear
                         JobQueue.enqueue_in(pipe, "resume", run_id, owner, pause)
                 replies = await pipe.execute()
+            if gather > 0:  # its pass then starts read, with the claim that takes it
+                self.outbox.expect_at(run_id, due)
             if then is not None:
                 then(replies)
         return result
