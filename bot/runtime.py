@@ -162,6 +162,7 @@ class BotRuntime:
             progress_due_in=s.progress_due_seconds,
             clock=self.clock,
             resume_gather=s.projector_gather_seconds,
+            take_due_in=s.projector_coalesce_seconds,
         )
         self.leases, _ = await open_redis(url, max_connections=4, mode=self.redis_kind, **waiting)
         self.queue = JobQueue(self.redis, lease_seconds=s.job_lease_seconds, leases=self.leases)

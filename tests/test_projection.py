@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from typing import Any
 from urllib.parse import urlparse
 
@@ -525,3 +526,83 @@ async def test_an_idle_projector_still_shows_another_processs_change(redis_url: 
             await other.aclose()
         await bot.wait_for_status("cancelled")
     assert ledger.names() == []
+
+
+def _holding(started: asyncio.Event, release: asyncio.Event) -> Any:
+    """An agent whose one gated call `hold` waits for `release` when its task is "hold" (the
+    worker stays busy) and returns at once otherwise; the model answers from its input alone."""
+    from agents import Agent, function_tool
+    from agents.testing import ModelStep, ScriptedModel
+
+    @function_tool(needs_approval=True)
+    async def hold(name: str) -> str:
+        """Hold on to a name."""
+        if name == "hold":
+            started.set()
+            await release.wait()
+        return f"held {name}"
+
+    def respond(call: Any) -> list[Any]:
+        items = call.input if isinstance(call.input, list) else [
+            {"role": "user", "content": str(call.input)}
+        ]  # fmt: skip
+        data = [i if isinstance(i, dict) else i.model_dump() for i in items]
+        if any(d.get("type") == "function_call_output" for d in data):
+            return [assistant_message("Held.")]
+        name = str(data[0].get("content", ""))
+        return [function_call("hold", {"name": name}, call_id=f"call_{name}")]
+
+    class Stateless(ScriptedModel):
+        def __init__(self) -> None:
+            super().__init__([])
+
+        async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+            return await ScriptedModel([ModelStep.respond(respond)]).get_response(*args, **kwargs)
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+            return ScriptedModel([ModelStep.respond(respond)]).stream_response(*args, **kwargs)
+
+    return Agent(name="holder", model=Stateless(), tools=[hold])
+
+
+async def test_a_resume_queued_behind_busy_workers_is_left_alone_until_its_take(
+    redis_url: str,
+) -> None:
+    """In a burst of decisions the resumes queue up: a decided card's pass that finds its
+    run's job still waiting for a worker shows the card and leaves the run alone (no look
+    every little while to learn of the take: each a read and a release, for nothing); the
+    worker's take makes it due, its changes gathered from the take, and its end at once."""
+    started, release = asyncio.Event(), asyncio.Event()
+    settings = {"worker_concurrency": 1, "requester_notice": "off"}
+    async with BotHarness(redis_url, _holding(started, release), POLICY, settings=settings) as bot:
+        busy = await bot.start_and_wait("hold", user="U1")
+        await bot.slack.command("other", user="U1", channel="C1")
+        [queued] = [c for c in await bot.wait_for_cards(2) if c.ts != busy.ts]
+        await bot.click(busy, APPROVE, user="U2")
+        await asyncio.wait_for(started.wait(), 20)  # the one worker slot is taken
+        await bot.click(queued, APPROVE, user="U2")
+        run_id = keys.run_of(queued.button_value(APPROVE))
+        assert run_id is not None
+        await wait_until(lambda: queued.action_ids() == [], timeout=20, what="its card shown")
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+
+            async def released() -> bool:
+                return await client.hget(keys.OUTBOX_LEASES, run_id) is None
+
+            await wait_until(released, timeout=20, what="the card's pass to end")
+            due = await client.zscore(keys.OUTBOX_INDEX, run_id)
+            # Due again only when nothing else makes it due first: the take, the end (as
+            # late as `projector_busy_coalesce_seconds`, 60 s, after the decision).
+            assert due is None or due / 1000 > time.time() + 30, due - time.time() * 1000
+            release.set()
+
+            async def finished() -> bool:
+                return await client.hget(keys.run_key(run_id), "status") == b"finished"
+
+            await wait_until(finished, timeout=30, what="the queued run to end")
+        finally:
+            await client.aclose()
+        await wait_until(
+            lambda: [m for m in bot.run_thread() if "Held." in m.text], what="its output"
+        )

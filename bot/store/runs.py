@@ -21,7 +21,7 @@ import redis.asyncio as redis
 from bot.clock import SYSTEM_CLOCK, Clock
 from bot.store import keys
 from bot.store.connection import UNREPLICATED, is_cluster
-from bot.store.delivery.outbox import Mark, Outbox, Shown
+from bot.store.delivery.outbox import Mark, Outbox, Shown, now_ms
 from bot.store.delivery.outcomes import Outcomes
 from bot.store.errors import NotOwner as NotOwner
 from bot.store.errors import StoreError as StoreError
@@ -217,12 +217,16 @@ class Runs:
         outbox: Outbox,
         calls: Calls,
         progress_due_in: float = PROGRESS_DUE_IN,
+        take_due_in: float = 0.0,
     ) -> None:
+        """`take_due_in`: the projector's coalescing window, from which a run's changes gather
+        once a worker took its job (0: a take indexes nothing; see `take_run`)."""
         self.redis = client
         self.retention = retention_seconds
         self.outbox = outbox
         self.calls = calls
         self.progress_due_in = progress_due_in  # a setting (`progress_due_seconds`)
+        self.take_due_in = take_due_in
         self._save_pause = client.register_script(marking("save_pause"))
         self._finish = client.register_script(marking("finish"))
         self._take = client.register_script(script("take_job"))
@@ -672,13 +676,22 @@ class Runs:
         due set until it pauses or ends (its job's lease watches it; the sweeper only checks
         that a delivery of the job is still pending, see `release_lost_job`)."""
         named = [f"{run_id}.{token}" for token in pause.split()] if resume else []
-        reply = await self._take(
-            keys=RunKeys(run_id).take_job(named),
-            args=[
-                execution, message_id, attempt, now(), self.retention, "1" if resume else "",
-                pause if resume else "",
-            ],
-        )  # fmt: skip
+        names = RunKeys(run_id).take_job(named)
+        values: list[str | int | float] = [
+            execution, message_id, attempt, now(), self.retention, "1" if resume else "",
+            pause if resume else "",
+        ]  # fmt: skip
+        if self._waited(message_id):
+            # Its run's pass found the job queued and left the run alone until it is taken (a
+            # burst's resumes queue up): it is due once its changes gathered from the take,
+            # indexed in the take's round trip.
+            async with self.redis.pipeline(transaction=False) as pipe:
+                batch = Batch(pipe)
+                index = batch.script(self._take, names, values)
+                self.outbox.schedule_in(pipe, run_id, self.take_due_in)
+                reply = (await batch.execute())[index]
+        else:
+            reply = await self._take(keys=names, args=values)
         taken = decode_take(reply, run_id, named)
         if taken.run is None or not resume or taken.calls is not None:
             return taken
@@ -687,6 +700,24 @@ class Runs:
             self.calls.read_calls(pipe, ids)
             replies = await pipe.execute()
         return dataclasses.replace(taken, calls=Calls.calls_from(ids, replies) if ids else None)
+
+    @property
+    def takes_index(self) -> bool:
+        """Whether a take of a job that waited for a worker makes its run due (`take_run`):
+        the projector then leaves a run whose job is queued alone until it is taken. Not on
+        Redis Cluster, nor with replicas to confirm writes (the take goes alone there)."""
+        return self.take_due_in > 0 and self.outbox.reads_ahead
+
+    def _waited(self, message_id: str) -> bool:
+        """Whether the job (its stream message id: when it was enqueued, ms) waited for a worker
+        past a decided card's gather, when its run's pass may have found it queued."""
+        if not self.takes_index:
+            return False
+        enqueued, _, _ = message_id.partition("-")
+        try:
+            return now_ms() - int(enqueued) >= self.calls.resume_gather * 1000
+        except ValueError:
+            return False
 
     async def forgive_attempt(self, run_id: str, attempt: str) -> None:
         """Best effort (Redis is likely away): `attempt`, still the run's owner, is not counted
@@ -735,8 +766,10 @@ class RunStore:
         progress_due_in: float = PROGRESS_DUE_IN,
         clock: Clock = SYSTEM_CLOCK,
         resume_gather: float = 0.0,
+        take_due_in: float = 0.0,
     ) -> None:
-        """`resume_gather`: see `Calls` (the projector's gather, in the running bot)."""
+        """`resume_gather`: see `Calls` (the projector's gather, in the running bot);
+        `take_due_in`: see `Runs` (the projector's coalescing window)."""
         self.redis = client
         self.retention = retention_seconds
         self.outbox = Outbox(client, retention_seconds=retention_seconds)
@@ -751,6 +784,7 @@ class RunStore:
             outbox=outbox,
             calls=calls,
             progress_due_in=progress_due_in,
+            take_due_in=take_due_in,
         )
         reviews = self.reviews = Reviews(client, retention_seconds=keep, outbox=outbox)
         outcomes = self.outcomes = Outcomes(client, retention_seconds=keep, outbox=outbox)

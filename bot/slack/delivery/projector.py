@@ -1453,6 +1453,8 @@ class Projector:
         if run.status not in ("resuming", "running") or self.busy_coalesce <= self.coalesce:
             return max(gathered, 0.0)
         if "/" not in run.owner:  # queued: no worker has it yet
+            if self.store.run_records.takes_index:  # its take makes it due (`take_run`)
+                return max(since + self.busy_coalesce - now, 0.0)
             # Look again after as long as it has waited (a few looks, not one a window, for
             # each of a burst's runs); its end makes it due at once.
             again = gathered if gathered > 0 else max(self.coalesce, now - since, POLL)
