@@ -86,7 +86,11 @@ class FollowUps:
             and ts
             and not await self.store.first_delivery("follow_up", f"{channel}:{ts}")
         ):
-            return None  # Slack's retry of an event already handled
+            # Slack's retry of an event already handled, or the same message's other event (a
+            # mention in a run's thread comes as `message` and `app_mention`): handled, nothing
+            # to say. Not None, which says the thread is not a run's (a mention would then
+            # start a run of its own).
+            return Reply(True)
         if verdict.allowed:
             admission = await self.core.admission.admit(
                 self.core.limits.quota,
