@@ -38,7 +38,12 @@ TASK = "/agent restart the web tier and scale it to 8 replicas"
 
 
 @asynccontextmanager
-async def sandbox(tmp_path: Path, policy: Path | None = None) -> AsyncIterator[str]:
+async def sandbox(
+    tmp_path: Path, policy: Path | None = None, write_gap: float = 0.0
+) -> AsyncIterator[str]:
+    """The sandbox served on a port of its own. Its demo model writes each answer at once
+    (`make sandbox`'s writes a word every 0.12 s: 2-4 s of waiting for a run's end), unless
+    a test looks at an answer being written."""
     stop, ready = asyncio.Event(), asyncio.get_running_loop().create_future()
     task = asyncio.create_task(
         serve(
@@ -49,6 +54,7 @@ async def sandbox(tmp_path: Path, policy: Path | None = None) -> AsyncIterator[s
             offline=True,
             stop=stop,
             ready=ready,
+            write_gap=write_gap,
         )
     )
     await asyncio.wait([ready, task], timeout=60, return_when=asyncio.FIRST_COMPLETED)
@@ -313,13 +319,15 @@ async def test_edit_then_approve_in_the_browser(sandbox_url: str, tmp_path: Path
 
 
 async def test_a_follow_up_in_the_run_thread_in_the_browser(
-    sandbox_url: str, tmp_path: Path
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Alice's run finished; Mallory, an outsider, may not continue it; Alice replies in its
     thread, and the agent takes that up as the run's next turn: a new card, Bob's approval, a
-    second answer in the same thread, shown while it is written, then finalized."""
+    second answer in the same thread, shown while it is written (as `make sandbox` writes it,
+    a word every 0.12 s), then finalized."""
     shot = shots(tmp_path)
-    async with browser_page(sandbox_url) as page:
+    monkeypatch.chdir(tmp_path)
+    async with sandbox(tmp_path, write_gap=0.12) as url, browser_page(url) as page:
         await send(page, "/agent restart the web tier")
         await approve_count(page, 1)
         await act_as(page, "U0BOB")

@@ -117,8 +117,10 @@ class Sandbox:
         policy_file: Path | None,
         offline: bool,
         data_dir: Path,
+        write_gap: float = 0.12,
     ) -> None:
         self.agents = agents
+        self.write_gap = write_gap
         self.policy_file = policy_file
         self.offline = offline
         self.data_dir = data_dir
@@ -145,7 +147,7 @@ class Sandbox:
         ]
         registry = AgentRegistry.load(self.agents)
         if self.offline:
-            use_model(registry.agents.values(), DemoModel(write_gap=0.12))
+            use_model(registry.agents.values(), DemoModel(write_gap=self.write_gap))
             set_tracing_disabled(True)  # nowhere to send traces offline; say nothing about it
         settings = Settings(
             _env_file=None,  # type: ignore[call-arg]
@@ -424,12 +426,18 @@ async def serve(
     offline: bool,
     stop: asyncio.Event,
     ready: asyncio.Future[int] | None = None,
+    write_gap: float = 0.12,
 ) -> None:
     """Run the sandbox until `stop` is set; `ready` gets the page's port once it is served
-    (the kernel's choice when `port` is 0)."""
+    (the kernel's choice when `port` is 0). `write_gap`: seconds between two words of the
+    offline demo model's answers (written as a model writes; 0: each answer at once)."""
     with tempfile.TemporaryDirectory(prefix="approval-bot-sandbox-") as tmp:
         sandbox = Sandbox(
-            agents=agents, policy_file=policy_file, offline=offline, data_dir=Path(tmp)
+            agents=agents,
+            policy_file=policy_file,
+            offline=offline,
+            data_dir=Path(tmp),
+            write_gap=write_gap,
         )
         runner = web.AppRunner(web_app(sandbox), access_log=None)
         try:
