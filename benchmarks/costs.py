@@ -167,7 +167,7 @@ async def cpu_per_run(
     """The bot's CPU seconds (its own process) per run, one at a time, interleaved: a run
     whose tool needs no approval (`plain`), one whose call a rule approves (`automatic`) and
     one whose call a rule rejects (`rejected`); the first three of each warm up."""
-    bot = Bot(redis_url, api_url, tmp)
+    bot = Bot(redis_url, api_url, tmp, processes=1)  # (its CPU per run, not its spread)
     (tmp / "policy.yml").write_text(AUTO_POLICY)
     found: dict[str, list[float]] = {"plain": [], "automatic": [], "rejected": []}
     await bot.start()

@@ -5,8 +5,9 @@ clicks over HTTP from this load generator:
 
 - a bare slack-bolt AsyncApp whose only listener acks (`benchmarks/peers.py bare`): the floor
   for acknowledging a click with Bolt on aiohttp with signature verification;
-- the bot (`approval-bot serve --http`, one in-process worker), where every click approves a
-  distinct paused run of a minimal agent (one call that needs approval, then an answer);
+- the bot (`approval-bot serve --http` as it serves by default: APPROVAL_BOT_PROCESSES whole
+  bots, each with its in-process worker), where every click approves a distinct paused run of
+  a minimal agent (one call that needs approval, then an answer);
 - the SDK alone, in this process: `RunState.from_string` + `approve` + `Runner.run` on the same
   minimal run, the floor for decision -> final output.
 
@@ -36,9 +37,10 @@ p99 to final output at most 1.5x (200 x floor / cores); acks p99 at most 1.5x th
 
 Environment: BENCH_LOG (the bot's log level), BENCH_PROFILE (a folder: py-spy profiles of the
 bot per phase), BENCH_BOT (what follows `python` to start the bot, default `-m bot`),
-BENCH_NOTICE (the requester's message: dm, the default, ephemeral or off), BENCH_WORKERS (n:
-the bot serves with no worker of its own and n `worker` processes run beside it; CPU is summed
-over them), BENCH_SLOW (a factor for the waits, on a machine busy with more), BENCH_LOOP
+BENCH_NOTICE (the requester's message: dm, the default, ephemeral or off), BENCH_PROCESSES (n:
+`serve --processes n`; CPU is summed over the serving processes), BENCH_WORKERS (n: the bot
+serves with no worker of its own and n `worker` processes run beside it; CPU is summed over
+them), BENCH_SLOW (a factor for the waits, on a machine busy with more), BENCH_LOOP
 (uvloop: the bot's APPROVAL_BOT_EVENT_LOOP), BENCH_BOT_ENV ("NAME=value ...": the bot's
 settings, e.g. an A/B of one), BENCH_ROUNDTRIPS (set: the bot's Redis round
 trips per decision one at a time, beyond its idle polling, and per second idle, by command;
@@ -196,6 +198,7 @@ class Load:
     notices: int = 0  # the requester's notices (one person started every run)
     # s from sending each click to the stand-in receiving its run's final output post
     outputs: list[float] = field(default_factory=list)
+    shares: list[float] = field(default_factory=list)  # CPU s of each bot process over it
 
     def per_decision(self, method: str | None) -> float:
         """Web API calls per decision for the runs' messages by `method` (the requester's
@@ -381,8 +384,14 @@ async def sdk_resume(samples: int) -> tuple[list[float], list[float]]:
 class Bot:
     """The bot in a process of its own, and what the stand-in saw of it."""
 
-    def __init__(self, redis_url: str, api_url: str, tmp: Path) -> None:
+    def __init__(
+        self, redis_url: str, api_url: str, tmp: Path, *, processes: int | None = None
+    ) -> None:
+        """`processes`: `serve --processes`; None: BENCH_PROCESSES, else the bot's default
+        (APPROVAL_BOT_PROCESSES unset)."""
         self.redis_url, self.api_url = redis_url, api_url
+        bench = os.environ.get("BENCH_PROCESSES")
+        self.processes = processes if processes is not None else int(bench) if bench else None
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/slack/events"
         policy = tmp / "policy.yml"
@@ -426,8 +435,8 @@ class Bot:
         args = [*bot, "--log-level", level, "serve", "--http", "--port", str(self.port)]
         if os.environ.get("BENCH_ROUNDTRIPS"):  # (counted per process: one serving process)
             args += ["--processes", "1"]
-        elif os.environ.get("BENCH_PROCESSES"):
-            args += ["--processes", os.environ["BENCH_PROCESSES"]]
+        elif self.processes is not None:
+            args += ["--processes", str(self.processes)]
         self.process = Process([*args, "--no-worker"] if workers else args, self.counted(0))
         for i in range(workers):
             worker = [*bot, "--log-level", level, "worker", "--metrics-port", "0"]
@@ -530,7 +539,7 @@ class Bot:
         bodies = [click_body(approval_id) for approval_id, _ in runs]
         state = await self.standin("bench.state")
         notes, methods, notices = state["notes"], state["methods"], state["notices"]
-        before = self.cpu()
+        before, each = self.cpu(), {pid: cpu_seconds(pid) for pid in self.pids}
         started = time.perf_counter()
         sent: list[float] = []
         load = await burst(self.url, bodies, in_flight, sent)
@@ -543,6 +552,8 @@ class Bot:
             await until(done, (60 + len(runs) / 5) * SLOW, "the resumed runs")
         load.settle = time.perf_counter() - started
         load.cpu = self.cpu() - before
+        with contextlib.suppress(OSError):  # (a process that ended meanwhile: none)
+            load.shares = [cpu_seconds(pid) - was for pid, was in each.items()]
         finished = await self.finished(run_ids)
         results = (await self.standin("bench.results"))["results"]
         load.outputs = [results[r] - t for r, t in zip(run_ids, sent, strict=True) if r in results]
@@ -783,7 +794,9 @@ async def main() -> None:
             server.stop()
     report(bare, loads, serial, (sdk, sdk_cpu), calls, storage, connections, at_once, floor,
            serial_cpu)  # fmt: skip
-    print(f"(the bot: {bot.topology})")
+    shares = " / ".join(f"{100 * c / max(sum(at_once.shares), 1e-9):.0f}%" for c in at_once.shares)
+    print(f"(the bot: {bot.topology}; their shares of the {at_once.clicks} at once's CPU: "
+          f"{shares})")  # fmt: skip
     notice = os.environ.get("BENCH_NOTICE") or "dm"
     print(f"(requester notice: {notice}, BENCH_NOTICE=dm|ephemeral|off; 2 cores shared by "
           f"Redis, the bot, the stand-in and the load generator; "

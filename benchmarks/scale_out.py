@@ -100,7 +100,8 @@ class Deployment:
         for _ in range(self.replicas):
             port = free_port()
             args = ["-m", "bot", "--log-level", level, "serve", "--http", "--port", str(port)]
-            self.processes.append(Process([*args, "--no-worker"], env))
+            # (a replica is one process here: the replicas are what is measured)
+            self.processes.append(Process([*args, "--no-worker", "--processes", "1"], env))
             self.urls.append(f"http://127.0.0.1:{port}/slack/events")
         for _ in range(self.workers):
             args = ["-m", "bot", "--log-level", level, "worker", "--metrics-port", "0"]

@@ -9,7 +9,6 @@ import csv
 import importlib
 import json
 import logging
-import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -152,27 +151,33 @@ def _failing(what: str, settings: Settings, run: Callable[[], int]) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from bot.processes import process_count, supervise
+    from bot.processes import Serving, process_count, supervise
     from bot.runtime import BotRuntime, serve_http, serve_socket
 
     def body_on(
-        sock: socket.socket | None = None, index: int = 0
+        serving: Serving | None = None,
     ) -> Callable[[Settings, asyncio.Event], Awaitable[None]]:
-        """Serve in this process; with `sock`, as serving process `index` of several, whose
-        own operations endpoints are on the metrics port + `index`."""
+        """Serve in this process; with `serving`, as one of several on a shared socket, whose
+        own operations endpoints are on the metrics port + its index."""
 
         async def body(settings: Settings, stop: asyncio.Event) -> None:
-            runtime = BotRuntime(settings, socket_mode=args.socket, with_worker=not args.no_worker)
+            runtime = BotRuntime(
+                settings, socket_mode=args.socket, with_worker=not args.no_worker,
+                elsewhere=serving.elsewhere if serving else None,
+            )  # fmt: skip
             if args.socket:
                 await serve_socket(
                     runtime, stop, runtime.ops_server(args.metrics_host, args.metrics_port)
                 )
                 return
-            ops_server = None
-            if sock is not None:
-                port = settings.metrics_port if args.metrics_port is None else args.metrics_port
-                ops_server = runtime.ops_server(args.metrics_host, port and port + index)
-            await serve_http(runtime, args.host, args.port, stop, sock=sock, ops_server=ops_server)
+            if serving is None:
+                await serve_http(runtime, args.host, args.port, stop)
+                return
+            port = settings.metrics_port if args.metrics_port is None else args.metrics_port
+            ops_server = runtime.ops_server(args.metrics_host, port and port + serving.index)
+            await serve_http(
+                runtime, args.host, args.port, stop, sock=serving.sock, ops_server=ops_server
+            )
 
         return body
 
@@ -182,7 +187,7 @@ def _serve(args: argparse.Namespace) -> int:
             return _run("bot", settings, body_on())
         return supervise(
             settings, args.host, args.port, count,
-            lambda settings, sock, index: _run("bot", settings, body_on(sock, index)),
+            lambda settings, serving: _run("bot", settings, body_on(serving)),
         )  # fmt: skip
 
     if args.socket and args.processes not in (None, 1):

@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import gc
 import logging
 import math
+import mmap
 import os
 import signal
 import socket
@@ -103,6 +105,45 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class InFlight:
+    """The Slack requests each serving process has in flight, in memory the supervisor shares
+    with them (an anonymous shared mapping made before they are forked): one 8-byte slot per
+    process, written by that process only, read by the others. A lull in one process's work is
+    a moment with none in flight in any (`bot.service.foreground`)."""
+
+    def __init__(self, count: int) -> None:
+        self._memory = mmap.mmap(-1, 8 * count)  # (MAP_SHARED: the forked processes' too)
+        self.slots = (ctypes.c_int64 * count).from_buffer(self._memory)
+
+    def of(self, index: int) -> ProcessInFlight:
+        """Serving process `index`'s view (its slot cleared: a process started again)."""
+        self.slots[index] = 0
+        return ProcessInFlight(self.slots, index)
+
+
+class ProcessInFlight:
+    """One serving process's side of `InFlight` (a `bot.service.foreground.Elsewhere`)."""
+
+    def __init__(self, slots: ctypes.Array[ctypes.c_int64], index: int) -> None:
+        self.slots, self.index = slots, index
+
+    def publish(self, count: int) -> None:
+        self.slots[self.index] = count
+
+    def others(self) -> int:
+        return sum(self.slots) - self.slots[self.index]
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What a serving process is given: the shared socket, its index (0 .. count - 1), and the
+    others' requests in flight."""
+
+    sock: socket.socket
+    index: int
+    elsewhere: ProcessInFlight
+
+
 @dataclass
 class Child:
     """A serving process: its pid and when it was started (monotonic)."""
@@ -112,7 +153,7 @@ class Child:
 
 
 class Supervisor:
-    """Forks `count` serving processes, each running `serve(settings, sock, index)` (returns
+    """Forks `count` serving processes, each running `serve(settings, Serving(...))` (returns
     its exit code), and restarts or stops them as the module's docstring says."""
 
     def __init__(
@@ -120,15 +161,17 @@ class Supervisor:
         settings: Settings,
         sock: socket.socket,
         count: int,
-        serve: Callable[[Settings, socket.socket, int], int],
+        serve: Callable[[Settings, Serving], int],
     ) -> None:
         self.settings, self.sock, self.count, self.serve = settings, sock, count, serve
+        self.in_flight = InFlight(count)
         self.children: dict[int, Child] = {}  # by index (0 .. count - 1)
         self.failing = 0  # quick exits one after another
         self.stopping = False
         self._preexec = die_with_parent()  # made here: it names this process as the parent
 
     def _fork(self, index: int) -> None:
+        serving = Serving(self.sock, index, self.in_flight.of(index))
         pid = os.fork()
         if pid == 0:  # the serving process: never returns
             code = 1
@@ -139,7 +182,7 @@ class Supervisor:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
                 if self._preexec is not None:
                     self._preexec()  # SIGTERM when the supervisor dies
-                code = self.serve(self.settings, self.sock, index)
+                code = self.serve(self.settings, serving)
             except BaseException:
                 log.exception("serving process %d failed", os.getpid())
             finally:
@@ -224,7 +267,7 @@ def supervise(
     host: str,
     port: int,
     count: int,
-    serve: Callable[[Settings, socket.socket, int], int],
+    serve: Callable[[Settings, Serving], int],
 ) -> int:
     """Serve with `count` processes on `host`:`port` (see the module's docstring); the exit code."""
     embedded: EmbeddedRedis | None = None

@@ -30,7 +30,7 @@ from bot.listening import start_site
 from bot.outage import OUTAGE
 from bot.service.approvals import ApprovalService
 from bot.service.authorize import Authorizer
-from bot.service.foreground import Foreground
+from bot.service.foreground import Elsewhere, Foreground
 from bot.service.oversight.advice import AdvisorSettings
 from bot.service.oversight.attention import AttentionSettings
 from bot.service.oversight.review_digest import ReviewDigests
@@ -84,8 +84,12 @@ class BotRuntime:
         with_worker: bool = True,
         clock: Clock = SYSTEM_CLOCK,
         advisor: Agent[Any] | None = None,
+        elsewhere: Elsewhere | None = None,
     ) -> None:
         self.settings = settings
+        # The other serving processes' requests in flight (`serve --processes`): acks first
+        # over all of them (`bot.service.foreground`).
+        self.elsewhere = elsewhere
         self.clock = clock  # when timers are due (tests pass a clock they move forward)
         self.socket_mode = socket_mode
         self.with_worker = with_worker
@@ -219,7 +223,7 @@ class BotRuntime:
                 max_task_chars=s.max_task_chars,
                 lists_per_minute=s.user_lists_per_minute,
             ),
-            foreground=Foreground(max_wait=s.lull_max_seconds),
+            foreground=Foreground(max_wait=s.lull_max_seconds, elsewhere=self.elsewhere),
             attention=AttentionSettings(
                 read_chars_per_second=s.review_read_chars_per_second,
                 stamp_seconds=s.rubber_stamp_seconds,

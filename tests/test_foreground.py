@@ -141,3 +141,24 @@ async def test_a_new_request_stops_the_release_of_waiters_not_yet_due() -> None:
         assert 0 < len(released) < 6 and foreground.waiting == 6 - len(released)
     await asyncio.gather(*waiters)
     assert released == list(range(6))
+
+
+async def test_another_serving_processs_requests_hold_deferred_work_here_too() -> None:
+    """`serve --processes 2`: two gates sharing one `InFlight` (the supervisor's shared
+    memory, here in one process): a request in flight in one holds the other's deferred work
+    until it is answered, and each publishes its own count only."""
+    from bot.processes import InFlight
+
+    shared = InFlight(2)
+    here = Foreground(max_wait=FOREVER, elsewhere=shared.of(0))
+    there = Foreground(max_wait=FOREVER, elsewhere=shared.of(1))
+    with held(there) as answered:
+        await steps(1)
+        assert list(shared.slots) == [0, 1]
+        waiter = asyncio.create_task(here.lull())
+        await steps()
+        assert not waiter.done()
+        answered.set()
+        await asyncio.wait_for(waiter, timeout=30)  # (seen at its next look: PEER_POLL)
+    assert list(shared.slots) == [0, 0]
+    assert await asyncio.wait_for(here.lull(), timeout=30) is None  # nothing in flight: at once

@@ -15,6 +15,12 @@ the rest after.
 Waiters are released in the order they came, a few per loop iteration, so that a large set
 of deferred tasks never becomes ready all at once: between two releases the loop accepts new
 requests, and a new request in flight stops the release of those not yet due.
+
+Serving processes on one machine share its cores (`serve --processes`, `bot/processes.py`):
+there the count is shared too (`Elsewhere`: each process publishes its own, and a lull is a
+moment with no request in flight in any of them), so that one process's resumes do not take
+a core from another's acks. Another process's requests ending is seen by looking again every
+`PEER_POLL` seconds while they are the only ones in flight.
 """
 
 from __future__ import annotations
@@ -23,11 +29,23 @@ import asyncio
 import collections
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 MAX_WAIT_SECONDS = 0.5  # the default of APPROVAL_BOT_LULL_MAX_SECONDS
 # Waiters released per loop iteration (they are then ready together in the next one).
 RELEASE_BATCH = 4
 EARLY = 0.001  # asyncio may run a timer this much before its time
+PEER_POLL = 0.003  # seconds between looks at other processes' requests while only they are busy
+
+
+class Elsewhere(Protocol):
+    """The requests in flight in the other serving processes of this machine."""
+
+    def publish(self, count: int) -> None:
+        """Tell the others this process's count."""
+
+    def others(self) -> int:
+        """The others' counts, summed."""
 
 
 class Foreground:
@@ -35,9 +53,15 @@ class Foreground:
 
     One per process, on one event loop. `max_wait` 0 disables the waiting."""
 
-    def __init__(self, max_wait: float = MAX_WAIT_SECONDS, batch: int = RELEASE_BATCH) -> None:
+    def __init__(
+        self,
+        max_wait: float = MAX_WAIT_SECONDS,
+        batch: int = RELEASE_BATCH,
+        elsewhere: Elsewhere | None = None,
+    ) -> None:
         self.max_wait = max_wait
         self.batch = max(1, batch)
+        self.elsewhere = elsewhere  # the other serving processes' requests (None: alone)
         self._in_flight = 0
         self.seen = 0  # requests so far (the projector polls often while they come)
         # (deadline, future) in arrival order; deadlines ascend as max_wait is fixed.
@@ -57,17 +81,25 @@ class Foreground:
         """Around the answer to one Slack request, whatever way it ends."""
         self._in_flight += 1
         self.seen += 1
+        if self.elsewhere is not None:
+            self.elsewhere.publish(self._in_flight)
         try:
             yield
         finally:
             self._in_flight -= 1
+            if self.elsewhere is not None:
+                self.elsewhere.publish(self._in_flight)
             if self._in_flight == 0 and self._waiters:
                 self._schedule(soon=True)
+
+    def _busy(self) -> bool:
+        """A request in flight here or in another serving process."""
+        return self._in_flight > 0 or (self.elsewhere is not None and self.elsewhere.others() > 0)
 
     async def lull(self) -> None:
         """Return when no Slack request is in flight, or after `max_wait` seconds at most
         (a little more when many waiters are due together: they leave a few at a time)."""
-        if self._in_flight == 0 or self.max_wait <= 0:
+        if self.max_wait <= 0 or not self._busy():
             return
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
@@ -77,14 +109,18 @@ class Foreground:
         await waiter  # cancelled: the pump skips it
 
     def _schedule(self, *, soon: bool) -> None:
-        """Run the pump in the next loop iteration (`soon`), or when the first waiter is due."""
+        """Run the pump in the next loop iteration (`soon`), or when the first waiter is due
+        (sooner, every `PEER_POLL`, while only other processes have requests in flight)."""
         loop = asyncio.get_running_loop()
         if self._pump is not None:
             self._pump.cancel()
         if soon or not self._waiters:
             self._pump = loop.call_soon(self._release)
-        else:
-            self._pump = loop.call_at(self._waiters[0][0], self._release)
+            return
+        due = self._waiters[0][0]
+        if self._in_flight == 0 and self.elsewhere is not None:
+            due = min(due, loop.time() + PEER_POLL)
+        self._pump = loop.call_at(due, self._release)
 
     def _release(self) -> None:
         """Let out up to `batch` waiters that may go (nothing in flight, or their wait is
@@ -92,17 +128,20 @@ class Foreground:
         self._pump = None
         now = asyncio.get_running_loop().time()
         released = 0
+        busy: bool | None = None  # (looked at once per release)
         while self._waiters and released < self.batch:
             deadline, waiter = self._waiters[0]
             if waiter.done():  # cancelled while waiting
                 self._waiters.popleft()
                 continue
-            if self._in_flight and deadline > now + EARLY:
+            if busy is None:
+                busy = self._busy()
+            if busy and deadline > now + EARLY:
                 break
             self._waiters.popleft()
             waiter.set_result(None)
             released += 1
         if not self._waiters:
             return
-        due = self._in_flight == 0 or self._waiters[0][0] <= now + EARLY
+        due = not self._busy() or self._waiters[0][0] <= now + EARLY
         self._schedule(soon=due)
