@@ -208,9 +208,10 @@ class Settings(BaseSettings):
 
     # Operations: shutdown budget, logs, the metrics/health port of worker and Socket Mode.
     drain_seconds: float = Field(default=20.0, alias="APPROVAL_BOT_DRAIN_SECONDS", gt=0)
-    # `serve --http` in this many processes on one socket, each a whole bot (0: one per core;
-    # `--processes` says it instead): one process does at most one core of work (#32).
-    processes: int = Field(default=1, alias="APPROVAL_BOT_PROCESSES", ge=0)
+    # `serve --http` in this many processes on one socket, each a whole bot (0: one per core,
+    # within the CPU quota, at most 4; `--processes` says it instead): one process does at most
+    # one core of work, and a burst of decisions needs every core (#32, docs/benchmarks.md).
+    processes: int = Field(default=0, alias="APPROVAL_BOT_PROCESSES", ge=0)
     log_level: str = Field(default="INFO", alias="APPROVAL_BOT_LOG_LEVEL")
     log_format: Literal["text", "json"] = Field(default="text", alias="APPROVAL_BOT_LOG_FORMAT")
     metrics_host: str = Field(default="127.0.0.1", alias="APPROVAL_BOT_METRICS_HOST")

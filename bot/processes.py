@@ -30,6 +30,7 @@ stays open in the supervisor). It then only waits:
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import ctypes
 import gc
@@ -54,12 +55,15 @@ QUICK_EXIT_SECONDS = 10.0  # a serving process that exits sooner than this did n
 FAILING_IN_A_ROW = 3  # that many quick exits one after another stop the whole
 KILL_AFTER = 10.0  # seconds past the drain budget before a serving process is killed
 SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
+# "One per core" stops here: a host without a CPU quota may have dozens of cores, and each
+# process is some 150 MB, a worker's slots and a pool of Redis connections (measured on 2).
+PER_CORE_AT_MOST = 4
 
 
 def process_count(setting: int) -> int:
     """How many serving processes `setting` (APPROVAL_BOT_PROCESSES or `--processes`) asks
-    for: 0 means one per core this process may use (`cores`)."""
-    return setting if setting > 0 else cores()
+    for: 0 means one per core this process may use (`cores`), at most `PER_CORE_AT_MOST`."""
+    return setting if setting > 0 else min(cores(), PER_CORE_AT_MOST)
 
 
 def cores() -> int:
@@ -185,8 +189,10 @@ class Supervisor:
                 code = self.serve(self.settings, serving)
             except BaseException:
                 log.exception("serving process %d failed", os.getpid())
-            finally:
-                logging.shutdown()
+            finally:  # what an interpreter's exit runs (logs flushed, the SDK's traces sent),
+                # never the supervisor's code after the fork (its embedded Redis's stop)
+                with contextlib.suppress(BaseException):
+                    atexit._run_exitfuncs()
                 os._exit(code)
         self.children[index] = Child(pid)
         log.info("serving process %d of %d started: pid %d", index + 1, self.count, pid)

@@ -84,6 +84,7 @@ def bot_env(slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, **extra: str
         APPROVAL_BOT_ENV_FILE="",  # a developer's .env must not change what a test runs
         TEST_HOME=str(tmp_path),
         APPROVAL_BOT_METRICS_PORT="0",  # tests that want the ops port name a free one
+        APPROVAL_BOT_PROCESSES="1",  # one serving process (tests/test_serving_processes.py: more)
     )
     env.update(fast_environment())  # short windows and polls; `extra` may set them back
 
