@@ -20,6 +20,9 @@ FIRST_FD = 3  # SD_LISTEN_FDS_START
 # Connections the kernel queues on a socket several serving processes share (`bot.processes`):
 # a burst of clicks' connections waits there for whichever process accepts next.
 SHARED_BACKLOG = 1024
+# Connections a serving process accepts from that socket per wake-up (asyncio's default is the
+# backlog: the first process to wake took a whole burst's connections, and kept them alive).
+ACCEPT_BATCH = 8
 _handed: list[socket.socket] | None = None
 
 
@@ -65,12 +68,15 @@ async def start_site(
     it, if any); the port it listens on (the kernel's choice when `port` is 0). Raises OSError
     when it cannot bind."""
     site: web.BaseSite
-    if sock is not None:  # shared by serving processes: a burst's connections wait in its queue
-        site = web.SockSite(runner, sock, backlog=SHARED_BACKLOG)
+    shared = sock is not None
+    if sock is not None:  # shared by serving processes: each takes a few connections at a time
+        site = web.SockSite(runner, sock, backlog=ACCEPT_BATCH)
     else:
         sock = handed_socket(host, port)
         site = web.SockSite(runner, sock) if sock else web.TCPSite(runner, host, port)
     await site.start()
+    if shared and sock is not None:  # (asyncio set the kernel's queue to the batch: back)
+        sock.listen(SHARED_BACKLOG)
     server = site._server
     sockets = getattr(server, "sockets", None) or []
     return int(sockets[0].getsockname()[1]) if sockets else port
