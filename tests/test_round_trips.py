@@ -23,6 +23,7 @@ from bot.slack.blocks import APPROVE
 from bot.store import keys
 from bot.store.queue import JobQueue
 from bot.testing.harness import BotHarness, wait_until
+from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import POLICY, Ledger, ops_agent, slow_check
 
 # Issue #32's goals: a run whose one tool needs no approval, at most 30 round trips from
@@ -126,7 +127,14 @@ async def test_a_decided_card_whose_resume_outlasts_its_gather_is_read_with_its_
     """A decided card waits for the resume it started (the gather); when the resume takes
     longer (a burst's resumes queue up, a tool runs long), its pass comes at the gather's end,
     and the process that made it due then reads the run with the claim that takes it, as a
-    run it made due now: no read of its own (one round trip fewer a decision in a burst)."""
+    run it made due now: no read of its own (one round trip fewer a decision in a burst).
+
+    The run reaches its card in a bot at the test kit's short windows; the decision goes to a
+    bot started after it on the same Redis and Slack (a restart: the run waits in Redis), whose
+    coalescing window is long, so that the card's pass is the only one the counted phase has
+    (the resume's take makes the run message due a window later; the run's end, after the
+    count, at once). The long window is never waited out: the paused run's message goes out
+    at the short one (it waited out 30 s when one bot had the long window throughout)."""
     ledger = Ledger()
     started, release = asyncio.Event(), asyncio.Event()
     agent, _ = ops_agent(
@@ -137,18 +145,21 @@ async def test_a_decided_card_whose_resume_outlasts_its_gather_is_read_with_its_
     )  # fmt: skip
     windows = {"projector_gather_seconds": 0.3, "projector_coalesce_seconds": 30.0,
                "progress_due_seconds": 30.0}  # fmt: skip
-    with counting() as counter:
-        async with BotHarness(redis_url, agent, POLICY, settings=windows) as bot:
+    async with FakeSlackAPI() as slack:
+        async with BotHarness(redis_url, agent, POLICY, slack=slack) as bot:
             card = await bot.start_and_wait("clean", user="U1")
-            await bot.idle()
-            before = counter.snapshot()
-            await bot.click(card, APPROVE, user="U2")
-            await asyncio.wait_for(started.wait(), 20)  # the resume runs on, past the gather
-            await wait_until(lambda: card.action_ids() == [], timeout=20, what="the card")
-            spent = counter.snapshot()
-            spent.subtract(before)
-            release.set()
-            await bot.wait_for_status("finished", timeout=20)
+            await bot.idle()  # the run message says it waits: nothing left to show
+        with counting() as counter:
+            async with BotHarness(redis_url, agent, POLICY, slack=slack, settings=windows) as bot:
+                await bot.idle()
+                before = counter.snapshot()
+                await bot.click(card, APPROVE, user="U2")
+                await asyncio.wait_for(started.wait(), 20)  # the resume runs on, past the gather
+                await wait_until(lambda: card.action_ids() == [], timeout=20, what="the card")
+                spent = counter.snapshot()
+                spent.subtract(before)
+                release.set()
+                await bot.wait_for_status("finished", timeout=20)
     assert ledger.names() == ["delete_logs", "slow_check"]
     reads = {name: n for name, n in spent.items() if n > 0 and "EVALSHA(projection " in name}
     assert reads, sorted(spent.items())  # the card's pass read the run...
