@@ -142,8 +142,10 @@ async def test_a_click_racing_the_expiry_decides_exactly_once(redis_url: str) ->
     outcomes = set()
     for offset in (-0.03, 0.0, 0.01):
         agent, _, ledger = one_call()
-        clock = SkippingClock()  # moved to the moment, rather than waited for
-        rules = policy("  expire_after: 2s\n")
+        # An hour, skipped to the moment: two seconds let a loaded machine expire the call
+        # before the test saw its card (and the card it then saw had no buttons).
+        clock = SkippingClock()
+        rules = policy("  expire_after: 1h\n")
         async with BotHarness(redis_url, agent, rules, clock=clock) as bot:
             approval = await bot.start_and_wait("clean the logs", user="U1")
             aid = approval.button_value(APPROVE)
