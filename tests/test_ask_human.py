@@ -194,18 +194,20 @@ async def test_two_answers_at_once_one_wins_and_the_other_is_told(redis_url: str
 async def test_an_unanswered_question_expires_and_the_agent_is_told(redis_url: str) -> None:
     agent, model = asking_agent("I will not deploy without an answer.")
     policy = POLICY.replace("allow_self_approval: false", "allow_self_approval: false\n"
-                            "  expire_after: 2s\n  remind_max: 0")  # fmt: skip
-    clock = SkippingClock()  # the two seconds are skipped, not waited for
+                            "  expire_after: 1h\n  remind_max: 0")  # fmt: skip
+    # The hour is skipped, not waited for; and no real time a loaded machine takes reaches it
+    # (2 s once could: the question expired before the test saw its card).
+    clock = SkippingClock()
     async with BotHarness(redis_url, agent, policy, clock=clock) as bot:
         question = await ask(bot)
-        clock.advance(2)
+        clock.advance(3600)
         await bot.wait_for_status("finished")
         await bot.idle()
-        assert tool_outputs(model) == {"q1": "No one answered within 2s."}
+        assert tool_outputs(model) == {"q1": "No one answered within 1h."}
         expired = card(bot, question)
         assert expired.action_ids() == []
         text = expired.all_text()
-        assert "*Expired*" in text and "no one answered within 2s" in text
+        assert "*Expired*" in text and "no one answered within 1h" in text
         # A late answer is told clearly; nothing changes.
         await bot.slack.thread_reply("eu", user="U2", channel="C1", thread_ts=question.ts)
         [said] = await told(bot, "U2")
@@ -261,10 +263,10 @@ async def test_a_question_reminds_its_answerers_and_escalates(redis_url: str) ->
 tools:
   - match: ask_human
     answerers: [starter]
-    expire_after: 30s
-    remind_after: 1s
+    expire_after: 30h
+    remind_after: 1h
     remind_max: 1
-    escalate_after: 2s
+    escalate_after: 2h
     escalate_to: [U7]
 """
     )
@@ -281,10 +283,10 @@ tools:
             found = bot.slack_api.thread(question.channel, question.ts)
             return found if len(found) >= n else None
 
-        clock.advance(1)
+        clock.advance(3600)  # hours skipped: real time a loaded machine takes never reaches them
         [reminder] = await wait_until(lambda: replies(1), what="the reminder")
         assert "the agent's question is still waiting for an answer from <@U1>" in reminder.text
-        clock.advance(1)
+        clock.advance(3600)
         escalated = (await wait_until(lambda: replies(2), what="the escalation"))[1]
         assert "escalated to <@U7>, who may now answer this question too" in escalated.text
         await bot.idle()
