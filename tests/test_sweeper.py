@@ -171,12 +171,9 @@ async def _a_worker_again(bot: BotHarness) -> AsyncIterator[None]:
 LONG_LEASE = 600.0  # no sweep of the bot's own, no lease lapsing, while a test looks
 
 
-async def test_a_run_whose_job_a_failover_lost_is_taken_over_and_finishes(redis_url: str) -> None:
-    """The failover burst's run left `resuming attempts=1` for good: taken by an attempt
-    whose job no delivery held any more, so no lease watched it and no worker would take it
-    over. The sweeper, seeing it so on two looks, releases it; the next delivery takes it
-    over as a retry, the approved call runs once and the run finishes."""
-    ledger = Ledger()
+def _restarting_db(redis_url: str, ledger: Ledger) -> BotHarness:
+    """A bot whose agent restarts db (a call that needs approval) and says so; its leases
+    never lapse and it sweeps nothing of its own while a test looks."""
     agent, _ = ops_agent(
         [
             [function_call("restart_service", {"service": "db"}, call_id="c0")],
@@ -184,8 +181,16 @@ async def test_a_run_whose_job_a_failover_lost_is_taken_over_and_finishes(redis_
         ],
         ledger,
     )
-    settings = {"job_lease_seconds": LONG_LEASE}
-    async with BotHarness(redis_url, agent, POLICY, settings=settings) as bot:
+    return BotHarness(redis_url, agent, POLICY, settings={"job_lease_seconds": LONG_LEASE})
+
+
+async def test_a_run_whose_job_a_failover_lost_is_taken_over_and_finishes(redis_url: str) -> None:
+    """The failover burst's run left `resuming attempts=1` for good: taken by an attempt
+    whose job no delivery held any more, so no lease watched it and no worker would take it
+    over. The sweeper, seeing it so on two looks, releases it; the next delivery takes it
+    over as a retry, the approved call runs once and the run finishes."""
+    ledger = Ledger()
+    async with _restarting_db(redis_url, ledger) as bot:
         run_id = await _taken_with_its_job_lost(bot, executing=False)
         job = await _released_on_second_look(bot, run_id)
         async with _a_worker_again(bot):
@@ -199,15 +204,7 @@ async def test_a_lost_job_whose_call_was_executing_goes_to_a_person(redis_url: s
     """The same, but the gone attempt had begun the approved call: the takeover does not run
     it again (it may have run); a person is asked, Mark done / Run again."""
     ledger = Ledger()
-    agent, _ = ops_agent(
-        [
-            [function_call("restart_service", {"service": "db"}, call_id="c0")],
-            [assistant_message("restarted db")],
-        ],
-        ledger,
-    )
-    settings = {"job_lease_seconds": LONG_LEASE}
-    async with BotHarness(redis_url, agent, POLICY, settings=settings) as bot:
+    async with _restarting_db(redis_url, ledger) as bot:
         run_id = await _taken_with_its_job_lost(bot, executing=True)
         await _released_on_second_look(bot, run_id)
         async with _a_worker_again(bot):
