@@ -304,9 +304,14 @@ async def test_a_reply_to_a_cancelled_run_is_refused_with_who_cancelled_it(
     assert refused["user"] == "U1" and "cancelled" in refused["detail"]
 
 
-async def test_a_mention_in_a_run_thread_is_one_follow_up(redis_url: str) -> None:
-    """Slack sends a mention in a thread twice (`message` and `app_mention`, one ts): the
-    agent hears it once."""
+@pytest.mark.parametrize("mention_first", [True, False], ids=["mention-first", "message-first"])
+async def test_a_mention_in_a_run_thread_is_one_follow_up(
+    redis_url: str, mention_first: bool
+) -> None:
+    """Slack sends a mention in a thread twice (`message` and `app_mention`, one ts) in either
+    order: the agent hears it once. Handled second, the `app_mention` is a duplicate of a
+    follow-up, not a task for a run of its own (it used to start one: a third model call, seen
+    under load)."""
     agent, model = ops_agent(
         [[assistant_message("Three hosts.")], [assistant_message("web1, web2, web3.")]], Ledger()
     )
@@ -314,36 +319,23 @@ async def test_a_mention_in_a_run_thread_is_one_follow_up(redis_url: str) -> Non
         await bot.slack.command("how many hosts?", user="U1", channel="C1")
         await wait_until(lambda: in_thread(bot, "Three hosts."), what="the first answer")
         run, ts = bot.run_message(), "1796400000.000100"
-        await bot.slack.mention("name them", user="U1", channel="C1", thread_ts=run.ts, ts=ts)
+
+        async def mention() -> None:
+            await bot.slack.mention("name them", user="U1", channel="C1", thread_ts=run.ts, ts=ts)
+
+        if mention_first:
+            await mention()
         await bot.slack.thread_reply(
             "<@UBOT> name them", user="U1", channel="C1", thread_ts=run.ts, ts=ts
         )
         await wait_until(lambda: in_thread(bot, "web1, web2, web3."), what="turn 2")
         await bot.idle()
+        if not mention_first:
+            await mention()
+            await bot.idle()
     assert len(model.calls) == 2
     assert "name them" in json.dumps(model.calls[1].input)
     assert "<@UBOT>" not in json.dumps(model.calls[1].input)
-
-
-async def test_a_mention_handled_second_is_still_the_one_follow_up(redis_url: str) -> None:
-    """The same mention's `message` event handled first (Slack does not order the two): its
-    `app_mention` is a duplicate of a follow-up, not a task for a run of its own (it used to
-    start one: a third model call, seen under load)."""
-    agent, model = ops_agent(
-        [[assistant_message("Three hosts.")], [assistant_message("web1, web2, web3.")]], Ledger()
-    )
-    async with BotHarness(redis_url, agent, POLICY) as bot:
-        await bot.slack.command("how many hosts?", user="U1", channel="C1")
-        await wait_until(lambda: in_thread(bot, "Three hosts."), what="the first answer")
-        run, ts = bot.run_message(), "1796400000.000200"
-        await bot.slack.thread_reply(
-            "<@UBOT> name them", user="U1", channel="C1", thread_ts=run.ts, ts=ts
-        )
-        await wait_until(lambda: in_thread(bot, "web1, web2, web3."), what="turn 2")
-        await bot.idle()
-        await bot.slack.mention("name them", user="U1", channel="C1", thread_ts=run.ts, ts=ts)
-        await bot.idle()
-    assert len(model.calls) == 2
     assert not [m for m in bot.slack_api.messages if "Mention me" in str(m)]
     assert len({e["run_id"] for e in await bot.audit() if e.get("run_id")}) == 1
 

@@ -135,6 +135,14 @@ async def two_serving(bot: ForkedProcess) -> list[int]:
     return list(await wait_until(lambda: len(found := serving(bot.pid)) == 2 and found))
 
 
+async def the_output(slack: FakeSlackAPI, path: str) -> None:
+    """Wait for the run's output: the tool deleted `path`."""
+    await wait_until(
+        lambda: any(f"tool said: deleted {path}" in m.text for m in slack.messages.values()),
+        what="the run's output",
+    )
+
+
 async def test_a_decision_clicked_on_two_processes_at_once_is_consumed_once(
     slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, redis_url: str
 ) -> None:
@@ -156,11 +164,7 @@ async def test_a_decision_clicked_on_two_processes_at_once_is_consumed_once(
             assert await asyncio.gather(
                 on_first.click(value, user="U2"), on_second.click(value, user="U3")
             ) == [200, 200]
-            await wait_until(
-                lambda: any("tool said: deleted /var/log/app" in m.text
-                            for m in slack.messages.values()),
-                what="the run's output",
-            )  # fmt: skip
+            await the_output(slack, "/var/log/app")
         finally:
             on_first.close()
             on_second.close()
@@ -200,11 +204,7 @@ async def test_a_killed_serving_process_is_started_again_and_a_signal_stops_them
             assert await connection.command("/srv/old", user="U1") == 200
             [card] = await wait_until(lambda: slack.approval_messages(), what="the card")
             assert await connection.click(card.button_value(APPROVE), user="U2") == 200
-            await wait_until(
-                lambda: any("tool said: deleted /srv/old" in m.text
-                            for m in slack.messages.values()),
-                what="the run's output",
-            )  # fmt: skip
+            await the_output(slack, "/srv/old")
         finally:
             connection.close()
         bot.send_signal(signal.SIGTERM)

@@ -118,7 +118,7 @@ def on_message(deps: ListenerDeps) -> Listener:
         tell = deps.teller(channel, actor.user_id, str(thread_ts))
 
         async def work() -> None:
-            said = unescape(str(event.get("text", "")))
+            said = addressed_text(unescape(str(event.get("text", ""))), context.bot_user_id)
             ts = str(event.get("ts", ""))
             reply = await deps.service.thread_reply(actor, channel, str(thread_ts), said, ts=ts)
             if reply is None:  # not a card's thread: maybe a run's (a follow-up to its agent)
@@ -144,6 +144,15 @@ def on_message(deps: ListenerDeps) -> Listener:
 
 
 LEADING_MENTIONS = re.compile(r"^(\s*<@[UW][A-Z0-9]+(\|[^>]*)?>)+\s*")
+
+
+def addressed_text(text: str, bot_user_id: str | None) -> str:
+    """A thread message that begins by mentioning the bot is also an `app_mention`: whichever
+    of the two Slack delivers first is the one taken, so both read it the same way, without
+    its leading mentions (the agent hears `name them`, not `<@UBOT> name them`)."""
+    if bot_user_id and re.match(rf"\s*<@{re.escape(bot_user_id)}[|>]", text):
+        return LEADING_MENTIONS.sub("", text).strip()
+    return text
 
 
 def on_mention(deps: ListenerDeps) -> Listener:
