@@ -12,9 +12,11 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from bot.store import keys
+from bot.store.delivery.outbox import Claim, now_ms
 from bot.store.delivery.outcomes import NoticeTurn
 from bot.store.delivery.pacing import SharedPacer, Urgency
 from bot.store.runs import RunStore
+from bot.store.scripts import Batch
 
 PERSON = "T1:U1"
 
@@ -84,3 +86,31 @@ async def test_a_release_keeps_whichever_is_due_first(store: RunStore) -> None:
     await outbox.schedule("r1", 20.0)  # a change during the pass, due before the lease ends
     await outbox.release(claim, 0.0)
     assert await outbox.claim(1, 30)  # due now, not in 20 s
+
+
+async def test_a_pass_started_with_a_write_waits_for_a_pass_that_holds_the_run(
+    store: RunStore,
+) -> None:
+    """A run's end claims its run for the pass it starts in the same round trip
+    (`Outbox.claim_one_in`, #32): a run another pass holds is not taken from it, and is left
+    due now, so that its pass's release hands it on (the end's marks are shown after it);
+    a run no one holds is taken, due or not, and no other claim takes it until released."""
+    outbox = store.outbox
+
+    async def claim_one(run_id: str) -> Claim | None:
+        async with store.redis.pipeline(transaction=False) as pipe:
+            batch = Batch(pipe)
+            claimed = outbox.claim_one_in(batch, run_id, 30, now_ms())
+            return claimed(await batch.execute())
+
+    await outbox.schedule("r1")
+    [held] = await outbox.claim(1, 30)
+    assert await claim_one("r1") is None
+    assert await outbox.claim(1, 30) == []  # still held
+    await outbox.release(held, None)  # its pass ends: it had nothing more to show
+    assert [c.run_id for c in await outbox.claim(1, 30)] == ["r1"]  # the end's marks
+    taken = await claim_one("r2")  # not indexed before: taken, and indexed by the claim
+    assert taken is not None and taken.run_id == "r2"
+    assert await outbox.claim(1, 30) == []
+    await outbox.release(taken, None)
+    assert not await outbox.indexed("r2")

@@ -92,6 +92,11 @@ class Foreground:
             if self._in_flight == 0 and self._waiters:
                 self._schedule(soon=True)
 
+    def busy(self) -> bool:
+        """Whether work that can wait would wait now (`lull`): a request in flight here or in
+        another serving process (never with the waiting disabled)."""
+        return self.max_wait > 0 and self._busy()
+
     def _busy(self) -> bool:
         """A request in flight here or in another serving process."""
         return self._in_flight > 0 or (self.elsewhere is not None and self.elsewhere.others() > 0)

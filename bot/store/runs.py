@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 import redis.asyncio as redis
+from redis.exceptions import NoScriptError
 
 from bot.clock import SYSTEM_CLOCK, Clock
 from bot.store import keys
@@ -586,18 +587,38 @@ class Runs:
         `after(pipe)`: writes to send, when it ended the run, with the index writes that follow
         (the audit entry: one round trip, not two). `history`: the conversation after the
         turn (`Finished.history`), kept by the same script as the end."""
-        reply = await self._finish(
-            keys=RunKeys(run_id).finish(),
-            args=[
-                owner, status, text, now(), self.retention, "1" if drop_snapshot else "0",
-                history,
-            ],
-        )  # fmt: skip
+        names = RunKeys(run_id).finish()
+        values: list[str | int | bytes] = [
+            owner, status, text, now(), self.retention, "1" if drop_snapshot else "0", history,
+        ]  # fmt: skip
+        passes = self.outbox.passes if self.outbox.reads_ahead else None
+        started = False
+        if passes is None:
+            reply = await self._finish(keys=names, args=values)
+        else:
+            # This process's projector claims and reads the run in the same round trip, right
+            # after the end (which marks what the end shows), and its pass starts at once: the
+            # output goes to Slack without the index write's round trip, a wake-up and a
+            # claim of its own (#32). The claim indexes the run (a crash delivers it later).
+            async with self.redis.pipeline(transaction=False) as pipe:
+                batch = Batch(pipe)
+                index = batch.script(self._finish, names, values)
+                start = passes(batch, run_id)
+                raw = await pipe.execute(raise_on_error=False)
+                replies = await batch.settle(raw)
+            if start is not None:  # (a script the server had to load ran after the read)
+                start(replies, not isinstance(raw[index], NoScriptError))
+                started = True
+            reply = replies[index]
+            if isinstance(reply, Exception):
+                raise reply
         result = decode_finish(reply, run_id)
         if isinstance(result, Ended):  # indexed before it leaves the active set (reconciler)
-            with self.outbox.making_due(run_id):  # this process's projector reads it with its claim
+            due = contextlib.nullcontext() if started else self.outbox.making_due(run_id)
+            with due:  # this process's projector reads it with its claim
                 async with self.redis.pipeline(transaction=False) as pipe:
-                    self.outbox.schedule_in(pipe, run_id)  # (a pipeline runs in order)
+                    if not started:  # (claimed above: indexed by its claim)
+                        self.outbox.schedule_in(pipe, run_id)  # (a pipeline runs in order)
                     if channel:
                         pipe.zrem(keys.channel_runs_key(channel), run_id)
                     pipe.srem(keys.EXECUTING_RUNS, run_id)

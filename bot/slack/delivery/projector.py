@@ -341,6 +341,7 @@ class Projector:
         self._riders: dict[str, list[Callable[[Any], None]]] = {}
         # Acks first: a claim waits for a lull in this process's Slack requests.
         self.foreground = foreground or Foreground(max_wait=0)
+        self.outbox.passes = self._pass_in  # a run's end starts its pass (`_pass_in`)
 
     @property
     def busy(self) -> int:
@@ -400,6 +401,47 @@ class Projector:
             reading = {run_id: self._read_in(batch, run_id) for run_id in ahead}
             replies = await batch.execute()
         return claimed(replies), {run_id: read(replies) for run_id, read in reading.items()}
+
+    def _pass_in(self, batch: Batch, run_id: str) -> Callable[[list[Any], bool], None] | None:
+        """A pass of `run_id` claimed and read in `batch`, the round trip of the write that
+        makes the run due now (its end: `RunStore.finish`): it starts as that round trip is
+        answered, with no wake-up, lull or claim of its own between the end and the output
+        (#32). Only while no Slack request is in flight here or in another serving process
+        (acks first: in a burst the run waits for a claim at a lull, as any due run does) and
+        this projector has room. What starts it from the replies (`fresh`: the read came
+        after the write); None: not started so."""
+        if (
+            self._stopping.is_set()
+            or self.foreground.busy()
+            or len(self._running) >= self.concurrency
+            or run_id in self._in_hand
+        ):
+            return None
+        claimed_at = time.monotonic()
+        claim = self.outbox.claim_one_in(batch, run_id, self.lease, now_ms())
+        read = self._read_in(batch, run_id)
+
+        def start(replies: list[Any], fresh: bool) -> None:
+            try:
+                claimed = claim(replies)
+                found = read(replies) if fresh and claimed is not None else None
+            except Exception:
+                self._changed_read.pop(run_id, None)
+                log_failure(log, "could not start the pass of run %s", run_id, level=WARNING)
+                return  # (a claim taken lapses: the run is delivered then)
+            if claimed is None:  # another pass has it: due again once that one ends
+                given_back = asyncio.create_task(self._not_claimed(run_id))
+                self._running.add(given_back)
+                given_back.add_done_callback(self._running.discard)
+                return
+            self.outbox.expected.pop(run_id, None)  # (no read ahead for it: claimed here)
+            task = asyncio.create_task(
+                self._handle(claimed, claimed_at, found), name=f"project-{run_id}"
+            )
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+        return start
 
     def _ahead(self, free: int, now: float) -> list[str]:
         """The runs a claim at `now` (ms) should take that this process expects: read with

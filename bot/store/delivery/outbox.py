@@ -54,6 +54,21 @@ end
 return out
 """
 
+# A claim of one run a pass is to start on at once (`Outbox.claim_one_in`: the write that made
+# it due goes in the same round trip): taken unless another pass holds it, whether or not the
+# index has it due; a run another pass holds is left due now (taken once that pass ends).
+# KEYS as _CLAIM's; ARGV[1] now (ms), ARGV[2] the claim's score, ARGV[3] the run.
+_CLAIM_ONE = """
+local lease = redis.call('HGET', KEYS[2], ARGV[3])
+if lease and tonumber(lease) >= tonumber(ARGV[1]) then
+  redis.call('ZADD', KEYS[1], 'LT', ARGV[1], ARGV[3])
+  return 0
+end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[3], ARGV[2])
+return 1
+"""
+
 # Renew (ARGV[2] = the new lease) or release (ARGV[2] = the next due score, or '' to drop
 # the run from the index) a claim, only while this claim holds the lease. The index entry is
 # moved only if it still carries the claim's score: a newer change left it due (now, or when
@@ -127,6 +142,13 @@ return 0
 
 EXPECTED = 10_000  # runs an `Outbox` remembers this process made due (`expect`)
 
+# A pass started by the round trip of the write that makes its run due (`Outbox.passes`): given
+# the batch and the run, it queues the pass's claim and read and returns what starts the pass
+# from the replies (`fresh`: False when the write ran after the read, which the pass then
+# makes again), or None when no pass starts so (the run is indexed as usual).
+PassStart = Callable[[list[Any], bool], None]
+PassHook = Callable[[Batch, str], PassStart | None]
+
 
 def _s(value: Any) -> str:
     return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
@@ -199,6 +221,7 @@ class Outbox:
         self.redis = client
         self.retention = retention_seconds
         self._claim = client.register_script(_CLAIM)
+        self._claim_one = client.register_script(_CLAIM_ONE)
         self._hold = client.register_script(_HOLD)
         self._done = client.register_script(_DONE)
         self._delivered = client.register_script(_DELIVERED)
@@ -216,6 +239,10 @@ class Outbox:
         # while this process is busy (`Projector._idle_wait`).
         self.changed_at = 0.0
         self.due_at = 0.0
+        # This process's projector, when it may start a pass in the round trip of the write
+        # that makes a run due (a run's end: `RunStore.finish`), rather than be woken to claim
+        # it in a round trip of its own (#32: the output goes sooner).
+        self.passes: PassHook | None = None
 
     @contextlib.contextmanager
     def making_due(self, run_id: str) -> Iterator[None]:
@@ -309,6 +336,24 @@ class Outbox:
             self._claim_args(limit, lease, now, skip),
         )
         return lambda replies: self._claims(replies[index])
+
+    def claim_one_in(
+        self, batch: Batch, run_id: str, lease: float, now: float
+    ) -> Callable[[list[Any]], Claim | None]:
+        """A claim of `run_id` alone for `lease` seconds, queued on `batch` (`_CLAIM_ONE`):
+        taken unless another pass holds the run (then it is left due now, and None). What
+        follows it in the batch reads after it. (In order on one server only: `reads_ahead`.)"""
+        args = self._claim_args(1, lease, now, ())
+        index = batch.script(self._claim_one, [keys.OUTBOX_INDEX, keys.OUTBOX_LEASES],
+                             [args[0], args[1], run_id])  # fmt: skip
+
+        def claimed(replies: list[Any]) -> Claim | None:
+            reply = replies[index]
+            if isinstance(reply, Exception):
+                raise reply
+            return Claim(run_id, args[1]) if int(reply) == 1 else None
+
+        return claimed
 
     @staticmethod
     def _claim_args(limit: int, lease: float, now: float | None, skip: Sequence[str]) -> list[Any]:
