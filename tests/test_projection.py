@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from bot.runtime import BotRuntime
 from bot.slack.blocks import APPROVE
 from bot.store import keys
+from bot.store.delivery.pacing import SharedPacer
 from bot.testing.harness import WAIT, BotHarness, status_line, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
 from tests.agents_for_tests import (
@@ -606,3 +607,34 @@ async def test_a_resume_queued_behind_busy_workers_is_left_alone_until_its_take(
         await wait_until(
             lambda: [m for m in bot.run_thread() if "Held." in m.text], what="its output"
         )
+
+
+async def test_an_output_whose_token_is_refused_is_posted_later_without_a_lookup(
+    redis_url: str,
+) -> None:
+    """An output's post is recorded as attempted with its token's take (#32): when the take is
+    refused (the channel's posts held), what Slack holds of it is written back, so that the
+    pass that posts it later does not look it up first as a post whose answer was lost."""
+    ledger = Ledger()
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        async with BotHarness(redis_url, _agent(ledger), POLICY) as bot:
+            card = await bot.start_and_wait("clean", user="U1")
+            await bot.idle()
+            before = len(bot.slack_api.calls)
+            # No post in C1 for a moment: the output's take is refused, then tried again.
+            await SharedPacer(client, "post", rate=1.0, burst=5).hold("C1", 1.5)
+            await approve_and_finish(bot, card)
+            await wait_until(
+                lambda: [m for m in bot.run_thread() if "Deleted." in m.text], what="the result"
+            )
+            await bot.idle()
+            made = bot.slack_api.calls[before:]
+    finally:
+        await client.aclose()
+    assert ledger.names() == ["delete_logs"]
+    lookups = [c.method for c in made if c.method in ("conversations.history",
+                                                      "conversations.replies")]  # fmt: skip
+    assert not lookups
+    outputs = [c for c in made if c.method == "chat.postMessage" and "Deleted." in str(c.params)]
+    assert len(outputs) == 1

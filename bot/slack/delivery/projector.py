@@ -125,6 +125,7 @@ class _FirstTakes:
         self.left = parties  # parties that have neither asked nor finished
         self.seen: set[object] = set()
         self.asked: list[tuple[SharedPacer, str, Urgency, str, asyncio.Future[Take]]] = []
+        self.riders: list[Callable[[Any], None]] = []  # writes sent with the takes
         self.sent = False
         self._sending: asyncio.Task[None] | None = None
 
@@ -136,12 +137,17 @@ class _FirstTakes:
             self._maybe_send()
 
     async def take(
-        self, party: object, pacer: SharedPacer, scope: str, urgency: Urgency, message: str
-    ) -> Take:
+        self, party: object, pacer: SharedPacer, scope: str, urgency: Urgency, message: str,
+        rider: Callable[[Any], None] | None = None,
+    ) -> Take | None:  # fmt: skip
+        """The take, in the round trip of the pass's first takes, with the writes of `rider`
+        (a pipeline); None: that round trip has gone (the caller takes on its own)."""
         if self.sent or party in self.seen:
-            return await pacer.take(scope, urgency, message)
+            return None
         future: asyncio.Future[Take] = asyncio.get_running_loop().create_future()
         self.asked.append((pacer, scope, urgency, message, future))
+        if rider is not None:
+            self.riders.append(rider)
         if len(self.asked) == 1:
             asyncio.get_running_loop().call_later(TAKES_WAIT, self._send_now)
         self.leave(party)
@@ -165,6 +171,8 @@ class _FirstTakes:
             async with self.redis.pipeline(transaction=False) as pipe:
                 batch = Batch(pipe)
                 decoders = [p.take_in(batch, s, u, m) for p, s, u, m, _ in asked]
+                for ride in self.riders:
+                    ride(pipe)
                 replies = await batch.execute()
             for (*_, future), decoded in zip(asked, decoders, strict=True):
                 if not future.done():
@@ -1315,14 +1323,30 @@ class Projector:
                     channel=channel, ts=current.ts, text=text, blocks=payload or None
                 )
             else:
-                left = await self._turn(self.posts, channel, run.run_id, target, False, urgency)
+                # An output's post (it takes a token only when one is free: refused, seldom)
+                # is recorded as attempted with its token's take, in one round trip (#32),
+                # its lease checked first; a refused take writes back what was there. Other
+                # posts (cards, which may queue) are recorded once their token is taken. A
+                # post whose answer is lost is then looked up, not posted twice.
+                rides = (urgency or _urgency(kind, posted=False)) == Urgency.OUTPUT
+                posting = dataclasses.replace(current, posting=time.time())
+                if rides:
+                    await self._fence(run.run_id)
+                left = await self._turn(
+                    self.posts, channel, run.run_id, target, False, urgency,
+                    posting if rides else None,
+                )  # fmt: skip
                 if left > 0:
+                    if rides:
+                        await self.outbox.set_shown(run.run_id, target, current)
                     return left
-                await self._fence(run.run_id)
+                if not rides:
+                    await self._fence(run.run_id)
                 await self._posting_in_thread(run, thread)
                 stage = "post"
-                current.posting = time.time()
-                await self.outbox.set_shown(run.run_id, target, current)
+                current.posting = posting.posting if rides else time.time()
+                if not rides:
+                    await self.outbox.set_shown(run.run_id, target, current)
                 response = await self.client.chat_postMessage(
                     channel=channel,
                     text=text,
@@ -1462,6 +1486,7 @@ class Projector:
         target: str,
         posted: bool,
         urgency: Urgency | None = None,
+        posting: Shown | None = None,
     ) -> float:
         """0 when this message may go to Slack now (after a short wait for its token, if
         need be); else the seconds until its turn. A card's turn (its token, reserved in the
@@ -1471,10 +1496,24 @@ class Projector:
         pass that comes at its turn, in any process, is given the same turn, not a second."""
         urgency = urgency or _urgency(keys.target_kind(target), posted=posted)
         takes, party = self._takes.get(run_id), _PARTY.get()
+        message = f"{run_id}/{target}"
+        rider = None
+        if posting is not None:  # `posting`: what Slack may hold once it is posted, sent along
+
+            def rider(pipe: Any) -> None:
+                self.outbox.set_shown_in(pipe, run_id, target, posting)
+
+        taken = None
         if takes is not None and party is not None:  # with the pass's other first takes
-            taken = await takes.take(party, pacer, scope, urgency, f"{run_id}/{target}")
-        else:
-            taken = await pacer.take(scope, urgency, message=f"{run_id}/{target}")
+            taken = await takes.take(party, pacer, scope, urgency, message, rider)
+        if taken is None and rider is None:
+            taken = await pacer.take(scope, urgency, message=message)
+        elif taken is None:
+            async with self.store.redis.pipeline(transaction=False) as pipe:
+                batch = Batch(pipe)
+                decoded = pacer.take_in(batch, scope, urgency, message)
+                rider(pipe)
+                taken = decoded(await batch.execute())
         if not taken.taken or taken.wait > KEEP_AFTER:
             return taken.wait  # an output or a status update does not queue: asked again then
         if taken.wait > 0:

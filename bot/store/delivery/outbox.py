@@ -514,6 +514,12 @@ class Outbox:
             pipe.expire(key, self.retention)
             await pipe.execute()
 
+    def set_shown_in(self, pipe: Any, run_id: str, target: str, shown: Shown) -> None:
+        """`set_shown` as commands of a pipeline that carries others (one round trip)."""
+        key = keys.shown_key(run_id)
+        pipe.hset(key, target, shown.encode())
+        pipe.expire(key, self.retention)
+
     async def delivered(self, run_id: str, target: str, shown: Shown, mark: Mark) -> bool:
         """`set_shown` and `done` in one round trip (a delivered message)."""
         done = await self._delivered(
