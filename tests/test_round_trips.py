@@ -30,9 +30,10 @@ from tests.agents_for_tests import POLICY, Ledger, ops_agent, slow_check
 # `/agent` to its output (74 before, measured from outside; 47 by this count); a decision, one
 # at a time with the requester's notice, at most 15 (55.5 before; 56 by this count). Since a run's
 # end carries its pass's claim and read (#32: the output sooner), 16 and 14; since an output's
-# post is recorded as attempted with its token's take, 15 and 13.
-RUN_BOUND = 15
-DECISION_BOUND = 13
+# post is recorded as attempted with its token's take, 15 and 13; since a lone pass's output
+# takes its token before the updates are drawn (the output sooner), 16 and 14.
+RUN_BOUND = 16
+DECISION_BOUND = 14
 # A run whose one gated call a rule approves, decided inside the run (#32 part 1): at most 3
 # round trips more than the run whose tool needs no approval (57-66 before, by this count).
 AUTOMATIC_MORE = 3
@@ -82,6 +83,10 @@ async def test_a_run_and_a_decision_cost_their_round_trips(redis_url: str) -> No
         takes = [n for n in spent if n.startswith("EVALSHA(pace ab:pace:{post:C1})")]
         assert any("+HSET(ab:{<id>}:shown)" in n for n in takes), sorted(spent)
     assert not any(n.startswith("MULTI+HSET(ab:{<id>}:shown)") for n in decision), decision
+    # A decision at a time, its output's token is asked for alone, before the card's and the
+    # run message's updates are drawn (#32: the output sooner).
+    [post] = [n for n in decision if n.startswith("EVALSHA(pace ab:pace:{post:C1})")]
+    assert "update" not in post, sorted(decision)
     # What rides with another round trip has none of its own (#32): a new run's indexes and
     # audit entry go in its MULTI; a resume's audit entry and the progress lines go with the
     # journal write of the tool (`Execution.riders`).

@@ -9,6 +9,7 @@ execution no longer owns the run raises `NotOwner`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -154,6 +155,9 @@ class RunMissing:
 
 
 FinishResult = Ended | AlreadyEnded | RunMissing
+
+
+PASS_STEPS = 2  # loop steps a run's end lets the pass it started go first (`Runs.finish`)
 
 
 def decode_finish(reply: list[Any], run_id: str) -> FinishResult:
@@ -609,6 +613,10 @@ class Runs:
             if start is not None:  # (a script the server had to load ran after the read)
                 start(replies, not isinstance(raw[index], NoScriptError))
                 started = True
+                # The pass first (its task's step, then its messages'): the output is drawn
+                # and its token asked for before what follows here, which no one waits on.
+                for _ in range(PASS_STEPS):
+                    await asyncio.sleep(0)
             reply = replies[index]
             if isinstance(reply, Exception):
                 raise reply

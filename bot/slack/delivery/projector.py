@@ -733,24 +733,38 @@ class Projector:
                     output.set()
             await in_order(later)
 
+        # While this is the process's only pass and no Slack request is in flight (a decision
+        # at a time), the output is drawn, takes its token and goes before the updates are
+        # even drawn (#32: it is what the requester waits for), in a round trip of its own.
+        # Otherwise (a burst) the first tokens of all go in one round trip, the updates sent
+        # once the output is posted.
+        solo = output is not None and len(self._running) <= 1 and not self.foreground.busy()
+
         async def behind(target: str) -> None:
+            if solo and output is not None:
+                await output.wait()
             _BEHIND.set(output)
             await alone(target)
 
         # Their first Slack tokens in one round trip (`_FirstTakes`).
         parties = [first(), *(behind(t) for t in updates)]
-        takes = self._takes[run_id] = _FirstTakes(self.store.redis, len(parties))
+        takes = self._takes[run_id] = _FirstTakes(self.store.redis, len(parties) - solo)
 
-        async def party(work: Awaitable[None]) -> None:
+        async def party(work: Awaitable[None], joins: bool = True) -> None:
             token = object()
-            _PARTY.set(token)
+            if joins:
+                _PARTY.set(token)
             try:
                 await work
             finally:
-                takes.leave(token)
+                if joins:
+                    takes.leave(token)
 
         try:
-            outcomes = await asyncio.gather(*(party(p) for p in parties), return_exceptions=True)
+            outcomes = await asyncio.gather(
+                party(parties[0], joins=not solo), *(party(p) for p in parties[1:]),
+                return_exceptions=True,
+            )  # fmt: skip
         finally:
             self._takes.pop(run_id, None)
         failed = [r for r in outcomes if isinstance(r, BaseException)]
