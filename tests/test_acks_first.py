@@ -95,5 +95,6 @@ async def test_a_click_is_decided_within_the_lull_while_a_request_stays_in_fligh
         slack_api.release()
         await bot.idle()
     assert executed == ["/var/log/a", "/var/log/b"]
-    assert STILL_WORKING not in slack_api.ephemeral_to("U2")  # the deferral brought no note
+    # The deferral brought no note.
+    assert STILL_WORKING not in slack_api.ephemeral_to("U2", interim=True)
     assert "Approved by <@U2>" in second.all_text()

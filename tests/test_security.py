@@ -229,7 +229,9 @@ async def test_a_hundred_concurrent_clicks_run_the_tool_once(redis_url: str) -> 
             c for c in bot.slack_api.calls_to("chat.update") if c.params.get("ts") == approval.ts
         ]
         assert len(updates) == 1
-        told = bot.slack_api.ephemeral_to("U2") + bot.slack_api.ephemeral_to("U3")
+        told = bot.slack_api.ephemeral_to("U2", interim=True) + bot.slack_api.ephemeral_to(
+            "U3", interim=True
+        )
         # One refusal per click that lost; a click whose answer took past the ack deadline (a
         # loaded machine, a hundred at once) is first told it is still being worked on.
         refused = [t for t in told if "already approved" in t]

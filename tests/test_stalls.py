@@ -112,7 +112,7 @@ async def test_a_redis_stall_holds_no_answer(slack_api: FakeSlackAPI, tmp_path: 
             with stalled(own):
                 click = await bot.click(card, APPROVE, user="U2")
                 # At once: before the budget ran out and its note was sent.
-                noted_before_the_ack = list(slack_api.ephemeral_to("U2"))
+                noted_before_the_ack = list(slack_api.ephemeral_to("U2", interim=True))
                 command = await bot.slack.command("/var/log/b", user="U1", channel="C1")
                 reply = await bot.slack.thread_reply(
                     "looks right to me", user="U3", channel="C1", thread_ts=card.ts
@@ -121,7 +121,7 @@ async def test_a_redis_stall_holds_no_answer(slack_api: FakeSlackAPI, tmp_path: 
                 readyz = await get(http, f"{bot.url}/readyz")
                 # The click could not be recorded yet: its clicker hears that it is in hand.
                 await wait_until(
-                    lambda: STILL_WORKING in slack_api.ephemeral_to("U2"),
+                    lambda: STILL_WORKING in slack_api.ephemeral_to("U2", interim=True),
                     what="the still-working note",
                 )
                 assert executed == [] and not decided(card)
@@ -152,7 +152,7 @@ async def test_a_redis_stall_holds_no_answer(slack_api: FakeSlackAPI, tmp_path: 
     assert [e["kind"] for e in audit].count("run_started") == 2
     assert "Approved by <@U2>" in card.all_text()
     # Told once that the click was in hand, and nothing went wrong.
-    assert slack_api.ephemeral_to("U2") == [STILL_WORKING]
+    assert slack_api.ephemeral_to("U2", interim=True) == [STILL_WORKING]
     assert slack_api.ephemeral_to("U1") == []  # the command's run started: nothing to tell
     assert not any("went wrong" in str(e.get("text")) for e in slack_api.ephemeral)
 
@@ -169,14 +169,16 @@ async def test_a_hanging_group_lookup_holds_no_click(
         card = await bot.start_and_wait("/var/log/a", user="U1")
         click = await bot.click(card, APPROVE, user="U2")
         # At once, not at the budget: before the note the budget sets off.
-        assert click.status == 200 and slack_api.ephemeral_to("U2") == []
+        assert click.status == 200 and slack_api.ephemeral_to("U2", interim=True) == []
         # Slack does not answer: the click is refused, closed, with the reason.
         refusal = await wait_until(
             lambda: [t for t in slack_api.ephemeral_to("U2") if "could not check" in t],
             what="the refusal",
         )
         assert "`@sre` (Slack did not list the user groups within" in refusal[0]
-        assert slack_api.ephemeral_to("U2")[0] == STILL_WORKING  # said once, before the answer
+        assert (
+            slack_api.ephemeral_to("U2", interim=True)[0] == STILL_WORKING
+        )  # said once, before the answer
         assert not decided(card) and executed == []
         # Slack answers at last: the same lookup fills the cache, and the next click counts.
         slack_api.release()
@@ -197,16 +199,22 @@ async def test_a_hanging_views_open_holds_no_reject_click(
         slack_api.hang("views.open")
         click = await bot.click(card, REJECT, user="U2")
         # At once, not at the budget: before the note the budget sets off.
-        assert click.status == 200 and slack_api.ephemeral_to("U2") == []
-        await wait_until(lambda: slack_api.ephemeral_to("U2") == [FORM_LATE], what="the note")
+        assert click.status == 200 and slack_api.ephemeral_to("U2", interim=True) == []
+        await wait_until(
+            lambda: slack_api.ephemeral_to("U2", interim=True) == [FORM_LATE], what="the note"
+        )
         assert slack_api.hanging == 1  # told while Slack still holds the call
         slack_api.release()
         await wait_until(lambda: slack_api.hanging == 0, what="the release")
         # Slack refuses the form: said so too.
         slack_api.fail_methods.add("views.open")
         await bot.click(card, REJECT, user="U2")
-        await wait_until(lambda: len(slack_api.ephemeral_to("U2")) == 2, what="the refusal")
-        assert slack_api.ephemeral_to("U2")[1] == FORM_FAILED.format(error="fatal_error")
+        await wait_until(
+            lambda: len(slack_api.ephemeral_to("U2", interim=True)) == 2, what="the refusal"
+        )
+        assert slack_api.ephemeral_to("U2", interim=True)[1] == FORM_FAILED.format(
+            error="fatal_error"
+        )
         slack_api.fail_methods.clear()
         assert not decided(card)
         # Clicked again, the form opens and the rejection is applied.
@@ -274,7 +282,7 @@ async def test_a_storm_of_clicks_while_slack_rate_limits_groups_makes_one_lookup
     assert 1 <= len(slack_api.calls_to("usergroups.list")) <= 2
     assert executed == [] and not decided(card)
     for user in approvers:
-        [answer] = [t for t in slack_api.ephemeral_to(user) if t != STILL_WORKING]
+        [answer] = slack_api.ephemeral_to(user)
         assert "could not check your membership of `@sre`" in answer and "ratelimited" in answer
     assert [e["kind"] for e in audit].count("refused") == 20
 
@@ -390,7 +398,7 @@ async def test_an_edit_answered_late_tells_its_errors_escaped(
             # Said once the ack was sent and the call read (after the stall, as the errors
             # are): either may come first.
             await wait_until(
-                lambda: STILL_WORKING_EDIT in slack_api.ephemeral_to("U2"),
+                lambda: STILL_WORKING_EDIT in slack_api.ephemeral_to("U2", interim=True),
                 what="the note that the edit is still being checked",
             )
             assert ledger.executed == [] and not decided(card)

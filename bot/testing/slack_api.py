@@ -49,11 +49,34 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from bot.slack.listeners.commands import STILL_WORKING_COMMAND
+from bot.slack.listeners.questions import STILL_WORKING_ANSWER
+from bot.slack.listeners.shared import STILL_WORKING
+from bot.slack.listeners.views import (
+    STILL_WORKING_APPROVAL,
+    STILL_WORKING_BATCH,
+    STILL_WORKING_EDIT,
+    STILL_WORKING_REJECTION,
+)
+
 Picker = Callable[[dict[str, Any]], bool]  # picks the calls a knob applies to, by their params
 
 
 # The scope a method needs beyond those every installation has (checked for OAuth tokens).
 NEEDS_SCOPE = {"users.info": "users:read"}
+
+# The notes a slow answer is preceded by (`ephemeral_to` leaves them out unless asked).
+INTERIM_NOTES = frozenset(
+    {
+        STILL_WORKING,
+        STILL_WORKING_ANSWER,
+        STILL_WORKING_APPROVAL,
+        STILL_WORKING_BATCH,
+        STILL_WORKING_COMMAND,
+        STILL_WORKING_EDIT,
+        STILL_WORKING_REJECTION,
+    }
+)
 
 
 class _SlackError(Exception):
@@ -408,8 +431,13 @@ class FakeSlackAPI:
         """The cards of the agents' questions (`ask_human`)."""
         return [m for m in self.top_level() if "Question from the agent" in m.all_text()]
 
-    def ephemeral_to(self, user: str) -> list[str]:
-        return [str(e.get("text", "")) for e in self.ephemeral if e.get("user") == user]
+    def ephemeral_to(self, user: str, *, interim: bool = False) -> list[str]:
+        """What the bot told `user` privately, oldest first. A request that outlasts
+        the ack budget (a loaded machine) is first told the bot is still working on it, then
+        its answer: that note is left out unless `interim`, so a test waiting for a person's
+        answer waits for the answer, not for the note."""
+        texts = [str(e.get("text", "")) for e in self.ephemeral if e.get("user") == user]
+        return texts if interim else [t for t in texts if t not in INTERIM_NOTES]
 
     # The API ------------------------------------------------------------------------------
 
