@@ -151,16 +151,19 @@ def _failing(what: str, settings: Settings, run: Callable[[], int]) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from bot import metrics
     from bot.processes import Serving, process_count, supervise
     from bot.runtime import BotRuntime, serve_http, serve_socket
 
     def body_on(
         serving: Serving | None = None,
     ) -> Callable[[Settings, asyncio.Event], Awaitable[None]]:
-        """Serve in this process; with `serving`, as one of several on a shared socket, whose
-        own operations endpoints are on the metrics port + its index."""
+        """Serve in this process; with `serving`, as one of several on a shared socket, with
+        their metrics as one (`bot.metrics.share`) and the metrics port's socket shared too."""
 
         async def body(settings: Settings, stop: asyncio.Event) -> None:
+            if serving is not None:
+                metrics.share(serving.metrics_dir)
             runtime = BotRuntime(
                 settings, socket_mode=args.socket, with_worker=not args.no_worker,
                 elsewhere=serving.elsewhere if serving else None,
@@ -173,8 +176,7 @@ def _serve(args: argparse.Namespace) -> int:
             if serving is None:
                 await serve_http(runtime, args.host, args.port, stop)
                 return
-            port = settings.metrics_port if args.metrics_port is None else args.metrics_port
-            ops_server = runtime.ops_server(args.metrics_host, port and port + serving.index)
+            ops_server = runtime.ops_server(args.metrics_host, 0, serving.ops_sock)
             await serve_http(
                 runtime, args.host, args.port, stop, sock=serving.sock, ops_server=ops_server
             )
@@ -185,9 +187,11 @@ def _serve(args: argparse.Namespace) -> int:
         count = process_count(args.processes if args.processes is not None else settings.processes)
         if count == 1:
             return _run("bot", settings, body_on())
+        port = settings.metrics_port if args.metrics_port is None else args.metrics_port
         return supervise(
             settings, args.host, args.port, count,
             lambda settings, serving: _run("bot", settings, body_on(serving)),
+            metrics_host=args.metrics_host or settings.metrics_host, metrics_port=port,
         )  # fmt: skip
 
     if args.socket and args.processes not in (None, 1):
@@ -359,8 +363,8 @@ def _ops_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="PORT",
-        help="port of /metrics, /healthz and /readyz in worker and Socket Mode, and of each "
-        "of several serving processes (the next ones for the others) "
+        help="port of /metrics, /healthz and /readyz in worker and Socket Mode, and of all the "
+        "serving processes of `serve --http` in several, as one "
         "(default: APPROVAL_BOT_METRICS_PORT, 9090; 0: none)",
     )
     parser.add_argument(

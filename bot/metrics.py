@@ -1,17 +1,32 @@
-"""Prometheus metrics of one bot process, in a registry of their own (served on `/metrics`).
+"""Prometheus metrics of the bot, in a registry of their own (served on `/metrics`).
 
 Counters move where things happen: decisions, resumes and failures where the service records
 them in the audit trail, Slack API errors in the Web API client. Gauges that describe shared
 state (pending calls, the job queue) are read from Redis when scraped, so every process reports
 the same value for them: aggregate them with `max`, not `sum`.
+
+The serving processes of one `serve --http --processes N` (`bot.processes`) are one bot to
+whoever scrapes it: each calls `share` as it starts, and from then on every value it holds is
+kept in a file of its own in a directory the supervisor made for them all (prometheus_client's
+multiprocess mode: memory-mapped, so a value is there the moment it moves, and stays there when
+its process is killed). Any of them renders the whole from those files: counters and histograms
+summed over every process that ever served (a restarted process's counts are kept, so a total
+never goes backwards), the Redis-backed gauges as last read by any live process, and the gauges
+that are each process's own (`redis_up`, `slack_auth_ok`, `serving`) by `pid`, live ones only.
+Why not prometheus_client's usual switch (PROMETHEUS_MULTIPROC_DIR before the first metric is
+made): the supervisor has made these metrics before it knows how many processes it forks, and
+must not count itself as one of them; `_Value` keeps every value in memory until `share`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
+import os
 import platform
 import time
 from importlib import metadata
+from typing import Any, ClassVar, Protocol
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -22,7 +37,73 @@ from prometheus_client import (
     Info,
     disable_created_metrics,
     generate_latest,
+    values,
 )
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
+# The environment variable prometheus_client's shared values read their directory from.
+SHARED_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
+
+
+class _Held(Protocol):
+    def inc(self, amount: float) -> None: ...
+    def set(self, value: float, timestamp: float | None = None) -> None: ...
+    def set_exemplar(self, exemplar: Any) -> None: ...
+    def get(self) -> float: ...
+    def get_exemplar(self) -> Any: ...
+
+
+class _Value:
+    """One sample's value (prometheus_client's `values.ValueClass`): in this process's memory,
+    until `share` moves it, and every one made after, into this process's file of the shared
+    directory (carrying its value over: the gauges set at import)."""
+
+    made: ClassVar[list[_Value]] = []
+    shared: ClassVar[Any] = None  # prometheus_client's MultiProcessValue class, once shared
+
+    def __init__(
+        self,
+        typ: str,
+        metric_name: str,
+        name: str,
+        labelnames: Any,
+        labelvalues: Any,
+        help_text: str,
+        multiprocess_mode: str = "",
+        **kwargs: Any,
+    ) -> None:
+        self._params = (typ, metric_name, name, labelnames, labelvalues, help_text)
+        self._mode = multiprocess_mode
+        self.inner: _Held
+        if _Value.shared is None:
+            self.inner = values.MutexValue(*self._params)  # type: ignore[no-untyped-call]
+            _Value.made.append(self)
+        else:
+            self.inner = _Value.shared(*self._params, multiprocess_mode=multiprocess_mode)
+
+    def share(self) -> None:
+        value = self.inner.get()
+        self.inner = _Value.shared(*self._params, multiprocess_mode=self._mode)
+        if value:
+            self.inner.set(value)
+
+    def inc(self, amount: float) -> None:
+        self.inner.inc(amount)
+
+    def set(self, value: float, timestamp: float | None = None) -> None:
+        self.inner.set(value, timestamp)
+
+    def set_exemplar(self, exemplar: Any) -> None:
+        self.inner.set_exemplar(exemplar)
+
+    def get(self) -> float:
+        return self.inner.get()
+
+    def get_exemplar(self) -> Any:
+        return self.inner.get_exemplar()
+
+
+values.ValueClass = _Value  # (before the first metric below is made)
 
 # `*_created` series double the output and no dashboard uses them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -59,16 +140,19 @@ TIME_TO_DECISION = Histogram(
 PENDING_CALLS = Gauge(
     "approval_bot_pending_calls",
     "Calls waiting for a decision, over all runs (read from Redis at scrape time).",
+    multiprocess_mode="livemostrecent",
     registry=REGISTRY,
 )
 QUEUE_DEPTH = Gauge(
     "approval_bot_queue_depth",
     "Start and resume jobs not yet delivered or not yet acknowledged (at scrape time).",
+    multiprocess_mode="livemostrecent",
     registry=REGISTRY,
 )
 QUEUE_OLDEST_AGE = Gauge(
     "approval_bot_queue_oldest_age_seconds",
     "Age of the oldest job not yet acknowledged, 0 when the queue is empty (at scrape time).",
+    multiprocess_mode="livemostrecent",
     registry=REGISTRY,
 )
 EXPIRIES = Counter(
@@ -100,6 +184,7 @@ REDIS_UP = Gauge(
     "approval_bot_redis_up",
     "1 while this process reaches Redis, 0 during an outage (from its first failed command "
     "until a PING answers again).",
+    multiprocess_mode="liveall",  # by pid when several serve
     registry=REGISTRY,
 )
 REDIS_DOWN_SECONDS = Counter(
@@ -117,12 +202,14 @@ WORKSPACES_INSTALLED = Gauge(
     "approval_bot_workspaces_installed",
     "Workspaces (or Grid orgs) that installed the app (OAuth distribution; 0 otherwise; "
     "read from Redis at scrape time).",
+    multiprocess_mode="livemostrecent",
     registry=REGISTRY,
 )
 WEBHOOK_BACKLOG_AGE = Gauge(
     "approval_bot_webhook_backlog_age_seconds",
     "Age of the oldest audit entry not yet accepted by the webhook receiver, 0 when none waits "
     "(read from Redis at scrape time).",
+    multiprocess_mode="livemostrecent",
     registry=REGISTRY,
 )
 WEBHOOK_DELIVERED = Counter(
@@ -217,6 +304,14 @@ SLACK_AUTH_OK = Gauge(
     "approval_bot_slack_auth_ok",
     "1 once Slack's auth.test accepted the bot token, 0 while it fails (the bot refuses every "
     "request then, and /readyz answers 503). 1 under OAuth distribution (a token per workspace).",
+    multiprocess_mode="liveall",  # by pid when several serve
+    registry=REGISTRY,
+)
+SERVING = Gauge(
+    "approval_bot_serving",
+    "1 while this process accepts Slack requests (serve), 0 while it starts or drains and in a "
+    "worker; by pid when several processes serve: their sum is how many serve.",
+    multiprocess_mode="liveall",
     registry=REGISTRY,
 )
 BUILD = Info(
@@ -265,6 +360,64 @@ def decided(outcome: str, paused_at: float | str = "") -> None:
         TIME_TO_DECISION.observe(max(0.0, time.time() - float(paused_at)))
 
 
+_whole: CollectorRegistry | None = None  # every serving process's metrics, once shared
+_shared_dir = ""
+
+
+def share(directory: str) -> None:
+    """Keep this process's metrics in `directory` with those of the other serving processes
+    of its `serve` (one file per kind of metric per process), and render the whole of them
+    from now on. Called once, in a serving process, before it serves."""
+    global _whole, _shared_dir
+    os.environ[SHARED_DIR_VARIABLE] = directory
+    _Value.shared = values.MultiProcessValue()  # type: ignore[no-untyped-call]
+    for value in _Value.made:
+        value.share()
+    _Value.made.clear()
+    _shared_dir = directory
+    _whole = CollectorRegistry(auto_describe=True)
+    MultiProcessCollector(_whole, path=directory)  # type: ignore[no-untyped-call]
+    _whole.register(BUILD)  # (an info metric has no shared form: every process's is the same)
+
+
+def shared() -> bool:
+    """Whether this process's metrics are shared with other serving processes."""
+    return bool(_shared_dir)
+
+
+def forget(pid: int, directory: str) -> None:
+    """Serving process `pid` is gone: its own gauges leave the whole (its counts stay)."""
+    mark_process_dead(pid, directory)  # type: ignore[no-untyped-call]
+
+
+def others_unready() -> dict[str, str]:
+    """The other serving processes of this `serve` that serve but are not ready, by pid: what
+    their own gauges say is wrong (none when this process serves alone)."""
+    if not _shared_dir:
+        return {}
+    files = glob.glob(os.path.join(_shared_dir, "gauge_liveall_*.db"))
+    states: dict[str, dict[str, float]] = {}
+    for metric in MultiProcessCollector.merge(files, accumulate=False):  # type: ignore[no-untyped-call]
+        for sample in metric.samples:
+            states.setdefault(sample.labels.get("pid", ""), {})[sample.name] = sample.value
+    unready = {}
+    for pid, state in states.items():
+        if pid == str(os.getpid()) or not state.get("approval_bot_serving"):
+            continue
+        problems = [
+            what
+            for name, what in (
+                ("approval_bot_redis_up", "redis unreachable"),
+                ("approval_bot_slack_auth_ok", "slack does not accept the token"),
+            )
+            if not state.get(name, 1)
+        ]
+        if problems:
+            unready[pid] = ", ".join(problems)
+    return unready
+
+
 def render() -> tuple[bytes, str]:
-    """The exposition text and its content type."""
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+    """The exposition text and its content type: this process's metrics, or every serving
+    process's once shared."""
+    return generate_latest(_whole or REGISTRY), CONTENT_TYPE_LATEST

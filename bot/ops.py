@@ -4,14 +4,19 @@ HTTP server of their own in worker and Socket Mode processes (which receive noth
 - `/healthz` is liveness: 200 while the process serves requests, without touching Redis, so an
   orchestrator does not restart every replica while Redis is briefly away.
 - `/readyz` is readiness: 200 when Redis answers a PING within a second and Slack has accepted
-  the bot token (`auth.test`), 503 otherwise, saying which.
-- `/metrics` refreshes the gauges read from Redis (with the same short timeout), then renders.
+  the bot token (`auth.test`), 503 otherwise, saying which. Of several serving processes
+  (`bot.processes`), whichever answers answers for all: 503 too when another that serves has
+  lost Redis or its token (as its own gauges say), naming it, since a share of Slack's
+  requests goes to it.
+- `/metrics` refreshes the gauges read from Redis (with the same short timeout), then renders
+  (the whole of several serving processes: `bot.metrics.share`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -46,11 +51,14 @@ def routes(ready: Check, refresh: Refresh, slack: SlackProblem = _no_problem) ->
         except Exception:  # a timeout, or Redis refused
             up = False
         problem = slack()
-        said = {
-            "ok": up and problem is None,
+        others = metrics.others_unready()
+        said: dict[str, object] = {
+            "ok": up and problem is None and not others,
             "redis": "up" if up else "unreachable",
             "slack": "up" if problem is None else problem,
         }
+        if others:
+            said["processes"] = {f"pid {pid}": what for pid, what in sorted(others.items())}
         return web.json_response(said, status=200 if said["ok"] else 503)
 
     async def scrape(_: web.Request) -> web.Response:
@@ -79,8 +87,10 @@ class OpsServer:
         ready: Check,
         refresh: Refresh,
         slack: SlackProblem = _no_problem,
+        *,
+        sock: socket.socket | None = None,
     ) -> None:
-        self.host, self.port = host, port
+        self.host, self.port, self.sock = host, port, sock
         app = web.Application()
         app.add_routes(routes(ready, refresh, slack))
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
@@ -90,7 +100,7 @@ class OpsServer:
         await self._runner.setup()
         self._started = True
         try:
-            self.port = await start_site(self._runner, self.host, self.port)
+            self.port = await start_site(self._runner, self.host, self.port, sock=self.sock)
         except OSError as exc:
             await self.stop()
             raise PortUnavailable(

@@ -12,7 +12,11 @@ embedded `redis-server` when there is no REDIS_URL (one for all of them, stopped
 the listening socket (or takes the one handed over: `bot.listening`), and forks the serving
 processes, which inherit the socket and accept from it in turn: connections that arrive while
 one is busy are taken by another, and none is refused while a process restarts (the socket
-stays open in the supervisor). It then only waits:
+stays open in the supervisor). It binds the metrics port the same way (APPROVAL_BOT_METRICS_PORT,
+`--metrics-port`): every serving process answers `/metrics`, `/healthz` and `/readyz` on it,
+and each answers for the whole, since their metrics are kept in files of a directory the
+supervisor makes for them (`bot.metrics.share`; in /dev/shm where there is one) and removes
+when it exits. It then only waits:
 
 - SIGTERM or SIGINT: passed on as SIGTERM to every serving process, each of which stops as a
   single bot does (finishing its requests and jobs within APPROVAL_BOT_DRAIN_SECONDS); then the
@@ -23,6 +27,7 @@ stays open in the supervisor). It then only waits:
   once. If `FAILING_IN_A_ROW` exit within `QUICK_EXIT_SECONDS` of their start one after
   another (it cannot start: Redis unreachable, a port it cannot serve), every process is
   stopped and the supervisor exits 1, so that the platform's restart policy sees the failure.
+  The exited process's own gauges leave the metrics; its counts stay in them.
 - If the supervisor itself is killed, each serving process is sent SIGTERM by the kernel (Linux
   `PR_SET_PDEATHSIG`) and stops as above.
 """
@@ -38,13 +43,16 @@ import logging
 import math
 import mmap
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bot import metrics
 from bot.config import Settings
 from bot.listening import SHARED_BACKLOG, handed_socket
 from bot.store.connection import EmbeddedRedis, die_with_parent
@@ -140,12 +148,23 @@ class ProcessInFlight:
 
 @dataclass(frozen=True)
 class Serving:
-    """What a serving process is given: the shared socket, its index (0 .. count - 1), and the
-    others' requests in flight."""
+    """What a serving process is given: the shared socket, its index (0 .. count - 1), the
+    others' requests in flight, the directory of everyone's metrics, and the shared socket of
+    the metrics port (None: none)."""
 
     sock: socket.socket
     index: int
     elsewhere: ProcessInFlight
+    metrics_dir: str
+    ops_sock: socket.socket | None = None
+
+
+def metrics_directory() -> str:
+    """A new directory for the serving processes' metrics: in memory (/dev/shm) where it can
+    be, the values being written at every move; else the system's temporary directory."""
+    shm = "/dev/shm"
+    where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+    return tempfile.mkdtemp(prefix="approval-bot-metrics-", dir=where)
 
 
 @dataclass
@@ -166,8 +185,12 @@ class Supervisor:
         sock: socket.socket,
         count: int,
         serve: Callable[[Settings, Serving], int],
+        *,
+        metrics_dir: str,
+        ops_sock: socket.socket | None = None,
     ) -> None:
         self.settings, self.sock, self.count, self.serve = settings, sock, count, serve
+        self.metrics_dir, self.ops_sock = metrics_dir, ops_sock
         self.in_flight = InFlight(count)
         self.children: dict[int, Child] = {}  # by index (0 .. count - 1)
         self.failing = 0  # quick exits one after another
@@ -175,7 +198,9 @@ class Supervisor:
         self._preexec = die_with_parent()  # made here: it names this process as the parent
 
     def _fork(self, index: int) -> None:
-        serving = Serving(self.sock, index, self.in_flight.of(index))
+        serving = Serving(
+            self.sock, index, self.in_flight.of(index), self.metrics_dir, self.ops_sock
+        )
         pid = os.fork()
         if pid == 0:  # the serving process: never returns
             code = 1
@@ -230,6 +255,7 @@ class Supervisor:
                 index + 1, pid, _exit_text(status), lived,
             )  # fmt: skip
             del self.children[index]
+            metrics.forget(pid, self.metrics_dir)
             self.failing = self.failing + 1 if lived < QUICK_EXIT_SECONDS else 0
             if self.failing >= FAILING_IN_A_ROW:
                 log.error(
@@ -268,28 +294,61 @@ def _exit_text(status: int) -> str:
     return f"code {os.waitstatus_to_exitcode(status)}"
 
 
+def ops_socket(host: str, port: int) -> socket.socket | None:
+    """The metrics port's socket, shared by the serving processes (None when `port` is 0, or
+    when it cannot be bound: said, and the bot serves without it, as a single one does)."""
+    if port == 0:
+        return None
+    try:
+        sock = listening_socket(host, port)
+    except OSError as exc:
+        log.warning(
+            "cannot serve /metrics on %s:%d (%s). Choose another with --metrics-port or "
+            "APPROVAL_BOT_METRICS_PORT (0: none). Going on without /metrics, /healthz and "
+            "/readyz there (the Slack port has them).",
+            host, port, exc.strerror or exc,
+        )  # fmt: skip
+        return None
+    log.info("metrics and health of all %s on http://%s:%d (/metrics, /healthz, /readyz)",
+             "serving processes", host, sock.getsockname()[1])  # fmt: skip
+    return sock
+
+
 def supervise(
     settings: Settings,
     host: str,
     port: int,
     count: int,
     serve: Callable[[Settings, Serving], int],
+    *,
+    metrics_host: str = "127.0.0.1",
+    metrics_port: int = 0,
 ) -> int:
-    """Serve with `count` processes on `host`:`port` (see the module's docstring); the exit code."""
+    """Serve with `count` processes on `host`:`port`, and their metrics as one on
+    `metrics_host`:`metrics_port` (0: none; see the module's docstring); the exit code."""
     embedded: EmbeddedRedis | None = None
     if settings.redis_url is None:  # one embedded server for all of them
         embedded = EmbeddedRedis(settings.data_dir)
         asyncio.run(embedded.start())
         settings = settings.model_copy(update={"redis_url": embedded.url})
+    metrics_dir = metrics_directory()
+    ops_sock: socket.socket | None = None
     try:
         sock = listening_socket(host, port)
         try:
             bound = sock.getsockname()[1]
             log.info("serving Slack on http://%s:%d/slack/events in %d processes",
                      host, bound, count)  # fmt: skip
-            return Supervisor(settings, sock, count, serve).run()
+            ops_sock = ops_socket(metrics_host, metrics_port)
+            supervisor = Supervisor(
+                settings, sock, count, serve, metrics_dir=metrics_dir, ops_sock=ops_sock
+            )
+            return supervisor.run()
         finally:
             sock.close()
+            if ops_sock is not None:
+                ops_sock.close()
     finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
         if embedded is not None:
             embedded.stop()

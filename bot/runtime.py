@@ -445,13 +445,18 @@ class BotRuntime:
             installed = await self.distribution.installations.installed()
             metrics.WORKSPACES_INSTALLED.set(len(installed))
 
-    def ops_server(self, host: str | None = None, port: int | None = None) -> ops.OpsServer | None:
-        """The operations endpoints on a port of their own (None when the port is 0)."""
+    def ops_server(
+        self, host: str | None = None, port: int | None = None, sock: socket.socket | None = None
+    ) -> ops.OpsServer | None:
+        """The operations endpoints on a port of their own (None when the port is 0), or on
+        `sock`: the metrics port's socket, shared by several serving processes."""
         port = self.settings.metrics_port if port is None else port
-        if port == 0:
+        if port == 0 and sock is None:
             return None
         host = host or self.settings.metrics_host
-        return ops.OpsServer(host, port, self.ready, self.refresh_gauges, self.slack_problem)
+        return ops.OpsServer(
+            host, port, self.ready, self.refresh_gauges, self.slack_problem, sock=sock
+        )
 
     # HTTP ---------------------------------------------------------------------------------
 
@@ -541,10 +546,12 @@ async def serve_http(
     port = await start_site(runner, host, port, sock=sock)
     log.info("serving Slack on http://%s:%d/slack/events (also /metrics, /healthz, /readyz)",
              host, port)  # fmt: skip
+    metrics.SERVING.set(1)
     try:
         ops_server = await _start_ops(ops_server)
         await stop.wait()
     finally:
+        metrics.SERVING.set(0)
         loop = asyncio.get_running_loop()
         started = loop.time()
         if ops_server is not None:
@@ -565,10 +572,12 @@ async def serve_socket(
     handler = AsyncSocketModeHandler(runtime.app, token.get_secret_value())
     await handler.connect_async()  # type: ignore[no-untyped-call]
     log.info("connected to Slack in Socket Mode")
+    metrics.SERVING.set(1)
     try:
         ops_server = await _start_ops(ops_server)
         await stop.wait()
     finally:
+        metrics.SERVING.set(0)
         if ops_server is not None:
             await ops_server.stop()
         await handler.close_async()  # type: ignore[no-untyped-call]

@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bot.processes import PER_CORE_AT_MOST, cgroup_cpu_quota, cores, process_count
 from bot.slack.blocks import APPROVE
@@ -150,7 +151,7 @@ async def test_a_decision_clicked_on_two_processes_at_once_is_consumed_once(
     port, metrics = free_port(), free_port()
     async with running_bot(env, port, "--processes", "2", "--metrics-port", str(metrics)) as bot:
         first, second = await two_serving(bot)
-        # The first serving process's own operations endpoints (the second's: the next port).
+        # The serving processes' operations endpoints, on the metrics port.
         async with aiohttp.ClientSession() as session:
             url = f"http://127.0.0.1:{metrics}/metrics"
             await wait_until(lambda: answers(session, url), what="its /metrics")
@@ -223,6 +224,131 @@ async def test_a_killed_supervisors_serving_processes_stop(
         bot.send_signal(signal.SIGKILL)
         await asyncio.to_thread(bot.wait, 10)
         await wait_until(lambda: all(gone(pid) for pid in children), what="them to stop")
+
+
+def samples(text: str, name: str) -> dict[str, float]:
+    """The values of `name` in an exposition `text`, by their labels (as `k=v,...`)."""
+    return {
+        ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    }
+
+
+async def scraped(port: int, to: int, others: list[int], path: str = "/metrics") -> tuple[int, str]:
+    """`path` on the metrics `port` as answered by serving process `to` (the others stopped
+    until it accepted the connection)."""
+    connection = await pinned(port, to, others)
+    try:
+        status, body = await connection.send("GET", path)
+        return status, body.decode()
+    finally:
+        connection.close()
+
+
+def commands_acked(text: str) -> float:
+    return samples(text, "approval_bot_ack_seconds_count").get("kind=command", 0.0)
+
+
+def serving_pids(text: str) -> set[int]:
+    found = samples(text, "approval_bot_serving")
+    return {int(labels.removeprefix("pid=")) for labels, value in found.items() if value == 1}
+
+
+async def test_the_metrics_port_serves_the_whole_bot_and_keeps_a_restarted_processs_counts(
+    slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, redis_url: str
+) -> None:
+    """Each process acknowledges one command; whichever process answers the one metrics port
+    counts both. A killed process's counts stay in the totals; its own gauges leave them."""
+    env = bot_env(slack, policy_file, tmp_path, REDIS_URL=redis_url)
+    port, metrics_port = free_port(), free_port()
+    async with running_bot(
+        env, port, "--processes", "2", "--metrics-port", str(metrics_port)
+    ) as bot:
+        first, second = await two_serving(bot)
+
+        async def whole(to: int, other: int) -> str:
+            status, text = await scraped(metrics_port, to, [other])
+            assert status == 200
+            return text
+
+        for to, other in ((first, second), (second, first)):
+            connection = await pinned(port, to, [other])
+            try:
+                assert await connection.command("help", user="U1") == 200
+            finally:
+                connection.close()
+
+        async def both_counted(to: int, other: int) -> str | None:
+            text = await whole(to, other)
+            return text if commands_acked(text) == 2 else None
+
+        for to, other in ((first, second), (second, first)):
+            text = await wait_until(
+                lambda to=to, other=other: both_counted(to, other),
+                what="both commands",
+            )
+            assert serving_pids(text) == {first, second}
+            # The Redis-backed gauges once, not once per process.
+            assert list(samples(text, "approval_bot_pending_calls")) == [""]
+        os.kill(first, signal.SIGKILL)
+        await wait_until(lambda: gone(first), what="the killed process to be gone")
+        new = await wait_until(
+            lambda: next((p for p in serving(bot.pid) if p not in (first, second)), None),
+            what="a serving process started again",
+        )
+
+        async def back_to_two() -> str | None:
+            text = await whole(second, new)
+            return text if serving_pids(text) == {second, new} else None
+
+        text = await wait_until(back_to_two, what="the new process serving")
+        assert commands_acked(text) == 2  # the killed process's command still counted
+        assert {k for k, v in samples(text, "approval_bot_slack_auth_ok").items() if v} == {
+            f"pid={second}",
+            f"pid={new}",
+        }
+
+
+async def test_readyz_answers_for_every_serving_process(
+    slack: FakeSlackAPI, policy_file: Path, tmp_path: Path, redis_url: str
+) -> None:
+    """Slack refuses the token to one process's auth.test (the first asked): the other
+    process, although ready itself, answers 503 on /readyz and names it, on both ports."""
+    asked: list[str] = []
+
+    def first_auth_test(method: str, _: dict[str, object]) -> bool:
+        asked.append(method)
+        return method == "auth.test" and asked.count("auth.test") == 1
+
+    slack.fail_when, slack.fail_error = first_auth_test, "invalid_auth"
+    env = bot_env(
+        slack, policy_file, tmp_path, REDIS_URL=redis_url,
+        APPROVAL_BOT_SLACK_AUTH_RETRY_SECONDS="3600",
+    )  # fmt: skip
+    port, metrics_port = free_port(), free_port()
+    async with running_bot(
+        env, port, "--processes", "2", "--metrics-port", str(metrics_port)
+    ) as bot:
+        first, second = await two_serving(bot)
+
+        async def both_serving() -> str | None:
+            _, text = await scraped(metrics_port, first, [second])
+            return text if serving_pids(text) == {first, second} else None
+
+        text = await wait_until(both_serving, what="both serving")
+        refused = [k for k, v in samples(text, "approval_bot_slack_auth_ok").items() if not v]
+        [bad] = [int(labels.removeprefix("pid=")) for labels in refused]
+        [good] = [pid for pid in (first, second) if pid != bad]
+        for where in (port, metrics_port):
+            status, body = await scraped(where, good, [bad], "/readyz")
+            said = json.loads(body)
+            assert status == 503, said
+            assert said["redis"] == "up" and said["slack"] == "up"  # its own
+            assert said["processes"] == {f"pid {bad}": "slack does not accept the token"}
+        status, body = await scraped(metrics_port, bad, [good], "/readyz")
+        assert status == 503 and json.loads(body)["slack"] == "token refused: invalid_auth"
 
 
 def test_one_per_core_is_at_most_the_cgroups_cpu_quota(tmp_path: Path) -> None:
