@@ -27,8 +27,8 @@ COPY --from=build /install /usr/local
 WORKDIR /app
 USER 10001:10001
 # 3000: Slack's requests, /metrics, /healthz, /readyz (serve --http).
-# 9090: /metrics, /healthz, /readyz of `worker` and `serve --socket`, and of the first of
-# several serving processes (9091, ... the others'; APPROVAL_BOT_PROCESSES).
+# 9090: /metrics, /healthz, /readyz of `worker` and `serve --socket`, and of all the serving
+# processes of `serve --http` as one (APPROVAL_BOT_PROCESSES).
 EXPOSE 3000 9090
 HEALTHCHECK --interval=30s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ['HEALTHCHECK_URL'], timeout=2)"]
