@@ -122,6 +122,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def memory_mb(pid: int) -> tuple[float, float, float]:
+    """A process's resident memory (RSS), its proportional share of it (PSS: each page shared
+    with other processes, as forked ones share the supervisor's, divided among them) and what
+    it alone holds (private: what one more such process costs), in MB, from
+    /proc/<pid>/smaps_rollup."""
+    kb: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        name, _, rest = line.partition(":")
+        value = rest.split()
+        if len(value) == 2 and value[1] == "kB":
+            kb[name] = int(value[0])
+    private = kb.get("Private_Clean", 0) + kb.get("Private_Dirty", 0)
+    return kb.get("Rss", 0) / 1024, kb.get("Pss", 0) / 1024, private / 1024
+
+
 def children(pid: int) -> list[int]:
     """The processes `pid` started that still run (a `serve --processes n`'s serving ones)."""
     found = []
@@ -736,6 +751,19 @@ def report(
                         enumerate(zip(row, widths, strict=True))).rstrip())  # fmt: skip
 
 
+def print_memory(memory: dict[int, tuple[float, float, float]], bot: Bot) -> None:
+    """Each bot process's memory after the bursts (`memory_mb`): what a process costs, for
+    APPROVAL_BOT_PROCESSES and a container's memory limit."""
+    serving = [memory[pid] for pid in bot.pids if pid in memory]
+    line = " / ".join(f"{rss:.0f} ({pss:.0f}, {private:.0f})" for rss, pss, private in serving)
+    print(f"(memory after the bursts, MB, RSS (PSS, private): each bot process {line}", end="")
+    if bot.pid in memory and bot.pid not in bot.pids:
+        rss, pss, private = memory[bot.pid]
+        print(f"; the supervisor {rss:.0f} ({pss:.0f}, {private:.0f})", end="")
+    total = sum(pss for _, pss, _ in memory.values())
+    print(f"; in all (PSS) {total:.0f})")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--clicks-50", type=int, default=400, help="clicks at 50 in flight")
@@ -753,6 +781,7 @@ async def main() -> None:
         floor.save()
     set_tracing_disabled(True)
     clicks = {50: args.clicks_50, 200: args.clicks_200}
+    memory: dict[int, tuple[float, float, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         server = EmbeddedRedis(Path(tmp) / "redis")
         await server.start()
@@ -786,6 +815,8 @@ async def main() -> None:
                 runs = await bot.paused_runs(args.at_once, lambda i: f"deploy once-{i}")
                 async with Profile(bot.pids, "at_once"):
                     at_once = await bot.burst(runs, args.at_once)
+                with contextlib.suppress(OSError):
+                    memory = {pid: memory_mb(pid) for pid in {bot.pid, *bot.pids}}
             finally:
                 await bot.stop()
             storage = await storage_figures(server.url)
@@ -797,6 +828,8 @@ async def main() -> None:
     shares = " / ".join(f"{100 * c / max(sum(at_once.shares), 1e-9):.0f}%" for c in at_once.shares)
     print(f"(the bot: {bot.topology}; their shares of the {at_once.clicks} at once's CPU: "
           f"{shares})")  # fmt: skip
+    if memory:
+        print_memory(memory, bot)
     notice = os.environ.get("BENCH_NOTICE") or "dm"
     print(f"(requester notice: {notice}, BENCH_NOTICE=dm|ephemeral|off; 2 cores shared by "
           f"Redis, the bot, the stand-in and the load generator; "
