@@ -751,14 +751,17 @@ def report(
                         enumerate(zip(row, widths, strict=True))).rstrip())  # fmt: skip
 
 
-def print_memory(memory: dict[int, tuple[float, float, float]], bot: Bot) -> None:
-    """Each bot process's memory after the bursts (`memory_mb`): what a process costs, for
-    APPROVAL_BOT_PROCESSES and a container's memory limit."""
-    serving = [memory[pid] for pid in bot.pids if pid in memory]
-    line = " / ".join(f"{rss:.0f} ({pss:.0f}, {private:.0f})" for rss, pss, private in serving)
+def print_memory(
+    memory: dict[int, tuple[float, float, float]], pids: list[int], started: int
+) -> None:
+    """Each bot process's memory after the bursts (`memory_mb`; `pids`: the bot's processes
+    then, `started`: the one the benchmark started, a supervisor when it is not one of them):
+    what a process costs, for APPROVAL_BOT_PROCESSES and a container's memory limit."""
+    each = [memory[pid] for pid in pids if pid in memory]
+    line = " / ".join(f"{rss:.0f} ({pss:.0f}, {private:.0f})" for rss, pss, private in each)
     print(f"(memory after the bursts, MB, RSS (PSS, private): each bot process {line}", end="")
-    if bot.pid in memory and bot.pid not in bot.pids:
-        rss, pss, private = memory[bot.pid]
+    if started in memory and started not in pids:
+        rss, pss, private = memory[started]
         print(f"; the supervisor {rss:.0f} ({pss:.0f}, {private:.0f})", end="")
     total = sum(pss for _, pss, _ in memory.values())
     print(f"; in all (PSS) {total:.0f})")
@@ -782,6 +785,7 @@ async def main() -> None:
     set_tracing_disabled(True)
     clicks = {50: args.clicks_50, 200: args.clicks_200}
     memory: dict[int, tuple[float, float, float]] = {}
+    serving: list[int] = []
     with tempfile.TemporaryDirectory() as tmp:
         server = EmbeddedRedis(Path(tmp) / "redis")
         await server.start()
@@ -815,8 +819,9 @@ async def main() -> None:
                 runs = await bot.paused_runs(args.at_once, lambda i: f"deploy once-{i}")
                 async with Profile(bot.pids, "at_once"):
                     at_once = await bot.burst(runs, args.at_once)
+                serving = bot.pids
                 with contextlib.suppress(OSError):
-                    memory = {pid: memory_mb(pid) for pid in {bot.pid, *bot.pids}}
+                    memory = {pid: memory_mb(pid) for pid in {bot.pid, *serving}}
             finally:
                 await bot.stop()
             storage = await storage_figures(server.url)
@@ -829,7 +834,7 @@ async def main() -> None:
     print(f"(the bot: {bot.topology}; their shares of the {at_once.clicks} at once's CPU: "
           f"{shares})")  # fmt: skip
     if memory:
-        print_memory(memory, bot)
+        print_memory(memory, serving, bot.pid)
     notice = os.environ.get("BENCH_NOTICE") or "dm"
     print(f"(requester notice: {notice}, BENCH_NOTICE=dm|ephemeral|off; 2 cores shared by "
           f"Redis, the bot, the stand-in and the load generator; "
