@@ -149,9 +149,13 @@ class ServiceCore:
         decision: str = "",
         detail: str = "",
         text: str = "",
+        tally: bool = True,
     ) -> None:
-        """`audit`, as one command of a pipeline that carries other writes (one round trip)."""
-        kind.tally(decision, call)
+        """`audit`, as one command of a pipeline that carries other writes (one round trip).
+        Not `tally`: the caller moves the entry's metric (`AuditKind.tally`) once the entry
+        is written (one that rides on a transition is written only if the transition is)."""
+        if tally:
+            kind.tally(decision, call)
         fields = audit_fields(
             kind=kind, run=run, call=call, actor=actor, decision=decision, detail=detail, text=text
         )

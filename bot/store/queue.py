@@ -67,9 +67,9 @@ class Acknowledgement:
         """XACK the job in a pipeline that follows the run's end. Only the execution that owns
         the run can end it, so no other worker runs this job's execution: the acknowledgement
         needs no check of who holds the delivery. (The stream's trim is left to the next
-        checked ack, or the sweeper's pass.)"""
+        checked ack, or the sweeper's pass.) The caller sets `sent` once it is written (it may
+        ride on the end's own round trip, written only if the run ended: `Runs.finish`)."""
         pipe.xack(STREAM, GROUP, self.job.message_id)
-        self.sent = True
 
 
 def _fields(kind: str, run_id: str, execution: str, pause: str) -> dict[str, str]:

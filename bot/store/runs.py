@@ -47,7 +47,7 @@ from bot.store.records import (
     RunRecord,
     Snapshot,
 )
-from bot.store.scripts import Batch, mark, marking, script, text
+from bot.store.scripts import Batch, gated_in, gated_replies, mark, marking, script, text
 from bot.store.scripts import now as now
 
 TIMER_MARGIN = 86400  # a paused run's records outlive its calls' expiry by at least this
@@ -238,6 +238,7 @@ class Runs:
         self._forgive = client.register_script(_FORGIVE)
         UNREPLICATED.add(self._forgive.sha)  # a count: lost in a failover at no cost
         self._release = client.register_script(script("release_job"))
+        self._then = client.register_script(script("then"))
         self._add_note = client.register_script(script("_outbox") + _ADD_NOTE)
         self._cancel = client.register_script(marking("cancel"))
         self._projection = client.register_script(script("projection"))
@@ -582,34 +583,59 @@ class Runs:
         text: str,
         drop_snapshot: bool,
         channel: str = "",
-        after: Callable[[Any], None] | None = None,
+        after: Callable[[Any], Callable[[], None] | None] | None = None,
         history: bytes = b"",
+        message_ts: str | None = None,
     ) -> FinishResult:
         """End a run: `Ended` (now, or this same request before), `AlreadyEnded`, `RunMissing`;
         raises `NotOwner` when `owner` does not own it (a paused run: owner `paused`).
         `channel`: the run's, to take it off that channel's index (else readers drop it).
         `after(pipe)`: writes to send, when it ended the run, with the index writes that follow
-        (the audit entry: one round trip, not two). `history`: the conversation after the
-        turn (`Finished.history`), kept by the same script as the end."""
+        (the audit entry: one round trip, not two); it may return what to do once they are
+        written. `history`: the conversation after the turn (`Finished.history`), kept by the
+        same script as the end. `message_ts`: the run message's ts as the caller read it
+        (None: not known): with it, on one server without replicas to confirm writes, the
+        writes that follow ride behind the end in its round trip, run only if it ended the run
+        (then.lua): one round trip, not two."""
         names = RunKeys(run_id).finish()
         values: list[str | int | bytes] = [
             owner, status, text, now(), self.retention, "1" if drop_snapshot else "0", history,
         ]  # fmt: skip
         passes = self.outbox.passes if self.outbox.reads_ahead else None
         started = False
-        if passes is None:
+        gated: int | None = None
+        written: Callable[[], None] | None = None
+        if passes is None and message_ts is None:
             reply = await self._finish(keys=names, args=values)
         else:
             # This process's projector claims and reads the run in the same round trip, right
             # after the end (which marks what the end shows), and its pass starts at once: the
             # output goes to Slack without the index write's round trip, a wake-up and a
             # claim of its own (#32). The claim indexes the run (a crash delivers it later).
+            # Behind them, the writes that follow an end, run only if this one ended the run
+            # (then.lua): off the active set only once indexed (the claim, or here first).
+            ride = message_ts is not None and self.outbox.reads_ahead
+            making: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
             async with self.redis.pipeline(transaction=False) as pipe:
                 batch = Batch(pipe)
                 index = batch.script(self._finish, names, values)
-                start = passes(batch, run_id)
-                raw = await pipe.execute(raise_on_error=False)
-                replies = await batch.settle(raw)
+                start = passes(batch, run_id) if passes is not None else None
+                if ride and message_ts is not None:
+                    recorded = self.redis.pipeline(transaction=False)
+                    written = self._ended_in(
+                        recorded, run_id, channel, message_ts, after, schedule=start is None
+                    )
+                    ended_by = [("ended_by", owner), ("status", status)]
+                    gated = gated_in(
+                        batch, self._then, [(keys.run_key(run_id), ended_by, recorded)]
+                    )
+                if gated is not None and start is None:
+                    making = self.outbox.making_due(
+                        run_id
+                    )  # (its projector reads it with its claim)
+                with making or contextlib.nullcontext():
+                    raw = await pipe.execute(raise_on_error=False)
+                    replies = await batch.settle(raw)
             if start is not None:  # (a script the server had to load ran after the read)
                 start(replies, not isinstance(raw[index], NoScriptError))
                 started = True
@@ -621,23 +647,43 @@ class Runs:
             if isinstance(reply, Exception):
                 raise reply
         result = decode_finish(reply, run_id)
-        if isinstance(result, Ended):  # indexed before it leaves the active set (reconciler)
+        if not isinstance(result, Ended):
+            return result
+        ridden = None
+        if gated is not None and not isinstance(replies[gated], Exception):
+            [ridden] = gated_replies(replies[gated])
+        if ridden is None:  # indexed before it leaves the active set (reconciler)
             due = contextlib.nullcontext() if started else self.outbox.making_due(run_id)
             with due:  # this process's projector reads it with its claim
                 async with self.redis.pipeline(transaction=False) as pipe:
-                    if not started:  # (claimed above: indexed by its claim)
-                        self.outbox.schedule_in(pipe, run_id)  # (a pipeline runs in order)
-                    if channel:
-                        pipe.zrem(keys.channel_runs_key(channel), run_id)
-                    pipe.srem(keys.EXECUTING_RUNS, run_id)
-                    pipe.zrem(keys.DUE_RUNS, run_id)
-                    if channel and result.message_ts:  # off the channel's index: found by its ts
-                        pipe.set(keys.message_key(channel, result.message_ts), run_id,
-                                 ex=self.retention)  # fmt: skip
-                    if after is not None:
-                        after(pipe)
+                    written = self._ended_in(
+                        pipe, run_id, channel, result.message_ts, after, schedule=not started
+                    )  # (claimed above: indexed by its claim)
                     await pipe.execute()
+        elif channel and result.message_ts and result.message_ts != message_ts:
+            await self.redis.set(  # (its message was posted after the caller's read)
+                keys.message_key(channel, result.message_ts), run_id, ex=self.retention
+            )
+        if written is not None:
+            written()
         return result
+
+    def _ended_in(
+        self, pipe: Any, run_id: str, channel: str, message_ts: str,
+        after: Callable[[Any], Callable[[], None] | None] | None, *, schedule: bool = True,
+    ) -> Callable[[], None] | None:  # fmt: skip
+        """The writes that follow a run's end (`finish`): due for Slack (unless a claim of its
+        indexes it), off the indexes of runs going on, found by its message's ts, and
+        `after`'s."""
+        if schedule:
+            self.outbox.schedule_in(pipe, run_id)  # (a pipeline runs in order)
+        if channel:
+            pipe.zrem(keys.channel_runs_key(channel), run_id)
+        pipe.srem(keys.EXECUTING_RUNS, run_id)
+        pipe.zrem(keys.DUE_RUNS, run_id)
+        if channel and message_ts:  # off the channel's index: found by its ts
+            pipe.set(keys.message_key(channel, message_ts), run_id, ex=self.retention)
+        return after(pipe) if after is not None else None
 
     async def cancel(
         self,

@@ -4,6 +4,7 @@ timestamp format, and the outbox mark written inside a MULTI."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -73,3 +74,41 @@ class Batch:
             if isinstance(reply, Exception):
                 raise reply
         return replies
+
+
+# Commands that cannot run inside then.lua: scripts and transactions (a group holding one is
+# sent as before, in a round trip of its own).
+NOT_IN_SCRIPT = frozenset({"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "MULTI", "EXEC",
+                           "WATCH", "UNWATCH", "DISCARD"})  # fmt: skip
+
+# One group of `gated_in`: the hash it checks, the (field, value) pairs it must hold, and the
+# pipeline (never executed) its commands were written into.
+Gate = tuple[str, Sequence[tuple[str, str]], Any]
+
+
+def gated_in(batch: Batch, then: Any, groups: Sequence[Gate]) -> int | None:
+    """Queue then.lua (`then`, registered) behind a transition in `batch`: each group's
+    commands run only when its hash holds what it must (what only the transition writes, e.g.
+    the owner token of the decision that settled a call), in the transition's round trip, not
+    in one after its reply. The index of its reply (`gated_replies`); None, with nothing
+    queued, when a command cannot run in a script. Only on one server without replicas to
+    confirm writes (`Outbox.reads_ahead`): the commands name keys of other slots."""
+    names: list[str] = []
+    values: list[Any] = []
+    for key, conditions, recorded in groups:
+        commands = [args for args, _ in recorded.command_stack]
+        if any(str(args[0]).upper() in NOT_IN_SCRIPT for args in commands):
+            return None
+        names.append(key)
+        values.append(len(conditions))
+        for field, value in conditions:
+            values += [field, value]
+        values.append(len(commands))
+        for args in commands:
+            values += [len(args), *args]
+    return batch.script(then, names, values)
+
+
+def gated_replies(reply: Any) -> list[list[Any] | None]:
+    """then.lua's reply: each group's replies, or None when it did not run."""
+    return [list(group) if isinstance(group, list) else None for group in reply]

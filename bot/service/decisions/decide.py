@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from bot.engine.questions import QUESTION_KIND
@@ -82,6 +82,15 @@ SHARED_REACTION = (
 TYPE_FIRST = (
     "This call needs typed confirmation: click Approve on its card and type the value it asks for."
 )
+
+
+def _expected(call: CallRecord, run: RunRecord, always: bool) -> Decided | None:
+    """What the decision on `call` is when it is recorded, if that is known before: a call that
+    needs one approval, alone in its pause, decided without Always, settles the pause (its
+    run resumes). Its writes then ride on the decision's round trip (`Calls.decide`)."""
+    if always or call.required > 1 or run.call_ids() != [call.approval_id]:
+        return None
+    return Decided(settled=[call.approval_id], resume=True, undecided=0)
 
 
 class Decisions:
@@ -288,20 +297,31 @@ class Decisions:
             if via:  # "by batch", "by reaction"
                 detail = ", ".join(d for d in (detail, f"by {via}") if d)
             then = self.attended(pipe, actor, call, decision, counted) if self.attended else None
+            # (Their metrics move once the writes are made: they may ride on the decision's
+            # own round trip, made only if it is recorded; `Calls.decide`.)
             self.core.audit_in(
                 pipe, kind, call=call, actor=actor, decision=decision, detail=detail,
-                text=reason.strip(),  # the decider's reason: free text
+                text=reason.strip(), tally=False,  # the decider's reason: free text
             )  # fmt: skip
-            if grant is not None and isinstance(result, Decided):
+            granted = grant is not None and isinstance(result, Decided)
+            if grant is not None and granted:
                 GrantStore.put_in(pipe, grant)
                 pipe.hset(keys.call_key(approval_id), "granted", grant_note(grant, used=False))
                 card = str(keys.Target("card", approval_id))  # shown again, with the grant
                 mark(pipe, call.run_id, card, self.store.retention)
                 self.core.audit_in(
                     pipe, AuditKind.GRANT_MADE, call=call, actor=actor, decision="approve",
-                    detail=grant_detail(grant), text=grant_values(grant),
+                    detail=grant_detail(grant), text=grant_values(grant), tally=False,
                 )  # fmt: skip
-            return then
+
+            def written(replies: Sequence[Any]) -> None:
+                kind.tally(decision, call)
+                if granted:
+                    AuditKind.GRANT_MADE.tally("approve", call)
+                if then is not None:
+                    then(replies)
+
+            return written
 
         result = await self.store.decide(
             approval_id,
@@ -317,6 +337,7 @@ class Decisions:
             after=audited,
             enqueue=True,
             pause=run.calls,
+            expected=_expected(call, run, run_always),
         )
         if isinstance(result, AlreadyDecided):
             reply = Reply(False, already_text(result))

@@ -242,6 +242,7 @@ class Runs:
                     channel=run.channel_id,
                     after=self._audited(AuditKind.RUN_FINISHED, run, outcome.output[:2000], ack),
                     history=outcome.history,  # kept by the script that ends the run
+                    message_ts=run.message_ts,
                 )
             except NotOwner:
                 log.info("run %s not finished here: this execution no longer owns it", run.run_id)
@@ -935,24 +936,33 @@ class Runs:
                 drop_snapshot=False,
                 channel=run.channel_id,
                 after=self._audited(AuditKind.RUN_FAILED, run, error, ack),
+                message_ts=run.message_ts,
             )
         except NotOwner:
             log.info("run %s not failed here: this execution no longer owns it", run.run_id)
 
     def _audited(
         self, kind: AuditKind, run: RunRecord, words: str, ack: Acknowledgement | None = None
-    ) -> Callable[[Any], None]:
+    ) -> Callable[[Any], Callable[[], None]]:
         """The audit entry of a run's end (`words`: its output or error, free text), and the
         acknowledgement of the job that ended it, written with `finish`'s index writes (only
-        when it ended the run)."""
+        when it ended the run: they may ride on the end's own round trip, so their metric
+        and the acknowledgement count once they are written)."""
 
-        def audit(pipe: Any) -> None:
-            self.core.audit_in(pipe, kind, run=run, text=words)
+        def audit(pipe: Any) -> Callable[[], None]:
+            self.core.audit_in(pipe, kind, run=run, text=words, tally=False)
             AdmissionStore.forget_in(
                 pipe, team=run.team_id, user=run.asked_by, channel=run.channel_id, run_id=run.run_id
             )
             if ack is not None:
                 ack.send_in(pipe)
+
+            def written() -> None:
+                kind.tally("", None)
+                if ack is not None:
+                    ack.sent = True
+
+            return written
 
         return audit
 

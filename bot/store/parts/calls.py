@@ -26,7 +26,16 @@ from bot.store.records import (
     StickyDecision,
     Voted,
 )
-from bot.store.scripts import mark, marking, now, text
+from bot.store.scripts import (
+    Batch,
+    gated_in,
+    gated_replies,
+    mark,
+    marking,
+    now,
+    script,
+    text,
+)
 
 MAX_COMMENTS = 20
 # A call's context (`CallContext` JSON) of at most this many bytes is the call hash's field
@@ -106,6 +115,7 @@ class Calls:
         self._decide = client.register_script(marking("decide"))
         self._set_if_pending = client.register_script(_SET_IF_PENDING)
         self._advise = client.register_script(marking("advise"))
+        self._then = client.register_script(script("then"))
 
     async def get_call(self, approval_id: str) -> CallRecord | None:
         if keys.run_of(approval_id) is None:
@@ -298,6 +308,7 @@ class Calls:
         after: Callable[[Any, DecideResult], Then | None] | None = None,
         enqueue: bool = False,
         pause: str = "",
+        expected: Decided | None = None,
     ) -> DecideResult:
         """Record one decision atomically; see decide.lua for the rules.
 
@@ -314,7 +325,11 @@ class Calls:
         pause's last decision, its resume job (owned by `owner`) goes in that round trip too,
         after the due entry (a caller that settles several calls enqueues once itself), naming
         `pause` (the run's `calls` as the caller read them: the worker's take then reads the
-        pause's calls with the run)."""
+        pause's calls with the run).
+        `expected`: what a recorded decision will be, when the caller knows it (a call that
+        needs one approval, alone in its pause, not Always: `Decided`, resuming): on one server
+        without replicas to confirm writes, those writes then ride behind decide.lua in its
+        round trip, run only if it recorded the decision (then.lua), not in a second one."""
         run_id = keys.run_of(approval_id)
         if run_id is None:
             return Gone()
@@ -322,47 +337,77 @@ class Calls:
         others = (
             [i for i in await self.pause_ids(run_id) if i != approval_id] if always and also else []
         )
-        reply = await self._decide(
-            keys=RunKeys(run_id).decide(approval_id, others),
-            args=[
-                "approved" if approve else "rejected",
-                "1" if always else "0",
-                team,
-                user,
-                now(),
-                reason,
-                owner,
-                self.retention,
-                via,
-                version,
-                *(also if always else ()),
-            ],
-        )
+        names = RunKeys(run_id).decide(approval_id, others)
+        values = [
+            "approved" if approve else "rejected",
+            "1" if always else "0",
+            team,
+            user,
+            now(),
+            reason,
+            owner,
+            self.retention,
+            via,
+            version,
+            *(also if always else ()),
+        ]
+        ridden: list[list[Any] | None] = [None, None]
+        then: Then | None = None
+        due = 0.0
+        if expected is not None and not others and self.outbox.reads_ahead:
+            # The writes of the expected outcome, each group gated on what only this decision
+            # writes: the call's `decided_owner` (it was recorded), the run's `owner` while it
+            # is resuming (it was the pause's last: the resume is this caller's).
+            recorded = self.redis.pipeline(transaction=False)
+            resumes = self.redis.pipeline(transaction=False)
+            if after is not None:
+                then = after(recorded, expected)
+            due = self.outbox.schedule_in(resumes, run_id, self.resume_gather)
+            resumes.zadd(keys.DUE_RUNS, {run_id: float(now())})
+            if enqueue:
+                JobQueue.enqueue_in(resumes, "resume", run_id, owner, pause)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                batch = Batch(pipe)
+                first = batch.script(self._decide, names, values)
+                gated = gated_in(batch, self._then, [
+                    (keys.call_key(approval_id), [("decided_owner", owner)], recorded),
+                    (keys.run_key(run_id), [("owner", owner), ("status", "resuming")], resumes),
+                ])  # fmt: skip
+                replies = await batch.execute()
+            reply = replies[first]
+            if gated is not None:
+                ridden = gated_replies(replies[gated])
+        else:
+            reply = await self._decide(keys=names, args=values)
         result = decode_decide(reply)
-        recorded = isinstance(result, Decided) or (
+        recorded_now = isinstance(result, Decided) or (
             isinstance(result, Voted) and not result.repeated
         )
         if text(reply[0]) == "edited":  # decide.lua marked the card: it is redrawn
             await self.outbox.schedule(run_id)
-        if recorded:
-            then = None
-            async with self.redis.pipeline(transaction=False) as pipe:
-                if after is not None:  # first: what it marks is delivered by the schedule
-                    then = after(pipe, result)
-                resumes = isinstance(result, Decided) and result.resume
-                # A resumed run's card waits for the resume (a pass now would only find that
-                # out, read for nothing and hand the run back, while the resume runs).
-                gather = self.resume_gather if resumes else 0.0
+        if not recorded_now:
+            return result
+        resumes_now = isinstance(result, Decided) and result.resume
+        then = then if ridden[0] is not None else None
+        async with self.redis.pipeline(transaction=False) as pipe:
+            if ridden[0] is None and after is not None:  # first: what it marks is delivered
+                then = after(pipe, result)  # by the schedule
+            # A resumed run's card waits for the resume (a pass now would only find that
+            # out, read for nothing and hand the run back, while the resume runs).
+            gather = self.resume_gather if resumes_now else 0.0
+            if ridden[1] is None and (ridden[0] is None or resumes_now):
                 due = self.outbox.schedule_in(pipe, run_id, gather)
-                if resumes:  # waits for a worker
+                if resumes_now:  # waits for a worker
                     pipe.zadd(keys.DUE_RUNS, {run_id: float(now())})
                     if enqueue:  # last: a worker that takes it finds the due entry to clear
                         JobQueue.enqueue_in(pipe, "resume", run_id, owner, pause)
-                replies = await pipe.execute()
-            if gather > 0:  # its pass then starts read, with the claim that takes it
-                self.outbox.expect_at(run_id, due)
-            if then is not None:
-                then(replies)
+            elif ridden[1] is None:  # ridden, yet the pause had calls left: its card shows now
+                self.outbox.schedule_in(pipe, run_id)
+            replies = await pipe.execute() if len(pipe) else []
+        if gather > 0:  # its pass then starts read, with the claim that takes it
+            self.outbox.expect_at(run_id, due)
+        if then is not None:
+            then(replies if ridden[0] is None else ridden[0])
         return result
 
     async def redraw_card(self, approval_id: str) -> None:
