@@ -59,9 +59,10 @@ def _shape(key: str) -> str:
 def _scripts() -> None:
     root = Path(__file__).resolve().parents[1] / "bot" / "store" / "lua"
     prelude = (root / "_outbox.lua").read_bytes()
+    take = b"local function take(KEYS, ARGV)\n" + (root / "take_job.lua").read_bytes() + b"\nend\n"
     for path in root.glob("*.lua"):
         body = path.read_bytes()
-        for text in (body, prelude + b"\n" + body, prelude + body):
+        for text in (body, prelude + b"\n" + body, prelude + body, take + body):
             SCRIPTS[hashlib.sha1(text).hexdigest()] = path.stem
 
 

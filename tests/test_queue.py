@@ -3,6 +3,7 @@ malformed messages, and scripts repeated after a lost reply."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -13,7 +14,14 @@ from bot.store.queue import GROUP, STREAM, Job, JobQueue
 from bot.store.records import RunRecord
 from bot.store.runs import AlreadyEnded, Ended, NotOwner, RunMissing, RunStore
 from bot.testing.harness import BotHarness, wait_until
-from tests.agents_for_tests import POLICY, Ledger, assistant_message, ops_agent
+from tests.agents_for_tests import (
+    POLICY,
+    Ledger,
+    assistant_message,
+    function_call,
+    ops_agent,
+    slow_check,
+)
 
 
 @pytest.fixture
@@ -169,3 +177,39 @@ def test_every_key_of_a_run_is_in_one_cluster_slot() -> None:
     assert len({key_slot(k.encode()) for k in run_keys}) == 1
     other = keys.run_key(keys.new_run_id())
     assert all(f"{{{run_id}}}" in k for k in run_keys) and f"{{{run_id}}}" not in other
+
+
+async def test_a_job_running_past_its_lease_stays_its_workers(
+    redis_url: str, client: aioredis.Redis
+) -> None:
+    """The worker renews the lease of each job in hand while it runs (one loop for them all,
+    #32): a tool that runs for several leases is never taken over by the worker's own look for
+    lapsed jobs (which it makes every third of the lease), so it runs once, in one attempt."""
+    ledger = Ledger()
+    started, release = asyncio.Event(), asyncio.Event()
+    agent, _ = ops_agent(
+        [[function_call("slow_check", {"host": "db-1"}, call_id="c1")],
+         [assistant_message("db-1 is fine.")]],
+        ledger, extra_tools=[slow_check(ledger, started, release)],
+    )  # fmt: skip
+    async with BotHarness(redis_url, agent, POLICY, settings={"job_lease_seconds": 0.6}) as bot:
+        await bot.slack.command("check db-1", user="U1", channel="C1")
+        await asyncio.wait_for(started.wait(), 30)
+        seen: list[int] = []  # the job's idle time (ms), each time it went down: a renewal
+
+        async def renewed_three_times() -> bool:
+            [entry] = await client.xpending_range(STREAM, GROUP, "-", "+", 1)
+            assert entry["times_delivered"] == 1, entry  # never taken over
+            idle = int(entry["time_since_delivered"])
+            if not seen or idle < seen[-1]:
+                seen.append(idle)
+            else:
+                seen[-1] = idle
+            return len(seen) > 3
+
+        await wait_until(renewed_three_times, what="three renewals of the job's lease")
+        release.set()
+        await bot.wait_for_status("finished")
+    assert ledger.names() == ["slow_check"]
+    [run] = await client.keys(keys.run_key("*"))
+    assert await client.hget(run, "attempts") == b"1"

@@ -188,3 +188,44 @@ async def test_a_decided_card_whose_resume_outlasts_its_gather_is_read_with_its_
     assert reads, sorted(spent.items())  # the card's pass read the run...
     alone = [name for name in reads if name.startswith("EVALSHA(projection ")]
     assert not alone, sorted(reads.items())  # ...with its claim, not in a round trip of its own
+
+
+async def test_a_job_waiting_for_a_busy_worker_is_read_and_taken_in_one_round_trip(
+    redis_url: str,
+) -> None:
+    """A worker whose last read filled every free slot (jobs queue up: a burst) reads its next
+    job and takes that job's execution in one round trip (take_next.lua), not a read and then
+    take_job.lua: one round trip fewer per job in a burst. Here one slot: a run whose tool waits
+    holds it while another run's start job queues; once the first run ends, the second is taken
+    with its read."""
+    ledger = Ledger()
+    started, release = asyncio.Event(), asyncio.Event()
+    busy, _ = ops_agent(
+        [[function_call("slow_check", {"host": "db-1"}, call_id="c1")], [assistant_message("ok")]],
+        ledger, name="busy", extra_tools=[slow_check(ledger, started, release)],
+    )  # fmt: skip
+    queued, _ = ops_agent([[assistant_message("next")]], ledger, name="queued")
+    agents = {"busy": busy, "queued": queued}
+    async with BotHarness(redis_url, agents, POLICY, settings={"worker_concurrency": 1}) as bot:
+        await bot.slack.command("run busy check db-1", user="U1", channel="C1")
+        await asyncio.wait_for(started.wait(), 30)
+        await bot.slack.command("run queued say next", user="U1", channel="C1")
+        looker = aioredis.Redis.from_url(redis_url)
+        try:  # the second run's start job waits in the stream, given to no worker yet
+            await wait_until(lambda: JobQueue(looker, lease_seconds=30).waiting_runs(),
+                             what="the second run's job queued")  # fmt: skip
+        finally:
+            await looker.aclose()
+        with counting() as counter:
+            before = counter.snapshot()
+            release.set()
+            await wait_until(
+                lambda: any("next" in m.all_text() for m in bot.slack_api.messages.values()),
+                what="the second run's answer",
+            )  # fmt: skip
+            await bot.idle()
+            spent = counter.snapshot()
+            spent.subtract(before)
+    names = " ".join(n for n, count in spent.items() if count > 0)
+    assert "EVALSHA(take_next " in names, names
+    assert "EVALSHA(take_job " not in names, names  # the queued run was taken with its read

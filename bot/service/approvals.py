@@ -131,6 +131,7 @@ class ApprovalService:
         # Runs: the `/agent` command, the worker's jobs, a message Slack refuses for good.
         self.start_run = self.runs.start_run
         self.run_job = self.runs.run_job
+        self.take_next = self.runs.take_next  # a worker's read of jobs that takes them too
         self.undeliverable = self.runs.undeliverable
         self.follow_up = self.runs.follow_ups.follow_up  # a reply in a run's thread
 

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -40,6 +41,7 @@ from bot.store.parts.snapshots import stored_snapshot
 from bot.store.parts.texts import call_from, run_from, split_call, split_run, unpack_text
 from bot.store.parts.timers import Timers
 from bot.store.parts.turns import Turns
+from bot.store.queue import GROUP, STREAM, Job
 from bot.store.records import (
     CallContext,
     CallRecord,
@@ -49,6 +51,8 @@ from bot.store.records import (
 )
 from bot.store.scripts import Batch, gated_in, gated_replies, mark, marking, script, text
 from bot.store.scripts import now as now
+
+log = logging.getLogger(__name__)
 
 TIMER_MARGIN = 86400  # a paused run's records outlive its calls' expiry by at least this
 CANCEL_TRIES = 5  # a run that pauses again at every try of a cancel (never, in practice)
@@ -235,6 +239,9 @@ class Runs:
         self._save_pause = client.register_script(marking("save_pause"))
         self._finish = client.register_script(marking("finish"))
         self._take = client.register_script(script("take_job"))
+        self._take_next = client.register_script(
+            f"local function take(KEYS, ARGV)\n{script('take_job')}\nend\n{script('take_next')}"
+        )
         self._forgive = client.register_script(_FORGIVE)
         UNREPLICATED.add(self._forgive.sha)  # a count: lost in a failover at no cost
         self._release = client.register_script(script("release_job"))
@@ -767,7 +774,51 @@ class Runs:
                 reply = (await batch.execute())[index]
         else:
             reply = await self._take(keys=names, args=values)
-        taken = decode_take(reply, run_id, named)
+        return await self._with_pause(decode_take(reply, run_id, named), resume)
+
+    @property
+    def takes_next(self) -> bool:
+        """Whether a worker may read and take its next jobs in one round trip (`take_next`):
+        on one server without replicas to confirm writes (the script names each job's keys)."""
+        return self.outbox.reads_ahead
+
+    async def take_next(
+        self, consumer: str, tokens: Sequence[str]
+    ) -> list[tuple[Job | None, Taken]]:
+        """Read up to `len(tokens)` jobs waiting for a worker, for `consumer`, and take each
+        one's execution (`take_run`, its attempt `<execution>/<token>`), in one round trip
+        (take_next.lua; `takes_next` must hold). Never blocks: [] when none waits. A job
+        whose message is malformed comes as (None, skip), acknowledged."""
+        at = now_ms()
+        index = self.takes_index
+        values: list[str | int | float] = [
+            GROUP, consumer, now(), self.retention, keys.PREFIX,
+            int(at - self.calls.resume_gather * 1000), f"{at + self.take_due_in * 1000:.3f}"
+            if index else "", *tokens,
+        ]  # fmt: skip
+        reply = await self._take_next(keys=[STREAM, keys.OUTBOX_INDEX], args=values)
+        found: list[tuple[Job | None, Taken]] = []
+        for message_id, fields, took in reply:
+            try:
+                job = Job.parse(message_id, dict(zip(fields[::2], fields[1::2], strict=True)))
+            except (KeyError, TypeError, AttributeError, ValueError):
+                log.error("dropping malformed job message %s: %r", text(message_id), fields)
+                await self.redis.xack(STREAM, GROUP, message_id)
+                found.append((None, Taken("skip", 0)))
+                continue
+            if text(took[0]) == "skip":
+                found.append((job, Taken("skip", 0)))
+                continue
+            if index and self._waited(job.message_id):
+                self.outbox.made_due(self.take_due_in)  # (made due in the script)
+            named = [f"{job.run_id}.{t}" for t in job.pause.split()] if job.kind == "resume" else []
+            taken = decode_take(took, job.run_id, named)
+            found.append((job, await self._with_pause(taken, job.kind == "resume")))
+        return found
+
+    async def _with_pause(self, taken: Taken, resume: bool) -> Taken:
+        """A taken resume with its pause's calls: read now when the take could not (the job
+        named another pause, or none)."""
         if taken.run is None or not resume or taken.calls is not None:
             return taken
         ids = taken.run.call_ids()
@@ -895,6 +946,8 @@ class RunStore:
         self.cancel = runs.cancel
         self.take = runs.take
         self.take_run = runs.take_run
+        self.take_next = runs.take_next
+        self.takes_next = runs.takes_next
         self.forgive_attempt = runs.forgive_attempt
         self.release_lost_job = runs.release_lost_job
         self.pause_of = runs.pause_of

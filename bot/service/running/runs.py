@@ -636,6 +636,17 @@ class Runs:
         await self.store.add_note(run.run_id, stored(note))
         return token if result.resume else ""
 
+    async def take_next(self, consumer: str, count: int) -> list[tuple[Job | None, Taken]]:
+        """Up to `count` jobs waiting for a worker, read for `consumer` and taken in the same
+        round trip (`RunStore.take_next`: each one's attempt token is made here)."""
+        tokens = [self.core.new_owner() for _ in range(count)]
+        return await self.store.take_next(consumer, tokens)
+
+    @property
+    def takes_next(self) -> bool:
+        """Whether `take_next` may be used (one server, no replicas to confirm writes)."""
+        return self.store.takes_next
+
     async def undeliverable(self, run_id: str, what: str, cause: str) -> None:
         """Slack refused, for good, a message people need to follow or decide the run (its run
         message, an approval request): stop the run, and tell its starter why."""
@@ -667,21 +678,28 @@ class Runs:
                 )
                 return
 
-    async def run_job(self, job: Job, ack: Acknowledgement | None = None) -> None:
+    async def run_job(
+        self, job: Job, ack: Acknowledgement | None = None, taken_now: Taken | None = None
+    ) -> None:
         """Execute one start or resume job. Idempotent: a delivery for a run that moved on, or
         a duplicate message, does nothing; a redelivery after a worker stopped continues only
         where that is safe (see `_safe_to_retry`). `ack`: the job's acknowledgement, sent with
-        the run's end when the job ends it."""
-        attempt = f"{job.execution}/{self.core.new_owner()}"
-        try:
-            took = await self.store.take_run(
-                job.run_id, job.execution, job.message_id, attempt, resume=job.kind == "resume",
-                pause=job.pause,
-            )  # fmt: skip
-        except Exception as exc:
-            if unreachable(exc):  # the take may stand, unconfirmed: not an attempt that ran
-                await self.store.forgive_attempt(job.run_id, attempt)
-            raise
+        the run's end when the job ends it. `taken_now`: its execution as the worker took it
+        with its read (`take_next`); None: taken here."""
+        if taken_now is not None:  # (a skip is acknowledged by the worker, as below)
+            took = taken_now
+            attempt = taken_now.run.owner if taken_now.run is not None else ""
+        else:
+            attempt = f"{job.execution}/{self.core.new_owner()}"
+            try:
+                took = await self.store.take_run(
+                    job.run_id, job.execution, job.message_id, attempt,
+                    resume=job.kind == "resume", pause=job.pause,
+                )  # fmt: skip
+            except Exception as exc:
+                if unreachable(exc):  # the take may stand, unconfirmed: not an attempt that ran
+                    await self.store.forgive_attempt(job.run_id, attempt)
+                raise
         taken, attempts = took.kind, took.attempts
         if taken == "skip" or took.run is None:
             return

@@ -17,6 +17,7 @@ from bot.outage import log_failure
 from bot.service.approvals import ApprovalService
 from bot.stopping import cancel_and_wait
 from bot.store.queue import Acknowledgement, Job, JobQueue
+from bot.store.runs import Taken
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,10 @@ class Worker:
         self.consumer = f"worker-{service.process_id}-{secrets.token_hex(3)}"
         self._running: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
+        # The jobs in hand, each its delivery's acknowledgement (by identity: a worker may hold
+        # a job it took over from itself beside its first attempt), renewed by one loop.
+        self._held: dict[int, Acknowledgement] = {}
+        self._renewer: asyncio.Task[None] | None = None
 
     @property
     def busy(self) -> int:
@@ -55,24 +60,39 @@ class Worker:
                 await asyncio.sleep(1.0)
         next_reclaim = 0.0
         loop = asyncio.get_running_loop()
+        # Whether jobs may be waiting: the last read filled every free slot. Then the next
+        # read takes them too, in one round trip (`take_next`); else it blocks until one comes.
+        backlog = False
+        takes = self.service.runs.takes_next
         while not self._stopping.is_set():
             try:
                 free = self.concurrency - len(self._running)
                 if free <= 0:
                     await asyncio.wait(set(self._running), return_when=asyncio.FIRST_COMPLETED)
                     continue
-                jobs: list[Job] = []
+                jobs: list[tuple[Job | None, Taken | None]] = []
                 if loop.time() >= next_reclaim:
                     next_reclaim = loop.time() + self.lease_seconds / 3
-                    jobs = await self.queue.reclaim(self.consumer, free)
+                    jobs = [(job, None) for job in await self.queue.reclaim(self.consumer, free)]
+                if not jobs and backlog and takes:
+                    jobs = list(await self.service.take_next(self.consumer, free))
+                    backlog = len(jobs) >= free
+                    if not jobs:
+                        continue  # none waited after all: block for the next
                 if not jobs:
-                    jobs = await self.queue.read(self.consumer, free, block_ms=200)
+                    read = await self.queue.read(self.consumer, free, block_ms=200)
+                    backlog = len(read) >= free
+                    jobs = [(job, None) for job in read]
                 if jobs:
                     # Acks first: new jobs start at a lull in this process's Slack requests
                     # (at most a moment: their leases run far longer); the jobs in hand go on.
                     await self.service.foreground.lull()
-                for job in jobs:
-                    task = asyncio.create_task(self._handle(job), name=f"job-{job.message_id}")
+                for job, taken in jobs:
+                    if job is None:
+                        continue  # a malformed message (acknowledged by `take_next`)
+                    task = asyncio.create_task(
+                        self._handle(job, taken), name=f"job-{job.message_id}"
+                    )
                     self._running.add(task)
                     task.add_done_callback(self._running.discard)
             except asyncio.CancelledError:
@@ -84,17 +104,19 @@ class Worker:
                 log_failure(log, "the worker could not read jobs; retrying", level=WARNING)
                 await asyncio.sleep(1.0)
 
-    async def _handle(self, job: Job) -> None:
+    async def _handle(self, job: Job, taken: Taken | None = None) -> None:
         ack = Acknowledgement(job)  # sent with the run's end, when the job ends the run
-        renew = asyncio.create_task(self._renew(job, ack))
+        self._held[id(ack)] = ack  # its lease renewed while it runs (`_renewals`)
+        if self._renewer is None or self._renewer.done():
+            self._renewer = asyncio.create_task(self._renewals(), name="job-leases")
         try:
-            await self.service.run_job(job, ack)
+            await self.service.run_job(job, ack, taken)
         except Exception:
             log_failure(log, "job %s (%s of run %s) crashed; it will be retried", job.message_id,
                           job.kind, job.run_id)  # fmt: skip
             return
         finally:
-            await cancel_and_wait(renew)
+            self._held.pop(id(ack), None)
         if ack.sent:
             return
         try:
@@ -104,23 +126,26 @@ class Worker:
         except Exception:
             log_failure(log, "could not acknowledge job %s", job.message_id, level=WARNING)
 
-    async def _renew(self, job: Job, ack: Acknowledgement) -> None:
-        while True:
+    async def _renewals(self) -> None:
+        """Renew the lease of every job in hand every third of the lease (one loop for them
+        all, not a task, a timer and a cancellation per job: a job started just after a
+        round is renewed within two thirds of its lease), until none is left."""
+        while self._held:
             await asyncio.sleep(self.lease_seconds / 3)
-            if ack.sent:
-                return  # acknowledged with the run's end: nothing more to hold
-            try:
-                if not await self.queue.renew(self.consumer, job):
-                    log.warning(
-                        "lost the lease of job %s to another worker; this attempt's writes "
-                        "are refused from now on",
-                        job.message_id,
-                    )
-                    return
-            except Exception:
-                log_failure(
-                    log, "could not renew the lease of job %s", job.message_id, level=WARNING
-                )
+            for key, ack in list(self._held.items()):
+                if ack.sent or key not in self._held:
+                    continue  # acknowledged with the run's end (or done): nothing to hold
+                try:
+                    if not await self.queue.renew(self.consumer, ack.job):
+                        log.warning(
+                            "lost the lease of job %s to another worker; this attempt's writes "
+                            "are refused from now on",
+                            ack.job.message_id,
+                        )
+                        self._held.pop(key, None)
+                except Exception:
+                    log_failure(log, "could not renew the lease of job %s", ack.job.message_id,
+                                level=WARNING)  # fmt: skip
 
     async def stop(self, loop_task: asyncio.Task[None] | None, timeout: float) -> None:
         """Stop taking jobs, then wait (up to `timeout`) for the ones in hand."""
@@ -132,11 +157,14 @@ class Worker:
                 await asyncio.wait_for(asyncio.shield(loop_task), timeout=min(5.0, timeout))
         if self._running:
             await asyncio.wait(set(self._running), timeout=max(0.0, deadline - loop.time()))
+        if not self._running:
+            await cancel_and_wait(self._renewer)
 
     async def abandon(self) -> None:
         """Cancel the jobs still running after the drain: they stay unacknowledged, so another
         worker takes them over once the lease lapses (the journal guards their tool calls)."""
         running = set(self._running)
+        await cancel_and_wait(self._renewer)  # their leases lapse: another worker takes them
         if not running:
             return
         log.warning("shutting down with %d job(s) unfinished; another worker will take them "

@@ -290,6 +290,11 @@ class Outbox:
         """The runs this process is making due now (`making_due`): no claim of its takes them."""
         return [run_id for run_id, at in self.expected.items() if at is None]
 
+    def made_due(self, delay: float) -> None:
+        """A write this process sent outside `schedule_in` made a run due in `delay` seconds
+        (`Runs.take_next`): its projector looks for it as for its own schedules."""
+        self._indexed(delay)
+
     def _indexed(self, delay: float) -> None:
         now = time.monotonic()
         self.changed_at = now
