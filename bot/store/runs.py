@@ -612,7 +612,10 @@ class Runs:
         started = False
         gated: int | None = None
         written: Callable[[], None] | None = None
-        if passes is None and message_ts is None:
+        # (Not in a pipeline with replicas to confirm writes: `Replicated` waits for them after
+        # a script sent alone.)
+        ride = message_ts is not None and self.outbox.reads_ahead
+        if passes is None and not ride:
             reply = await self._finish(keys=names, args=values)
         else:
             # This process's projector claims and reads the run in the same round trip, right
@@ -621,7 +624,6 @@ class Runs:
             # claim of its own (#32). The claim indexes the run (a crash delivers it later).
             # Behind them, the writes that follow an end, run only if this one ended the run
             # (then.lua): off the active set only once indexed (the claim, or here first).
-            ride = message_ts is not None and self.outbox.reads_ahead
             making: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
             async with self.redis.pipeline(transaction=False) as pipe:
                 batch = Batch(pipe)
