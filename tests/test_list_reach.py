@@ -89,14 +89,19 @@ async def test_a_persons_list_and_home_do_not_read_channels_they_cannot_decide_i
             await bot.idle()
 
             async def measured() -> tuple[int, int, str]:
-                """Reads of U2's list (asked in C7) and of one render of U2's Home."""
-                await bot.idle()
-                await wait_until(bot.runtime.home.idle, what="no App Home due")
-                before = await reads(client)
-                text = listed(await bot.slack.command("list", user="U2", channel="C7"))
-                after_list = await reads(client)
-                await bot.runtime.home.publish_many([(team, "U2")])
-                return after_list - before, await reads(client) - after_list, text
+                """Reads of U2's list (asked in C7) and of one render of U2's Home: the fewest
+                of three tries, as the bot's own background looks (a loaded machine's longer
+                window holds more of them) only ever add reads to a try."""
+                tries = []
+                for _ in range(3):
+                    await bot.idle()
+                    await wait_until(bot.runtime.home.idle, what="no App Home due")
+                    before = await reads(client)
+                    text = listed(await bot.slack.command("list", user="U2", channel="C7"))
+                    after_list = await reads(client)
+                    await bot.runtime.home.publish_many([(team, "U2")])
+                    tries.append((after_list - before, await reads(client) - after_list))
+                return min(t[0] for t in tries), min(t[1] for t in tries), text
 
             list_alone, home_alone, text = await measured()
             assert waiting_agents(text) == ["c1a0", "c1a1"]
