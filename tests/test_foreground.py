@@ -162,3 +162,68 @@ async def test_another_serving_processs_requests_hold_deferred_work_here_too() -
         await asyncio.wait_for(waiter, timeout=30)  # (seen at its next look: PEER_POLL)
     assert list(shared.slots) == [0, 0]
     assert await asyncio.wait_for(here.lull(), timeout=30) is None  # nothing in flight: at once
+
+
+async def test_decisions_let_go_run_a_few_at_a_time_first_come_first() -> None:
+    """Decisions past their lull run `deciding` at a time, in the order they came, each
+    counted as a request in flight from the moment it was let go (its turn awaited too)."""
+    foreground = Foreground(max_wait=FOREVER, deciding=2, turn=FOREVER)
+    entered: list[int] = []
+    finish = [asyncio.Event() for _ in range(5)]
+
+    async def decision(i: int) -> None:
+        async with foreground.deciding():
+            entered.append(i)
+            await finish[i].wait()
+
+    decisions = [asyncio.create_task(decision(i)) for i in range(5)]
+    await steps()
+    assert entered == [0, 1] and foreground.in_flight == 5
+    waiter = asyncio.create_task(foreground.lull())  # what waits for a lull waits for them all
+    finish[1].set()
+    await steps()
+    assert entered == [0, 1, 2] and foreground.in_flight == 4
+    finish[0].set()
+    await steps()
+    assert entered == [0, 1, 2, 3]
+    for event in finish:
+        event.set()
+    await asyncio.gather(*decisions)
+    assert entered == [0, 1, 2, 3, 4] and foreground.in_flight == 0
+    await asyncio.wait_for(waiter, timeout=30)
+
+
+async def test_a_decision_that_waits_on_something_else_gives_up_its_turn() -> None:
+    """A decision still going `turn` seconds after its turn came (waiting for Slack, say) lets
+    the next one go."""
+    foreground = Foreground(max_wait=FOREVER, deciding=1, turn=0.05)
+    loop = asyncio.get_running_loop()
+    entered: dict[int, float] = {}
+    finish = [asyncio.Event() for _ in range(2)]
+
+    async def decision(i: int) -> None:
+        async with foreground.deciding():
+            entered[i] = loop.time()
+            await finish[i].wait()
+
+    decisions = [asyncio.create_task(decision(0))]
+    await steps()
+    decisions.append(asyncio.create_task(decision(1)))
+    await steps()
+    assert list(entered) == [0]
+    await wait_for_entry(entered, 1)
+    assert entered[1] - entered[0] >= 0.05 - 0.002  # timers may fire a clock tick early
+    assert foreground.in_flight == 2  # the first still counted
+    for event in finish:
+        event.set()
+    await asyncio.gather(*decisions)
+    assert foreground.in_flight == 0
+
+
+async def wait_for_entry(entered: dict[int, float], i: int) -> None:
+    """Until decision `i` has its turn (a bound only a broken gate reaches)."""
+    for _ in range(3000):
+        if i in entered:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"decision {i} never had its turn")

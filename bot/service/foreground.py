@@ -14,7 +14,12 @@ the rest after.
 
 Waiters are released in the order they came, a few per loop iteration, so that a large set
 of deferred tasks never becomes ready all at once: between two releases the loop accepts new
-requests, and a new request in flight stops the release of those not yet due.
+requests, and a new request in flight stops the release of those not yet due. Decisions let go
+then run at most `DECIDING` at a time, in the order they came (`deciding()`): asyncio runs
+every ready callback between two looks at its sockets, and an ack takes several loop
+iterations from its request's bytes to its answer, so fifty decisions running together put
+fifty decisions' steps into each of them (#32: the slowest acks of a burst of clicks waited
+mostly for decisions); a few at a time finish as soon, one after another.
 
 Serving processes on one machine share its cores (`serve --processes`, `bot/processes.py`):
 there the count is shared too (`Elsewhere`: each process publishes its own, and a lull is a
@@ -27,8 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Protocol
 
 MAX_WAIT_SECONDS = 0.5  # the default of APPROVAL_BOT_LULL_MAX_SECONDS
@@ -36,6 +41,10 @@ MAX_WAIT_SECONDS = 0.5  # the default of APPROVAL_BOT_LULL_MAX_SECONDS
 RELEASE_BATCH = 4
 EARLY = 0.001  # asyncio may run a timer this much before its time
 PEER_POLL = 0.003  # seconds between looks at other processes' requests while only they are busy
+DECIDING = 4  # decisions let go that run at once (the others wait their turn, in order)
+# A decision holds its turn this long at most: past it, it waits for something else than this
+# process (Slack's directory, a modal being opened), and the next one may go.
+TURN_SECONDS = 0.1
 
 
 class Elsewhere(Protocol):
@@ -58,9 +67,13 @@ class Foreground:
         max_wait: float = MAX_WAIT_SECONDS,
         batch: int = RELEASE_BATCH,
         elsewhere: Elsewhere | None = None,
+        deciding: int = DECIDING,
+        turn: float = TURN_SECONDS,
     ) -> None:
         self.max_wait = max_wait
         self.batch = max(1, batch)
+        self._deciding = asyncio.Semaphore(max(1, deciding))
+        self.turn = turn
         self.elsewhere = elsewhere  # the other serving processes' requests (None: alone)
         self._in_flight = 0
         self.seen = 0  # requests so far (the projector polls often while they come)
@@ -96,6 +109,29 @@ class Foreground:
         """Whether work that can wait would wait now (`lull`): a request in flight here or in
         another serving process (never with the waiting disabled)."""
         return self.max_wait > 0 and self._busy()
+
+    @asynccontextmanager
+    async def deciding(self) -> AsyncIterator[None]:
+        """Around a click's decision once its lull came: it counts as a request in flight from
+        now on (what waits for a lull waits for it, its turn included), and it runs with at
+        most `deciding - 1` others, the first come first, for `turn` seconds at most (see the
+        module's docstring)."""
+        with self.request():
+            await self._deciding.acquire()
+            released = False
+
+            def release() -> None:
+                nonlocal released
+                if not released:
+                    released = True
+                    self._deciding.release()
+
+            timer = asyncio.get_running_loop().call_later(self.turn, release)
+            try:
+                yield
+            finally:
+                timer.cancel()
+                release()
 
     def _busy(self) -> bool:
         """A request in flight here or in another serving process."""

@@ -112,20 +112,46 @@ class _BudgetedApp(AsyncApp):  # type: ignore[misc]
                 self._spawn(_tell(respond, sentence), "token refused")
             return _refused(req.body, sentence)
         context = req.context
+        # Bolt's answer, set by its task as it ends (or None at the budget): awaited directly,
+        # it is written one loop iteration after Bolt's, not two (`asyncio.wait` wakes its
+        # waiter through a callback of its own), and each iteration on an ack's way runs
+        # every ready step of the process's other work.
+        answer: asyncio.Future[BoltResponse | None] = loop.create_future()
+
+        async def dispatch() -> BoltResponse | None:
+            """Bolt's answer, also set on `answer` (an error too: None then)."""
+            try:
+                response: BoltResponse = await super(_BudgetedApp, self).async_dispatch(req)
+            except asyncio.CancelledError:
+                answer.cancel()
+                raise
+            except Exception as exc:
+                if answer.done():  # (answered already: the late request's task logs it)
+                    raise
+                answer.set_exception(exc)
+                return None
+            if not answer.done():
+                answer.set_result(response)
+            return response
+
         # The request's workspace, from its signed body: every Web API call of its handling
         # (and of the tasks it starts) carries that workspace's token (bot/slack/api/serving.py).
         with serving(
             context.team_id or "", context.enterprise_id or "", bool(context.is_enterprise_install)
         ):
-            task = asyncio.ensure_future(super().async_dispatch(req))
-        await asyncio.wait({task}, timeout=self.budget)
-        if task.done():
-            response: BoltResponse = task.result()
+            task = asyncio.ensure_future(dispatch())
+        budget = loop.call_later(self.budget, _settle, answer)
+        try:
+            response = await answer
+        finally:
+            budget.cancel()
+        if response is not None:
             metrics.acknowledged(req.body, loop.time() - received)
             return response
 
         async def finish() -> None:
             response = await task
+            assert response is not None  # (its errors raise: answered already)
             log.warning(
                 "answered a Slack request after the %.1f s budget with an empty 200; the bot's "
                 "own answer (%d), %.1f s after the request arrived, was not sent",
@@ -135,6 +161,12 @@ class _BudgetedApp(AsyncApp):  # type: ignore[misc]
         self._spawn(finish(), "late request")
         metrics.acknowledged(req.body, loop.time() - received)
         return BoltResponse(status=200, body="")
+
+
+def _settle(answer: asyncio.Future[BoltResponse | None]) -> None:
+    """The budget is spent: the request is answered without Bolt's answer."""
+    if not answer.done():
+        answer.set_result(None)
 
 
 def _before_auth(body: dict[str, Any]) -> bool:

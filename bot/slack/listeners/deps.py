@@ -191,7 +191,7 @@ class ListenerDeps:
                     if isinstance(work, Coroutine):
                         work.close()
                     raise
-                with foreground.request():
+                async with foreground.deciding():
                     await guard(what, work, tell)
             finally:
                 if note is not None:
