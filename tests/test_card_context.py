@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from agents import Agent, ApplyPatchTool, HostedMCPTool, ShellTool, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 from openai.types.responses import (
@@ -24,6 +25,13 @@ from tests.agents_for_tests import POLICY
 from tests.test_tool_kinds import DIFF, Editor, run_shell
 
 written: list[dict[str, Any]] = []
+
+
+@pytest.fixture(autouse=True)
+def nothing_written() -> None:
+    """Each test starts with nothing written: the tool's record is shared by the module's tests,
+    which a worker may run in any order."""
+    written.clear()
 
 
 @function_tool(needs_approval=True)
@@ -158,7 +166,6 @@ async def test_each_kind_is_rendered_for_what_it_is(redis_url: str) -> None:
 
 
 async def test_a_long_argument_is_cut_on_the_card_and_whole_in_show_all(redis_url: str) -> None:
-    written.clear()
     content = "".join(f"line {n:05d} of the new config\n" for n in range(1100))[:30_000]
     assert len(content) == 30_000
     call = function_call("write_file", {"path": "/srv/big.cfg", "content": content}, call_id="w1")
