@@ -169,8 +169,12 @@ async def test_a_decision_clicked_on_two_processes_at_once_is_consumed_once(
         finally:
             on_first.close()
             on_second.close()
-        # The decision was consumed once: one approver's, the tool ran once.
-        [card] = slack.approval_messages()
+        # The decision was consumed once: one approver's, the tool ran once. (A lone pass posts
+        # the output before it updates the card: the card's update may come just after.)
+        [card] = await wait_until(
+            lambda: [c for c in slack.approval_messages() if "Approved by" in c.all_text()],
+            what="the decided card",
+        )
         deciders = [u for u in ("U2", "U3") if f"Approved by <@{u}>" in card.all_text()]
         assert len(deciders) == 1, card.all_text()
         assert serving(bot.pid) == [first, second]  # neither failed meanwhile
