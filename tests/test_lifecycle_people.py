@@ -523,8 +523,9 @@ async def test_news_listed_while_the_notice_is_told_is_told_after_the_pass(
     redis_url: str,
 ) -> None:
     """A pass that tells a person's notice records it told with its end (#32); a run whose news
-    was listed meanwhile (its own pass found the notice held, and left it to the holder) is
-    told right after that pass, which still holds the notice."""
+    was listed meanwhile (its pass indexed the person's notice, held by the telling pass) is
+    told right after that pass, which still holds the notice; each run's `notice` mark (what
+    keeps its news until told) is dropped once its news is told."""
     ledger = Ledger()
     agent, _ = ops_agent(
         [[function_call("delete_logs", {"path": "/a"}, call_id="c1")],
@@ -548,9 +549,10 @@ async def test_news_listed_while_the_notice_is_told_is_told_after_the_pass(
         async def listed() -> bool:
             marks = await client.hgetall(keys.outbox_key(run_ids[1]))
             found = await client.zscore(keys.notice_runs_key("T0TEST:U1"), run_ids[1])
-            return found is not None and b"notice" not in marks
+            return found is not None and b"notice" in marks and b"card:" not in b"".join(marks)
 
         await wait_until(listed, what="the second run listed, its own pass done")
+        assert await client.zscore(keys.OUTBOX_INDEX, keys.notice_entry("T0TEST:U1"))
         assert len(bot.slack_api.dms("U1")) == 0
         bot.slack_api.release()
         told = await wait_until(
@@ -561,6 +563,8 @@ async def test_news_listed_while_the_notice_is_told_is_told_after_the_pass(
         texts = [m.text for m in sorted(told, key=lambda m: m.ts)]
         assert f"`{run_ids[0]}`" in texts[0] and f"`{run_ids[1]}`" in texts[1], texts
         assert len(bot.slack_api.dms("U1")) == 2
+        for run_id in run_ids:
+            assert b"notice" not in await client.hgetall(keys.outbox_key(run_id))
 
 
 async def test_a_burst_over_several_runs_is_one_message_to_their_starter(redis_url: str) -> None:
@@ -600,6 +604,65 @@ async def test_a_burst_over_several_runs_is_one_message_to_their_starter(redis_u
         assert len(dms) <= 2, [m.text for m in dms]
         assert dms[0].text.count("Approved by <@U2>") == 3, dms[0].text
         assert all(f"Your run `{r}`" in dms[0].text for r in run_ids)
+
+
+@pytest.mark.cluster_too  # the notice's entry and listing, across the nodes (#32)
+async def test_a_burst_over_several_runs_is_one_notice_pass_not_one_a_run(
+    redis_url: str,
+) -> None:
+    """Four runs of U1, each paused on a call; U2 decides the four at once. Once every run has
+    finished and shown it, what is left to deliver is U1's one notice (the outbox entry
+    `@<person>`, #32: one projector pass tells a person all their runs with news), not a
+    pass a run (each run due for its own notice, before). The runs' `notice` marks keep their
+    news until that pass has told it; when it comes, one message tells all four runs and
+    their marks are dropped."""
+    ledger = Ledger()
+    n = 4
+    agent, _ = ops_agent(
+        [
+            *([function_call("delete_logs", {"path": f"/{i}"}, call_id=f"c{i}")] for i in range(n)),
+            *([assistant_message(f"done {i}")] for i in range(n)),
+        ],
+        ledger,
+    )
+    settings = {"requester_notice_seconds": 600.0}  # (made due below, not waited out)
+    async with BotHarness(redis_url, agent, POLICY, settings=settings) as bot:
+        for i in range(n):
+            await bot.slack.command(f"clean {i}", user="U1", channel="C1")
+            await bot.wait_for_approvals(i + 1)
+        cards = [m for m in bot.slack_api.approval_messages() if m.action_ids()]
+        run_ids = {keys.run_of(c.button_value(APPROVE)) or "" for c in cards}
+        assert len(run_ids) == n
+        await asyncio.gather(*(bot.click(card, APPROVE, user="U2") for card in cards))
+        client = bot.runtime.service.store.redis
+        entry = keys.notice_entry("T0TEST:U1")
+
+        async def shown() -> bool:  # every run finished, and nothing but its notice marked
+            for run_id in run_ids:
+                run = await stored_run(bot, run_id)
+                marks = {
+                    m.decode()
+                    for m in await client.hkeys(keys.outbox_key(run_id))  # type: ignore[misc]
+                }
+                if run.status != "finished" or marks != {"notice", "notice@"}:
+                    return False
+            return await client.zscore(keys.OUTBOX_INDEX, entry) is not None
+
+        await wait_until(shown, what="the runs finished and shown, their notice to come")
+        due = {m.decode() for m in await client.zrange(keys.OUTBOX_INDEX, 0, -1)}
+        assert due == {entry}, due  # not one entry a run
+        listed = await client.zrange(keys.notice_runs_key("T0TEST:U1"), 0, -1)
+        assert {m.decode() for m in listed} == run_ids
+        assert bot.slack_api.dms("U1") == []
+        await client.zadd(keys.OUTBOX_INDEX, {entry: 0})  # its window over
+        told = await wait_until(lambda: bot.slack_api.dms("U1"), what="U1 told")
+        await bot.idle()
+        assert len(bot.slack_api.dms("U1")) == 1
+        assert told[0].text.count("Approved by <@U2>") == n, told[0].text
+        assert all(f"Your run `{r}`" in told[0].text for r in run_ids)
+        for run_id in run_ids:
+            assert not await client.hkeys(keys.outbox_key(run_id))  # type: ignore[misc]
+        assert not await client.zrange(keys.notice_runs_key("T0TEST:U1"), 0, -1)
 
 
 @pytest.mark.cluster_too

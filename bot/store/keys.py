@@ -171,7 +171,8 @@ def turn_key(limit: str, scope: str, message: str) -> str:
 # What people see in Slack is derived from these (bot/store/delivery/outbox.py,
 # bot/slack/delivery/projector.py). One hash tag, so the claim script touches one slot on Redis
 # Cluster.
-OUTBOX_INDEX = f"{PREFIX}:{{outbox}}:due"  # sorted set: run id -> when its messages are due (ms)
+# sorted set: run id (or `@<person>`: their notice, `notice_entry`) -> when it is due (ms)
+OUTBOX_INDEX = f"{PREFIX}:{{outbox}}:due"
 OUTBOX_LEASES = f"{PREFIX}:{{outbox}}:leases"  # hash: run id -> the claim holding it (score)
 
 # Decision webhooks (bot/store/trail/webhooks.py): the audit stream is their outbox; these say how
@@ -319,6 +320,20 @@ def notice_runs_key(person: str) -> str:
     notices) with outcomes they were not told yet -> since when. One notice tells them all.
     The person's keys share their hash tag: one slot, for `notice.lua`."""
     return f"{PREFIX}:notice:{{{person}}}:runs"
+
+
+NOTICE_ENTRY = "@"  # an outbox index entry `@<person>`: their notice (not a run's messages)
+
+
+def notice_entry(person: str) -> str:
+    """The outbox index's entry for a person's notice (#32): one projector pass tells all their
+    runs listed with news (`notice_runs_key`), not a pass per run."""
+    return NOTICE_ENTRY + person
+
+
+def notice_person(entry: str) -> str | None:
+    """The person of an outbox index entry (`notice_entry`); None: a run's."""
+    return entry[1:] if entry.startswith(NOTICE_ENTRY) else None
 
 
 def notice_next_key(person: str) -> str:

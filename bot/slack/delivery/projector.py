@@ -61,6 +61,7 @@ from bot.stopping import cancel_and_wait
 from bot.store import keys
 from bot.store.delivery.outbox import Claim, Mark, Shown, now_ms
 from bot.store.delivery.outcomes import (
+    News,
     NoticeTurn,
     outcome_key,
     recorded_for,
@@ -87,6 +88,7 @@ IDLE_POLL = 0.5
 GATHER = 0.25  # seconds a decided card waits for the resume it started (see `_deliver`)
 DM_CHANNELS = 10_000  # people whose direct-message channel id is remembered
 NOTICE_RUNS = 50  # runs one requester's notice tells of at most (the rest: the next one)
+HELD_AGAIN = 1.0  # seconds until a person's pass that found their notice held looks again
 
 Undeliverable = Callable[[str, str, str], Awaitable[None]]
 # The App Home publisher's hook: a run changed (the run, and what its `ReadWith` read in the
@@ -185,14 +187,21 @@ class _FirstTakes:
 
 @dataclasses.dataclass(frozen=True)
 class _Told:
-    """A requester's notice a pass sent: its step told with the pass's end."""
+    """A person's notice a pass sent (`_tell_on`): its step told with the pass's end (or in a
+    round trip of its own after it), the `notice` marks of the runs it told all of dropped
+    with it (`ticks`: run id -> the tick as read)."""
 
-    run: RunRecord
-    user: str
+    person: str
     token: str
     listed: dict[str, str]
     told: dict[str, dict[str, str]]
     window: float
+    ticks: dict[str, str]
+
+
+# A person's notice as their pass's first step read it (`Outcomes.open_person_in`): the token
+# it holds the notice with, the step's turn, the Slack token, the news read, the calls read.
+_Opened = tuple[str, NoticeTurn, Take, dict[str, News], list[CallRecord]]
 
 
 def _digest(text: str, body: list[dict[str, Any]]) -> str:
@@ -334,16 +343,18 @@ class Projector:
         self._progress: dict[str, list[str]] = {}
         self._dm_channels: dict[tuple[str, str], str] = {}
         self._takes: dict[str, _FirstTakes] = {}  # run id -> its pass's first takes
-        # The requester's notice: run id -> (when its notice may go, person -> the calls it
-        # names) of a run whose next pass here is expected to tell it (its first step goes
-        # with that pass's read); run id -> person -> (token, turn, token for the post,
-        # calls) of the notices
-        # a pass's read took; run id -> the notices a pass sent (told with its end) and those
-        # that found more runs listed (told after it).
+        # The requester's notice, a pass per person (#32; its outbox entry `@<person>`,
+        # `keys.notice_entry`): entry -> (when it is due, Unix s; run id -> the calls its news
+        # names) of a notice this process indexed (its pass's first step goes with the claim
+        # that takes it, with these runs' news: `_open_ahead`); entry -> what that step read
+        # (`_Opened`); entry -> the notices its pass sent (told with its end) and those that
+        # found more runs listed (told after it); run id -> the notices its pass indexes with
+        # its end (entry -> when due, Unix s).
         self._expect_notice: dict[str, tuple[float, dict[str, list[str]]]] = {}
-        self._opened: dict[str, dict[str, tuple[str, NoticeTurn, Take, list[CallRecord]]]] = {}
+        self._opened: dict[str, _Opened] = {}
         self._told_later: dict[str, list[_Told]] = {}
         self._after: dict[str, list[tuple[_Told, NoticeTurn]]] = {}
+        self._notify: dict[str, dict[str, float]] = {}
         self._in_hand: set[str] = set()  # runs whose pass is going on here
         # run id -> writes to send with its pass's end (a run message's ts, its run's start)
         self._riders: dict[str, list[Callable[[Any], None]]] = {}
@@ -391,10 +402,11 @@ class Projector:
                 log_failure(log, "the projector could not read the outbox; retrying", level=WARNING)
                 await asyncio.sleep(1.0)
 
-    async def _claim(self, free: int) -> tuple[list[Claim], dict[str, Projection]]:
+    async def _claim(self, free: int) -> tuple[list[Claim], dict[str, Projection | None]]:
         """Up to `free` due runs claimed; with the claim, in the same round trip, the read of
-        each run this process expects it to take (it made the run due now, `Outbox.expect`,
-        or the run's notice is due, `_expect_notice`): their passes start read. Not on Redis
+        each run this process expects it to take (it made the run due now, `Outbox.expect`),
+        and the first step of each person's notice it indexed that is due (`_expect_notice`,
+        `_open_ahead`; its read: None): their passes start read. Not on Redis
         Cluster, whose nodes may run the read before the claim, nor with replicas to confirm
         the claim (`Replicated`)."""
         now = now_ms()  # (what is due: the same moment for what it expects and for the claim)
@@ -406,9 +418,14 @@ class Projector:
             claimed = self.outbox.claim_in(
                 batch, free, self.lease, now, skip
             )  # first: read after it
-            reading = {run_id: self._read_in(batch, run_id) for run_id in ahead}
+            reading = {
+                entry: self._open_ahead(batch, entry)
+                if keys.notice_person(entry) is not None
+                else self._read_in(batch, entry)
+                for entry in ahead
+            }
             replies = await batch.execute()
-        return claimed(replies), {run_id: read(replies) for run_id, read in reading.items()}
+        return claimed(replies), {entry: read(replies) for entry, read in reading.items()}
 
     def _pass_in(self, batch: Batch, run_id: str) -> Callable[[list[Any], bool], None] | None:
         """A pass of `run_id` claimed and read in `batch`, the round trip of the write that
@@ -462,21 +479,21 @@ class Projector:
             if at is not None and at <= now and run_id not in self._in_hand:
                 del self.outbox.expected[run_id]
                 ahead.append(run_id)
-        for run_id, (due, _) in self._expect_notice.items():
-            if due * 1000 <= now and run_id not in self._in_hand and run_id not in ahead:
-                ahead.append(run_id)
+        for entry, (due, _) in self._expect_notice.items():
+            if due * 1000 <= now and entry not in self._in_hand and entry not in ahead:
+                ahead.append(entry)
         return ahead[:free]
 
     async def _not_claimed(self, run_id: str) -> None:
-        """A run read ahead that the claim did not take (another process has it): what the
-        read took for its pass given back (a notice)."""
+        """A run (or a person's notice) read ahead that the claim did not take (another
+        process has it): what the read took for its pass given back (a notice)."""
         self._changed_read.pop(run_id, None)
-        for person, (token, turn, _, _) in self._opened.pop(run_id, {}).items():
-            if turn.held:
-                with contextlib.suppress(Exception):
-                    await self.store.outcomes.told_notice(
-                        person, token, self.lease, NOTICE_RUNS, {}, window=0, stop=True
-                    )
+        person, opened = keys.notice_person(run_id), self._opened.pop(run_id, None)
+        if person is not None and opened is not None and opened[1].held:
+            with contextlib.suppress(Exception):
+                await self.store.outcomes.told_notice(
+                    person, opened[0], self.lease, NOTICE_RUNS, {}, window=0, stop=True
+                )
 
     def _idle_wait(self, claimed: bool) -> float:
         """Seconds until the next look at the index when nothing wakes the projector: `poll`
@@ -546,11 +563,16 @@ class Projector:
         recording = self._recording[claim.run_id] = {}
         told = self._told_later[claim.run_id] = []
         riders = self._riders[claim.run_id] = []
+        notify = self._notify[claim.run_id] = {}
+        person = keys.notice_person(claim.run_id)
         self._in_hand.add(claim.run_id)
         try:
-            next_due = await self.project(claim.run_id, read)
+            if person is not None:  # a person's notice: all their runs with news
+                next_due = await self._notice_pass(claim.run_id, person)
+            else:
+                next_due = await self.project(claim.run_id, read)
         except Exception:
-            log_failure(log, "could not project run %s; retrying", claim.run_id)
+            log_failure(log, "could not project %s; retrying", claim.run_id)
         finally:
             self._fences.pop(claim.run_id, None)
             self._written.pop(claim.run_id, None)
@@ -558,63 +580,77 @@ class Projector:
             self._recording.pop(claim.run_id, None)
             self._told_later.pop(claim.run_id, None)
             self._riders.pop(claim.run_id, None)
+            self._notify.pop(claim.run_id, None)
             self._in_hand.discard(claim.run_id)
             self._changed_read.pop(claim.run_id, None)
-            unused = self._opened.pop(claim.run_id, {})
+            unused = self._opened.pop(claim.run_id, None)
             await cancel_and_wait(renewing)
-        dropped = [(person, o[0]) for person, o in unused.items() if o[1].held]
+        dropped = [(person, unused[0])] if person and unused and unused[1].held else []
         due: float | None = None
         try:
             first = [self.store.outcomes.recording(claim.run_id, recording)] if recording else []
             due = await self.outbox.end_pass(
                 claim.run_id, written, held["claim"], next_due, listed, first=first,
-                then=self._telling(claim.run_id, told, dropped, riders),
+                then=self._telling(claim.run_id, told, dropped, riders), notify=notify,
             )  # fmt: skip
         except Exception:
-            log_failure(log, "could not end the pass of run %s", claim.run_id, level=WARNING)
-        expected = self._expect_notice.get(claim.run_id)
-        if expected is not None:
-            if due is None:
-                del self._expect_notice[claim.run_id]
-            else:  # due when the release made it due (the claim at that moment takes it)
-                self._expect_notice[claim.run_id] = (due / 1000, expected[1])
+            log_failure(log, "could not end the pass of %s", claim.run_id, level=WARNING)
+        if person is not None and due is not None:  # (its first step read with that claim)
+            at, runs = self._expect_notice.get(claim.run_id, (due / 1000, {}))
+            self._expect_notice[claim.run_id] = (min(at, due / 1000), runs)
         self.outbox.woken.set()  # a change that came during delivery left the run due now
         if claim.run_id in self._after:
             await self._tell_after(claim.run_id)
 
     def _read_in(self, batch: Batch, run_id: str) -> Callable[[list[Any]], Projection]:
         """A pass's read of the run (`RunStore.projection_in`) queued on `batch`, with what the
-        pass needs of other slots: the App Home viewers' version (`run_changed_reads`) and,
-        when its notice is due here (`_expect_notice`), the notice's first step (taken for
-        the pass, `_opened`). What decodes it."""
+        pass needs of other slots: the App Home viewers' version (`run_changed_reads`). What
+        decodes it."""
         home: list[int] = []
-        opening: dict[str, tuple[str, Callable[[list[Any]], Any]]] = {}
         read = self.store.projection_in(batch, run_id)
         if self.run_changed is not None and self.run_changed_reads is not None:
             home.append(len(batch.pipe))
             self.run_changed_reads(batch.pipe)
-        expected = self._expect_notice.pop(run_id, None)
-        if expected is not None and expected[0] > time.time() + POLL:
-            self._expect_notice[run_id] = expected  # not yet: this pass is for something else
-            expected = None
-        for person, ids in (expected or (0.0, {}))[1].items():
-            token = secrets.token_hex(8)
-            pace = functools.partial(
-                self.posts.take_in, scope=f"notice:{person}", urgency=Urgency.OUTPUT
-            )
-            opened = self.store.outcomes.open_in(
-                batch, person, run_id, token, self.lease, NOTICE_RUNS, pace, ids
-            )
-            opening[person] = token, opened
 
         def decoded(replies: list[Any]) -> Projection:
             found = read(replies)
             if home:
                 self._changed_read[run_id] = replies[home[0]]
-            for person, (token, opened) in opening.items():
-                turn, taken, calls = opened(replies)
-                self._opened.setdefault(run_id, {})[person] = (token, turn, taken, calls)
             return found
+
+        return decoded
+
+    def _open_in(
+        self, batch: Batch, person: str, run_ids: list[str], call_ids: list[str]
+    ) -> Callable[[list[Any]], _Opened]:
+        """The first step of `person`'s notice pass (`Outcomes.open_person_in`) queued on
+        `batch`, with the news of `run_ids` and the calls `call_ids`: what decodes it."""
+        token = secrets.token_hex(8)
+        pace = functools.partial(
+            self.posts.take_in, scope=f"notice:{person}", urgency=Urgency.OUTPUT
+        )
+        opened = self.store.outcomes.open_person_in(
+            batch, person, token, self.lease, NOTICE_RUNS, pace, run_ids, call_ids
+        )
+
+        def decoded(replies: list[Any]) -> _Opened:
+            return (token, *opened(replies))
+
+        return decoded
+
+    def _open_ahead(self, batch: Batch, entry: str) -> Callable[[list[Any]], None]:
+        """A person's notice this process indexed, due now (`_expect_notice`): its pass's first
+        step queued on `batch` with the claim, with the news of the runs this process listed
+        (the first `NOTICE_RUNS`: what its first message most often tells) and the calls it
+        names (taken for the pass, `_opened`)."""
+        person = keys.notice_person(entry)
+        assert person is not None
+        _, runs = self._expect_notice.pop(entry, (0.0, {}))
+        run_ids = list(runs)[:NOTICE_RUNS]
+        opened = self._open_in(batch, person, run_ids, [c for r in run_ids for c in runs[r]])
+
+        def decoded(replies: list[Any]) -> None:
+            self._opened[entry] = opened(replies)
 
         return decoded
 
@@ -779,13 +815,7 @@ class Projector:
         # What Slack shows came first; then what follows from it, which no one is waiting on
         # (and not while everything it would follow from is still gathering changes).
         if settled:
-            notice = await self._note_outcomes(run, marks, read)
-            if notice is not None:
-                # Only the notice's mark is taken from this later write: a mark newer than the
-                # run read above (a result, say) must wait for a pass that reads the run anew.
-                wait = await self._attempt(run, keys.NOTICE, notice, shown)
-                if wait is not None:
-                    again = wait if again is None else min(again, wait)
+            await self._note_outcomes(run, marks, read)
             if self.run_changed is not None:
                 try:
                     await self.run_changed(run, self._changed_read.get(run_id, ...))
@@ -849,17 +879,19 @@ class Projector:
 
     async def _note_outcomes(
         self, run: RunRecord, marks: dict[str, Mark], read: dict[str, CallRecord]
-    ) -> Mark | None:
+    ) -> None:
         """Record, from the records, the outcomes people must be told: calls decided by
         someone other than who asked for them (or that expired: any status but pending), told
         to who asked (the run's starter, or a later turn's requester), and the run's end, told
         to who asked for its last turn. Not what they did themselves, not a policy rule's
         automatic decision, and not the end of a turn that finished without a call of theirs
-        waiting for someone else. The notice's mark when one is new. `read`: the calls this
-        pass read to show them (not read again; a decision since marked its card again, and
-        the next pass notes it)."""
+        waiting for someone else. What is new is recorded with the pass's end (which marks
+        the run's `notice`), the run listed among each person's runs with news, and their
+        notice indexed for when its window has passed (`_notice_later`). `read`: the calls
+        this pass read to show them (not read again; a decision since marked its card again,
+        and the next pass notes it)."""
         if self.notice == "off":
-            return None
+            return
         outcomes: dict[str, str] = {}
         people: set[str] = set()
         for target in marks:
@@ -886,45 +918,49 @@ class Projector:
             if waited or run.status != "finished":
                 outcomes[outcome_key("run", asked, run.user_id)] = run.status
                 people.add(asked)
-        persons = [self._person(run, p) for p in sorted(people)]
+        if not outcomes:
+            return
+        since = marks[keys.NOTICE].since if keys.NOTICE in marks else time.time()
         read_outcomes = self._outcomes.get(run.run_id)
         recording = self._recording.get(run.run_id)
-        if read_outcomes is not None and recording is not None and outcomes:
-            # This pass alone records the run's outcomes (it holds the run): what is new is
-            # known from what it read, and the notice cannot go before its window has passed
-            # (since its first mark): recorded with the pass's end, in its round trip.
-            stored = {text(k): text(v) for k, v in read_outcomes.items()}
-            new = {k: v for k, v in outcomes.items() if stored.get(k) != v}
-            since = marks[keys.NOTICE].since if keys.NOTICE in marks else time.time()
-            if not new:
-                return None
-            if since + self.notice_window > time.time() + POLL:
-                recording.update(new)
-                self._listed[run.run_id].extend(persons)
-                if len(self._expect_notice) >= DM_CHANNELS:
-                    self._expect_notice.clear()
-                self._outcomes[run.run_id] = {**read_outcomes, **new}
-                untold = {told_to(k, run.user_id) for k in untold_in(self._outcomes[run.run_id])}
-                self._expect_notice[run.run_id] = (
-                    since + self.notice_window,
-                    {
-                        self._person(run, user): sorted(
-                            i for i, whom in untold if whom == user and i != "run"
-                        )
-                        for user in people
-                    },
-                )
-                return Mark("", since)  # (its window not passed: not delivered this pass)
-        notice = await self.store.record_outcomes(
-            run.run_id,
-            outcomes,
-            persons,
-            self.notice_window,
-            later=self._listed.get(run.run_id),
-        )
-        if notice is not None and read_outcomes is not None:  # for this pass's `_tell`
-            self._outcomes[run.run_id] = {**read_outcomes, **outcomes}
-        return notice
+        if read_outcomes is None or recording is None:  # (not in a pass: recorded now)
+            persons = [self._person(run, p) for p in sorted(people)]
+            await self.store.record_outcomes(run.run_id, outcomes, persons, self.notice_window)
+            return
+        # This pass alone records the run's outcomes (it holds the run): what is new is known
+        # from what it read; recorded with the pass's end, in its round trip.
+        stored = {text(k): text(v) for k, v in read_outcomes.items()}
+        new = {k: v for k, v in outcomes.items() if stored.get(k) != v}
+        if not new:
+            return
+        recording.update(new)
+        self._outcomes[run.run_id] = {**read_outcomes, **new}
+        untold = {told_to(k, run.user_id) for k in untold_in(self._outcomes[run.run_id])}
+        for user in sorted(people):
+            ids = sorted(i for i, whom in untold if whom == user and i != "run")
+            await self._notice_later(run, user, since, ids)
+
+    async def _notice_later(self, run: RunRecord, user: str, since: float, ids: list[str]) -> None:
+        """`user`'s news of this run (since `since`; the calls `ids` it names) told by their
+        notice's pass (#32: one pass a person, not one a run): with this pass's end the run
+        is listed among their runs with news, then their notice (`@<person>`) indexed for
+        when its window has passed, unless it is due sooner; this process reads the notice's
+        first step with the claim that takes it (`_expect_notice`). Outside a pass, now."""
+        person = self._person(run, user)
+        entry = keys.notice_entry(person)
+        due = max(since + self.notice_window, time.time())
+        listed, notify = self._listed.get(run.run_id), self._notify.get(run.run_id)
+        if listed is None or notify is None:
+            await self.outbox.end_pass(run.run_id, [], None, None, [person], notify={entry: due})
+            self.outbox.woken.set()
+            return
+        if person not in listed:
+            listed.append(person)
+        notify[entry] = min(notify.get(entry, due), due)
+        at, runs = self._expect_notice.get(entry, (due, {}))
+        if entry not in self._expect_notice and len(self._expect_notice) >= DM_CHANNELS:
+            self._expect_notice.clear()
+        self._expect_notice[entry] = (min(at, due), {**runs, run.run_id: ids})
 
     def _person(self, run: RunRecord, user: str) -> str:
         """Whose notice a run's outcomes for `user` go into (in the run's channel, for
@@ -933,10 +969,11 @@ class Projector:
         return f"{person}:{run.channel_id}" if self.notice == "ephemeral" else person
 
     async def _tell(self, run: RunRecord, target: str, mark: Mark) -> float | None:
-        """The run's news, to each person it is for (its starter, a later turn's requester):
-        seconds until it must be tried again, or None once everyone was told."""
-        if time.time() < mark.since + self.notice_window:
-            return mark.since + self.notice_window - time.time()  # let outcomes gather
+        """A run pass that finds the run's `notice` marked: its news is told by each person's
+        notice pass (`_notice_pass`), which drops the mark once it told all of it; here the
+        run is listed for them again and their notice indexed (its listing may have been lost
+        with a failover, a pass that found the notice held, ...: the mark is what keeps the
+        news). Dropped here when nothing is left untold."""
         if self.notice == "off":
             await self._done(run.run_id, target, mark)
             return None
@@ -945,107 +982,136 @@ class Projector:
             untold = untold_in(read)
         else:
             untold = await self.store.untold_outcomes(run.run_id)
-        again: float | None = None
-        for user in sorted({told_to(k, run.user_id)[1] for k in untold}):
-            wait = await self._tell_person(run, user)
-            if wait is not None:
-                again = wait if again is None else min(again, wait)
-        if again is None:
+        if not untold:
             await self._done(run.run_id, target, mark)
-        return again
+            return None
+        named = {told_to(k, run.user_id) for k in untold}
+        for user in sorted({whom for _, whom in named}):
+            ids = sorted(i for i, whom in named if whom == user and i != "run")
+            await self._notice_later(run, user, mark.since, ids)
+        return None
 
-    async def _tell_person(self, run: RunRecord, user: str) -> float | None:
-        """`user`'s one message for what they were not told yet, of all their runs: a burst
-        of decisions over many runs is a few messages, not one per run.
+    async def _notice_pass(self, entry: str, person: str) -> float | None:
+        """A pass of `person`'s notice (their outbox entry `entry`): one message for what they
+        were not told yet, of all their runs listed with news (a burst of decisions over many
+        runs is a few messages, and one pass, not one per run). Seconds until it must come
+        again, or None.
 
-        The protocol (no news lost, no pass per run waiting; each step one round trip of
-        `notice.lua`): a run's notice pass lists the run among the person's runs with news,
-        and tries to take their notice, in one step. The pass that holds it tells every
+        The protocol (no news lost; each step one round trip of `notice.lua`): a run's pass
+        that records news lists the run among the person's runs with news and indexes their
+        notice, with its end. The notice's pass takes the notice (a lease) and tells every
         listed run's news (in messages of `NOTICE_RUNS` runs) until the list is empty, and
-        lets go in the same step that finds it empty: a run listed later finds the notice
-        free (its own pass tells it). A pass that finds it held is done: the holder will find
-        its run listed. (The first step goes with the pass's read when this process expects
-        the pass to tell the notice, `_expect_notice`; the last with the pass's end.)"""
-        person = self._person(run, user)
-        outcomes = self.store.outcomes
-        scope = f"notice:{person}"
-        # What the notice most often tells: this run's news alone (its calls as this pass
-        # read its outcomes), read with the first step, with a Slack token for the post.
-        read = untold_in(self._outcomes.get(run.run_id) or {})
-        named = sorted({told_to(k, run.user_id) for k in read})
-        ids = [item for item, whom in named if whom == user and item != "run"]
-        opened = self._opened.get(run.run_id, {}).pop(person, None)
-        if opened is not None:  # taken with the pass's read
-            token, turn, taken, calls = opened
-            news = [(run, read)] if read else []
-        else:
-            token = secrets.token_hex(8)
-            turn, taken, news, calls = await outcomes.open_notice(
-                person, run.run_id, token, self.lease, NOTICE_RUNS,
-                lambda batch: self.posts.take_in(batch, scope, Urgency.OUTPUT), ids,
-            )  # fmt: skip
+        lets go in the same step that finds it empty: a run listed later indexes the notice
+        again. (The first step goes with the claim when this process indexed the notice,
+        `_open_ahead`; the step after its first message with the pass's end, and what that
+        finds left is told after it, `_tell_after`.)"""
+        opened = self._opened.pop(entry, None)
+        if opened is None:
+            async with self.store.redis.pipeline(transaction=False) as pipe:
+                batch = Batch(pipe)
+                decoded = self._open_in(batch, person, [], [])
+                opened = decoded(await batch.execute())
+        token, turn, taken, news, calls = opened
         if turn.paced_until:
-            # One notice per window per person: news that comes meanwhile gathers (listed);
-            # this run's notice stays due: it carries the rest.
+            # One notice per window per person: news that comes meanwhile gathers (listed).
             return max(turn.paced_until - time.time(), 0.01)
-        return await self._tell_on(run, user, token, turn, taken, news, calls)
+        if not turn.held:  # another pass holds it (a lapsing lease: its holder stopped)
+            return HELD_AGAIN
+        try:
+            wait = await self._tell_on(entry, person, token, turn, taken, news, calls)
+        except Later as later:  # (the notice given back: told again after the backoff)
+            failures = self._failures.get(entry, 0) + 1
+            self._failures[entry] = failures
+            backoff = min(MAX_BACKOFF, 0.5 * 2 ** (failures - 1))
+            wait = max(later.after, 0.5) if later.rate_limited else max(later.after, backoff)
+            log.warning("telling %s failed (%s, attempt %d); again in %.1fs",
+                        entry, later, failures, wait)  # fmt: skip
+            return wait
+        self._failures.pop(entry, None)
+        return wait
 
     async def _tell_on(
         self,
-        run: RunRecord,
-        user: str,
+        entry: str,
+        person: str,
         token: str,
         turn: NoticeTurn,
         taken: Take,
-        news: list[tuple[RunRecord, dict[str, str]]],
+        news: dict[str, News],
         calls: list[CallRecord],
     ) -> float | None:
-        """`_tell_person` from the notice held (`token`): each message's news told, until
+        """`_notice_pass` from the notice held (`token`): each message's news told, until
         none is left. In a pass, the step after its first message goes with the pass's end
         (`_told_later`; what it finds left is told after that, `_tell_after`)."""
-        person = self._person(run, user)
         outcomes = self.store.outcomes
         scope = f"notice:{person}"
         while turn.held and turn.listed:
-            if not taken.taken:  # never hold the run's lease (its other messages) for one
+            if not taken.taken:  # never hold the notice for a token
                 await outcomes.told_notice(
                     person, token, self.lease, NOTICE_RUNS, {}, window=0, stop=True
                 )
                 return max(taken.wait, 0.01)
             try:
-                if list(turn.listed) != [run.run_id]:
-                    news, calls = await outcomes.untold_with_runs(list(turn.listed)), []
-                told = await self._tell_listed(run, user, news, calls)
+                missing = [r for r in turn.listed if r not in news]
+                if missing:
+                    news = {**news, **await outcomes.news_of(missing)}
+                told = await self._tell_listed(entry, person, turn, news, calls)
             except BaseException:
                 with contextlib.suppress(Exception):
                     await outcomes.told_notice(
                         person, token, self.lease, NOTICE_RUNS, {}, window=0, stop=True
                     )
                 raise
-            window = self.notice_window if told else 0.0
-            later = self._told_later.get(run.run_id)
+            # The runs whose news is all told now (to this person, or nothing left untold):
+            # their `notice` marks dropped with the step, unless an outcome came since.
+            ticks = {
+                run_id: found.tick
+                for run_id in turn.listed
+                if (found := news.get(run_id)) is not None
+                and found.tick is not None
+                and set(found.untold) <= set(told.get(run_id, {}))
+            }
+            step = _Told(person, token, dict(turn.listed), told, self.notice_window if told
+                         else 0.0, ticks)  # fmt: skip
+            later = self._told_later.get(entry)
             if later is not None:  # in a pass: told with its end
-                later.append(_Told(run, user, token, dict(turn.listed), told, window))
+                later.append(step)
                 return None
-            turn = await outcomes.told_notice(
-                person, token, self.lease, NOTICE_RUNS, turn.listed,
-                window=window, outcomes=told,
-            )  # fmt: skip
+            turn = await self._told_now(step)
             if turn.held and turn.listed:  # more than one message's runs: the next
                 taken = await self.posts.take(scope, Urgency.OUTPUT)
-                news, calls = [], []
+                news, calls = {}, []
         return None
+
+    async def _told_now(self, told: _Told) -> NoticeTurn:
+        """A notice's step after a message (`_Told`) in a round trip of its own."""
+        async with self.store.redis.pipeline(transaction=False) as pipe:
+            batch = Batch(pipe)
+            decoded = self._told_in(batch, told)
+            return decoded(await batch.execute())
+
+    def _told_in(self, batch: Batch, t: _Told) -> Callable[[list[Any]], NoticeTurn]:
+        """`told`'s step queued on `batch`: the outcomes it told recorded, the runs it told
+        unlisted (unless listed again since), the notice kept for the next runs or given back;
+        then the `notice` marks of the runs it told all of dropped (unless marked since)."""
+        step = self.store.outcomes.told_in(
+            batch, t.person, t.token, self.lease, NOTICE_RUNS, t.listed,
+            window=t.window, outcomes=t.told,
+        )  # fmt: skip
+        for run_id, tick in t.ticks.items():
+            self.outbox.done_in(batch, run_id, keys.NOTICE, tick)
+        return step
 
     def _telling(
         self,
-        run_id: str,
+        entry: str,
         told: list[_Told],
         dropped: list[tuple[str, str]],
         riders: list[Callable[[Any], None]] | None = None,
     ) -> Callable[[Batch], Callable[[list[Any]], None]] | None:
         """What to send with the pass's end: first its `riders` (a run message's ts and its
-        run's start, `_posted`); then the steps of the requester's notice: what its notices
-        told (`told`), and the notices its read took and did not use (`dropped`: person,
+        run's start, `_posted`); then the steps of a person's notice: what its notices told
+        (`told`), and the notices its first step took and did not use (`dropped`: person,
         token), given back. Those told that find more runs listed since are told after the
         pass (`_tell_after`)."""
         if not told and not dropped and not riders:
@@ -1055,14 +1121,7 @@ class Projector:
         def queue(batch: Batch) -> Callable[[list[Any]], None]:
             for ride in riders or []:
                 ride(batch.pipe)
-            steps = []
-            for t in told:
-                person = self._person(t.run, t.user)
-                step = outcomes.told_in(
-                    batch, person, t.token, self.lease, NOTICE_RUNS, t.listed,
-                    window=t.window, outcomes=t.told,
-                )  # fmt: skip
-                steps.append(step)
+            steps = [self._told_in(batch, t) for t in told]
             for person, token in dropped:
                 outcomes.told_in(
                     batch, person, token, self.lease, NOTICE_RUNS, {}, window=0, stop=True
@@ -1072,38 +1131,52 @@ class Projector:
                 for t, step in zip(told, steps, strict=True):
                     turn = step(replies)
                     if turn.held and turn.listed:
-                        self._after.setdefault(run_id, []).append((t, turn))
+                        self._after.setdefault(entry, []).append((t, turn))
 
             return done
 
         return queue
 
-    async def _tell_after(self, run_id: str) -> None:
-        """The runs listed with a person's news while this pass told them (it still holds
+    async def _tell_after(self, entry: str) -> None:
+        """The runs listed with a person's news while their pass told them (it still holds
         their notice): told now, after the pass (`_tell_on`)."""
-        for told, turn in self._after.pop(run_id, []):
+        for told, turn in self._after.pop(entry, []):
+            wait: float | None = 1.0
             try:
-                scope = f"notice:{self._person(told.run, told.user)}"
-                taken = await self.posts.take(scope, Urgency.OUTPUT)
-                with serving(told.run.team_id, told.run.enterprise_id):
-                    await self._tell_on(told.run, told.user, told.token, turn, taken, [], [])
+                taken = await self.posts.take(f"notice:{told.person}", Urgency.OUTPUT)
+                wait = await self._tell_on(entry, told.person, told.token, turn, taken, {}, [])
             except Exception:
-                log_failure(log, "could not tell the news of run %s", run_id, level=WARNING)
+                log_failure(log, "could not tell the news of %s", entry, level=WARNING)
+            if wait is not None:  # the notice given back, news left listed: its pass again
+                with contextlib.suppress(Exception):
+                    await self.outbox.schedule(entry, wait)
 
     async def _tell_listed(
         self,
-        run: RunRecord,
-        user: str,
-        news: list[tuple[RunRecord, dict[str, str]]],
+        entry: str,
+        person: str,
+        turn: NoticeTurn,
+        news: dict[str, News],
         calls: list[CallRecord],
     ) -> dict[str, dict[str, str]]:
-        """Tell `user` the `news` of their runs in one message (its Slack token taken; `calls`:
-        those of the calls it names already read); the outcomes told (none: nothing to
-        tell, no message)."""
-        sections, told = await self._notice_sections(news, user, calls)
+        """Tell `person` the news of their runs listed in `turn` in one message (its Slack
+        token taken; `calls`: those of the calls it names already read); the outcomes told
+        (none: nothing to tell, no message)."""
+        user = person.split(":")[1]
+        untold = [
+            (found.run, found.untold)
+            for run_id in turn.listed
+            if (found := news.get(run_id)) is not None and found.run is not None and found.untold
+        ]
+        sections, told = await self._notice_sections(untold, user, calls)
         if not sections:
             return {}
-        await self._post_notice(run, user, "\n\n".join(sections))
+        first = next(run for run, _ in untold if run.run_id in told)
+        try:
+            with serving(first.team_id, first.enterprise_id):
+                await self._post_notice(entry, first, user, "\n\n".join(sections))
+        except Refused as refused:  # for good (the person is gone, ...): not told again
+            log.error("Slack refused the notice to %s: %s", person, refused.code)
         return told
 
     async def _notice_sections(
@@ -1133,10 +1206,11 @@ class Projector:
             sections.append(notice_message(record, told, "run" in found, user))
         return sections, {record.run_id: mine for record, mine in theirs}
 
-    async def _post_notice(self, run: RunRecord, user: str, text: str) -> None:
-        """The notice (its Slack token already taken)."""
+    async def _post_notice(self, entry: str, run: RunRecord, user: str, text: str) -> None:
+        """The notice (its Slack token already taken; `run`: one it tells, whose workspace and,
+        for an ephemeral notice, channel it goes in)."""
         try:
-            await self._fence(run.run_id)
+            await self._fence(entry)
             if self.notice == "ephemeral":
                 await self.client.chat_postEphemeral(channel=run.channel_id, user=user, text=text)
             else:

@@ -403,6 +403,7 @@ class Outbox:
         *,
         first: list[tuple[Any, list[str], list[Any]]] | None = None,
         then: Callable[[Batch], Callable[[list[Any]], None]] | None = None,
+        notify: dict[str, float] | None = None,
     ) -> float | None:
         """The end of a projector pass in one round trip: what it delivered (target, its mark
         as read, what Slack holds now or None: unchanged), each mark dropped unless a newer
@@ -410,13 +411,20 @@ class Outbox:
         (`Outcomes.record_outcomes`, its keys in another slot, after the run's script); then
         the claim released (`release`); before all, the scripts `first` (the outcomes the
         pass recorded, which mark the run's notice), then what `then(batch)` queues (its
-        replies given to what it returns: the requester's notice told). All are safe to
+        replies given to what it returns: the requester's notice told). After the listing,
+        `notify` (a person's notice entry, `@<person>`, -> when it is due, Unix s) is
+        indexed, never later than it is (on Redis Cluster, whose nodes may run the commands
+        of one pipeline in any order, the listing and these go once the rest is answered: a
+        person's pass finds the run listed and its outcomes recorded). All are safe to
         repeat: a
         write lost with its round trip delivers the message again, or finds it delivered.
         (With replicas to confirm writes, `Replicated` confirms each script on its own.)
         Returns when (ms) the release made the run due again (None: not released so)."""
         if claim is not None and next_due is not None:
             self._indexed(next_due)
+        for due in (notify or {}).values():
+            self._indexed(max(0.0, due - time.time()))
+        after = is_cluster(self.redis) and bool(listed or notify)
         args: list[str | int] = [self.retention]
         for target, marked, shown in written:
             args.extend((target, marked.tick, shown.encode() if shown is not None else ""))
@@ -452,9 +460,8 @@ class Outbox:
             if written and not alone:
                 sent.append((len(pipe), *many))
                 pipe.execute_command("EVALSHA", many[0].sha, len(many[1]), *many[1], *many[2])
-            for person in listed:
-                pipe.zadd(keys.notice_runs_key(person), {run_id: time.time()})
-                pipe.expire(keys.notice_runs_key(person), self.retention)
+            if not after:
+                self._list_in(pipe, run_id, listed, notify or {})
             if hold is not None and not alone:
                 sent.append((len(pipe), *hold))
                 pipe.execute_command("EVALSHA", hold[0].sha, len(hold[1]), *hold[1], *hold[2])
@@ -466,11 +473,26 @@ class Outbox:
                 await found(keys=names, args=values)
             elif isinstance(reply, Exception):
                 raise reply
+        if after:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                self._list_in(pipe, run_id, listed, notify or {})
+                await pipe.execute()
         if told is not None:
             told(replies)
         if hold is not None and alone:
             await self._hold(keys=hold[1], args=hold[2])
         return float(hold[2][1]) if hold is not None and hold[2][1] else None
+
+    def _list_in(
+        self, pipe: Any, run_id: str, listed: Sequence[str], notify: dict[str, float]
+    ) -> None:
+        """The run listed among `listed` people's runs with news, then their notices indexed
+        (`notify`: entry -> when due, Unix s; never later than indexed already)."""
+        for person in listed:
+            pipe.zadd(keys.notice_runs_key(person), {run_id: time.time()})
+            pipe.expire(keys.notice_runs_key(person), self.retention)
+        for entry, due in notify.items():
+            pipe.zadd(keys.OUTBOX_INDEX, {entry: due * 1000}, lt=True)
 
     async def mark_now(self, run_id: str, targets: list[str]) -> None:
         """Have `targets` (new messages the projector found it must post: the further parts
@@ -498,6 +520,10 @@ class Outbox:
         """Drop the mark if no newer change arrived since it was read."""
         done = await self._done(keys=[RunKeys(run_id).outbox], args=[target, mark.tick])
         return int(done) == 1
+
+    def done_in(self, batch: Batch, run_id: str, target: str, tick: str) -> None:
+        """`done` queued on `batch` (its reply not needed)."""
+        batch.script(self._done, [RunKeys(run_id).outbox], [target, tick])
 
     async def shown(self, run_id: str) -> dict[str, Shown]:
         return self.parse_shown(await self.redis.hgetall(keys.shown_key(run_id)))

@@ -73,6 +73,20 @@ def recorded_for(stored: dict[Any, Any], person: str, starter: str) -> bool:
     return any(told_to(text(k), starter)[1] == person for k in stored if not text(k).endswith("!"))
 
 
+_NEWS = 4  # commands a run's news is read with (`Outcomes._read_news`)
+
+
+@dataclass(frozen=True)
+class News:
+    """A run listed with news for a person, as their notice pass read it: the run (None: gone),
+    its outcomes not yet told (to anyone), and the tick of its `notice` mark (None: unmarked),
+    dropped once its news is told unless a newer outcome marked it since."""
+
+    run: RunRecord | None
+    untold: dict[str, str]
+    tick: str | None
+
+
 @dataclass(frozen=True)
 class NoticeTurn:
     """A step of a person's notice (`notice.lua`): whether this pass holds it, the runs it is
@@ -116,10 +130,10 @@ class Outcomes:
     ) -> Mark | None:
         """Note outcomes people must be told (`outcome_key` -> status); the run's `notice` is
         marked when one is new: then its mark (what a reread of the outbox would give), and
-        the run is listed among each of `people`'s runs with news (so the first of their
-        notices due tells it too), and due when its notice is (`window` seconds after its
-        mark: not at once, which would be a pass that finds nothing to do yet); or, with
-        `later`, `people` are added to it for the caller to list. Idempotent."""
+        the run is listed among each of `people`'s runs with news, and their notices
+        (`keys.notice_entry`) indexed for when the run's notice is due (`window` seconds
+        after its mark), unless due sooner; or, with `later`, `people` are added to it for
+        the caller to list. Idempotent."""
         if not outcomes:
             return None
         args: list[str] = [now(), str(self.retention)]
@@ -132,16 +146,12 @@ class Outcomes:
             # run due when the notice is): `Outbox.end_pass`.
             later.extend(people)
         elif notice is not None:
-            # Its own key (another slot): after the run's script, never inside it; then the
-            # run is due (in the same round trip, in that order).
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for person in people:
-                    pipe.zadd(keys.notice_runs_key(person), {run_id: time.time()})
-                    pipe.expire(keys.notice_runs_key(person), self.retention)
-                due = max(0.0, notice.since + window - time.time())
-                self.outbox.schedule_in(pipe, run_id, due)
-                await pipe.execute()
-            if due <= 0:
+            # Their own keys (other slots): after the run's script, never inside it; then
+            # their notices are due (in the same round trip, in that order).
+            due = max(notice.since + window, time.time())
+            notify = {keys.notice_entry(person): due for person in people}
+            await self.outbox.end_pass(run_id, [], None, None, list(people), notify=notify)
+            if due <= time.time():
                 self.outbox.woken.set()
         return notice
 
@@ -196,9 +206,54 @@ class Outcomes:
             first = len(pipe)
             self._read_news(pipe, [run_id])
             replies = await batch.execute()
-        news = self._news([run_id], replies[first : first + 3])
+        news = self._news([run_id], replies[first : first + _NEWS])
         turn, taken, calls = opened(replies)
         return turn, taken, news, calls
+
+    def open_person_in(
+        self,
+        batch: Batch,
+        person: str,
+        token: str,
+        seconds: float,
+        limit: int,
+        pace: Callable[[Batch], Callable[[Any], Take]],
+        run_ids: list[str],
+        call_ids: list[str],
+    ) -> Callable[[list[Any]], tuple[NoticeTurn, Take, dict[str, News], list[CallRecord]]]:
+        """The first step of a person's notice pass (`Projector._notify`, #32): take their
+        notice (listing no run), with a Slack token (`pace`), the news of `run_ids` (those
+        the caller expects listed: `news_of`) and the calls `call_ids` (those their news
+        names), queued on `batch`: what decodes its part of the replies."""
+        opened = self.open_in(batch, person, "", token, seconds, limit, pace, call_ids)
+        first = len(batch.pipe)
+        self._read_news(batch.pipe, run_ids)
+
+        def decoded(
+            replies: list[Any],
+        ) -> tuple[NoticeTurn, Take, dict[str, News], list[CallRecord]]:
+            turn, taken, calls = opened(replies)
+            found = replies[first : first + _NEWS * len(run_ids)]
+            return turn, taken, self._news_of(run_ids, found), calls
+
+        return decoded
+
+    async def news_of(self, run_ids: list[str]) -> dict[str, News]:
+        """Each of `run_ids` as a notice pass reads it (`News`): one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            self._read_news(pipe, run_ids)
+            replies = await pipe.execute()
+        return self._news_of(run_ids, replies)
+
+    @staticmethod
+    def _news_of(run_ids: list[str], replies: list[Any]) -> dict[str, News]:
+        found = {}
+        for i, run_id in enumerate(run_ids):
+            stored, raw, task, tick = replies[_NEWS * i : _NEWS * i + _NEWS]
+            record = run_from(raw, task, run_id)
+            found[run_id] = News(record, untold_in(stored) if record else {},
+                                 text(tick) if tick is not None else None)  # fmt: skip
+        return found
 
     def open_in(
         self,
@@ -300,16 +355,17 @@ class Outcomes:
 
     @staticmethod
     def _read_news(pipe: Any, run_ids: list[str]) -> None:
-        for run_id in run_ids:
+        for run_id in run_ids:  # (_NEWS commands a run)
             pipe.hgetall(keys.outcomes_key(run_id))
             pipe.hgetall(keys.run_key(run_id))
             pipe.get(keys.task_key(run_id))
+            pipe.hget(keys.outbox_key(run_id), keys.NOTICE)
 
     @staticmethod
     def _news(run_ids: list[str], replies: list[Any]) -> list[tuple[RunRecord, dict[str, str]]]:
         found = []
         for i, run_id in enumerate(run_ids):
-            stored, raw, task = replies[3 * i : 3 * i + 3]
+            stored, raw, task, _ = replies[_NEWS * i : _NEWS * i + _NEWS]
             untold = untold_in(stored)
             record = run_from(raw, task, run_id)
             if untold and record is not None:
