@@ -642,6 +642,20 @@ def print_roundtrips(
             print(f"  {count:5.2f}  {name}")
 
 
+def print_burst_roundtrips(
+    what: str, n: int, before: dict[str, int], after: dict[str, int]
+) -> None:
+    """Round trips per decision of a burst (from its first click until it settled), and of
+    them the projector passes' ends (`Outbox.end_pass`; with BENCH_ROUNDTRIPS_CALLERS, whose
+    names say which function sent them): passes per decision."""
+    spent = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    ends = sum(v for k, v in spent.items() if "Outbox.end_pass" in k)
+    line = f"Redis round trips per decision, burst {what} ({n}): {sum(spent.values()) / n:.1f}"
+    if os.environ.get("BENCH_ROUNDTRIPS_CALLERS"):
+        line += f"; projector passes (their ends) per decision: {ends / n:.2f}"
+    print(line)
+
+
 # The table ----------------------------------------------------------------------------------
 
 
@@ -814,11 +828,19 @@ async def main() -> None:
                 loads = {}
                 for in_flight, n in clicks.items():
                     runs = await bot.paused_runs(n, lambda i, f=in_flight: f"deploy c{f}-{i}")  # type: ignore[misc]
+                    before = await bot.roundtrips() if counting else {}
                     async with Profile(bot.pids, f"burst{in_flight}"):
                         loads[in_flight] = await bot.burst(runs, in_flight)
+                    if counting:
+                        print_burst_roundtrips(f"{in_flight} in flight", n, before,
+                                               await bot.roundtrips())  # fmt: skip
                 runs = await bot.paused_runs(args.at_once, lambda i: f"deploy once-{i}")
+                before = await bot.roundtrips() if counting else {}
                 async with Profile(bot.pids, "at_once"):
                     at_once = await bot.burst(runs, args.at_once)
+                if counting:
+                    print_burst_roundtrips(f"{args.at_once} at once", args.at_once, before,
+                                           await bot.roundtrips())  # fmt: skip
                 serving = bot.pids
                 with contextlib.suppress(OSError):
                     memory = {pid: memory_mb(pid) for pid in {bot.pid, *serving}}
