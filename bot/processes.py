@@ -161,12 +161,43 @@ class Serving:
     ops_sock: socket.socket | None = None
 
 
+METRICS_DIR_PREFIX = "approval-bot-metrics-"
+
+
 def metrics_directory() -> str:
     """A new directory for the serving processes' metrics: in memory (/dev/shm) where it can
-    be, the values being written at every move; else the system's temporary directory."""
+    be, the values being written at every move; else the system's temporary directory. Its
+    name carries this supervisor's pid, and the directories of supervisors that are gone
+    (killed with SIGKILL: no `finally` ran) are removed first, so that memory is not kept by
+    a directory nobody will read."""
     shm = "/dev/shm"
     where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
-    return tempfile.mkdtemp(prefix="approval-bot-metrics-", dir=where)
+    remove_orphaned_metrics(where or tempfile.gettempdir())
+    return tempfile.mkdtemp(prefix=f"{METRICS_DIR_PREFIX}{os.getpid()}-", dir=where)
+
+
+def remove_orphaned_metrics(parent: str) -> list[str]:
+    """Remove the metrics directories in `parent` whose supervisor (the pid in their name) is
+    no longer running; the ones removed. A directory whose pid is alive is kept, whoever
+    runs it now (another bot's, or a pid reused: safe either way)."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(parent):
+            pid = entry.name.removeprefix(METRICS_DIR_PREFIX).split("-", 1)[0]
+            if entry.name.startswith(METRICS_DIR_PREFIX) and pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 @dataclass

@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -20,7 +22,13 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.processes import PER_CORE_AT_MOST, cgroup_cpu_quota, cores, process_count
+from bot.processes import (
+    PER_CORE_AT_MOST,
+    cgroup_cpu_quota,
+    cores,
+    metrics_directory,
+    process_count,
+)
 from bot.slack.blocks import APPROVE
 from bot.testing.harness import SIGNING_SECRET, wait_until
 from bot.testing.requests import SlackRequests, signature_headers
@@ -228,6 +236,21 @@ async def test_a_killed_supervisors_serving_processes_stop(
         bot.send_signal(signal.SIGKILL)
         await asyncio.to_thread(bot.wait, 10)
         await wait_until(lambda: all(gone(pid) for pid in children), what="them to stop")
+    # No `finally` ran: its metrics directory is left, until the next supervisor sweeps it.
+    left = metrics_dirs_of(bot.pid)
+    assert len(left) == 1
+    new = metrics_directory()
+    try:
+        assert metrics_dirs_of(bot.pid) == []
+        assert metrics_dirs_of(os.getpid()) == [Path(new)]
+    finally:
+        shutil.rmtree(new)
+
+
+def metrics_dirs_of(supervisor: int) -> list[Path]:
+    """The metrics directories of `supervisor` (in /dev/shm, else the temporary directory)."""
+    pattern = f"approval-bot-metrics-{supervisor}-*"
+    return [*Path("/dev/shm").glob(pattern), *Path(tempfile.gettempdir()).glob(pattern)]
 
 
 def samples(text: str, name: str) -> dict[str, float]:
