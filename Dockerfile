@@ -6,7 +6,7 @@
 
 FROM python:3.11.13-slim-bookworm AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY bot ./bot
 # The bot and its `cel` extra (`when: {cel: ...}` conditions); pyproject.toml bounds the versions.
 # hadolint ignore=DL3013
