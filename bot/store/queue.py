@@ -15,6 +15,7 @@ from typing import Any
 
 import redis.asyncio as redis
 
+from bot.store.connection import is_cluster
 from bot.store.keys import PREFIX
 from bot.store.scripts import script
 
@@ -96,6 +97,17 @@ class JobQueue:
         self.redis = client
         self.lease_ms = int(lease_seconds * 1000)
         self._hold = (leases or client).register_script(script("renew_job"))
+        # The blocking reads' own connection (`read`) and its id on the server, which
+        # `interrupt` ends a blocked read by (None: not asked yet, or it may have changed).
+        self._reader: redis.Redis | None = None
+        self._reader_id: int | None = None
+        self._reading = False
+
+    @property
+    def interruptible(self) -> bool:
+        """Whether `interrupt` can end a blocked read at once: not on Redis Cluster (a read
+        there goes to whichever node holds the stream, on a connection of that node's)."""
+        return not is_cluster(self.redis)
 
     async def ensure_group(self) -> None:
         try:
@@ -115,15 +127,50 @@ class JobQueue:
         pipe.xadd(STREAM, _fields(kind, run_id, execution, pause))
 
     async def read(self, consumer: str, count: int, block_ms: int) -> list[Job]:
-        """New jobs for this consumer, waiting up to `block_ms` for some."""
-        reply: Any = await self.redis.xreadgroup(
-            GROUP, consumer, {STREAM: ">"}, count=count, block=block_ms
-        )
+        """New jobs for this consumer, waiting up to `block_ms` for some. Where
+        `interruptible`, a read that blocks goes on a connection of its own, whose id the
+        server gave (one round trip, the first time), so that `interrupt` can end it."""
+        if block_ms <= 0 or not self.interruptible:
+            reply: Any = await self.redis.xreadgroup(
+                GROUP, consumer, {STREAM: ">"}, count=count, block=block_ms
+            )
+        else:
+            if self._reader is None:
+                self._reader = self.redis.client()  # (one connection, held until `close`)
+            try:
+                if self._reader_id is None:
+                    self._reader_id = int(await self._reader.client_id())
+                self._reading = True
+                reply = await self._reader.xreadgroup(
+                    GROUP, consumer, {STREAM: ">"}, count=count, block=block_ms
+                )
+            except BaseException:
+                self._reader_id = None  # (a new connection may follow: its id is asked again)
+                raise
+            finally:
+                self._reading = False
         jobs = []
         for _, messages in reply or []:
             for message_id, fields in messages:
                 jobs.extend(await self._parsed(message_id, fields))
         return jobs
+
+    async def interrupt(self) -> bool:
+        """End a read blocked in `read` now, as if its wait were over (the server's CLIENT
+        UNBLOCK: a job is either delivered to it before, and read, or not at all: none is
+        lost). False when none was blocked here, or it could not be ended."""
+        if not self._reading or self._reader_id is None:
+            return False
+        try:
+            return bool(await self.redis.client_unblock(self._reader_id))
+        except redis.RedisError:
+            return False
+
+    async def close(self) -> None:
+        """Give back the blocking reads' connection (`read`)."""
+        reader, self._reader, self._reader_id = self._reader, None, None
+        if reader is not None:
+            await reader.aclose()
 
     async def _parsed(self, message_id: Any, fields: Any, deliveries: int = 1) -> list[Job]:
         """The job in a message; a malformed (or trimmed) message is acknowledged and skipped."""

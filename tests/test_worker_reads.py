@@ -1,0 +1,36 @@
+"""An idle worker's read of the job stream waits long for a job (each read and its wake-up
+cost an idle bot CPU), and a stop does not wait that out: the read blocked in Redis ends at
+once (CLIENT UNBLOCK: a job is delivered to it before, and run, or not at all)."""
+
+from __future__ import annotations
+
+import redis as sync_redis
+
+from bot.service.running import worker as worker_module
+from bot.testing.harness import BotHarness, wait_until
+from tests.agents_for_tests import POLICY, Ledger, assistant_message, ops_agent
+
+
+def _blocked(looker: sync_redis.Redis) -> list[str]:
+    """The connections Redis holds in a blocked XREADGROUP."""
+    return [c["id"] for c in looker.client_list() if c["cmd"] == "xreadgroup" and "b" in c["flags"]]
+
+
+async def test_a_stop_ends_the_idle_workers_blocked_read_at_once(
+    redis_url: str, monkeypatch: object
+) -> None:
+    # A read that would wait an hour for a job: only the stop can end it here.
+    monkeypatch.setattr(worker_module, "BLOCK_MS", 3_600_000)  # type: ignore[attr-defined]
+    looker = sync_redis.Redis.from_url(redis_url)  # (synchronous: a connection of its own)
+    agent, _ = ops_agent([[assistant_message("fine")]], Ledger())
+    try:
+        async with BotHarness(redis_url, agent, POLICY) as bot:
+            assert bot.runtime.worker is not None
+            worker, task = bot.runtime.worker, bot.runtime._worker_task
+            assert task is not None
+            await wait_until(lambda: _blocked(looker), what="the worker's read blocked in Redis")
+            await worker.stop(task, timeout=3600)
+            assert task.done() and not task.cancelled()  # it ended by itself, not waited out
+            assert not _blocked(looker)
+    finally:
+        looker.close()
