@@ -12,6 +12,7 @@ the machine's speed; `make bench` prints the same counts with production's windo
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import redis
 import redis.asyncio as aioredis
@@ -21,7 +22,9 @@ from benchmarks.costs import measure
 from benchmarks.roundtrips import counting
 from bot.slack.blocks import APPROVE
 from bot.store import keys
+from bot.store.delivery.outbox import Outbox
 from bot.store.queue import JobQueue
+from bot.store.scripts import Batch
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import POLICY, Ledger, ops_agent, slow_check
@@ -229,3 +232,51 @@ async def test_a_job_waiting_for_a_busy_worker_is_read_and_taken_in_one_round_tr
     names = " ".join(n for n, count in spent.items() if count > 0)
     assert "EVALSHA(take_next " in names, names
     assert "EVALSHA(take_job " not in names, names  # the queued run was taken with its read
+
+
+async def test_passes_that_end_side_by_side_end_in_one_round_trip(redis_url: str) -> None:
+    """A burst's projector passes end (and read, and take their Slack tokens) side by side:
+    the batches they queue in one iteration of the event loop go in one round trip
+    (`Outbox.together`, #32), not one each; each keeps its own replies, and an error among
+    one's commands is that one's alone."""
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        outbox = Outbox(client, retention_seconds=60)
+        await outbox.schedule("r0")  # (its release loads the script, as a bot's first does)
+        await outbox.release((await outbox.claim(1, 30))[0], None)
+        for run_id in ("r1", "r2"):
+            await outbox.schedule(run_id)
+        claims = await outbox.claim(2, 30)
+        assert sorted(c.run_id for c in claims) == ["r1", "r2"]
+
+        with counting() as counter:
+            before = counter.snapshot()
+            ends = await asyncio.gather(*(outbox.end_pass(c.run_id, [], c, None) for c in claims))
+            spent = counter.snapshot()
+            spent.subtract(before)
+        assert ends == [None, None]
+        assert sum(spent.values()) == 1, sorted(spent.items())  # not one each
+        assert not await outbox.indexed("r1") and not await outbox.indexed("r2")  # released
+
+        def setting(key: str) -> Callable[[Batch], int]:
+            def queue(batch: Batch) -> int:
+                batch.pipe.set(key, key)
+                batch.pipe.get(key)
+                return len(batch.pipe) - 1
+
+            return queue
+
+        def failing(batch: Batch) -> None:
+            batch.pipe.incr("k1")  # (not a number)
+
+        first, failed, second = await asyncio.gather(
+            outbox.together.run(setting("k1")),
+            outbox.together.run(failing),
+            outbox.together.run(setting("k2")),
+            return_exceptions=True,
+        )
+        assert isinstance(failed, redis.ResponseError), failed
+        assert not isinstance(first, BaseException) and not isinstance(second, BaseException)
+        assert first[1][first[0]] == b"k1" and second[1][second[0]] == b"k2"
+    finally:
+        await client.aclose()

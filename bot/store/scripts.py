@@ -3,10 +3,11 @@ timestamp format, and the outbox mark written inside a MULTI."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError
 
@@ -74,6 +75,79 @@ class Batch:
             if isinstance(reply, Exception):
                 raise reply
         return replies
+
+
+T = TypeVar("T")
+_Part = tuple[Callable[[Batch], Any], "asyncio.Future[tuple[Any, list[Any]]]"]
+
+
+class Together:
+    """Batches that callers queue in one iteration of the event loop, sent in one round trip
+    (#32: a burst's projector passes read, take their Slack tokens and end side by side: one
+    pipeline, not one each). Each caller's commands keep their order (no order between
+    callers); a caller gets the whole batch's replies (its indexes are the batch's, as
+    `Batch.script` gives them) or the first error among its own. Only where one server runs a
+    pipeline's commands in order (`enabled`); else each batch goes on its own, as before."""
+
+    def __init__(self, client: Any, *, enabled: Callable[[], bool]) -> None:
+        self.redis = client
+        self.enabled = enabled
+        self._waiting: list[_Part] = []
+        self._sending: set[asyncio.Task[None]] = set()
+
+    async def run(self, queue: Callable[[Batch], T]) -> tuple[T, list[Any]]:
+        """`queue(batch)` (its commands and scripts), sent with the others queued in this loop
+        iteration: what it returned, and the replies."""
+        if not self.enabled():
+            async with self.redis.pipeline(transaction=False) as pipe:
+                batch = Batch(pipe)
+                queued = queue(batch)
+                return queued, await batch.execute()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[Any, list[Any]]] = loop.create_future()
+        self._waiting.append((queue, future))
+        if len(self._waiting) == 1:
+            loop.call_soon(self._flush)
+        queued, replies = await future
+        return queued, replies  # type: ignore[no-any-return]
+
+    def _flush(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        task = asyncio.ensure_future(self._send(waiting))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, waiting: list[_Part]) -> None:
+        parts: list[tuple[int, int, Any, asyncio.Future[tuple[Any, list[Any]]]]] = []
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                batch = Batch(pipe)
+                for queue, future in waiting:
+                    start = len(pipe)
+                    try:
+                        queued = queue(batch)
+                    except Exception as exc:  # (its callers' queues only queue commands)
+                        if not future.done():
+                            future.set_exception(exc)
+                        continue
+                    parts.append((start, len(pipe), queued, future))
+                raw = await pipe.execute(raise_on_error=False) if len(pipe) else []
+                replies = await batch.settle(raw)
+        except BaseException as exc:
+            for _, future in waiting:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for start, end, queued, future in parts:
+            if future.done():  # (its caller was cancelled)
+                continue
+            error = next((r for r in replies[start:end] if isinstance(r, Exception)), None)
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result((queued, replies))
 
 
 # Commands that cannot run inside then.lua: scripts and transactions (a group holding one is

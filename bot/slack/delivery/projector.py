@@ -72,7 +72,7 @@ from bot.store.delivery.pacing import KEEP_AFTER, SharedPacer, Take, Urgency
 from bot.store.grants import GrantStore
 from bot.store.records import CallContext, CallRecord, RunRecord, RunStatus
 from bot.store.runs import Projection, RunStore
-from bot.store.scripts import Batch, text
+from bot.store.scripts import Batch, Together, text
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +122,8 @@ class _FirstTakes:
     `TAKES_WAIT`: a message that looks Slack up first does not hold the others). Later takes
     go on their own."""
 
-    def __init__(self, client: Any, parties: int) -> None:
-        self.redis = client
+    def __init__(self, together: Together, parties: int) -> None:
+        self.together = together  # (with other passes' batches of the same loop iteration)
         self.left = parties  # parties that have neither asked nor finished
         self.seen: set[object] = set()
         self.asked: list[tuple[SharedPacer, str, Urgency, str, asyncio.Future[Take]]] = []
@@ -169,13 +169,14 @@ class _FirstTakes:
     async def _send(
         self, asked: list[tuple[SharedPacer, str, Urgency, str, asyncio.Future[Take]]]
     ) -> None:
+        def queue(batch: Batch) -> list[Callable[[list[Any]], Take]]:
+            decoders = [p.take_in(batch, s, u, m) for p, s, u, m, _ in asked]
+            for ride in self.riders:
+                ride(batch.pipe)
+            return decoders
+
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                batch = Batch(pipe)
-                decoders = [p.take_in(batch, s, u, m) for p, s, u, m, _ in asked]
-                for ride in self.riders:
-                    ride(pipe)
-                replies = await batch.execute()
+            decoders, replies = await self.together.run(queue)
             for (*_, future), decoded in zip(asked, decoders, strict=True):
                 if not future.done():
                     future.set_result(decoded(replies))
@@ -657,11 +658,11 @@ class Projector:
     async def project(self, run_id: str, read: Projection | None = None) -> float | None:
         """Bring every marked message of the run up to date; seconds until it must be tried
         again, or None when nothing is left. `read`: the pass's read, made with its claim."""
-        if read is None:  # read at once (one pipelined round trip, not three)
-            async with self.store.redis.pipeline(transaction=False) as pipe:
-                batch = Batch(pipe)
-                decoded = self._read_in(batch, run_id)
-                read = decoded(await batch.execute())
+        if read is None:  # read at once (one pipelined round trip, with other passes' reads)
+            decoded, replies = await self.outbox.together.run(
+                lambda batch: self._read_in(batch, run_id)
+            )
+            read = decoded(replies)
         marks, run, shown, outcomes, progress = (
             read.marks, read.run, read.shown, read.outcomes, read.progress)  # fmt: skip
         if not marks:
@@ -784,7 +785,7 @@ class Projector:
 
         # Their first Slack tokens in one round trip (`_FirstTakes`).
         parties = [first(), *(behind(t) for t in updates)]
-        takes = self._takes[run_id] = _FirstTakes(self.store.redis, len(parties) - solo)
+        takes = self._takes[run_id] = _FirstTakes(self.outbox.together, len(parties) - solo)
 
         async def party(work: Awaitable[None], joins: bool = True) -> None:
             token = object()
@@ -957,10 +958,14 @@ class Projector:
         if person not in listed:
             listed.append(person)
         notify[entry] = min(notify.get(entry, due), due)
-        at, runs = self._expect_notice.get(entry, (due, {}))
-        if entry not in self._expect_notice and len(self._expect_notice) >= DM_CHANNELS:
-            self._expect_notice.clear()
-        self._expect_notice[entry] = (min(at, due), {**runs, run.run_id: ids})
+        expected = self._expect_notice.get(entry)
+        if expected is None:
+            if len(self._expect_notice) >= DM_CHANNELS:
+                self._expect_notice.clear()
+            expected = self._expect_notice[entry] = (due, {})
+        elif due < expected[0]:
+            expected = self._expect_notice[entry] = (due, expected[1])
+        expected[1][run.run_id] = ids  # (in place: a burst lists hundreds of runs)
 
     def _person(self, run: RunRecord, user: str) -> str:
         """Whose notice a run's outcomes for `user` go into (in the run's channel, for

@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as redis
-from redis.exceptions import NoScriptError
 
 from bot.store import keys
 from bot.store.connection import Replicated, is_cluster
 from bot.store.keys import RunKeys
-from bot.store.scripts import Batch, mark
+from bot.store.scripts import Batch, Together, mark
 
 # A claim is a lease on one run's messages: one holder at a time, whatever the index says. A
 # change that arrives meanwhile makes the run due again (its score drops), to be claimed once
@@ -243,6 +242,9 @@ class Outbox:
         # that makes a run due (a run's end: `RunStore.finish`), rather than be woken to claim
         # it in a round trip of its own (#32: the output goes sooner).
         self.passes: PassHook | None = None
+        # A burst's passes read, take tokens and end side by side: the batches they queue in
+        # one loop iteration go in one round trip (on one server without replicas).
+        self.together = Together(client, enabled=lambda: self.reads_ahead)
 
     @contextlib.contextmanager
     def making_due(self, run_id: str) -> Iterator[None]:
@@ -450,29 +452,29 @@ class Outbox:
                 alone_told(await batch.execute())
         if written and alone:
             await self._delivered_many(keys=many[1], args=many[2])
-        sent: list[tuple[int, Any, list[str], list[Any]]] = []  # (reply index, script, ...)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for found, names, values in [] if alone else first or []:
-                sent.append((len(pipe), found, names, values))
-                pipe.execute_command("EVALSHA", found.sha, len(names), *names, *values)
-            batch = Batch(pipe)
-            told = then(batch) if then is not None and not alone else None
-            if written and not alone:
-                sent.append((len(pipe), *many))
-                pipe.execute_command("EVALSHA", many[0].sha, len(many[1]), *many[1], *many[2])
-            if not after:
-                self._list_in(pipe, run_id, listed, notify or {})
-            if hold is not None and not alone:
-                sent.append((len(pipe), *hold))
-                pipe.execute_command("EVALSHA", hold[0].sha, len(hold[1]), *hold[1], *hold[2])
-            replies = await pipe.execute(raise_on_error=False) if len(pipe) else []
-            replies = await batch.settle(replies)
-        for index, found, names, values in sent:
-            reply = replies[index]
-            if isinstance(reply, NoScriptError):  # not loaded yet (a new server): once more
-                await found(keys=names, args=values)
-            elif isinstance(reply, Exception):
-                raise reply
+        told: Callable[[list[Any]], None] | None = None
+        replies: list[Any] = []
+        if alone:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                if not after:
+                    self._list_in(pipe, run_id, listed, notify or {})
+                if len(pipe):
+                    await pipe.execute()
+        else:  # in one round trip, with the other passes' ends of this loop iteration
+
+            def queue(batch: Batch) -> Callable[[list[Any]], None] | None:
+                for found, names, values in first or []:
+                    batch.script(found, names, values)  # (a script not loaded: run after)
+                queued = then(batch) if then is not None else None
+                if written:
+                    batch.script(*many)
+                if not after:
+                    self._list_in(batch.pipe, run_id, listed, notify or {})
+                if hold is not None:
+                    batch.script(*hold)
+                return queued
+
+            told, replies = await self.together.run(queue)
         if after:
             async with self.redis.pipeline(transaction=False) as pipe:
                 self._list_in(pipe, run_id, listed, notify or {})
