@@ -123,6 +123,8 @@ class Together:
             async with self.redis.pipeline(transaction=False) as pipe:
                 batch = Batch(pipe)
                 for queue, future in waiting:
+                    if future.done():  # (its caller was cancelled: nothing of it sent)
+                        continue
                     start = len(pipe)
                     try:
                         queued = queue(batch)
@@ -135,8 +137,12 @@ class Together:
                 replies = await batch.settle(raw)
         except BaseException as exc:
             for _, future in waiting:
-                if not future.done():
+                if future.done():
+                    continue
+                if isinstance(exc, Exception):
                     future.set_exception(exc)
+                else:
+                    future.cancel()
             if not isinstance(exc, Exception):
                 raise
             return
