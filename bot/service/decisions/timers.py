@@ -61,8 +61,8 @@ class Timers:
         while not stop.is_set():
             wait = every
             try:
-                if await self.fire_due(lease=lease) == 0:
-                    due_in = await self.store.timers.next_due_in()
+                fired, due_in = await self.look(lease=lease)
+                if fired == 0:
                     if due_in is not None:
                         wait = max(0.02, min(every, due_in + 0.01))
                 else:
@@ -77,14 +77,24 @@ class Timers:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), wait)
 
+    async def look(self, *, lease: float = 30.0) -> tuple[int, float | None]:
+        """`fire_due`, and the seconds until the earliest timer left (None: none), read in
+        the claim's round trip."""
+        claims, due_in = await self.store.timers.look(CLAIM_BATCH, lease)
+        self._spawn_fires(claims)
+        return len(claims), due_in
+
     async def fire_due(self, *, lease: float = 30.0) -> int:
         """Claim the timers due now and fire them in tracked tasks (a shutdown drains them, so
         an expiry is never left half done); returns how many calls were claimed. A firing that
         fails leaves its call on the index, due again at the lease's end."""
         claims = await self.store.timers.claim(CLAIM_BATCH, lease)
+        self._spawn_fires(claims)
+        return len(claims)
+
+    def _spawn_fires(self, claims: list[TimerClaim]) -> None:
         for claim in claims:
             self.core.spawn(self._fire(claim), name=f"timer-{claim.approval_id}")
-        return len(claims)
 
     async def _fire(self, claim: TimerClaim) -> None:
         timers = self.store.timers

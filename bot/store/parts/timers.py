@@ -21,8 +21,10 @@ import redis.asyncio as redis
 
 from bot.clock import SYSTEM_CLOCK, Clock
 from bot.store import keys
+from bot.store.connection import Replicated, is_cluster
 from bot.store.keys import RunKeys
 from bot.store.records import CallRecord
+from bot.store.scripts import Batch
 
 _CLAIM = """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
@@ -131,6 +133,25 @@ class Timers:
         """Back on the index at `due` (Unix s), or off it (None)."""
         score = "" if due is None else f"{due * 1000:.3f}"
         await self._release(keys=[keys.TIMERS], args=[claim.approval_id, claim.score, score])
+
+    async def look(self, limit: int, lease: float) -> tuple[list[TimerClaim], float | None]:
+        """`claim`, and with it, in the same round trip, `next_due_in` as the claim left the
+        index (the timer loop's look: one round trip, not two, each second the bot is idle).
+        Confirmed by replicas (`Replicated`) the claim goes alone, then the read."""
+        redis_ = self.redis
+        if is_cluster(redis_) or (isinstance(redis_, Replicated) and redis_.replicas):
+            claims = await self.claim(limit, lease)
+            return claims, await self.next_due_in()
+        now_ms = self.clock.time() * 1000
+        base = f"{now_ms + lease * 1000 + random.random():.3f}"
+        async with redis_.pipeline(transaction=False) as pipe:
+            batch = Batch(pipe)
+            batch.script(self._claim, [keys.TIMERS], [f"{now_ms:.3f}", base, limit])
+            pipe.zrange(keys.TIMERS, 0, 0, withscores=True)
+            reply, first = await batch.execute()
+        items = [_s(r) for r in reply]
+        claims = [TimerClaim(items[i], items[i + 1]) for i in range(0, len(items), 2)]
+        return claims, float(first[0][1]) / 1000 - self.clock.time() if first else None
 
     async def next_due_in(self) -> float | None:
         """Seconds until the earliest timer (negative: overdue), or None when none is set."""
