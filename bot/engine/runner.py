@@ -322,6 +322,15 @@ def _history(result: RunResult | RunResultStreaming) -> bytes:
         return b""
 
 
+def _shown(item: Any) -> tuple[str, str, str]:
+    """What a reviewer of this call was shown, as a decision names it: (agent, tool,
+    `arguments_sha` of the arguments as its card shows them). Not what the tool will receive:
+    that reading (the tool's parameter model, about 0.2 ms a call) judged the call at its
+    pause, and the SDK reads the arguments again when it runs it (#32)."""
+    now = describe(item, 0, read=False)
+    return now.agent, now.tool, arguments_sha(now.arguments)
+
+
 def _describe_error(exc: BaseException) -> str:
     if isinstance(exc, MaxTurnsExceeded):
         return f"The agent stopped after reaching its limit of turns ({exc})."
@@ -644,12 +653,7 @@ class Engine:
                     "The stored state does not contain the call that was decided, so the run was "
                     "not resumed. Start a new run."
                 )
-            now_shown = describe(item, 0)
-            if decision.shown is not None and decision.shown != (
-                now_shown.agent,
-                now_shown.tool,
-                arguments_sha(now_shown.arguments),
-            ):
+            if decision.shown is not None and decision.shown != _shown(item):
                 return Failed(
                     "A decided call no longer matches what its reviewer was shown (this call "
                     "changed since it was posted), so the run was not resumed. Start a new run."
