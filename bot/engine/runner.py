@@ -39,6 +39,7 @@ from agents import (
 )
 
 from bot.checkpoint import Checkpoint as Checkpoint  # the stored pause: engine and store
+from bot.engine import identities
 from bot.engine.approvals import PendingApproval, arguments_sha, describe, function_tool_of
 from bot.engine.arguments import Reading, receive
 from bot.engine.automatic import DECIDING, AtCheck, Automatic, AutomaticDecisions
@@ -352,6 +353,7 @@ class Engine:
         tracing: Tracing | None = None,
         stream_answers: bool = True,
     ) -> None:
+        identities.install()  # the SDK's agent identities without needless signatures
         self.registry = registry
         self.rejection_text = rejection_text
         self.max_turns = max_turns
