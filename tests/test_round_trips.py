@@ -278,5 +278,22 @@ async def test_passes_that_end_side_by_side_end_in_one_round_trip(redis_url: str
         assert isinstance(failed, redis.ResponseError), failed
         assert not isinstance(first, BaseException) and not isinstance(second, BaseException)
         assert first[1][first[0]] == b"k1" and second[1][second[0]] == b"k2"
+
+        # A caller that fails while queueing sends nothing of what it queued: no half-applied
+        # writes; the others' go as before.
+        def half_queued(batch: Batch) -> None:
+            batch.pipe.set("k3", "written")
+            raise ValueError("a caller's bug while queueing")
+
+        first, failed, second = await asyncio.gather(
+            outbox.together.run(setting("k4")),
+            outbox.together.run(half_queued),
+            outbox.together.run(setting("k5")),
+            return_exceptions=True,
+        )
+        assert isinstance(failed, ValueError), failed
+        assert not isinstance(first, BaseException) and not isinstance(second, BaseException)
+        assert first[1][first[0]] == b"k4" and second[1][second[0]] == b"k5"
+        assert await client.get("k3") is None
     finally:
         await client.aclose()

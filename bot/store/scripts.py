@@ -60,6 +60,13 @@ class Batch:
         self.pipe.execute_command("EVALSHA", found.sha, len(names), *names, *values)
         return index
 
+    def truncate(self, length: int) -> None:
+        """Drop what was queued from the `length`-th command on (a caller that failed while
+        queueing: none of its commands may be sent)."""
+        del self.pipe.command_stack[length:]
+        for index in [index for index in self._scripts if index >= length]:
+            del self._scripts[index]
+
     async def settle(self, replies: list[Any]) -> list[Any]:
         """The replies of the pipeline (executed with `raise_on_error=False`), each of this
         batch's scripts the server did not hold run again on its own."""
@@ -128,7 +135,8 @@ class Together:
                     start = len(pipe)
                     try:
                         queued = queue(batch)
-                    except Exception as exc:  # (its callers' queues only queue commands)
+                    except Exception as exc:  # (nothing of it is sent: no half-applied writes)
+                        batch.truncate(start)
                         if not future.done():
                             future.set_exception(exc)
                         continue
