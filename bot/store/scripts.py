@@ -14,14 +14,16 @@ from redis.exceptions import NoScriptError
 from bot.store import keys
 
 
-def script(name: str) -> str:
-    """The text of `bot/store/lua/<name>.lua`."""
-    return (resources.files("bot.store") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+def script(*names: str) -> str:
+    """The text of `bot/store/lua/<name>.lua`, of each of `names` in turn (the fragments a
+    script shares with others, `_*.lua`, before it)."""
+    lua = resources.files("bot.store") / "lua"
+    return "".join((lua / f"{name}.lua").read_text(encoding="utf-8") for name in names)
 
 
 def marking(name: str) -> str:
     """A transition script that marks messages in its run's outbox (see `_outbox.lua`)."""
-    return script("_outbox") + script(name)
+    return script("_outbox", name)
 
 
 def text(value: Any) -> str:

@@ -24,7 +24,7 @@ import redis.asyncio as redis
 from bot.store import keys
 from bot.store.connection import Replicated, is_cluster
 from bot.store.keys import RunKeys
-from bot.store.scripts import Batch, Together, mark
+from bot.store.scripts import Batch, Together, mark, text
 
 # A claim is a lease on one run's messages: one holder at a time, whatever the index says. A
 # change that arrives meanwhile makes the run due again (its score drops), to be claimed once
@@ -147,10 +147,6 @@ EXPECTED = 10_000  # runs an `Outbox` remembers this process made due (`expect`)
 # makes again), or None when no pass starts so (the run is indexed as usual).
 PassStart = Callable[[list[Any], bool], None]
 PassHook = Callable[[Batch, str], PassStart | None]
-
-
-def _s(value: Any) -> str:
-    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
 
 
 def now_ms() -> float:
@@ -370,7 +366,7 @@ class Outbox:
 
     @staticmethod
     def _claims(reply: list[Any]) -> list[Claim]:
-        items = [_s(r) for r in reply]
+        items = [text(r) for r in reply]
         return [Claim(items[i], items[i + 1]) for i in range(0, len(items), 2)]
 
     async def renew(self, claim: Claim, lease: float) -> Claim | None:
@@ -511,7 +507,7 @@ class Outbox:
     @staticmethod
     def parse_marks(hash_: dict[Any, Any]) -> dict[str, Mark]:
         """The marks of an outbox hash as HGETALL returns it."""
-        raw = {_s(k): _s(v) for k, v in hash_.items()}
+        raw = {text(k): text(v) for k, v in hash_.items()}
         return {
             target: Mark(tick, float(raw.get(target + "@", "0") or 0))
             for target, tick in raw.items()
@@ -533,18 +529,16 @@ class Outbox:
     @staticmethod
     def parse_shown(raw: dict[Any, Any]) -> dict[str, Shown]:
         """What Slack holds, from a shown hash as HGETALL returns it."""
-        return {_s(k): Shown.decode(_s(v)) for k, v in raw.items()}
+        return {text(k): Shown.decode(text(v)) for k, v in raw.items()}
 
     async def shown_one(self, run_id: str, target: str) -> Shown:
         """What Slack holds of one message (an empty `Shown`: nothing known)."""
         value = await self.redis.hget(keys.shown_key(run_id), target)
-        return Shown.decode(_s(value)) if value is not None else Shown()
+        return Shown.decode(text(value)) if value is not None else Shown()
 
     async def set_shown(self, run_id: str, target: str, shown: Shown) -> None:
-        key = keys.shown_key(run_id)
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, target, shown.encode())
-            pipe.expire(key, self.retention)
+            self.set_shown_in(pipe, run_id, target, shown)
             await pipe.execute()
 
     def set_shown_in(self, pipe: Any, run_id: str, target: str, shown: Shown) -> None:

@@ -14,7 +14,6 @@ import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import redis.asyncio as redis
@@ -24,7 +23,7 @@ from bot.store import keys
 from bot.store.connection import Replicated, is_cluster
 from bot.store.keys import RunKeys
 from bot.store.records import CallRecord
-from bot.store.scripts import Batch
+from bot.store.scripts import Batch, marking, text
 
 _CLAIM = """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
@@ -52,14 +51,6 @@ else
 end
 return 1
 """
-
-
-def _s(value: Any) -> str:
-    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
-
-
-def _script(name: str) -> str:
-    return (resources.files("bot.store") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
 
 
 def next_due(call: CallRecord) -> float | None:
@@ -93,13 +84,19 @@ class Fired:
 def decode_fire(reply: list[Any]) -> Fired:
     """fire_timers.lua's reply: {'gone'} | {'expired', resume, undecided left} | {'ok', next
     due (Unix s, 0: none), fired timers...}."""
-    kind = _s(reply[0])
+    kind = text(reply[0])
     if kind == "gone":
         return Fired()
     if kind == "expired":
         return Fired(expired=True, resume=int(reply[1]) == 1)
-    due = float(_s(reply[1]))
-    return Fired(fired=tuple(_s(r) for r in reply[2:]), next_due=due if due > 0 else None)
+    due = float(text(reply[1]))
+    return Fired(fired=tuple(text(r) for r in reply[2:]), next_due=due if due > 0 else None)
+
+
+def _claims(reply: list[Any]) -> list[TimerClaim]:
+    """_CLAIM's reply: {approval id, score, ...}."""
+    items = [text(r) for r in reply]
+    return [TimerClaim(items[i], items[i + 1]) for i in range(0, len(items), 2)]
 
 
 class Timers:
@@ -113,7 +110,7 @@ class Timers:
         self.clock = clock  # what "due" means: tests skip time on their own clock
         self._claim = client.register_script(_CLAIM)
         self._release = client.register_script(_RELEASE)
-        self._fire = client.register_script(_script("_outbox") + _script("fire_timers"))
+        self._fire = client.register_script(marking("fire_timers"))
 
     async def schedule(self, calls: list[CallRecord], *, only_missing: bool = False) -> None:
         """Index pending calls at their first timer (`only_missing`: leave indexed ones be,
@@ -123,11 +120,11 @@ class Timers:
             await self.redis.zadd(keys.TIMERS, due, nx=only_missing)  # type: ignore[arg-type]
 
     async def claim(self, limit: int, lease: float) -> list[TimerClaim]:
+        return _claims(await self._claim(keys=[keys.TIMERS], args=self._claim_args(limit, lease)))
+
+    def _claim_args(self, limit: int, lease: float) -> list[Any]:
         now_ms = self.clock.time() * 1000
-        base = f"{now_ms + lease * 1000 + random.random():.3f}"
-        reply = await self._claim(keys=[keys.TIMERS], args=[f"{now_ms:.3f}", base, limit])
-        items = [_s(r) for r in reply]
-        return [TimerClaim(items[i], items[i + 1]) for i in range(0, len(items), 2)]
+        return [f"{now_ms:.3f}", f"{now_ms + lease * 1000 + random.random():.3f}", limit]
 
     async def release(self, claim: TimerClaim, due: float | None) -> None:
         """Back on the index at `due` (Unix s), or off it (None)."""
@@ -142,20 +139,19 @@ class Timers:
         if is_cluster(redis_) or (isinstance(redis_, Replicated) and redis_.replicas):
             claims = await self.claim(limit, lease)
             return claims, await self.next_due_in()
-        now_ms = self.clock.time() * 1000
-        base = f"{now_ms + lease * 1000 + random.random():.3f}"
         async with redis_.pipeline(transaction=False) as pipe:
             batch = Batch(pipe)
-            batch.script(self._claim, [keys.TIMERS], [f"{now_ms:.3f}", base, limit])
+            batch.script(self._claim, [keys.TIMERS], self._claim_args(limit, lease))
             pipe.zrange(keys.TIMERS, 0, 0, withscores=True)
             reply, first = await batch.execute()
-        items = [_s(r) for r in reply]
-        claims = [TimerClaim(items[i], items[i + 1]) for i in range(0, len(items), 2)]
-        return claims, float(first[0][1]) / 1000 - self.clock.time() if first else None
+        return _claims(reply), self._due_in(first)
 
     async def next_due_in(self) -> float | None:
         """Seconds until the earliest timer (negative: overdue), or None when none is set."""
-        first = await self.redis.zrange(keys.TIMERS, 0, 0, withscores=True)
+        return self._due_in(await self.redis.zrange(keys.TIMERS, 0, 0, withscores=True))
+
+    def _due_in(self, first: list[Any]) -> float | None:
+        """`next_due_in` from the earliest timer as ZRANGE 0 0 WITHSCORES returns it."""
         return float(first[0][1]) / 1000 - self.clock.time() if first else None
 
     async def fire(
