@@ -20,17 +20,11 @@ local pause = redis.call('HGET', target, 'pause')
 if redis.call('HGET', run, 'status') ~= 'paused' or redis.call('HGET', run, 'pause') ~= pause then
   return {'stale'}
 end
-local raw = redis.call('HGET', edits, ARGV[1])
-if not raw then
-  return {'none'}
+local grant, why = edit_grant(edits, edited, ARGV[1])
+if not grant then
+  return {why}
 end
-local grant = cjson.decode(raw)
-if (grant['used'] or '') ~= '' then
-  return {'used'}
-end
-if redis.call('HGET', edited, 'status') ~= 'approved'
-   or redis.call('HGET', edited, 'edited_sha') ~= grant['sha']
-   or redis.call('HGET', target, 'agent') ~= grant['agent']
+if redis.call('HGET', target, 'agent') ~= grant['agent']
    or redis.call('HGET', target, 'tool') ~= grant['tool']
    or redis.call('HGET', target, 'arguments_sha') ~= grant['sha']
    or tonumber(pause) ~= tonumber(grant['pause']) + 1 then

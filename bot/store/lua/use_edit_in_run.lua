@@ -11,17 +11,11 @@ local run, edits, edited = KEYS[1], KEYS[2], KEYS[3]
 if redis.call('HGET', run, 'owner') ~= ARGV[2] then
   return {'not_owner'}
 end
-local raw = redis.call('HGET', edits, ARGV[1])
-if not raw then
-  return {'none'}
+local grant, why = edit_grant(edits, edited, ARGV[1])
+if not grant then
+  return {why}
 end
-local grant = cjson.decode(raw)
-if (grant['used'] or '') ~= '' then
-  return {'used'}
-end
-if redis.call('HGET', edited, 'status') ~= 'approved'
-   or redis.call('HGET', edited, 'edited_sha') ~= grant['sha']
-   or grant['agent'] ~= ARGV[3] or grant['tool'] ~= ARGV[4] or grant['sha'] ~= ARGV[5]
+if grant['agent'] ~= ARGV[3] or grant['tool'] ~= ARGV[4] or grant['sha'] ~= ARGV[5]
    or tonumber(redis.call('HGET', run, 'pause') or '0') ~= tonumber(grant['pause']) then
   return {'none'}
 end

@@ -98,8 +98,8 @@ class Edits:
         self.retention = retention_seconds
         self.outbox = outbox
         self._edit = client.register_script(marking("edit"))
-        self._use = client.register_script(marking("use_edit"))
-        self._use_in_run = client.register_script(script("use_edit_in_run"))
+        self._use = client.register_script(script("_outbox", "_edit_grant", "use_edit"))
+        self._use_in_run = client.register_script(script("_edit_grant", "use_edit_in_run"))
 
     async def edit(
         self,
