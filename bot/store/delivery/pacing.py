@@ -66,37 +66,39 @@ class SharedPacer:
     def _floor(self, urgency: Urgency) -> float:
         return self.burst * STATUS_RESERVE if urgency == Urgency.STATUS else 0.0
 
-    async def _call(self, scope: str, mode: str, extra: float = 0.0, message: str = "") -> Take:
+    def _request(
+        self, scope: str, mode: str, extra: float, message: str
+    ) -> tuple[list[str], list[Any]]:
+        """pace.lua's keys and arguments for `mode` (a queue's turn is kept under `message`)."""
         bucket = keys.pace_key(self.name, scope)
         turn = keys.turn_key(self.name, scope, message or "-")
-        reply = await self._pace(
-            keys=[bucket, turn] if mode == "queue" else [bucket],
-            args=[repr(self.rate), self.burst, mode, repr(extra)],
-        )
-        return decode_take(reply)
+        names = [bucket, turn] if mode == "queue" else [bucket]
+        return names, [repr(self.rate), self.burst, mode, repr(extra)]
+
+    async def _call(self, scope: str, mode: str, extra: float = 0.0, message: str = "") -> Take:
+        names, values = self._request(scope, mode, extra, message)
+        return decode_take(await self._pace(keys=names, args=values))
+
+    def _taking(self, urgency: Urgency, message: str) -> tuple[str, float]:
+        """`take`'s mode and its figure: a card's turn is queued (kept `KEEP_AFTER` ahead);
+        anything else's token taken now or not at all, above its urgency's floor."""
+        if urgency == Urgency.CARD:
+            return "queue", KEEP_AFTER * 1000 if message else 1e12  # (no message: never kept)
+        return "now", self._floor(urgency)
+
+    def _took(self, taken: Take) -> Take:
+        if taken.taken:
+            self.longest_wait = max(self.longest_wait, taken.wait)
+        return taken
 
     def take_in(
         self, batch: Batch, scope: str, urgency: Urgency, message: str = ""
     ) -> Callable[[Any], Take]:
         """`take(scope, urgency, message)` as one command of a batch (one round trip with
         others): the reply's decoder."""
-        if urgency == Urgency.CARD:
-            keep_after = KEEP_AFTER * 1000 if message else 1e12  # (no message: never kept)
-            turn = keys.turn_key(self.name, scope, message or "-")
-            names = [keys.pace_key(self.name, scope), turn]
-            values = [repr(self.rate), self.burst, "queue", repr(keep_after)]
-        else:
-            names = [keys.pace_key(self.name, scope)]
-            values = [repr(self.rate), self.burst, "now", repr(self._floor(urgency))]
-        index = batch.script(self._pace, names, values)
-
-        def decoded(replies: Any) -> Take:
-            taken = decode_take(replies[index])
-            if taken.taken:
-                self.longest_wait = max(self.longest_wait, taken.wait)
-            return taken
-
-        return decoded
+        request = self._request(scope, *self._taking(urgency, message), message)
+        index = batch.script(self._pace, *request)
+        return lambda replies: self._took(decode_take(replies[index]))
 
     async def take(self, scope: str, urgency: Urgency, message: str = "") -> Take:
         """A token for one call: a card's is reserved (`wait` before using it); anything
@@ -104,14 +106,7 @@ class SharedPacer:
         With `message` (its id), a card's turn more than `KEEP_AFTER` away is kept in Redis:
         asking again for the same message gives the same turn, from any process, until it
         has come (then it is used up)."""
-        if urgency == Urgency.CARD:
-            keep_after = KEEP_AFTER * 1000 if message else 1e12  # (no message: never kept)
-            taken = await self._call(scope, "queue", keep_after, message)
-        else:
-            taken = await self._call(scope, "now", self._floor(urgency))
-        if taken.taken:
-            self.longest_wait = max(self.longest_wait, taken.wait)
-        return taken
+        return self._took(await self._call(scope, *self._taking(urgency, message), message))
 
     async def wait(self, scope: str, urgency: Urgency = Urgency.CARD) -> float:
         """Take a token and wait for it (0), or, for a call that does not queue, the seconds
