@@ -13,12 +13,17 @@ from redis.crc import key_slot
 
 from bot.store import keys
 from bot.store.delivery.outbox import Claim, now_ms
-from bot.store.delivery.outcomes import NoticeTurn
+from bot.store.delivery.outcomes import NoticeLease, NoticeTurn
 from bot.store.delivery.pacing import SharedPacer, Urgency
 from bot.store.runs import RunStore
 from bot.store.scripts import Batch
 
 PERSON = "T1:U1"
+
+
+def held_by(token: str) -> NoticeLease:
+    """PERSON's notice held with `token` (a 30 s lease, up to 50 runs a step)."""
+    return NoticeLease(PERSON, token, 30, 50)
 
 
 @pytest.fixture
@@ -32,7 +37,7 @@ async def take(store: RunStore, run_id: str, token: str) -> NoticeTurn:
     """A run's notice pass's first step (with a Slack token, and its news read)."""
     pacer = SharedPacer(store.redis, "post", rate=1.0, burst=5)
     turn, taken, _, _ = await store.outcomes.open_notice(
-        PERSON, run_id, token, 30, 50, lambda b: pacer.take_in(b, PERSON, Urgency.OUTPUT), []
+        held_by(token), run_id, lambda b: pacer.take_in(b, PERSON, Urgency.OUTPUT), []
     )
     assert taken.taken
     return turn
@@ -54,11 +59,11 @@ async def test_the_holder_tells_what_others_list_and_lets_go_when_none_is_left(
     other = await take(store, "r2", "b")
     assert not other.held and not other.paced_until
     # The holder told r1 (a notice went): the next step gives it r2, the notice still its.
-    then = await outcomes.told_notice(PERSON, "a", 30, 50, first.listed, window=5.0)
+    then = await outcomes.told_notice(held_by("a"), first.listed, window=5.0)
     assert then.held and list(then.listed) == ["r2"]
     assert await store.redis.get(keys.notice_lock_key(PERSON)) == b"a"
     # r2 told, nothing left: given back in the same step.
-    done = await outcomes.told_notice(PERSON, "a", 30, 50, then.listed, window=5.0)
+    done = await outcomes.told_notice(held_by("a"), then.listed, window=5.0)
     assert not done.held and not done.listed
     assert await store.redis.get(keys.notice_lock_key(PERSON)) is None
     # A run with news within the window is listed, and told after it (no one holds it).
@@ -73,7 +78,7 @@ async def test_a_run_listed_again_while_being_told_stays_listed(store: RunStore)
     turn = await take(store, "r1", "a")
     # r1 gets more news while its notice is written: listed anew (a later time)
     await store.redis.zadd(keys.notice_runs_key(PERSON), {"r1": float(turn.listed["r1"]) + 1})
-    again = await outcomes.told_notice(PERSON, "a", 30, 50, turn.listed, window=0.0)
+    again = await outcomes.told_notice(held_by("a"), turn.listed, window=0.0)
     assert again.held and list(again.listed) == ["r1"]  # told in the same hold, not forgotten
 
 

@@ -989,7 +989,6 @@ class RunStore:
         self.record_outcomes = outcomes.record_outcomes
         self.untold_outcomes = outcomes.untold_outcomes
         self.has_outcomes = outcomes.has_outcomes
-        self.told_outcomes = outcomes.told_outcomes
         # Indexes over runs.
         self.first_delivery = indexes.first_delivery
         self.active_runs = indexes.active_runs

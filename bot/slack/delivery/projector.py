@@ -62,6 +62,7 @@ from bot.store import keys
 from bot.store.delivery.outbox import Claim, Mark, Shown, now_ms
 from bot.store.delivery.outcomes import (
     News,
+    NoticeLease,
     NoticeTurn,
     outcome_key,
     recorded_for,
@@ -493,7 +494,7 @@ class Projector:
         if person is not None and opened is not None and opened[1].held:
             with contextlib.suppress(Exception):
                 await self.store.outcomes.told_notice(
-                    person, opened[0], self.lease, NOTICE_RUNS, {}, window=0, stop=True
+                    self._leased(person, opened[0]), {}, window=0, stop=True
                 )
 
     def _idle_wait(self, claimed: bool) -> float:
@@ -621,6 +622,10 @@ class Projector:
 
         return decoded
 
+    def _leased(self, person: str, token: str) -> NoticeLease:
+        """`person`'s notice as this process's passes hold it (`token`)."""
+        return NoticeLease(person, token, self.lease, NOTICE_RUNS)
+
     def _open_in(
         self, batch: Batch, person: str, run_ids: list[str], call_ids: list[str]
     ) -> Callable[[list[Any]], _Opened]:
@@ -631,7 +636,7 @@ class Projector:
             self.posts.take_in, scope=f"notice:{person}", urgency=Urgency.OUTPUT
         )
         opened = self.store.outcomes.open_person_in(
-            batch, person, token, self.lease, NOTICE_RUNS, pace, run_ids, call_ids
+            batch, self._leased(person, token), pace, run_ids, call_ids
         )
 
         def decoded(replies: list[Any]) -> _Opened:
@@ -1052,9 +1057,7 @@ class Projector:
         scope = f"notice:{person}"
         while turn.held and turn.listed:
             if not taken.taken:  # never hold the notice for a token
-                await outcomes.told_notice(
-                    person, token, self.lease, NOTICE_RUNS, {}, window=0, stop=True
-                )
+                await outcomes.told_notice(self._leased(person, token), {}, window=0, stop=True)
                 return max(taken.wait, 0.01)
             try:
                 missing = [r for r in turn.listed if r not in news]
@@ -1063,9 +1066,7 @@ class Projector:
                 told = await self._tell_listed(entry, person, turn, news, calls)
             except BaseException:
                 with contextlib.suppress(Exception):
-                    await outcomes.told_notice(
-                        person, token, self.lease, NOTICE_RUNS, {}, window=0, stop=True
-                    )
+                    await outcomes.told_notice(self._leased(person, token), {}, window=0, stop=True)
                 raise
             # The runs whose news is all told now (to this person, or nothing left untold):
             # their `notice` marks dropped with the step, unless an outcome came since.
@@ -1100,7 +1101,7 @@ class Projector:
         unlisted (unless listed again since), the notice kept for the next runs or given back;
         then the `notice` marks of the runs it told all of dropped (unless marked since)."""
         step = self.store.outcomes.told_in(
-            batch, t.person, t.token, self.lease, NOTICE_RUNS, t.listed,
+            batch, self._leased(t.person, t.token), t.listed,
             window=t.window, outcomes=t.told,
         )  # fmt: skip
         for run_id, tick in t.ticks.items():
@@ -1128,9 +1129,7 @@ class Projector:
                 ride(batch.pipe)
             steps = [self._told_in(batch, t) for t in told]
             for person, token in dropped:
-                outcomes.told_in(
-                    batch, person, token, self.lease, NOTICE_RUNS, {}, window=0, stop=True
-                )
+                outcomes.told_in(batch, self._leased(person, token), {}, window=0, stop=True)
 
             def done(replies: list[Any]) -> None:
                 for t, step in zip(told, steps, strict=True):

@@ -6,7 +6,7 @@ told to who asked for it: the run's starter, or a later turn's requester (its fi
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,8 +68,9 @@ def untold_in(stored: dict[Any, Any]) -> dict[str, str]:
     return {k: v for k, v in raw.items() if not k.endswith("!") and raw.get(k + "!") != v}
 
 
-def recorded_for(stored: dict[Any, Any], person: str, starter: str) -> bool:
-    """Whether an outcomes hash (as HGETALL returns it) ever held an outcome for `person`."""
+def recorded_for(stored: Iterable[Any], person: str, starter: str) -> bool:
+    """Whether an outcomes hash (its fields, or as HGETALL returns it) ever held an outcome
+    for `person`."""
     return any(told_to(text(k), starter)[1] == person for k in stored if not text(k).endswith("!"))
 
 
@@ -85,6 +86,18 @@ class News:
     run: RunRecord | None
     untold: dict[str, str]
     tick: str | None
+
+
+@dataclass(frozen=True)
+class NoticeLease:
+    """A pass that takes, or holds, a person's notice (`notice.lua`): whose, the token it holds
+    the notice with, for how long (seconds: each step renews it), and the most runs a step
+    gives it to tell."""
+
+    person: str
+    token: str
+    seconds: float
+    limit: int
 
 
 @dataclass(frozen=True)
@@ -136,11 +149,8 @@ class Outcomes:
         the caller to list. Idempotent."""
         if not outcomes:
             return None
-        args: list[str] = [now(), str(self.retention)]
-        for item in sorted(outcomes.items()):
-            args.extend(item)
-        reply = await self._outcomes(keys=RunKeys(run_id).record_outcomes(), args=args)
-        notice = decode_outcomes(reply)
+        _, names, args = self.recording(run_id, outcomes)
+        notice = decode_outcomes(await self._outcomes(keys=names, args=args))
         if notice is not None and later is not None:
             # A projector pass lists the run at its end, with its release (which makes the
             # run due when the notice is): `Outbox.end_pass`.
@@ -163,46 +173,43 @@ class Outcomes:
             args.extend(item)
         return self._outcomes, RunKeys(run_id).record_outcomes(), args
 
-    async def told_many(self, told: dict[str, dict[str, str]]) -> None:
-        """`told_outcomes` of several runs, in one round trip."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            self._told_in(pipe, told)
-            await pipe.execute()
-
     @staticmethod
     def _told_in(pipe: Any, told: dict[str, dict[str, str]]) -> None:
+        """Each run's outcomes `told` (`outcome_key` -> status) recorded as told."""
         for run_id, outcomes in told.items():
             if outcomes:
                 pipe.hset(
                     keys.outcomes_key(run_id), mapping={k + "!": v for k, v in outcomes.items()}
                 )
 
-    def _notice_keys(self, person: str) -> list[str]:
-        return [keys.notice_runs_key(person), keys.notice_lock_key(person),
-                keys.notice_next_key(person)]  # fmt: skip
+    def _step(self, batch: Batch, lease: NoticeLease, mode: str, args: list[Any]) -> int:
+        """A step of `lease.person`'s notice (`notice.lua`: 'take' or 'told', then `args`)
+        queued on `batch`: the index of its reply."""
+        person = lease.person
+        names = [keys.notice_runs_key(person), keys.notice_lock_key(person),
+                 keys.notice_next_key(person)]  # fmt: skip
+        head = [mode, lease.token, max(1, int(lease.seconds * 1000)), now(), lease.limit]
+        return batch.script(self._notice, names, head + args)
 
     async def open_notice(
         self,
-        person: str,
+        lease: NoticeLease,
         run_id: str,
-        token: str,
-        seconds: float,
-        limit: int,
         pace: Callable[[Batch], Callable[[Any], Take]],
         call_ids: list[str],
     ) -> tuple[NoticeTurn, Take, list[tuple[RunRecord, dict[str, str]]], list[CallRecord]]:
-        """List `run_id` among `person`'s runs with news (anew: a reader that saw the older
-        listing does not forget it), then try to take their notice for one pass (a lease),
-        in one step: whoever holds the notice, or takes it next, finds the run listed
-        (`Projector._tell_person`). Held: the first `limit` runs to tell; not held, and
+        """List `run_id` among the person's runs with news (anew: a reader that saw the older
+        listing does not forget it), then try to take their notice for one pass (`lease`), in
+        one step: whoever holds the notice, or takes it next, finds the run listed
+        (`Projector._tell_person`). Held: the first `lease.limit` runs to tell; not held, and
         `paced_until`: a notice went less than a window ago.
 
         In the same round trip, what the notice most often needs next: a Slack token
-        (`pace`), `run_id`'s news with its record (`untold_with_runs`), and the calls
+        (`pace`), `run_id`'s news with its record (unless it has none untold), and the calls
         `call_ids` (those its news names, as the pass read it)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             batch = Batch(pipe)
-            opened = self.open_in(batch, person, run_id, token, seconds, limit, pace, call_ids)
+            opened = self.open_in(batch, lease, run_id, pace, call_ids)
             first = len(pipe)
             self._read_news(pipe, [run_id])
             replies = await batch.execute()
@@ -213,10 +220,7 @@ class Outcomes:
     def open_person_in(
         self,
         batch: Batch,
-        person: str,
-        token: str,
-        seconds: float,
-        limit: int,
+        lease: NoticeLease,
         pace: Callable[[Batch], Callable[[Any], Take]],
         run_ids: list[str],
         call_ids: list[str],
@@ -225,7 +229,7 @@ class Outcomes:
         notice (listing no run), with a Slack token (`pace`), the news of `run_ids` (those
         the caller expects listed: `news_of`) and the calls `call_ids` (those their news
         names), queued on `batch`: what decodes its part of the replies."""
-        opened = self.open_in(batch, person, "", token, seconds, limit, pace, call_ids)
+        opened = self.open_in(batch, lease, "", pace, call_ids)
         first = len(batch.pipe)
         self._read_news(batch.pipe, run_ids)
 
@@ -258,21 +262,14 @@ class Outcomes:
     def open_in(
         self,
         batch: Batch,
-        person: str,
+        lease: NoticeLease,
         run_id: str,
-        token: str,
-        seconds: float,
-        limit: int,
         pace: Callable[[Batch], Callable[[Any], Take]],
         call_ids: list[str],
     ) -> Callable[[list[Any]], tuple[NoticeTurn, Take, list[CallRecord]]]:
         """`open_notice` without its read of the run's news, queued on `batch` (with the
         reads of a projector pass): what decodes its part of the replies."""
-        turn = batch.script(
-            self._notice,
-            self._notice_keys(person),
-            ["take", token, max(1, int(seconds * 1000)), now(), limit, run_id, self.retention],
-        )
+        turn = self._step(batch, lease, "take", [run_id, self.retention])
         taken = pace(batch)
         first = len(batch.pipe)
         Calls.read_calls(batch.pipe, call_ids)
@@ -285,36 +282,27 @@ class Outcomes:
 
     async def told_notice(
         self,
-        person: str,
-        token: str,
-        seconds: float,
-        limit: int,
+        lease: NoticeLease,
         told: dict[str, str],
         *,
         window: float,
         stop: bool = False,
         outcomes: dict[str, dict[str, str]] | None = None,
     ) -> NoticeTurn:
-        """`person` was told the runs `told` (as listed) and, with `window`, sent a notice
+        """The person was told the runs `told` (as listed) and, with `window`, sent a notice
         now (the next waits that long): unlist them unless listed again since; then the next
         runs to tell, the notice kept, or (none left, or `stop`) the notice given back, in
         the same step; first (in the same round trip) the `outcomes` told are recorded as
-        told (`told_many`)."""
+        told."""
         async with self.redis.pipeline(transaction=False) as pipe:
             batch = Batch(pipe)
-            turn = self.told_in(
-                batch, person, token, seconds, limit, told,
-                window=window, stop=stop, outcomes=outcomes,
-            )  # fmt: skip
+            turn = self.told_in(batch, lease, told, window=window, stop=stop, outcomes=outcomes)
             return turn(await batch.execute())
 
     def told_in(
         self,
         batch: Batch,
-        person: str,
-        token: str,
-        seconds: float,
-        limit: int,
+        lease: NoticeLease,
         told: dict[str, str],
         *,
         window: float,
@@ -323,20 +311,11 @@ class Outcomes:
     ) -> Callable[[list[Any]], NoticeTurn]:
         """`told_notice` queued on `batch` (with a projector pass's end): what decodes its
         reply."""
-        args: list[str | int | float] = [
-            "told",
-            token,
-            max(1, int(seconds * 1000)),
-            now(),
-            limit,
-            "1" if window > 0 else "0",
-            repr(window),
-            "1" if stop else "0",
-        ]
+        args: list[Any] = ["1" if window > 0 else "0", repr(window), "1" if stop else "0"]
         for run_id, score in told.items():
             args.extend((run_id, score))
         self._told_in(batch.pipe, outcomes or {})
-        turn = batch.script(self._notice, self._notice_keys(person), args)
+        turn = self._step(batch, lease, "told", args)
 
         def decoded(replies: list[Any]) -> NoticeTurn:
             if isinstance(replies[turn], Exception):
@@ -344,14 +323,6 @@ class Outcomes:
             return decode_turn(replies[turn])
 
         return decoded
-
-    async def untold_with_runs(self, run_ids: list[str]) -> list[tuple[RunRecord, dict[str, str]]]:
-        """The runs that still exist among `run_ids`, each with its outcomes not yet told
-        (runs with none left out), in the order asked: one round trip."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            self._read_news(pipe, run_ids)
-            replies = await pipe.execute()
-        return self._news(run_ids, replies)
 
     @staticmethod
     def _read_news(pipe: Any, run_ids: list[str]) -> None:
@@ -363,6 +334,8 @@ class Outcomes:
 
     @staticmethod
     def _news(run_ids: list[str], replies: list[Any]) -> list[tuple[RunRecord, dict[str, str]]]:
+        """The runs that still exist among `run_ids`, each with its outcomes not yet told
+        (runs with none left out), in the order asked, from `_read_news`' replies."""
         found = []
         for i, run_id in enumerate(run_ids):
             stored, raw, task, _ = replies[_NEWS * i : _NEWS * i + _NEWS]
@@ -379,12 +352,4 @@ class Outcomes:
     async def has_outcomes(self, run_id: str, person: str, starter: str) -> bool:
         """Whether an outcome of the run was ever recorded for `person` to be told."""
         found = await self.redis.hkeys(keys.outcomes_key(run_id))  # type: ignore[misc]
-        return any(
-            told_to(text(k), starter)[1] == person for k in found if not text(k).endswith("!")
-        )
-
-    async def told_outcomes(self, run_id: str, told: dict[str, str]) -> None:
-        if told:
-            await self.redis.hset(
-                keys.outcomes_key(run_id), mapping={k + "!": v for k, v in told.items()}
-            )
+        return recorded_for(found, person, starter)
