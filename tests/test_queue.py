@@ -31,28 +31,42 @@ async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
     await c.aclose()
 
 
+async def read_one(client: aioredis.Redis, kind: str, consumer: str) -> tuple[JobQueue, Job]:
+    """A queue whose leases last a millisecond, and a job of `kind` on it read by `consumer`."""
+    queue = JobQueue(client, lease_seconds=0.001)
+    await queue.ensure_group()
+    await queue.enqueue(kind, keys.new_run_id(), "exec")
+    [job] = await queue.read(consumer, 1, block_ms=100)
+    return queue, job
+
+
 async def taken_over(queue: JobQueue, consumer: str) -> Job:
     """The job `consumer` takes over once its lease (a millisecond) lapsed."""
     [job] = await wait_until(lambda: queue.reclaim(consumer, 1), what="the job taken over")
     return job  # type: ignore[no-any-return]
 
 
+async def only_the_later_holds(
+    client: aioredis.Redis, queue: JobQueue, earlier: tuple[str, Job], later: tuple[str, Job]
+) -> None:
+    """The superseded delivery (consumer, job) may neither renew nor acknowledge the job; the
+    later one may do both."""
+    assert await queue.renew(*earlier) is False  # it must not steal the job back
+    assert await queue.ack(*earlier) is False  # nor acknowledge what the later one needs
+    assert (await client.xpending(STREAM, GROUP))["pending"] == 1
+    assert await queue.renew(*later) is True
+    assert await queue.ack(*later) is True
+    assert (await client.xpending(STREAM, GROUP))["pending"] == 0
+
+
 async def test_a_worker_that_lost_its_job_neither_renews_nor_acks_it(
     client: aioredis.Redis,
 ) -> None:
-    queue = JobQueue(client, lease_seconds=0.001)
-    await queue.ensure_group()
-    await queue.enqueue("start", keys.new_run_id(), "exec")
-    [job] = await queue.read("A", 1, block_ms=100)
+    queue, job = await read_one(client, "start", "A")
     # A stalls; B takes the job over once the lease lapsed.
     taken = await taken_over(queue, "B")
     assert taken.message_id == job.message_id
-    assert await queue.renew("A", job) is False  # A must not steal it back
-    assert await queue.ack("A", job) is False  # nor acknowledge B's job
-    assert (await client.xpending(STREAM, GROUP))["pending"] == 1
-    assert await queue.renew("B", taken) is True
-    assert await queue.ack("B", taken) is True
-    assert (await client.xpending(STREAM, GROUP))["pending"] == 0
+    await only_the_later_holds(client, queue, ("A", job), ("B", taken))
     await queue.trim()
     assert await client.xlen(STREAM) == 0  # done with: trimmed
 
@@ -64,19 +78,11 @@ async def test_a_job_its_own_worker_took_over_is_acknowledged_by_the_later_attem
     the superseded attempt, which ends without the run (another attempt owns it), must neither
     renew nor acknowledge the job the later attempt still needs. (The failover burst left runs
     `resuming`, taken, with no job left to retry them: the first attempt had acknowledged it.)"""
-    queue = JobQueue(client, lease_seconds=0.001)
-    await queue.ensure_group()
-    await queue.enqueue("resume", keys.new_run_id(), "exec")
-    [first] = await queue.read("A", 1, block_ms=100)
+    queue, first = await read_one(client, "resume", "A")
     again = await taken_over(queue, "A")
     assert again.message_id == first.message_id
     assert (first.deliveries, again.deliveries) == (1, 2)
-    assert await queue.renew("A", first) is False
-    assert await queue.ack("A", first) is False
-    assert (await client.xpending(STREAM, GROUP))["pending"] == 1
-    assert await queue.renew("A", again) is True
-    assert await queue.ack("A", again) is True
-    assert (await client.xpending(STREAM, GROUP))["pending"] == 0
+    await only_the_later_holds(client, queue, ("A", first), ("A", again))
 
 
 async def test_a_malformed_message_does_not_stop_the_worker(redis_url: str) -> None:
