@@ -75,17 +75,16 @@ def call_from(
 
 def split_run(run: RunRecord) -> tuple[dict[str, str], bytes | None]:
     """A run's hash fields, and its task key's value when the task is too long for the hash."""
-    stored = run.to_hash()
-    if fits_hash(run.task):
-        return stored, None
-    stored.pop("task", None)
-    return stored, pack_text(run.task)
+    return _split(run.to_hash(), "task", run.task)
 
 
 def split_call(call: CallRecord) -> tuple[dict[str, str], bytes | None]:
     """A call's hash fields, and its arguments key's value when they are too long for it."""
-    stored = call.to_hash()
-    if fits_hash(call.arguments):
+    return _split(call.to_hash(), "arguments", call.arguments)
+
+
+def _split(stored: dict[str, str], name: str, value: str) -> tuple[dict[str, str], bytes | None]:
+    if fits_hash(value):
         return stored, None
-    stored.pop("arguments", None)
-    return stored, pack_text(call.arguments)
+    stored.pop(name, None)
+    return stored, pack_text(value)
