@@ -14,17 +14,9 @@ than that is refused with the reason rather than half-known.
 
 from __future__ import annotations
 
-from slack_sdk.web.async_client import AsyncWebClient
-
 from bot.service.ports import GroupLookupError
 from bot.slack.api.serving import serving
-from bot.slack.directory.lookups import (
-    CACHE_SECONDS,
-    FAILURE_SECONDS,
-    MAX_STALE_SECONDS,
-    WAIT_SECONDS,
-    CachedLookup,
-)
+from bot.slack.directory.lookups import SlackLookup
 
 PAGE = 1000
 MAX_PAGES = 50  # 50,000 members
@@ -32,39 +24,14 @@ MAX_PAGES = 50  # 50,000 members
 Key = tuple[str, str]  # (team, channel)
 
 
-class SlackChannels:
+class SlackChannels(SlackLookup[Key, frozenset[str]]):
     """Answers "who is in this channel"; at most one lookup per channel in flight."""
 
-    def __init__(
-        self,
-        client: AsyncWebClient,
-        *,
-        ttl: float = CACHE_SECONDS,
-        failure_ttl: float = FAILURE_SECONDS,
-        max_stale: float = MAX_STALE_SECONDS,
-        wait: float = WAIT_SECONDS,
-    ) -> None:
-        self.client = client
-        self.lookup: CachedLookup[Key, frozenset[str]] = CachedLookup(
-            self._fetch,
-            "the channel's members",
-            ttl=ttl,
-            failure_ttl=failure_ttl,
-            max_stale=max_stale,
-            wait=wait,
-        )
+    what = "the channel's members"
 
     async def members(self, team_id: str, channel: str) -> frozenset[str]:
         """The channel's members; raises GroupLookupError (with the reason) when unknown."""
         return await self.lookup.get((team_id, channel))
-
-    def forget(self) -> None:
-        """Drop everything known: the next lookup asks Slack."""
-        self.lookup.forget()
-
-    async def close(self) -> None:
-        """Stop the lookups still in flight (on shutdown)."""
-        await self.lookup.close()
 
     async def _fetch(self, key: Key) -> frozenset[str]:
         """Every page of `conversations.members`."""

@@ -7,56 +7,23 @@ knows the answer: one list per team, cached and shared as `bot.slack.directory.l
 
 from __future__ import annotations
 
-from slack_sdk.web.async_client import AsyncWebClient
-
 from bot.service.ports import GroupLookupError
 from bot.slack.api.serving import serving
-from bot.slack.directory.lookups import (
-    CACHE_SECONDS,
-    FAILURE_SECONDS,
-    MAX_STALE_SECONDS,
-    WAIT_SECONDS,
-    CachedLookup,
-)
+from bot.slack.directory.lookups import SlackLookup
 
 Groups = dict[str, frozenset[str]]  # `S...` id or `@handle` -> member ids
 
 
-class SlackGroups:
+class SlackGroups(SlackLookup[str, Groups]):
     """Resolves `S...` ids and `@handles`; at most one `usergroups.list` per team in flight."""
 
-    def __init__(
-        self,
-        client: AsyncWebClient,
-        *,
-        ttl: float = CACHE_SECONDS,
-        failure_ttl: float = FAILURE_SECONDS,
-        max_stale: float = MAX_STALE_SECONDS,
-        wait: float = WAIT_SECONDS,
-    ) -> None:
-        self.client = client
-        self.lookup: CachedLookup[str, Groups] = CachedLookup(
-            self._fetch,
-            "the user groups",
-            ttl=ttl,
-            failure_ttl=failure_ttl,
-            max_stale=max_stale,
-            wait=wait,
-        )
+    what = "the user groups"
 
     async def members(self, team_id: str, ref: str) -> frozenset[str]:
         groups = await self.lookup.get(team_id)
         if ref not in groups:
             raise GroupLookupError("no such user group in this workspace")
         return groups[ref]
-
-    def forget(self) -> None:
-        """Drop everything known: the next lookup asks Slack."""
-        self.lookup.forget()
-
-    async def close(self) -> None:
-        """Stop the lookups still in flight (on shutdown)."""
-        await self.lookup.close()
 
     async def _fetch(self, team_id: str) -> Groups:
         """One `usergroups.list`, by id and by handle."""

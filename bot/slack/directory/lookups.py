@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.service.ports import GroupLookupError
 from bot.slack.api.metered import error_code
@@ -144,3 +145,40 @@ class CachedLookup(Generic[K, V]):
             return
         entry = self._entries.setdefault(key, _Entry())
         entry.value, entry.fetched_at = value, time.monotonic()
+
+
+class SlackLookup(Generic[K, V]):
+    """One of Slack's directories (user groups, channel members) answered through a
+    `CachedLookup` of `_fetch`; `what` names it in refusals and logs."""
+
+    what = ""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        *,
+        ttl: float = CACHE_SECONDS,
+        failure_ttl: float = FAILURE_SECONDS,
+        max_stale: float = MAX_STALE_SECONDS,
+        wait: float = WAIT_SECONDS,
+    ) -> None:
+        self.client = client
+        self.lookup: CachedLookup[K, V] = CachedLookup(
+            self._fetch,
+            self.what,
+            ttl=ttl,
+            failure_ttl=failure_ttl,
+            max_stale=max_stale,
+            wait=wait,
+        )
+
+    def forget(self) -> None:
+        """Drop everything known: the next lookup asks Slack."""
+        self.lookup.forget()
+
+    async def close(self) -> None:
+        """Stop the lookups still in flight (on shutdown)."""
+        await self.lookup.close()
+
+    async def _fetch(self, key: K) -> V:
+        raise NotImplementedError
