@@ -146,10 +146,8 @@ async def test_approve_all_decides_each_votes_on_a_quorum_and_leaves_out_a_typed
         quorum = next(c for c in cards if "/var/log/x" in c.all_text())
         await bot.click(quorum, APPROVE, user="U3")
         typed = next(c for c in cards if "restart_service" in c.all_text())
-        opened = len(bot.slack_api.views)
-        await bot.click(typed, APPROVE, user="U2")
-        await wait_until(lambda: len(bot.slack_api.views) > opened, what="the confirmation")
-        await submit_typed(bot, bot.slack_api.views[-1]["view"], "U2", "restart_service")
+        view = await bot.modal(typed, APPROVE, user="U2")
+        await submit_typed(bot, view, "U2", "restart_service")
         await bot.wait_for_status("finished")
         await bot.idle()
     assert sorted(ledger.names()) == ["delete_logs"] * 4 + ["restart_service"]

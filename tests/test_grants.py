@@ -18,7 +18,7 @@ from bot.slack.blocks import (
     SCOPE_INPUT,
 )
 from bot.testing.clock import SkippingClock
-from bot.testing.harness import BotHarness, wait_until
+from bot.testing.harness import BotHarness
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
 
 GRANTING = """
@@ -54,10 +54,7 @@ def cards(bot: BotHarness) -> list[Any]:
 
 async def open_grant_form(bot: BotHarness, card: Any, user: str) -> dict[str, Any]:
     """`user` clicks Always approve; returns the scope form the bot opened."""
-    opened = len(bot.slack_api.views)
-    assert (await bot.click(card, ALWAYS_APPROVE, user=user)).status == 200
-    await wait_until(lambda: len(bot.slack_api.views) > opened, what="the Always approve form")
-    view: dict[str, Any] = bot.slack_api.views[-1]["view"]
+    view = await bot.modal(card, ALWAYS_APPROVE, user=user)
     assert view["callback_id"] == GRANT_MODAL
     return view
 

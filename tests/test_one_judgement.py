@@ -320,10 +320,8 @@ async def clicked(bench: Bench, action: str, *, home: bool = False) -> str:
 
 async def approve_typed(bench: Bench, card: Message, user: str) -> None:
     """`user` approves by typing the tool's name in the confirmation form."""
-    opened = len(bench.bot.slack_api.views)
-    await bench.bot.click(card, APPROVE, user=user)
-    await wait_until(lambda: len(bench.bot.slack_api.views) > opened, what="the confirmation")
-    await submit_typed(bench.bot, bench.bot.slack_api.views[-1]["view"], user, "delete_logs")
+    view = await bench.bot.modal(card, APPROVE, user=user)
+    await submit_typed(bench.bot, view, user, "delete_logs")
 
 
 async def vote(bench: Bench) -> str:

@@ -239,12 +239,7 @@ TYPED = BASE + (
 
 
 async def open_confirmation(bot: BotHarness, card: Message, user: str) -> dict[str, Any]:
-    opened = len(bot.slack_api.views)
-    sent = await bot.click(card, APPROVE, user=user)
-    assert sent.status == 200
-    await wait_until(lambda: len(bot.slack_api.views) > opened, what="the confirmation modal")
-    view: dict[str, Any] = bot.slack_api.views[-1]["view"]
-    return view
+    return await bot.modal(card, APPROVE, user=user)
 
 
 async def submit_typed(bot: BotHarness, view: dict[str, Any], user: str, typed: str) -> Any:

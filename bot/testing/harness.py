@@ -473,49 +473,38 @@ class BotHarness:
             message_ts=message.ts,
         )
 
+    async def modal(self, message: Message, action_id: str, *, user: str) -> dict[str, Any]:
+        """`user` clicks the button `action_id` of a message; the modal the bot opened (as
+        views.open got it)."""
+        opened = len(self.slack_api.views)
+        sent = await self.click(message, action_id, user=user)
+        assert sent.status == 200, sent
+        await wait_until(
+            lambda: len(self.slack_api.views) > opened,
+            what=f"the modal of {action_id}",
+            explain=self.waiting_on,
+        )
+        view: dict[str, Any] = self.slack_api.views[-1]["view"]
+        return view
+
     async def reject(
         self, message: Message, *, user: str, reason: str = "", always: bool = False
     ) -> Sent:
         """`user` clicks Reject (or Always reject), then submits the modal with `reason`."""
-        opened = len(self.slack_api.views)
-        sent = await self.click(message, ALWAYS_REJECT if always else REJECT, user=user)
-        assert sent.status == 200, sent
-        await wait_until(
-            lambda: len(self.slack_api.views) > opened,
-            what="the reject modal",
-            explain=self.waiting_on,
-        )
-        view = self.slack_api.views[-1]["view"]
+        view = await self.modal(message, ALWAYS_REJECT if always else REJECT, user=user)
         values = {REASON_BLOCK: {REASON_INPUT: {"type": "plain_text_input", "value": reason}}}
         return await self.slack.submit(view, values, user=user)
 
     async def answer(self, message: Message, *, user: str, text: str) -> Sent:
         """`user` clicks Answer on a question's card, then submits the modal with `text`."""
-        opened = len(self.slack_api.views)
-        sent = await self.click(message, ids.ANSWER, user=user)
-        assert sent.status == 200, sent
-        await wait_until(
-            lambda: len(self.slack_api.views) > opened,
-            what="the answer modal",
-            explain=self.waiting_on,
-        )
-        view = self.slack_api.views[-1]["view"]
+        view = await self.modal(message, ids.ANSWER, user=user)
         field = {"type": "plain_text_input", "value": text}
         values = {ids.ANSWER_BLOCK: {ids.ANSWER_INPUT: field}}
         return await self.slack.submit(view, values, user=user)
 
     async def open_edit(self, message: Message, *, user: str) -> dict[str, Any]:
         """`user` clicks Edit on a card; returns the modal the bot opened (as views.open got it)."""
-        opened = len(self.slack_api.views)
-        sent = await self.click(message, EDIT, user=user)
-        assert sent.status == 200, sent
-        await wait_until(
-            lambda: len(self.slack_api.views) > opened,
-            what="the edit modal",
-            explain=self.waiting_on,
-        )
-        view: dict[str, Any] = self.slack_api.views[-1]["view"]
-        return view
+        return await self.modal(message, EDIT, user=user)
 
     async def edit(self, message: Message, *, user: str, **arguments: str) -> Sent:
         """`user` clicks Edit on a card, changes the named arguments in the modal (as typed:
@@ -536,15 +525,7 @@ class BotHarness:
     async def details(self, message: Message, *, user: str) -> str:
         """`user` opens a card's details (its More menu: the digest, policy, rule, timers and
         the conversation); returns the modal's text."""
-        opened = len(self.slack_api.views)
-        sent = await self.click(message, SHOW_CONVERSATION, user=user)
-        assert sent.status == 200, sent
-        await wait_until(
-            lambda: len(self.slack_api.views) > opened,
-            what="the details modal",
-            explain=self.waiting_on,
-        )
-        view: dict[str, Any] = self.slack_api.views[-1]["view"]
+        view = await self.modal(message, SHOW_CONVERSATION, user=user)
         return Message("", "", "", list(view.get("blocks") or [])).all_text()
 
     async def audit(self) -> list[dict[str, str]]:
