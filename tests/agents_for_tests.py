@@ -44,10 +44,14 @@ def slow_check(ledger: Ledger, started: asyncio.Event, release: asyncio.Event) -
     return slow_check
 
 
-def delete_then_say(path: str = "/a", said: str = "ok") -> list[Any]:
-    """`ops_agent`'s steps for the commonest run: it asks to delete `path` (call c1), then,
-    its tool's result in hand, says `said`."""
-    return [[function_call("delete_logs", {"path": path}, call_id="c1")], [assistant_message(said)]]
+def delete_then_say(path: str | list[str] = "/a", said: str = "ok") -> list[Any]:
+    """`ops_agent`'s steps for the commonest run: it asks to delete `path` (call c1; a list of
+    paths: each at once, calls c1, c2, ...), then, its tools' results in hand, says `said`."""
+    paths = [path] if isinstance(path, str) else path
+    calls = [
+        function_call("delete_logs", {"path": p}, call_id=f"c{i}") for i, p in enumerate(paths, 1)
+    ]
+    return [calls, [assistant_message(said)]]
 
 
 def ops_agent(

@@ -15,7 +15,7 @@ from bot.slack.blocks import ALWAYS_APPROVE, APPROVE
 from bot.store import keys
 from bot.testing.harness import BotHarness
 from bot.testing.slack_api import Message
-from tests.agents_for_tests import Ledger, ops_agent
+from tests.agents_for_tests import Ledger, delete_then_say, ops_agent
 from tests.test_security import audited, call_status
 
 TWO_AGENTS = """
@@ -139,13 +139,7 @@ async def test_always_settles_same_pause_calls_its_decider_may_decide_alone(
     """Two parallel calls of one agent's tool under one rule: one Always click settles both."""
     ledger = Ledger()
     agent, _ = ops_agent(
-        [
-            [
-                function_call("delete_logs", {"path": "/a"}, call_id="c1"),
-                function_call("delete_logs", {"path": "/b"}, call_id="c2"),
-            ],
-            [assistant_message("done")],
-        ],
+        delete_then_say(["/a", "/b"], "done"),
         ledger,
     )
     async with BotHarness(redis_url, agent, TWO_AGENTS) as bot:

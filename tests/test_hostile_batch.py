@@ -25,7 +25,13 @@ from bot.store.records import CallStatus
 from bot.store.trail.attention import viewers_key
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import Message
-from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent
+from tests.agents_for_tests import (
+    Ledger,
+    assistant_message,
+    delete_then_say,
+    function_call,
+    ops_agent,
+)
 from tests.test_batch import submit_batch, view_text
 from tests.test_home import home_click
 
@@ -264,13 +270,7 @@ async def test_a_quorum_raised_after_a_card_was_posted_holds_for_it(
     all each count as a vote, as they would on a call posted now; the second approver decides."""
     ledger = Ledger()
     agent, _ = ops_agent(
-        [
-            [
-                function_call("delete_logs", {"path": "/logs-x"}, call_id="c1"),
-                function_call("delete_logs", {"path": "/logs-y"}, call_id="c2"),
-            ],
-            [assistant_message("done")],
-        ],
+        delete_then_say(["/logs-x", "/logs-y"], "done"),
         ledger,
     )
     rule = "tools:\n  - name: logs\n    match: delete_logs\n"

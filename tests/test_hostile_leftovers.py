@@ -109,13 +109,7 @@ async def test_reject_all_with_a_reason_longer_than_the_limit_rejects_none_of_th
 ) -> None:
     ledger = Ledger()
     agent, _ = ops_agent(
-        [
-            [
-                function_call("delete_logs", {"path": "/a"}, call_id="c1"),
-                function_call("delete_logs", {"path": "/b"}, call_id="c2"),
-            ],
-            [assistant_message("done")],
-        ],
+        delete_then_say(["/a", "/b"], "done"),
         ledger,
     )
     async with BotHarness(redis_url, agent, PLAIN) as bot:
