@@ -153,24 +153,11 @@ class SlackLookup(Generic[K, V]):
 
     what = ""
 
-    def __init__(
-        self,
-        client: AsyncWebClient,
-        *,
-        ttl: float = CACHE_SECONDS,
-        failure_ttl: float = FAILURE_SECONDS,
-        max_stale: float = MAX_STALE_SECONDS,
-        wait: float = WAIT_SECONDS,
-    ) -> None:
+    def __init__(self, client: AsyncWebClient, **timing: float) -> None:
+        """`timing`: the lookup's `ttl`, `failure_ttl`, `max_stale` and `wait` (seconds;
+        `CachedLookup`'s defaults for those not given)."""
         self.client = client
-        self.lookup: CachedLookup[K, V] = CachedLookup(
-            self._fetch,
-            self.what,
-            ttl=ttl,
-            failure_ttl=failure_ttl,
-            max_stale=max_stale,
-            wait=wait,
-        )
+        self.lookup: CachedLookup[K, V] = CachedLookup(self._fetch, self.what, **timing)
 
     def forget(self) -> None:
         """Drop everything known: the next lookup asks Slack."""
