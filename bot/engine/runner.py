@@ -39,7 +39,7 @@ from agents import (
 )
 
 from bot.checkpoint import Checkpoint as Checkpoint  # the stored pause: engine and store
-from bot.engine import identities
+from bot.engine import identities, invocations
 from bot.engine.approvals import PendingApproval, arguments_sha, describe, function_tool_of
 from bot.engine.arguments import Reading, receive
 from bot.engine.automatic import DECIDING, AtCheck, Automatic, AutomaticDecisions
@@ -354,6 +354,7 @@ class Engine:
         stream_answers: bool = True,
     ) -> None:
         identities.install()  # the SDK's agent identities without needless signatures
+        invocations.install()  # and its tool calls' identities each computed once
         self.registry = registry
         self.rejection_text = rejection_text
         self.max_turns = max_turns
@@ -646,7 +647,7 @@ class Engine:
                 "The stored state of this run could not be read, so it was not resumed "
                 f"({type(exc).__name__}).{versions} Start a new run."
             )
-        by_call = {str(item.call_id): item for item in state.get_interruptions()}
+        by_call = {str(item.call_id): item for item in invocations.pending(state)}
         answers: dict[str, str] = {}  # ask_human calls answered: the tool returns these
         for decision in decisions:
             item = by_call.get(decision.call_id)

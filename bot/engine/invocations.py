@@ -1,0 +1,156 @@
+"""The SDK's tool-invocation identities, each computed once (#32).
+
+openai-agents 0.24 names every tool call by an identity (its type, call id, the scope an
+approval covers, and a SHA-256 fingerprint of what the call does: its tool and arguments) and
+compares identities to match approvals, outputs and pending calls: about 40 times in a resume
+of a run paused on one call (restoring and checking the state, `approve`, the streamed turn,
+the tool's run). Each time, `tool_invocation_identity_and_scope` dumps the call's pydantic model
+three times, parses and normalizes its arguments and hashes two JSON documents: about a fifth
+of the resume's CPU (1 ms of 5.3 in a plain process), always for the same few calls.
+
+The SDK's function reads its call only through `_unwrap_hosted_mcp_approval` (three times), which
+returns the call as a plain mapping (a model's `model_dump(exclude_none, exclude_unset)`, a hosted
+MCP request merged with its provider data) and returns such a mapping unchanged. So the SDK's own
+function, given that mapping instead of the call, computes exactly what it computes for the call.
+`install` replaces it, for the SDK version the bot pins, with one that unwraps once and calls the
+SDK's own function with the mapping, keeping its answer for mappings of plain text and integer
+fields (a function call's, for one) and the same keyword arguments: the answer, a tuple of
+strings, is a function of those alone. Anything else (nested fields, floats, long arguments) is
+computed each time, as before. Nothing else of the SDK changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import agents
+import agents._tool_invocation as invocation
+import agents.agent_tool_state as agent_tool_state
+import agents.run_context as run_context
+import agents.run_internal.turn_resolution as turn_resolution
+import agents.run_state as run_state
+import agents.tool_context as tool_context
+from agents import RunState, ToolApprovalItem
+from agents.run_internal.run_steps import NextStepInterruption
+
+from bot.engine.identities import SDK
+
+log = logging.getLogger(__name__)
+
+_INSTALLED = "_approval_bot_once"
+# The modules that call the SDK's function by a name of their own.
+_CALLERS = (invocation, run_context, run_state, turn_resolution, tool_context, agent_tool_state)
+# Answers kept (each a few hundred bytes with its key), and the longest text field kept: a
+# resume asks about its few calls dozens of times within milliseconds.
+KEPT = 2048
+_LONGEST = 4096
+
+Identity = tuple[str, str, str, str] | None
+_Key = tuple[Any, ...]
+
+
+def _key(mapping: Any, tool_lookup_key: Any, tool_name: Any, invocation_role: Any) -> _Key | None:
+    """A key for the SDK's answer about `mapping` with these arguments, or None where the
+    answer is not kept: a mapping whose keys are not all text, or any of whose values is not
+    text, an integer, a boolean or None (each value's type is in the key: `True` and `1`,
+    equal in Python, are not in JSON), or has a text longer than `_LONGEST`."""
+    if type(mapping) is not dict:
+        return None
+    fields: list[Any] = []
+    for name, value in mapping.items():
+        kind = type(value)
+        if type(name) is not str:
+            return None
+        if kind is str:
+            if len(value) > _LONGEST:
+                return None
+        elif kind is not int and kind is not bool and value is not None:
+            return None
+        fields.append((name, kind, value))
+    if tool_lookup_key is not None and (
+        type(tool_lookup_key) is not tuple or any(type(part) is not str for part in tool_lookup_key)
+    ):
+        return None
+    for text in (tool_name, invocation_role):
+        if text is not None and type(text) is not str:
+            return None
+    return (tuple(fields), tool_lookup_key, tool_name, invocation_role)
+
+
+def _once(sdk: Callable[..., Identity]) -> Callable[..., Identity]:
+    kept: dict[_Key, Identity] = {}
+
+    def tool_invocation_identity_and_scope(
+        raw_item: Any,
+        *,
+        tool_lookup_key: Any = None,
+        tool_name: str | None = None,
+        invocation_role: str | None = None,
+    ) -> Identity:
+        mapping = invocation._unwrap_hosted_mcp_approval(raw_item)
+        if mapping is None:
+            return None  # as the SDK's: its first reading finds no call
+        key = _key(mapping, tool_lookup_key, tool_name, invocation_role)
+        if key is not None:
+            try:
+                return kept[key]
+            except KeyError:
+                pass
+        answer = sdk(
+            mapping,
+            tool_lookup_key=tool_lookup_key,
+            tool_name=tool_name,
+            invocation_role=invocation_role,
+        )
+        if key is not None:
+            if len(kept) >= KEPT:
+                # the oldest (a tool's thread may change it meanwhile)
+                with contextlib.suppress(RuntimeError, StopIteration):
+                    kept.pop(next(iter(kept)), None)
+            kept[key] = answer
+        return answer
+
+    setattr(tool_invocation_identity_and_scope, _INSTALLED, sdk)
+    return tool_invocation_identity_and_scope
+
+
+def install() -> bool:
+    """Replace the function where the SDK's modules call it (once; True when it is in place).
+    Another SDK version keeps its own: what it computes may differ."""
+    if getattr(agents, "__version__", "") != SDK:
+        log.info("openai-agents %s: its tool identities are left as they are", agents.__version__)
+        return False
+    current = invocation.tool_invocation_identity_and_scope
+    if getattr(current, _INSTALLED, None) is None:
+        once = _once(current)
+        for module in _CALLERS:
+            module.tool_invocation_identity_and_scope = once  # type: ignore[attr-defined]
+    return True
+
+
+def sdk_identity_and_scope(raw_item: Any, **arguments: Any) -> Identity:
+    """The SDK's own answer, computed as it computes it (for checking the one installed)."""
+    current = invocation.tool_invocation_identity_and_scope
+    sdk: Callable[..., Identity] = getattr(current, _INSTALLED, current)
+    return sdk(raw_item, **arguments)
+
+
+def pending(state: RunState[Any, Any]) -> list[ToolApprovalItem]:
+    """The calls `state` paused on, as `state.get_interruptions()` lists them; for the pinned
+    SDK, the state's own items rather than the copies it returns (each call's model copied
+    through pydantic, validated and dumped again, 0.1 ms a call).
+
+    The bot reads these items (what a reviewer was shown) and gives them to `approve` or
+    `reject`, which look for the state's own item matching the one given: for its own item,
+    at once; for a copy, by copying both again and comparing their invocation identities, two
+    more copies a call, twice. Both find the same item, or both raise where two pending calls
+    share an identity; so both decide the same (a test compares the states they leave)."""
+    if getattr(agents, "__version__", "") != SDK:
+        return state.get_interruptions()
+    step = state._current_step
+    if not isinstance(step, NextStepInterruption):
+        return []
+    return list(step.interruptions)

@@ -1,0 +1,276 @@
+"""The SDK's tool-invocation work in a resume, each piece done once (#32;
+`bot.engine.invocations`): a call's invocation identity is the SDK's own answer, kept; and a
+resume decides the state's own pending items, not detached copies of them. What the SDK
+computes is counted by wrapping its module functions (nothing of ours is replaced); that the
+answers and the decided states are the SDK's own is checked against the SDK's functions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import agents._tool_invocation as tool_invocation
+import agents.run_state as run_state
+import pytest
+from agents import Agent, RunContextWrapper, Runner, RunState, function_tool
+from agents.testing import ScriptedModel, assistant_message, function_call
+from openai.types.responses import ResponseCustomToolCall, ResponseFunctionToolCall
+from openai.types.responses.response_output_item import McpApprovalRequest
+
+from bot.engine import invocations
+from bot.engine.approvals import arguments_sha
+from bot.engine.context import RunContext
+from bot.engine.registry import AgentRegistry
+from bot.engine.runner import Decision, Engine, Finished, Paused, _shown
+
+DEPLOYED: list[str] = []
+
+
+@function_tool(needs_approval=True)
+def deploy(target: str, replicas: int = 1) -> str:
+    """Deploy a target."""
+    DEPLOYED.append(target)
+    return f"deployed {target} x{replicas}"
+
+
+@pytest.fixture(autouse=True)
+def _cleared() -> None:
+    DEPLOYED.clear()
+
+
+def _raw_items() -> list[Any]:
+    call = {"type": "function_call", "call_id": "c1", "name": "deploy"}
+    return [
+        ResponseFunctionToolCall(
+            type="function_call", call_id="c1", name="deploy", arguments='{"target":"web"}'
+        ),
+        ResponseFunctionToolCall(
+            type="function_call",
+            call_id="c1",
+            name="deploy",
+            arguments='{"target": "web"}',
+            id="fc_1",
+            status="completed",
+            namespace="ops",
+        ),
+        ResponseCustomToolCall(type="custom_tool_call", call_id="c2", name="patch", input="x"),
+        McpApprovalRequest(
+            type="mcp_approval_request", id="m1", name="read", server_label="s", arguments="{}"
+        ),
+        {**call, "arguments": '{"target":"web","n":1}'},
+        {**call, "arguments": '{"n":1,"target":"web"}'},  # the same call, keys in another order
+        {**call, "arguments": True},  # True and 1: equal in Python, not in JSON
+        {**call, "arguments": 1},
+        {**call, "arguments": 1.0},
+        {**call, "arguments": -0.0},
+        {**call, "arguments": 0.0},
+        {**call, "arguments": {"target": "web"}},
+        {**call, "arguments": "x" * 5000},
+        {**call, "arguments": "{}", "extra": None},
+        {"type": "function_call", "call_id": "c3", "arguments": "{}"},  # no name
+        {"type": "function_call", "name": "deploy", "arguments": "{}"},  # no call id
+        {"type": "shell_call", "call_id": "s1", "action": {"commands": ["ls"], "timeout_ms": 5}},
+        {"type": "computer_call", "call_id": "k1", "action": {"type": "click", "x": 1, "y": 2}},
+        {
+            "type": "hosted_tool_call",
+            "id": "h1",
+            "name": "hosted",
+            "provider_data": {
+                "type": "mcp_approval_request",
+                "id": "m2",
+                "name": "write",
+                "server_label": "s",
+                "arguments": '{"a":1}',
+            },
+        },
+        {"type": "message", "role": "assistant", "content": []},
+        {"type": "function_call", 1: "x", "call_id": "c4", "name": "d", "arguments": "{}"},
+        None,
+        "text",
+    ]
+
+
+_ARGUMENTS: list[dict[str, Any]] = [
+    {},
+    {"tool_lookup_key": ("bare", "deploy")},
+    {"tool_lookup_key": ("namespaced", "ops", "deploy")},
+    {"tool_name": "deploy"},
+    {"tool_name": "other", "invocation_role": "handoff"},
+]
+
+
+def test_the_tool_invocation_identities_are_the_sdks_own() -> None:
+    """Installed (as an Engine does), the function the SDK's modules call answers what the
+    SDK's own function answers for the same call and arguments, asked first or again (kept),
+    for the kinds of calls the SDK names and for what it does not."""
+    assert invocations.install()
+    installed = tool_invocation.tool_invocation_identity_and_scope
+    for module in invocations._CALLERS:
+        assert module.tool_invocation_identity_and_scope is installed
+    answered = 0
+    for _ in range(2):
+        for raw_item in _raw_items():
+            for arguments in _ARGUMENTS:
+                own = invocations.sdk_identity_and_scope(raw_item, **arguments)
+                assert installed(raw_item, **arguments) == own, (raw_item, arguments)
+                answered += own is not None
+                identity = tool_invocation.tool_invocation_identity(raw_item, **arguments)
+                assert identity == (None if own is None else (own[0], own[1], own[3]))
+    assert answered > 20  # most of them are calls
+
+
+def _engine(*calls: tuple[str, str]) -> Engine:
+    step = [function_call("deploy", {"target": t}, call_id=call_id) for call_id, t in calls]
+    model = ScriptedModel([step, [assistant_message("done")]] * 50)
+    agent: Agent[Any] = Agent(name="deployer", model=model, tools=[deploy])
+    return Engine(AgentRegistry({"deployer": agent}), rejection_text="no", max_turns=5)
+
+
+async def _paused(engine: Engine, run_id: str = "r1") -> Paused:
+    context = RunContext(run_id=run_id, team_id="T1", user_id="U1", channel_id="C1")
+    paused = await engine.start("deployer", "deploy web", context)
+    assert isinstance(paused, Paused), paused
+    return paused
+
+
+async def test_a_resume_computes_each_calls_identity_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resume asks the SDK about its one call's identity dozens of times (84 fingerprints
+    before this): each answer is computed once, from one reading of the call."""
+    fingerprinted: list[str] = []
+    fingerprint = tool_invocation._fingerprint
+
+    def counted(payload: Any) -> str:
+        fingerprinted.append(json.dumps(payload, sort_keys=True, default=str))
+        return fingerprint(payload)
+
+    monkeypatch.setattr(tool_invocation, "_fingerprint", counted)
+    engine = _engine(("c1", "web"))
+    paused = await _paused(engine, "counted")
+    [approval] = paused.approvals
+    fingerprinted.clear()
+    shown = (approval.agent, approval.tool, arguments_sha(approval.arguments))
+    outcome = await engine.resume(
+        "deployer", paused.checkpoint, [Decision("c1", True, shown=shown)], task="deploy web"
+    )
+    assert isinstance(outcome, Finished) and outcome.output == "done", outcome
+    assert DEPLOYED == ["web"]
+    assert 0 < len(fingerprinted) <= 10, len(fingerprinted)  # two for each reading seen
+
+
+async def test_a_resume_decides_the_states_own_items(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decided calls are the state's own items, not copies: a call alone in its pause is
+    not copied (five copies before this: the state's list of its pending calls, and two in
+    each of `approve`'s two searches for the state's own item); calls paused together are
+    still copied where the SDK compares each with the others (8 for two, 18 before)."""
+    copied: list[Any] = []
+    copy = run_state._copy_tool_approval_raw_item
+
+    def counted(raw_item: Any) -> Any:
+        copied.append(raw_item)
+        return copy(raw_item)
+
+    monkeypatch.setattr(run_state, "_copy_tool_approval_raw_item", counted)
+    for calls, most in (((("c1", "web"),), 0), ((("c1", "web"), ("c2", "db")), 8)):
+        engine = _engine(*calls)
+        paused = await _paused(engine, f"own{len(calls)}")
+        copied.clear()
+        DEPLOYED.clear()
+        decisions = [
+            Decision(a.call_id, a.call_id == "c1", None if a.call_id == "c1" else "not now",
+                     shown=(a.agent, a.tool, arguments_sha(a.arguments)))
+            for a in paused.approvals
+        ]  # fmt: skip
+        outcome = await engine.resume("deployer", paused.checkpoint, decisions, task="deploy web")
+        assert isinstance(outcome, Finished) and outcome.output == "done", outcome
+        assert DEPLOYED == ["web"]
+        assert len(copied) <= most, len(copied)
+
+
+def _nested() -> Agent[Any]:
+    helper: Agent[Any] = Agent(
+        name="helper",
+        model=ScriptedModel(
+            [[function_call("deploy", {"target": "api"}, call_id="n1")],
+             [assistant_message("helped")]] * 5
+        ),
+        tools=[deploy],
+    )  # fmt: skip
+    return Agent(
+        name="lead",
+        model=ScriptedModel(
+            [[function_call("ask", {"input": "deploy api"}, call_id="o1"),
+              function_call("deploy", {"target": "web"}, call_id="o2")],
+             [assistant_message("done")]] * 5
+        ),
+        tools=[helper.as_tool("ask", "ask helper"), deploy],
+    )  # fmt: skip
+
+
+async def _decided_both_ways(
+    agent: Agent[Any], decide: dict[str, str | None]
+) -> tuple[RunState[Any, Any], RunState[Any, Any]]:
+    """One paused run's state restored twice, and `decide` (call id: None approves, text
+    rejects with it) applied to the SDK's copies of its pending items in one and to its own
+    items in the other."""
+    paused = await Runner.run(agent, "go", context={"n": 1})
+    assert paused.interruptions
+    stored = paused.to_state().to_json()
+    states = []
+    for items_of in (RunState.get_interruptions, invocations.pending):
+        state = await RunState.from_json(agent, json.loads(json.dumps(stored)))
+        items = items_of(state)
+        assert sorted(str(i.call_id) for i in items) == sorted(decide)
+        for item in items:
+            message = decide[str(item.call_id)]
+            if message is None:
+                state.approve(item)
+            else:
+                state.reject(item, rejection_message=message)
+        states.append(state)
+    return states[0], states[1]
+
+
+@pytest.mark.parametrize(
+    ("agent", "decide"),
+    [
+        (lambda: _engine(("c1", "web")).registry.agents["deployer"], {"c1": None}),
+        (lambda: _engine(("c1", "web")).registry.agents["deployer"], {"c1": "no"}),
+        (
+            lambda: _engine(("c1", "web"), ("c2", "db"), ("c3", "web")).registry.agents["deployer"],
+            {"c1": None, "c2": "not now", "c3": None},
+        ),
+        (_nested, {"n1": None, "o2": "no"}),
+        (_nested, {"n1": "no", "o2": None}),
+    ],
+)
+async def test_deciding_the_states_own_items_leaves_the_state_its_copies_leave(
+    agent: Any, decide: dict[str, str | None]
+) -> None:
+    """The SDK's `approve` and `reject` find the state's own item for a copy of it: given the
+    item itself, they decide the same. The decided states serialize alike, their pending items
+    show a reviewer the same, and each runs on to the same end."""
+    root = agent()
+    by_copies, by_own = await _decided_both_ways(root, decide)
+    assert by_copies.to_json() == by_own.to_json()
+    assert sorted(map(_shown, by_copies.get_interruptions())) == sorted(
+        map(_shown, invocations.pending(by_own))
+    )
+    DEPLOYED.clear()
+    first = await Runner.run(root, by_copies)
+    ran_first = sorted(DEPLOYED)
+    DEPLOYED.clear()
+    second = await Runner.run(root, by_own)
+    assert sorted(DEPLOYED) == ran_first
+    assert first.final_output == second.final_output
+    assert first.to_input_list() == second.to_input_list()
+
+
+def test_another_sdk_version_keeps_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For an SDK version other than the one read, nothing is replaced, and the pending items
+    are the SDK's copies."""
+    import agents
+
+    monkeypatch.setattr(agents, "__version__", "0.25.0")
+    assert not invocations.install()
+    state: Any = RunState(RunContextWrapper(context=None), "x", Agent(name="a"))
+    assert invocations.pending(state) == []
