@@ -1,0 +1,103 @@
+"""The bot's resume of the minimal paused run in a plain process (#32): `Engine.resume` of the
+decisions benchmark's agent (`bench_agents.deployer`: one call that needs approval, then an
+answer; a scripted model), streamed, with the callbacks the worker passes (progress, stop
+check, stream), without Redis (no journal). Prints the CPU of one resume, median of `--runs`
+(each a distinct paused run, as the bot's decisions are), and the SDK's own resume of the same
+runs (`RunState.from_json` + `approve` + a streamed `Runner.run_streamed`) beside it, first:
+an `Engine` replaces some of the SDK's functions for the version it pins
+(`bot.engine.identities`, `bot.engine.invocations`), the SDK's resume alone runs its own.
+
+    .venv/bin/python -m benchmarks.resume [--runs 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from typing import Any
+
+from agents import RunConfig, Runner, RunState
+
+from benchmarks.bench_agents import approvals, deployer
+from bot.engine.approvals import arguments_sha
+from bot.engine.context import RunContext
+from bot.engine.registry import AgentRegistry
+from bot.engine.runner import Decision, Engine, Finished, Paused
+
+WARM = 20  # resumes first, not counted
+
+
+async def _quiet(text: str) -> None:
+    return None
+
+
+async def _go_on() -> bool:
+    return False
+
+
+async def bot_resumes(runs: int) -> list[float]:
+    """CPU ms of each `Engine.resume` of `runs` distinct paused runs, as the worker calls it."""
+    engine = Engine(AgentRegistry(dict(approvals)), rejection_text="no", max_turns=10)
+    paused: list[tuple[str, Paused]] = []
+    for i in range(runs + WARM):
+        task = f"deploy v{i} to the staging cluster"
+        context = RunContext(run_id=f"r{i}", team_id="T1", user_id="U1", channel_id="C1")
+        outcome = await engine.start("deployer", task, context)
+        assert isinstance(outcome, Paused), outcome
+        paused.append((task, outcome))
+    cpu = []
+    for task, pause in paused:
+        [call] = pause.approvals
+        shown = (call.agent, call.tool, arguments_sha(call.arguments))
+        began = time.process_time()
+        outcome = await engine.resume(
+            "deployer", pause.checkpoint, [Decision(call.call_id, True, shown=shown)],
+            progress=_quiet, run_id="r", stop=_go_on, task=task, stream=_quiet,
+        )  # fmt: skip
+        cpu.append((time.process_time() - began) * 1000)
+        assert isinstance(outcome, Finished) and outcome.output == "done", outcome
+    return cpu[WARM:]
+
+
+async def sdk_resumes(runs: int) -> list[float]:
+    """CPU ms of the SDK's own resume of the same runs (no engine: the SDK's functions)."""
+    agent = deployer()
+    config = RunConfig(tracing_disabled=True)  # as the bot runs (`bot.engine.tracing`)
+    stored: list[dict[str, Any]] = []
+    for i in range(runs + WARM):
+        result = await Runner.run(agent, f"deploy v{i} to the staging cluster", run_config=config)
+        stored.append(result.to_state().to_json())
+    cpu = []
+    for data in stored:
+        began = time.process_time()
+        state = await RunState.from_json(agent, data)
+        for item in state.get_interruptions():
+            state.approve(item)
+        streamed = Runner.run_streamed(agent, state, run_config=config)
+        async for _ in streamed.stream_events():
+            pass
+        cpu.append((time.process_time() - began) * 1000)
+        assert streamed.final_output == "done"
+    return cpu[WARM:]
+
+
+def _line(what: str, cpu: list[float]) -> str:
+    cpu = sorted(cpu)
+    p90 = cpu[9 * len(cpu) // 10]
+    return f"{what:<60} {statistics.median(cpu):6.2f}  (p90 {p90:.2f}; {len(cpu)} runs)"
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=300, help="resumes counted")
+    args = parser.parse_args()
+    print("CPU of one resume, ms, median (a plain process):")
+    print(_line("the SDK's own (from_json + approve + run_streamed)", await sdk_resumes(args.runs)))
+    print(_line("the bot's (Engine.resume, streamed, the worker's callbacks)",
+                await bot_resumes(args.runs)))  # fmt: skip
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
