@@ -9,7 +9,8 @@ connection-error handlers retry too, but only for calls that are safe to repeat:
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, cast
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
@@ -88,6 +89,21 @@ def retry_handlers(rate_limit_retries: int = 1) -> list[AsyncRetryHandler]:
     ]
 
 
+class SdkLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """slack_sdk's logger, as the client is given it: its `level` is the level it logs at.
+    slack_sdk formats every call's request and response into debug text when its logger's own
+    `level` is DEBUG or unset (`logger.level <= DEBUG`), and its own logger's is unset: some
+    26 µs of each Web API call went into text that was never logged (#32). Logging at DEBUG,
+    the bot's log still has that text."""
+
+    @property
+    def level(self) -> int:
+        return int(self.logger.getEffectiveLevel())
+
+
+SDK_LOG = logging.getLogger("slack_sdk.web.async_base_client")
+
+
 def build_client(
     token: str | None,
     base_url: str,
@@ -106,6 +122,7 @@ def build_client(
         session=session,
         timeout=timeout,
         retry_handlers=retry_handlers(rate_limited),
+        logger=cast(logging.Logger, SdkLog(SDK_LOG, {})),  # (used as a Logger)
     )
     client.tokens = tokens
     return client
