@@ -60,9 +60,12 @@ def _scripts() -> None:
     root = Path(__file__).resolve().parents[1] / "bot" / "store" / "lua"
     prelude = (root / "_outbox.lua").read_bytes()
     take = b"local function take(KEYS, ARGV)\n" + (root / "take_job.lua").read_bytes() + b"\nend\n"
+    take_next = b"local function next_jobs(KEYS, ARGV)\n"
+    take_next += (root / "take_next.lua").read_bytes() + b"\nend\n"
     for path in root.glob("*.lua"):
         body = path.read_bytes()
-        for text in (body, prelude + b"\n" + body, prelude + body, take + body):
+        for text in (body, prelude + b"\n" + body, prelude + body, take + body,
+                     take + take_next + body):  # fmt: skip
             SCRIPTS[hashlib.sha1(text).hexdigest()] = path.stem
 
 

@@ -325,6 +325,7 @@ class BotRuntime:
                 lease_seconds=s.job_lease_seconds,
             )
             self._worker_task = asyncio.create_task(self.worker.run(), name="worker")
+            self.service.core.worker = self.worker  # a decision hands it its resume job
 
     def _answered(self) -> Callable[[Any], None] | None:
         app = getattr(self, "app", None)

@@ -36,9 +36,10 @@ from tests.agents_for_tests import POLICY, Ledger, ops_agent, slow_check
 # post is recorded as attempted with its token's take, 15 and 13; since a lone pass's output
 # takes its token before the updates are drawn (the output sooner), 16 and 14; since the writes
 # that follow a decision and a run's end ride behind their scripts, in their round trips
-# (then.lua), 15 and 12.
+# (then.lua), 15 and 12; since a decision hands its resume job to its own process's idle
+# worker in its round trip (handoff.lua: no read of the job, no take of its own), 15 and 10.
 RUN_BOUND = 15
-DECISION_BOUND = 12
+DECISION_BOUND = 10
 # A run whose one gated call a rule approves, decided inside the run (#32 part 1): at most 3
 # round trips more than the run whose tool needs no approval (57-66 before, by this count).
 AUTOMATIC_MORE = 3
@@ -76,9 +77,16 @@ async def test_a_run_and_a_decision_cost_their_round_trips(redis_url: str) -> No
     # the decision's atomic transition and the worker's take.
     for spent in (run, decision):
         names = " ".join(spent)
-        for script in ("take_job", "begin_call", "end_call", "finish"):
+        for script in ("begin_call", "end_call", "finish"):
             assert f"EVALSHA({script} " in names, names
-    assert "EVALSHA(decide " in " ".join(decision)
+    assert "EVALSHA(take_job " in " ".join(run)
+    # A decision's resume job is enqueued, read for this process's idle worker and taken in
+    # the decision's own round trip, behind its transition (#32): the worker neither reads
+    # it nor takes it in a round trip of its own.
+    assert any(n.startswith("EVALSHA(decide ") and "+EVALSHA(handoff " in n for n in decision), (
+        sorted(decision)
+    )
+    assert not any("XREADGROUP" in n or "take_" in n for n in decision), sorted(decision)
     # A run's end starts its pass: the pass's claim and read go in the end's round trip, with
     # no index write, wake-up or claim of its own between the end and the output (#32).
     for spent in (run, decision, automatic, rejected):

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from bot.engine.runner import Engine
 from bot.outage import log_failure
@@ -19,12 +19,23 @@ from bot.service.ports import Actor, Notifier
 from bot.service.running.limits import StartLimits
 from bot.store.admission import AdmissionStore
 from bot.store.journal import RedisJournal
-from bot.store.queue import JobQueue
+from bot.store.queue import Job, JobQueue
 from bot.store.records import CallRecord, RunRecord
-from bot.store.runs import RunStore
+from bot.store.runs import RunStore, Taken
 from bot.store.trail.audit import AuditLog
 
 log = logging.getLogger(__name__)
+
+
+class LocalWorker(Protocol):
+    """This process's worker, as a decision hands it its run's resume job
+    (`bot.service.running.worker.Worker`)."""
+
+    def reserve(self) -> str | None:
+        """Its consumer name, with a free slot held for a job; None: none free."""
+
+    def adopt(self, jobs: list[tuple[Job | None, Taken]]) -> None:
+        """Run the jobs read and taken for it (none: the slot is given back)."""
 
 
 class ServiceCore:
@@ -61,6 +72,9 @@ class ServiceCore:
         self.process_id = secrets.token_hex(6)
         # This process's background tasks (drained on shutdown, and by the test harness).
         self.tasks: set[asyncio.Task[None]] = set()
+        # This process's own worker (None: it has none), to which a decision hands its run's
+        # resume job in its round trip when a slot is free (`Decisions._record`).
+        self.worker: LocalWorker | None = None
 
     def new_owner(self) -> str:
         """A fresh owner token of this process: what an execution or a decision's resume

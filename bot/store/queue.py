@@ -121,6 +121,11 @@ class JobQueue:
         return _text(message_id)
 
     @staticmethod
+    def message(kind: str, run_id: str, execution: str, pause: str = "") -> list[str]:
+        """A job message's fields and values, in turn (as XADD takes them after the id)."""
+        return [part for pair in _fields(kind, run_id, execution, pause).items() for part in pair]
+
+    @staticmethod
     def enqueue_in(pipe: Any, kind: str, run_id: str, execution: str, pause: str = "") -> None:
         """`enqueue`, as one command of a pipeline that carries other writes (one round trip:
         a decision's job goes with its audit entry and index writes)."""

@@ -41,7 +41,7 @@ from bot.store.parts.snapshots import stored_snapshot
 from bot.store.parts.texts import call_from, run_from, split_call, split_run, unpack_text
 from bot.store.parts.timers import Timers
 from bot.store.parts.turns import Turns
-from bot.store.queue import GROUP, STREAM, Job
+from bot.store.queue import GROUP, STREAM, Job, JobQueue
 from bot.store.records import (
     CallContext,
     CallRecord,
@@ -215,6 +215,34 @@ def _pairs(flat: Any) -> dict[Any, Any]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
+class HandOff:
+    """A decision's resume job handed to this process's own idle worker in the decision's
+    round trip (handoff.lua, queued behind decide.lua by `Calls.decide`): enqueued, read for
+    `consumer` and its execution taken at once, so that the worker's blocked read and its take
+    (two steps and a round trip between the decision and its resume) are skipped. The job is
+    in the stream, pending for `consumer`, as one the worker read: if this process dies before
+    it runs it, another worker takes it over. `taken`: what the script read and took (empty
+    when the decision did not resume the run, or none was queued)."""
+
+    def __init__(self, runs: Runs, consumer: str, token: str) -> None:
+        self.runs = runs
+        self.consumer = consumer
+        self.token = token
+        self.taken: list[tuple[Job | None, Taken]] = []
+
+    def queue(self, batch: Batch, run_id: str, owner: str, pause: str) -> int:
+        """Queue the job's enqueue, read and take for the run `owner` (the decision's token)
+        resumes; the index of its reply (`took`)."""
+        message = JobQueue.message("resume", run_id, owner, pause)
+        values = [owner, len(message), *message, *self.runs._next_args(self.consumer, [self.token])]
+        names = [keys.run_key(run_id), STREAM, keys.OUTBOX_INDEX]
+        return batch.script(self.runs._handoff, names, values)
+
+    async def took(self, reply: Any) -> None:
+        """Its reply: the jobs read and taken (`taken`)."""
+        self.taken = await self.runs._taken_jobs(reply)
+
+
 class Runs:
     """A run's record, progress, notes and snapshot, and its transitions."""
 
@@ -239,8 +267,11 @@ class Runs:
         self._save_pause = client.register_script(marking("save_pause"))
         self._finish = client.register_script(marking("finish"))
         self._take = client.register_script(script("take_job"))
-        self._take_next = client.register_script(
-            f"local function take(KEYS, ARGV)\n{script('take_job')}\nend\n{script('take_next')}"
+        take = f"local function take(KEYS, ARGV)\n{script('take_job')}\nend\n"
+        self._take_next = client.register_script(take + script("take_next"))
+        self._handoff = client.register_script(
+            f"{take}local function next_jobs(KEYS, ARGV)\n{script('take_next')}\nend\n"
+            + script("handoff")
         )
         self._forgive = client.register_script(_FORGIVE)
         UNREPLICATED.add(self._forgive.sha)  # a count: lost in a failover at no cost
@@ -791,14 +822,27 @@ class Runs:
         one's execution (`take_run`, its attempt `<execution>/<token>`), in one round trip
         (take_next.lua; `takes_next` must hold). Never blocks: [] when none waits. A job
         whose message is malformed comes as (None, skip), acknowledged."""
+        values = self._next_args(consumer, tokens)
+        reply = await self._take_next(keys=[STREAM, keys.OUTBOX_INDEX], args=values)
+        return await self._taken_jobs(reply)
+
+    def _next_args(self, consumer: str, tokens: Sequence[str]) -> list[str | int | float]:
+        """take_next.lua's ARGV."""
         at = now_ms()
-        index = self.takes_index
-        values: list[str | int | float] = [
+        return [
             GROUP, consumer, now(), self.retention, keys.PREFIX,
             int(at - self.calls.resume_gather * 1000), f"{at + self.take_due_in * 1000:.3f}"
-            if index else "", *tokens,
+            if self.takes_index else "", *tokens,
         ]  # fmt: skip
-        reply = await self._take_next(keys=[STREAM, keys.OUTBOX_INDEX], args=values)
+
+    def hand_off(self, consumer: str, token: str) -> HandOff:
+        """A decision's resume job, to be handed to `consumer` (this process's idle worker) in
+        the decision's round trip, its attempt `<execution>/<token>` (`Calls.decide`'s
+        `handoff`; `takes_next` must hold)."""
+        return HandOff(self, consumer, token)
+
+    async def _taken_jobs(self, reply: Any) -> list[tuple[Job | None, Taken]]:
+        """take_next.lua's reply: each job read and its take."""
         found: list[tuple[Job | None, Taken]] = []
         for message_id, fields, took in reply:
             try:
@@ -811,7 +855,7 @@ class Runs:
             if text(took[0]) == "skip":
                 found.append((job, Taken("skip", 0)))
                 continue
-            if index and self._waited(job.message_id):
+            if self.takes_index and self._waited(job.message_id):
                 self.outbox.made_due(self.take_due_in)  # (made due in the script)
             named = [f"{job.run_id}.{t}" for t in job.pause.split()] if job.kind == "resume" else []
             taken = decode_take(took, job.run_id, named)
@@ -949,6 +993,7 @@ class RunStore:
         self.take = runs.take
         self.take_run = runs.take_run
         self.take_next = runs.take_next
+        self.hand_off = runs.hand_off
         self.takes_next = runs.takes_next
         self.forgive_attempt = runs.forgive_attempt
         self.release_lost_job = runs.release_lost_job

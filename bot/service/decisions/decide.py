@@ -323,22 +323,33 @@ class Decisions:
 
             return written
 
-        result = await self.store.decide(
-            approval_id,
-            approve=approve,
-            always=run_always,
-            team=actor.team_id,
-            user=actor.user_id,
-            reason=reason.strip(),
-            owner=owner,
-            also=also,
-            via=via,
-            version=version,
-            after=audited,
-            enqueue=True,
-            pause=run.calls,
-            expected=_expected(call, run, run_always),
-        )
+        expected = _expected(call, run, run_always)
+        # The resume this decision may make goes straight to this process's own worker when
+        # it has a slot free: enqueued, read for it and taken in the decision's round trip.
+        worker = self.core.worker if expected is not None else None
+        consumer = worker.reserve() if worker is not None else None
+        handoff = self.store.hand_off(consumer, self.core.new_owner()) if consumer else None
+        try:
+            result = await self.store.decide(
+                approval_id,
+                approve=approve,
+                always=run_always,
+                team=actor.team_id,
+                user=actor.user_id,
+                reason=reason.strip(),
+                owner=owner,
+                also=also,
+                via=via,
+                version=version,
+                after=audited,
+                enqueue=True,
+                pause=run.calls,
+                expected=expected,
+                handoff=handoff,
+            )
+        finally:
+            if worker is not None and consumer is not None:  # (nothing taken: the slot back)
+                worker.adopt(handoff.taken if handoff is not None else [])
         if isinstance(result, AlreadyDecided):
             reply = Reply(False, already_text(result))
         elif isinstance(result, Gone):

@@ -49,10 +49,45 @@ class Worker:
         # a job it took over from itself beside its first attempt), renewed by one loop.
         self._held: dict[int, Acknowledgement] = {}
         self._renewer: asyncio.Task[None] | None = None
+        self._reserved = 0  # free slots promised to decisions' hand-offs (`reserve`)
 
     @property
     def busy(self) -> int:
         return len(self._running)
+
+    def reserve(self) -> str | None:
+        """This worker's consumer name, with one of its free slots held for a job handed to it
+        (`adopt`, or `unreserve` when none came), when it is idle: no job in hand, none handed
+        to it yet (#32: a decision one at a time resumes its run without the worker's blocked
+        read waking and its take's round trip). None when it is busy, or stopping: the job
+        then goes through the queue, to whichever worker reads it first, as before."""
+        if self._stopping.is_set() or self._running or self._reserved:
+            return None
+        self._reserved += 1
+        return self.consumer
+
+    def unreserve(self) -> None:
+        """Give back a slot `reserve` held, no job having come."""
+        self._reserved = max(0, self._reserved - 1)
+
+    def adopt(self, jobs: list[tuple[Job | None, Taken]]) -> None:
+        """Run jobs read and taken for this worker elsewhere in this process (a decision's
+        hand-off, in its round trip), in the slot `reserve` held: after a lull in Slack's
+        requests, as the jobs it reads; a skip is acknowledged as theirs are."""
+        self.unreserve()
+        for job, taken in jobs:
+            if job is not None:
+                self._start(job, taken, lull=True)
+
+    def _start(self, job: Job, taken: Taken | None, *, lull: bool = False) -> None:
+        async def handle() -> None:
+            if lull:
+                await self.service.foreground.lull()
+            await self._handle(job, taken)
+
+        task = asyncio.create_task(handle(), name=f"job-{job.message_id}")
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
 
     async def run(self) -> None:
         """Take jobs until `stop()`; then finish the jobs in hand."""
@@ -73,9 +108,12 @@ class Worker:
         takes = self.service.runs.takes_next
         while not self._stopping.is_set():
             try:
-                free = self.concurrency - len(self._running)
+                free = self.concurrency - len(self._running) - self._reserved
                 if free <= 0:
-                    await asyncio.wait(set(self._running), return_when=asyncio.FIRST_COMPLETED)
+                    if self._running:
+                        await asyncio.wait(set(self._running), return_when=asyncio.FIRST_COMPLETED)
+                    else:  # its free slots held for hand-offs, for their round trip
+                        await asyncio.sleep(0.001)
                     continue
                 jobs: list[tuple[Job | None, Taken | None]] = []
                 if loop.time() >= next_reclaim:
@@ -98,11 +136,7 @@ class Worker:
                 for job, taken in jobs:
                     if job is None:
                         continue  # a malformed message (acknowledged by `take_next`)
-                    task = asyncio.create_task(
-                        self._handle(job, taken), name=f"job-{job.message_id}"
-                    )
-                    self._running.add(task)
-                    task.add_done_callback(self._running.discard)
+                    self._start(job, taken)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import redis.asyncio as redis
 
@@ -92,6 +92,17 @@ def read_context(raw: bytes | str | None) -> CallContext | None:
 
 # What to do with the replies of the commands a decision's `after` added (`Calls.decide`).
 Then = Callable[[Sequence[Any]], None]
+
+
+class JobHandOff(Protocol):
+    """A decision's resume job handed to this process's own worker in the decision's round
+    trip (`bot.store.runs.HandOff`)."""
+
+    def queue(self, batch: Batch, run_id: str, owner: str, pause: str) -> int:
+        """Queue the job's enqueue, read and take for the run; the index of its reply."""
+
+    async def took(self, reply: Any) -> None:
+        """The queued script's reply."""
 
 
 class Calls:
@@ -309,6 +320,7 @@ class Calls:
         enqueue: bool = False,
         pause: str = "",
         expected: Decided | None = None,
+        handoff: JobHandOff | None = None,
     ) -> DecideResult:
         """Record one decision atomically; see decide.lua for the rules.
 
@@ -329,7 +341,10 @@ class Calls:
         `expected`: what a recorded decision will be, when the caller knows it (a call that
         needs one approval, alone in its pause, not Always: `Decided`, resuming): on one server
         without replicas to confirm writes, those writes then ride behind decide.lua in its
-        round trip, run only if it recorded the decision (then.lua), not in a second one."""
+        round trip, run only if it recorded the decision (then.lua), not in a second one.
+        `handoff`: with `expected` so ridden, the resume job goes to this process's own idle
+        worker in that round trip (enqueued, read for it and taken: `RunStore.hand_off`), not
+        through the worker's blocked read; `handoff.taken` then holds what it took."""
         run_id = keys.run_of(approval_id)
         if run_id is None:
             return Gone()
@@ -364,8 +379,10 @@ class Calls:
                 then = after(recorded, expected)
             due = self.outbox.schedule_in(resumes, run_id, self.resume_gather)
             resumes.zadd(keys.DUE_RUNS, {run_id: float(now())})
-            if enqueue:
+            handoff = handoff if enqueue else None
+            if enqueue and handoff is None:
                 JobQueue.enqueue_in(resumes, "resume", run_id, owner, pause)
+            handed: int | None = None
             async with self.redis.pipeline(transaction=False) as pipe:
                 batch = Batch(pipe)
                 first = batch.script(self._decide, names, values)
@@ -373,10 +390,14 @@ class Calls:
                     (keys.call_key(approval_id), [("decided_owner", owner)], recorded),
                     (keys.run_key(run_id), [("owner", owner), ("status", "resuming")], resumes),
                 ])  # fmt: skip
+                if gated is not None and handoff is not None:  # (gated as `resumes` is)
+                    handed = handoff.queue(batch, run_id, owner, pause)
                 replies = await batch.execute()
             reply = replies[first]
             if gated is not None:
                 ridden = gated_replies(replies[gated])
+            if handed is not None and handoff is not None:
+                await handoff.took(replies[handed])
         else:
             reply = await self._decide(keys=names, args=values)
         result = decode_decide(reply)
