@@ -164,6 +164,43 @@ async def test_another_serving_processs_requests_hold_deferred_work_here_too() -
     assert await asyncio.wait_for(here.lull(), timeout=30) is None  # nothing in flight: at once
 
 
+async def test_a_decision_let_go_holds_its_own_processs_deferred_work_not_anothers() -> None:
+    """`serve --processes 2`: a decision past its lull holds what waits for a lull in its own
+    process (its resumes and deliveries wait for it), not in the other one, which has a core
+    of its own (#32: the process with fewer of a burst's clicks sat idle while the other
+    decided); a Slack request holds both."""
+    from bot.processes import InFlight
+
+    shared = InFlight(2)
+    here = Foreground(max_wait=FOREVER, elsewhere=shared.of(0))
+    there = Foreground(max_wait=FOREVER, elsewhere=shared.of(1))
+    decided = asyncio.Event()
+
+    async def decision() -> None:
+        async with there.deciding():
+            await decided.wait()
+
+    deciding = asyncio.create_task(decision())
+    await steps()
+    assert there.in_flight == 1 and list(shared.slots) == [0, 0]
+    assert await asyncio.wait_for(here.lull(), timeout=30) is None  # not held
+    waiter = asyncio.create_task(there.lull())
+    await steps()
+    assert not waiter.done()  # its own process's deferred work waits for it
+    with held(there) as answered:  # a Slack request there holds both
+        await steps(1)
+        assert list(shared.slots) == [0, 1]
+        held_here = asyncio.create_task(here.lull())
+        await steps()
+        assert not held_here.done()
+        answered.set()
+        await asyncio.wait_for(held_here, timeout=30)
+    assert not waiter.done()
+    decided.set()
+    await asyncio.wait_for(asyncio.gather(deciding, waiter), timeout=30)
+    assert list(shared.slots) == [0, 0] and there.in_flight == 0
+
+
 async def test_decisions_let_go_run_a_few_at_a_time_first_come_first() -> None:
     """Decisions past their lull run `deciding` at a time, in the order they came, each
     counted as a request in flight from the moment it was let go (its turn awaited too)."""

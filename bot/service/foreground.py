@@ -22,10 +22,14 @@ fifty decisions' steps into each of them (#32: the slowest acks of a burst of cl
 mostly for decisions); a few at a time finish as soon, one after another.
 
 Serving processes on one machine share its cores (`serve --processes`, `bot/processes.py`):
-there the count is shared too (`Elsewhere`: each process publishes its own, and a lull is a
-moment with no request in flight in any of them), so that one process's resumes do not take
-a core from another's acks. Another process's requests ending is seen by looking again every
-`PEER_POLL` seconds while they are the only ones in flight.
+there the count of Slack requests is shared too (`Elsewhere`: each process publishes its own,
+and a lull is a moment with no request in flight in any of them), so that one process's
+resumes do not take a core from another's acks. Another process's requests ending is seen by
+looking again every `PEER_POLL` seconds while they are the only ones in flight. A decision let
+go counts in its own process only: it holds that process's resumes and deliveries, not the
+others' (#32: with decisions shared, the process that got fewer of a burst's clicks sat idle
+while the other decided its share, its own decisions and resumes waiting for them, a tenth of
+a second of a core at the start of a burst of 200).
 """
 
 from __future__ import annotations
@@ -75,7 +79,8 @@ class Foreground:
         self._deciding = asyncio.Semaphore(max(1, deciding))
         self.turn = turn
         self.elsewhere = elsewhere  # the other serving processes' requests (None: alone)
-        self._in_flight = 0
+        self._in_flight = 0  # Slack requests and decisions let go, in this process
+        self._requests = 0  # of which Slack requests (the count the other processes see)
         self.seen = 0  # requests so far (the projector polls often while they come)
         # (deadline, future) in arrival order; deadlines ascend as max_wait is fixed.
         self._waiters: collections.deque[tuple[float, asyncio.Future[None]]] = collections.deque()
@@ -92,16 +97,26 @@ class Foreground:
     @contextmanager
     def request(self) -> Iterator[None]:
         """Around the answer to one Slack request, whatever way it ends."""
+        with self._counted(shared=True):
+            yield
+
+    @contextmanager
+    def _counted(self, *, shared: bool) -> Iterator[None]:
+        """In flight here; `shared`: a Slack request, published to the other processes too."""
         self._in_flight += 1
         self.seen += 1
-        if self.elsewhere is not None:
-            self.elsewhere.publish(self._in_flight)
+        if shared:
+            self._requests += 1
+            if self.elsewhere is not None:
+                self.elsewhere.publish(self._requests)
         try:
             yield
         finally:
             self._in_flight -= 1
-            if self.elsewhere is not None:
-                self.elsewhere.publish(self._in_flight)
+            if shared:
+                self._requests -= 1
+                if self.elsewhere is not None:
+                    self.elsewhere.publish(self._requests)
             if self._in_flight == 0 and self._waiters:
                 self._schedule(soon=True)
 
@@ -112,11 +127,11 @@ class Foreground:
 
     @asynccontextmanager
     async def deciding(self) -> AsyncIterator[None]:
-        """Around a click's decision once its lull came: it counts as a request in flight from
-        now on (what waits for a lull waits for it, its turn included), and it runs with at
-        most `deciding - 1` others, the first come first, for `turn` seconds at most (see the
-        module's docstring)."""
-        with self.request():
+        """Around a click's decision once its lull came: it counts as a request in flight in
+        this process from now on (what waits for a lull here waits for it, its turn included;
+        the other serving processes do not), and it runs with at most `deciding - 1` others,
+        the first come first, for `turn` seconds at most (see the module's docstring)."""
+        with self._counted(shared=False):
             await self._deciding.acquire()
             released = False
 
