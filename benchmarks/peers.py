@@ -7,7 +7,9 @@ CPU is its own and the load generator's loop is not the one serving them.
 
 The stand-in answers one extra method, `bench.result` (`run_id`): it returns, once the run's
 final output has been posted, when that post arrived (`time.monotonic()`, which every process
-of the machine shares); `bench.results`, that of every run so far; `bench.state` returns the
+of the machine shares); `bench.results`, that of every run so far; `bench.outputs` (`count`,
+`timeout`), once that many runs have their final output (or the timeout passed), how many
+have (`outputs` in `bench.state`: so far); `bench.state` returns the
 cards posted (approval id -> run id) and the number of `chat.postMessage` and `chat.update`
 calls per run, the number of calls by method (`methods`; the requester's notices: `notices`),
 and how many connections the bot opened so far; with Slack's limits enforced, the 429s it
@@ -18,6 +20,7 @@ answered (`limited`, and when: `limited_at`) and when each card was last updated
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import signal
 import sys
@@ -59,6 +62,9 @@ class BenchSlackAPI(FakeSlackAPI):
             return await self._result(request.query["run_id"])
         if method == "bench.results":
             return web.json_response({"ok": True, "results": self.results})
+        if method == "bench.outputs":
+            count, timeout = int(request.query["count"]), float(request.query["timeout"])
+            return await self._outputs(count, timeout)
         if method == "bench.state":
             return web.json_response(
                 {
@@ -67,7 +73,7 @@ class BenchSlackAPI(FakeSlackAPI):
                     # clicks told "still working": not decided by the ack budget
                     "notes": sum("Still working" in str(e.get("text")) for e in self.ephemeral),
                     "limited": len(self.limited_at), "limited_at": self.limited_at,
-                    "cards_updated": self.cards_updated,
+                    "cards_updated": self.cards_updated, "outputs": len(self.results),
                 }
             )  # fmt: skip
         if request.transport is not None:
@@ -114,6 +120,15 @@ class BenchSlackAPI(FakeSlackAPI):
         while run_id not in self.results:
             await self.arrived.wait()
         return web.json_response({"ok": True, "at": self.results[run_id]})
+
+    async def _outputs(self, count: int, timeout: float) -> web.Response:
+        """Once `count` runs in all have their final output posted, or after `timeout` seconds:
+        how many have."""
+        deadline = time.monotonic() + timeout
+        while len(self.results) < count and (left := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.arrived.wait(), left)
+        return web.json_response({"ok": True, "count": len(self.results)})
 
 
 async def standin(scale: float = 0.0) -> None:
