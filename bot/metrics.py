@@ -376,8 +376,36 @@ def share(directory: str) -> None:
     _Value.made.clear()
     _shared_dir = directory
     _whole = CollectorRegistry(auto_describe=True)
-    MultiProcessCollector(_whole, path=directory)  # type: ignore[no-untyped-call]
+    _WholeCollector(_whole, path=directory)  # type: ignore[no-untyped-call]
     _whole.register(BUILD)  # (an info metric has no shared form: every process's is the same)
+
+
+class _WholeCollector(MultiProcessCollector):  # type: ignore[misc]
+    """Every serving process's metrics, from their files (`_merge`)."""
+
+    def collect(self) -> Any:
+        return _merge(self._path, "*.db", accumulate=True)
+
+
+def _merge(directory: str, pattern: str, *, accumulate: bool) -> Any:
+    """The metrics in `directory`'s files matching `pattern`, merged, leaving out a file that
+    another process is creating at that moment or has just removed. prometheus_client makes a
+    process's file for a kind of metric empty and sizes it a moment later (read then, it
+    fails: `struct.error`; two processes starting together made one of them crash at its
+    start, its registry reading the other's files), and removes a process's live gauges'
+    files when it is gone (`forget`). Files only grow until they are removed: an empty one
+    holds no value yet, a removed one none any longer."""
+    for _ in range(3):
+        files = []
+        for path in glob.glob(os.path.join(directory, pattern)):
+            with contextlib.suppress(OSError):  # removed meanwhile
+                if os.path.getsize(path) > 0:
+                    files.append(path)
+        try:
+            return MultiProcessCollector.merge(files, accumulate=accumulate)  # type: ignore[no-untyped-call]
+        except FileNotFoundError:
+            continue  # removed between the listing and its reading: list again
+    return []
 
 
 def shared() -> bool:
@@ -395,9 +423,8 @@ def others_unready() -> dict[str, str]:
     their own gauges say is wrong (none when this process serves alone)."""
     if not _shared_dir:
         return {}
-    files = glob.glob(os.path.join(_shared_dir, "gauge_liveall_*.db"))
     states: dict[str, dict[str, float]] = {}
-    for metric in MultiProcessCollector.merge(files, accumulate=False):  # type: ignore[no-untyped-call]
+    for metric in _merge(_shared_dir, "gauge_liveall_*.db", accumulate=False):
         for sample in metric.samples:
             states.setdefault(sample.labels.get("pid", ""), {})[sample.name] = sample.value
     unready = {}

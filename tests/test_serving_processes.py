@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -337,6 +338,31 @@ async def test_the_metrics_port_serves_the_whole_bot_and_keeps_a_restarted_proce
             f"pid={second}",
             f"pid={new}",
         }
+
+
+def test_a_process_starting_beside_one_that_is_creating_its_metrics_file_starts(
+    tmp_path: Path,
+) -> None:
+    """prometheus_client creates a process's file for a kind of metric empty and sizes it a
+    moment later; a process sharing the directory then (or scraping it) must not fail on it:
+    two serving processes starting together made one of them exit at its start. Its own
+    process: `share` is once per process."""
+    (tmp_path / "counter_4000001.db").touch()  # another process's, being created
+    (tmp_path / "gauge_liveall_4000001.db").touch()
+    code = (
+        "import sys\n"
+        "from bot import metrics\n"
+        "metrics.share(sys.argv[1])\n"
+        "metrics.decided('approve')\n"
+        "text, _ = metrics.render()\n"
+        "assert 'approval_bot_decisions_total{outcome=\"approve\"} 1.0' in text.decode(), text\n"
+        "assert metrics.others_unready() == {}\n"
+        "print('shared')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "shared"), done.stderr[-2000:]
 
 
 async def test_readyz_answers_for_every_serving_process(
