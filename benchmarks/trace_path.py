@@ -199,9 +199,9 @@ MILESTONES = [
     ("the decision's index writes + job", "LPUSH"),
     ("ack answered (handler returned)", "http out"),
     ("ack received by the clicker", "-- ack"),
-    ("worker's read returns", "XREADGROUP"),
+    # One at a time the job is handed to the idle worker in decide.lua's round trip: no
+    # blocked read returns it and no take_job.lua of its own (a busy worker's path has both).
     ("job starts", "job"),
-    ("take_job.lua", "EVALSHA(take_job"),
     ("state read", "EVALSHA(resume_state"),
     ("SDK resume starts", "resume"),
     ("journal: tool begins", "EVALSHA(begin_call"),
