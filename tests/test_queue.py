@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from bot.store import keys
-from bot.store.queue import GROUP, STREAM, Job, JobQueue
+from bot.store.queue import GROUP, STREAM, Acknowledgement, Job, JobQueue
 from bot.store.records import RunRecord
 from bot.store.runs import AlreadyEnded, Ended, NotOwner, RunMissing, RunStore
 from bot.testing.harness import BotHarness, wait_until
@@ -83,6 +83,20 @@ async def test_a_job_its_own_worker_took_over_is_acknowledged_by_the_later_attem
     assert again.message_id == first.message_id
     assert (first.deliveries, again.deliveries) == (1, 2)
     await only_the_later_holds(client, queue, ("A", first), ("A", again))
+
+
+async def test_a_renewal_that_follows_the_runs_end_finds_the_job_done_not_lost(
+    client: aioredis.Redis,
+) -> None:
+    """A run's end acknowledges its job with its own writes; a lease renewal sent meanwhile
+    finds the job no longer pending: done, not lost to another worker (which the worker
+    would report as a lost lease)."""
+    queue, job = await read_one(client, "resume", "A")
+    async with client.pipeline(transaction=False) as pipe:
+        Acknowledgement(job).send_in(pipe)
+        await pipe.execute()
+    assert await queue.renew("A", job) is None
+    assert (await client.xpending(STREAM, GROUP))["pending"] == 0
 
 
 async def test_a_malformed_message_does_not_stop_the_worker(redis_url: str) -> None:

@@ -206,13 +206,17 @@ class JobQueue:
             jobs.extend(await self._parsed(message_id, fields, deliveries))
         return jobs
 
-    async def renew(self, consumer: str, job: Job) -> bool:
+    async def renew(self, consumer: str, job: Job) -> bool | None:
         """Reset the job's idle time, if this delivery of it is still this worker's (False: it
-        lost the job, to another worker or to a later take-over of its own)."""
-        held = await self._hold(
-            keys=[STREAM], args=[GROUP, consumer, job.message_id, "renew", job.deliveries]
+        lost the job, to another worker or to a later take-over of its own; None: the job is
+        acknowledged already, as a run's end does with its own writes, which a renewal sent
+        meanwhile may follow: nothing is left to hold, and nothing was lost)."""
+        held = int(
+            await self._hold(
+                keys=[STREAM], args=[GROUP, consumer, job.message_id, "renew", job.deliveries]
+            )
         )
-        return int(held) == 1
+        return None if held == 2 else held == 1
 
     async def ack(self, consumer: str, job: Job) -> bool:
         """Acknowledge the job, if this delivery of it is still this worker's (it may have been

@@ -178,7 +178,10 @@ class Worker:
                 if ack.sent or key not in self._held:
                     continue  # acknowledged with the run's end (or done): nothing to hold
                 try:
-                    if not await self.queue.renew(self.consumer, ack.job):
+                    renewed = await self.queue.renew(self.consumer, ack.job)
+                    if renewed is None:  # acknowledged by its run's end meanwhile
+                        self._held.pop(key, None)
+                    elif not renewed:
                         log.warning(
                             "lost the lease of job %s to another worker; this attempt's writes "
                             "are refused from now on",

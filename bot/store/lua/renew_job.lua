@@ -7,6 +7,7 @@
 -- lapsed (its first attempt stalled), and the superseded attempt must neither renew nor ack.
 -- KEYS[1] job stream; ARGV[1] group, ARGV[2] consumer, ARGV[3] message id, ARGV[4] renew|ack|trim,
 -- ARGV[5] the delivery's count (XPENDING's; absent: any delivery to the consumer)
+-- Reply: 1 held (renewed or acknowledged now), 0 held by another delivery, 2 not pending at all.
 local function trim()
   local floor = redis.call('XPENDING', KEYS[1], ARGV[1])[2]
   if not floor then
@@ -30,7 +31,10 @@ if ARGV[4] == 'trim' then
   return 1
 end
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
-if #pending == 0 or pending[1][2] ~= ARGV[2]
+if #pending == 0 then
+  return 2  -- acknowledged already (a run's end acknowledges its job with its own writes)
+end
+if pending[1][2] ~= ARGV[2]
    or (ARGV[5] and ARGV[5] ~= '' and pending[1][4] ~= tonumber(ARGV[5])) then
   return 0
 end
