@@ -17,7 +17,11 @@ pacing is off in the bot (these figures are the bot's, not Slack's limits).
 
 Figures:
 - click ack p50 / p99 at 50 and 200 clicks in flight, acks per second, clicks lost (not 200,
-  or not answered within Slack's 3 s); bot / bare ratios;
+  or not answered within Slack's 3 s); bot / bare ratios, measured in rounds (`--rounds`):
+  in each, at each number in flight, the bare app and the bot get a burst of the same clicks
+  one right after the other, in turn first, each after `IDLE_BEFORE` s of quiet; the ratio
+  is the median of the rounds' ratios, printed with their lowest and highest (the machine's
+  noise), and the load generator collects no garbage while it sends a burst;
 - decision -> final output, one decision at a time: from sending the click to the stand-in
   receiving the run's final output post; minus the SDK's own resume, that is the bot's overhead;
 - bot CPU (user + system, from /proc) per completed decision, from the first click until every
@@ -52,6 +56,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import secrets
@@ -85,6 +90,9 @@ from bot.store.queue import GROUP, STREAM
 from bot.testing.requests import signature_headers
 
 ROOT = Path(__file__).resolve().parents[1]
+# Each burst of the acks' rounds comes after this long with nothing sent to its receiver, the
+# bare app's and the bot's alike.
+IDLE_BEFORE = 0.5
 SLACK_DEADLINE = 3.0  # Slack shows an error for a click not acknowledged within 3 s
 SLOW = float(os.environ.get("BENCH_SLOW") or 1)  # longer waits on a machine busy with more
 CHANNEL = "C1"
@@ -205,6 +213,7 @@ class Load:
     lost: int = 0
     elapsed: float = 0.0
     cpu: float = 0.0  # CPU seconds of the receiving process over the burst (and what followed)
+    ack_cpu: float = 0.0  # of which until the last click was answered
     # Seconds from the first click until every decision was recorded, every resumed run
     # finished and every message delivered (the bot's, not the bare app's).
     settle: float = 0.0
@@ -242,6 +251,48 @@ class Load:
         return len(self.latencies) / self.elapsed if self.elapsed else 0.0
 
 
+def merged(loads: list[Load]) -> Load:
+    """Bursts at one number in flight (rounds of it) as one: their clicks, CPU, times and
+    calls summed."""
+    whole = Load(loads[0].in_flight)
+    for load in loads:
+        whole.latencies += load.latencies
+        whole.outputs += load.outputs
+        whole.lost += load.lost
+        whole.elapsed += load.elapsed
+        whole.cpu += load.cpu
+        whole.ack_cpu += load.ack_cpu
+        whole.settle += load.settle
+        whole.notes += load.notes
+        whole.notices += load.notices
+        for method, n in load.methods.items():
+            whole.methods[method] = whole.methods.get(method, 0) + n
+        if len(load.shares) == len(whole.shares) or not whole.shares:
+            whole.shares = [a + b for a, b in zip(whole.shares or [0.0] * len(load.shares),
+                                                  load.shares, strict=True)]  # fmt: skip
+    return whole
+
+
+@dataclass
+class Round:
+    """One round of the acks at one number in flight: a burst of clicks to the bare app and
+    one of the same size and shape to the bot, one right after the other (`bare_first`)."""
+
+    bare: Load
+    bot: Load
+    bare_first: bool
+
+    def ratio(self, q: float) -> float:
+        """The bot's ack percentile `q` over the bare app's, in this round."""
+        return self.bot.p(q) / self.bare.p(q)
+
+
+def ratios(rounds: list[Round], q: float) -> tuple[float, float, float]:
+    """The median of the rounds' ratios at percentile `q`, their lowest and their highest."""
+    each = [r.ratio(q) for r in rounds]
+    return statistics.median(each), min(each), max(each)
+
+
 async def burst(
     url: str,
     bodies: list[tuple[bytes, dict[str, str]]],
@@ -275,8 +326,15 @@ async def burst(
                 else:
                     load.lost += 1
 
+        # The load generator is the clock: a garbage collection of its own heap mid-burst
+        # (tens of ms) would count against every click in flight, in whichever arm it fell.
+        gc.collect()
+        gc.disable()
         started = time.perf_counter()
-        await asyncio.gather(*(sender() for _ in range(in_flight)))
+        try:
+            await asyncio.gather(*(sender() for _ in range(in_flight)))
+        finally:
+            gc.enable()
         load.elapsed = time.perf_counter() - started
     return load
 
@@ -356,19 +414,38 @@ async def healthy(session: aiohttp.ClientSession, url: str) -> bool:
 # The floors ---------------------------------------------------------------------------------
 
 
+class BareApp:
+    """The bare Bolt app (`benchmarks/peers.py bare`) in a process of its own: the floor of an
+    ack."""
+
+    def __init__(self, api_url: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/slack/events"
+        self.process = Process(["-m", "benchmarks.peers", "bare", str(self.port), api_url])
+
+    async def start(self) -> None:
+        """Serving, and warmed up (100 clicks, 10 in flight)."""
+        await self.process.first_line()
+        await burst(self.url, [click_body(f"warm-{i}") for i in range(100)], 10)
+
+    async def burst(self, bodies: list[tuple[bytes, dict[str, str]]], in_flight: int) -> Load:
+        before = cpu_seconds(self.process.pid)
+        load = await burst(self.url, bodies, in_flight)
+        load.cpu = load.ack_cpu = cpu_seconds(self.process.pid) - before
+        return load
+
+    async def stop(self) -> None:
+        await self.process.stop()
+
+
 async def bare_floor(api_url: str, clicks: dict[int, int]) -> dict[int, Load]:
-    port = free_port()
-    bare = Process(["-m", "benchmarks.peers", "bare", str(port), api_url])
+    """The bare app's acks of `clicks[in_flight]` clicks at each number in flight."""
+    bare = BareApp(api_url)
     try:
-        await bare.first_line()
-        url = f"http://127.0.0.1:{port}/slack/events"
-        await burst(url, [click_body(f"warm-{i}") for i in range(100)], 10)
+        await bare.start()
         loads = {}
         for in_flight, n in clicks.items():
-            bodies = [click_body(f"A{i}") for i in range(n)]
-            before = cpu_seconds(bare.pid)
-            loads[in_flight] = await burst(url, bodies, in_flight)
-            loads[in_flight].cpu = cpu_seconds(bare.pid) - before
+            loads[in_flight] = await bare.burst([click_body(f"A{i}") for i in range(n)], in_flight)
         return loads
     finally:
         await bare.stop()
@@ -559,6 +636,7 @@ class Bot:
         started = time.perf_counter()
         sent: list[float] = []
         load = await burst(self.url, bodies, in_flight, sent)
+        load.ack_cpu = self.cpu() - before
         run_ids = [run_id for _, run_id in runs]
 
         async def done() -> bool:  # (decisions may wait for a lull: the queue alone says little)
@@ -614,6 +692,65 @@ class Bot:
                 cpu.append((self.cpu() - spent) * 1000)
                 calls.append((await self.standin("bench.state"))["calls"][run_id] - before)
         return taken, calls, (await self.standin("bench.state"))["peers"] - peers, cpu
+
+
+# The acks, in rounds --------------------------------------------------------------------
+
+
+async def ack_rounds(
+    bare: BareApp, bot: Bot, clicks: dict[int, int], rounds: int, counting: bool = False
+) -> dict[int, list[Round]]:
+    """The bare app's and the bot's acks in alternating rounds: in each round, at each number
+    in flight, a burst of `clicks[in_flight] // rounds` clicks to each, one right after the
+    other (the bot's once it has settled from what came before, the bare app's while the bot
+    idles), the bare app first in every other pair. The same click bodies but for their ids
+    (the bare app's carry the bot's approval ids), the same connections per burst, the same
+    machine within seconds: what moves the machine moves both, and the rounds' ratios show
+    how much it moves."""
+    out: dict[int, list[Round]] = {in_flight: [] for in_flight in clicks}
+    for r in range(rounds):
+        for j, (in_flight, n) in enumerate(clicks.items()):
+            size = max(1, n // rounds)
+            runs = await bot.paused_runs(size, lambda i, f=in_flight, r=r: f"deploy c{f}-{r}-{i}")  # type: ignore[misc]
+            bodies = [click_body(approval_id) for approval_id, _ in runs]
+            bare_first = (r + j) % 2 == 0
+            loads: dict[str, Load] = {}
+            for arm in ("bare", "bot") if bare_first else ("bot", "bare"):
+                await asyncio.sleep(IDLE_BEFORE)
+                if arm == "bare":
+                    loads[arm] = await bare.burst(bodies, in_flight)
+                    continue
+                before = await bot.roundtrips() if counting else {}
+                async with Profile(bot.pids, f"burst{in_flight}-{r}"):
+                    loads[arm] = await bot.burst(runs, in_flight)
+                if counting:
+                    print_burst_roundtrips(f"{in_flight} in flight", size, before,
+                                           await bot.roundtrips())  # fmt: skip
+            out[in_flight].append(Round(loads["bare"], loads["bot"], bare_first))
+    return out
+
+
+def print_rounds(rounds: dict[int, list[Round]]) -> None:
+    """Each round's ack p50 / p99, bare app and bot, and their ratios; then per number in
+    flight the median ratio and its spread (lowest-highest) over the rounds."""
+    print("acks in rounds (ms; p50 / p99, bare app then bot; which went first):")
+    for in_flight, each in rounds.items():
+        for i, r in enumerate(each):
+            first = "bare" if r.bare_first else "bot"
+            print(f"  {in_flight:3d} in flight, round {i + 1} ({first} first, "
+                  f"{r.bot.clicks} clicks): bare {ms(r.bare.p(0.5))} / {ms(r.bare.p(0.99))}, "
+                  f"bot {ms(r.bot.p(0.5))} / {ms(r.bot.p(0.99))}: {r.ratio(0.5):.2f}x / "
+                  f"{r.ratio(0.99):.2f}x")  # fmt: skip
+    for in_flight, each in rounds.items():
+        p50, p99 = ratios(each, 0.5), ratios(each, 0.99)
+        print(f"  {in_flight:3d} in flight, median of {len(each)} rounds: p50 {p50[0]:.2f}x "
+              f"({p50[1]:.2f}-{p50[2]:.2f}), p99 {p99[0]:.2f}x ({p99[1]:.2f}-{p99[2]:.2f}); "
+              f"lost {sum(r.bare.lost for r in each)} / {sum(r.bot.lost for r in each)}, "
+              f"told 'still working' {sum(r.bot.notes for r in each)}")  # fmt: skip
+        bare, bot = merged([r.bare for r in each]), merged([r.bot for r in each])
+        print(f"       pooled p99 bare {ms(bare.p(0.99))}, bot {ms(bot.p(0.99))} ms; CPU per "
+              f"click until the last was answered: bare {1000 * bare.ack_cpu / bare.clicks:.2f}, "
+              f"bot {1000 * bot.ack_cpu / bot.clicks:.2f} ms")  # fmt: skip
 
 
 # Storage ------------------------------------------------------------------------------------
@@ -674,8 +811,7 @@ def ms(value: float) -> str:
 
 
 def report(
-    bare: dict[int, Load],
-    bot: dict[int, Load],
+    rounds: dict[int, list[Round]],
     serial: list[float],
     sdks: tuple[list[float], list[float]],
     calls: list[int],
@@ -690,16 +826,17 @@ def report(
     from benchmarks.floor import BURST_GOAL, CPU_GOAL, LATENCY_GOAL
 
     rows: list[tuple[str, str, str, str, str]] = []
+    bare = {f: merged([r.bare for r in each]) for f, each in rounds.items()}
+    bot = {f: merged([r.bot for r in each]) for f, each in rounds.items()}
     for in_flight in sorted(bot):
         b, o = bare[in_flight], bot[in_flight]
-        rows.append((
-            f"click ack p50, {in_flight} in flight (ms)", ms(b.p(0.5)), ms(o.p(0.5)),
-            f"{o.p(0.5) / b.p(0.5):.1f}x", "",
-        ))  # fmt: skip
-        rows.append((
-            f"click ack p99, {in_flight} in flight (ms)", ms(b.p(0.99)), ms(o.p(0.99)),
-            f"{o.p(0.99) / b.p(0.99):.1f}x", "<= 1.5x",
-        ))  # fmt: skip
+        for q, goal in ((0.5, ""), (0.99, "<= 1.5x")):
+            mid, low, high = ratios(rounds[in_flight], q)
+            rows.append((
+                f"click ack p{q * 100:.0f}, {in_flight} in flight (ms; ratio: median of "
+                f"{len(rounds[in_flight])} rounds')", ms(b.p(q)), ms(o.p(q)),
+                f"{mid:.2f}x ({low:.2f}-{high:.2f})", goal,
+            ))  # fmt: skip
         rows.append((
             f"acks/s, {in_flight} in flight ({o.clicks} clicks)", f"{b.rate:.0f}",
             f"{o.rate:.0f}", f"{o.rate / b.rate:.2f}x", ">= 1,000",
@@ -798,6 +935,14 @@ async def main() -> None:
     parser.add_argument("--serial", type=int, default=30, help="decisions one at a time")
     parser.add_argument("--at-once", type=int, default=200,
                         help="clicks sent all at once: decision -> final output")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="rounds of the acks, bare app and bot alternately (the clicks at "
+                             "each number in flight are split among them)")  # fmt: skip
+    parser.add_argument(
+        "--acks-only",
+        action="store_true",
+        help="only the acks' rounds (no SDK, one at a time, at once, storage)",
+    )
     args = parser.parse_args()
     from benchmarks import floor as floors  # (it imports this module)
 
@@ -816,7 +961,18 @@ async def main() -> None:
         standin = Process(["-m", "benchmarks.peers", "standin"])
         try:
             api_url = await standin.first_line()
-            bare = await bare_floor(api_url, clicks)
+            bare = BareApp(api_url)
+            await bare.start()
+            if args.acks_only:
+                bot = Bot(server.url, api_url, Path(tmp))
+                try:
+                    await bot.start()
+                    print_rounds(await ack_rounds(bare, bot, clicks, args.rounds))
+                finally:
+                    await bot.stop()
+                    await bare.stop()
+                print(f"(the bot: {bot.topology}; {time.perf_counter() - began:.0f} s)")
+                return
             sdk, sdk_cpu = await sdk_resume(args.serial)
             bot = Bot(server.url, api_url, Path(tmp))
             try:
@@ -835,15 +991,8 @@ async def main() -> None:
                     print_roundtrips(before, after, idle, len(serial_runs), phase, 2.0)
                 # the first few warm up
                 serial, calls, serial_cpu = serial[5:], calls[5:], serial_cpu[5:]
-                loads = {}
-                for in_flight, n in clicks.items():
-                    runs = await bot.paused_runs(n, lambda i, f=in_flight: f"deploy c{f}-{i}")  # type: ignore[misc]
-                    before = await bot.roundtrips() if counting else {}
-                    async with Profile(bot.pids, f"burst{in_flight}"):
-                        loads[in_flight] = await bot.burst(runs, in_flight)
-                    if counting:
-                        print_burst_roundtrips(f"{in_flight} in flight", n, before,
-                                               await bot.roundtrips())  # fmt: skip
+                rounds = await ack_rounds(bare, bot, clicks, args.rounds, counting)
+                await bare.stop()
                 runs = await bot.paused_runs(args.at_once, lambda i: f"deploy once-{i}")
                 before = await bot.roundtrips() if counting else {}
                 async with Profile(bot.pids, "at_once"):
@@ -856,11 +1005,13 @@ async def main() -> None:
                     memory = {pid: memory_mb(pid) for pid in {bot.pid, *serving}}
             finally:
                 await bot.stop()
+                await bare.stop()
             storage = await storage_figures(server.url)
         finally:
             await standin.stop()
             server.stop()
-    report(bare, loads, serial, (sdk, sdk_cpu), calls, storage, connections, at_once, floor,
+    print_rounds(rounds)
+    report(rounds, serial, (sdk, sdk_cpu), calls, storage, connections, at_once, floor,
            serial_cpu)  # fmt: skip
     shares = " / ".join(f"{100 * c / max(sum(at_once.shares), 1e-9):.0f}%" for c in at_once.shares)
     print(f"(the bot: {bot.topology}; their shares of the {at_once.clicks} at once's CPU: "

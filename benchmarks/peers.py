@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import re
 import signal
 import sys
@@ -32,7 +33,10 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.listening import SHARED_BACKLOG
 from bot.testing.slack_api import FakeSlackAPI
+
+GC_YOUNG = 7000  # bot.runtime.GC_YOUNG (importing bot.runtime loads the whole bot)
 
 SIGNING_SECRET = "bench-signing-secret"
 TOKEN = "xoxb-bench"
@@ -167,7 +171,14 @@ async def bare(port: int, api_url: str) -> None:
     web_app.add_routes([web.post("/slack/events", events), web.get("/healthz", _ok)])
     runner = web.AppRunner(web_app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    # As the bot serves (#32): the kernel's queue of connections as long as the bot's
+    # (aiohttp's default is 128, below a burst of 200), and its start-up heap out of the
+    # cyclic GC's reach with the bot's threshold (`bot.runtime.settle_heap`: a full
+    # collection of it stalls every request in flight).
+    await web.TCPSite(runner, "127.0.0.1", port, backlog=SHARED_BACKLOG).start()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
     print("ready", flush=True)
     await _until_terminated()
     await runner.cleanup()
