@@ -7,7 +7,12 @@ runs (`RunState.from_json` + `approve` + a streamed `Runner.run_streamed`) besid
 an `Engine` replaces some of the SDK's functions for the version it pins
 (`bot.engine.identities`, `bot.engine.invocations`), the SDK's resume alone runs its own.
 
-    .venv/bin/python -m benchmarks.resume [--runs 300]
+    .venv/bin/python -m benchmarks.resume [--runs 300] [--pause 0.3]
+
+With `--pause`, each resume follows that many seconds of idleness, as the bot's resumes one at
+a time do (a click at a time, each once the bot is idle again: `benchmarks.decisions --serial`,
+`benchmarks.trace_path`): the caches the resume's code and data were in are then cold, which
+on a shared 2-core machine costs a third more CPU than back to back (#32).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import statistics
 import time
 from typing import Any
 
-from agents import RunConfig, Runner, RunState
+from agents import RunConfig, Runner, RunResult, RunResultStreaming, RunState
 
 from benchmarks.bench_agents import approvals, deployer
 from bot.engine.approvals import arguments_sha
@@ -37,7 +42,12 @@ async def _go_on() -> bool:
     return False
 
 
-async def bot_resumes(runs: int) -> list[float]:
+async def _idle(pause: float) -> None:
+    if pause:
+        await asyncio.sleep(pause)
+
+
+async def bot_resumes(runs: int, idle: float = 0.0) -> list[float]:
     """CPU ms of each `Engine.resume` of `runs` distinct paused runs, as the worker calls it."""
     engine = Engine(AgentRegistry(dict(approvals)), rejection_text="no", max_turns=10)
     paused: list[tuple[str, Paused]] = []
@@ -51,6 +61,7 @@ async def bot_resumes(runs: int) -> list[float]:
     for task, pause in paused:
         [call] = pause.approvals
         shown = (call.agent, call.tool, arguments_sha(call.arguments))
+        await _idle(idle)
         began = time.process_time()
         outcome = await engine.resume(
             "deployer", pause.checkpoint, [Decision(call.call_id, True, shown=shown)],
@@ -61,25 +72,31 @@ async def bot_resumes(runs: int) -> list[float]:
     return cpu[WARM:]
 
 
-async def sdk_resumes(runs: int) -> list[float]:
-    """CPU ms of the SDK's own resume of the same runs (no engine: the SDK's functions)."""
+async def sdk_resumes(runs: int, idle: float = 0.0, streamed: bool = True) -> list[float]:
+    """CPU ms of the SDK's own resume of the same runs (no engine: the SDK's functions);
+    not `streamed`: `Runner.run`, as `benchmarks.decisions` times it."""
     agent = deployer()
     config = RunConfig(tracing_disabled=True)  # as the bot runs (`bot.engine.tracing`)
     stored: list[dict[str, Any]] = []
     for i in range(runs + WARM):
-        result = await Runner.run(agent, f"deploy v{i} to the staging cluster", run_config=config)
-        stored.append(result.to_state().to_json())
+        first = await Runner.run(agent, f"deploy v{i} to the staging cluster", run_config=config)
+        stored.append(first.to_state().to_json())
     cpu = []
     for data in stored:
+        await _idle(idle)
         began = time.process_time()
         state = await RunState.from_json(agent, data)
         for item in state.get_interruptions():
             state.approve(item)
-        streamed = Runner.run_streamed(agent, state, run_config=config)
-        async for _ in streamed.stream_events():
-            pass
+        result: RunResult | RunResultStreaming
+        if streamed:
+            result = Runner.run_streamed(agent, state, run_config=config)
+            async for _ in result.stream_events():
+                pass
+        else:
+            result = await Runner.run(agent, state, run_config=config)
         cpu.append((time.process_time() - began) * 1000)
-        assert streamed.final_output == "done"
+        assert result.final_output == "done"
     return cpu[WARM:]
 
 
@@ -92,11 +109,18 @@ def _line(what: str, cpu: list[float]) -> str:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=300, help="resumes counted")
+    parser.add_argument(
+        "--pause", type=float, default=0.0, help="seconds idle before each resume (default 0)"
+    )
     args = parser.parse_args()
-    print("CPU of one resume, ms, median (a plain process):")
-    print(_line("the SDK's own (from_json + approve + run_streamed)", await sdk_resumes(args.runs)))
+    after = f", each after {args.pause:g} s idle" if args.pause else ""
+    print(f"CPU of one resume, ms, median (a plain process{after}):")
+    plain = await sdk_resumes(args.runs, args.pause, streamed=False)
+    print(_line("the SDK's own, not streamed (from_json + approve + run)", plain))
+    sdk = await sdk_resumes(args.runs, args.pause)
+    print(_line("the SDK's own (from_json + approve + run_streamed)", sdk))
     print(_line("the bot's (Engine.resume, streamed, the worker's callbacks)",
-                await bot_resumes(args.runs)))  # fmt: skip
+                await bot_resumes(args.runs, args.pause)))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -8,6 +8,11 @@ process on the machine) in the bot's processes; it sends the clicks one at a tim
 the bot is idle again, and prints, for the steps of a decision in order, when each happened
 after the click was sent (median over the clicks) and the gap from the step before.
 
+With TRACE_CENSUS=1 it also times every event-loop callback (wall and thread CPU) and every
+wait in the selector of the serving process, and prints what ran within the resumes (the run's
+own steps, other tasks, waits, the GC's collections): measuring only, a few microseconds a
+callback.
+
 As a program wrapping the bot (`python -m benchmarks.trace_path bot <bot's arguments>`) it
 installs the stamps and writes them, on SIGUSR2, to TRACE_DIR/<pid>.json.
 """
@@ -31,6 +36,9 @@ from types import FrameType
 from typing import Any
 
 STAMPS: list[tuple[float, str, int]] = []  # (when, what, the Redis connection's id or 0)
+# With TRACE_CENSUS set, each event-loop callback and each wait in the selector: (start, wall
+# ms, thread CPU ms, what: "job" for the run's own task, "idle" for a wait, else its name).
+CENSUS: list[tuple[float, float, float, str]] = []
 
 
 def stamp(label: str, connection: int = 0) -> None:
@@ -131,11 +139,51 @@ def install() -> None:
 
     Outbox.making_due = made_due  # type: ignore[method-assign]
     gc.callbacks.append(lambda phase, info: stamp(f"gc {phase} {info['generation']}"))
+    if os.environ.get("TRACE_CENSUS"):
+        install_census()
+
+
+def install_census() -> None:
+    """Time every event-loop callback (wall and thread CPU) and every wait in the selector:
+    measurement only (it adds a few microseconds to each callback)."""
+    import selectors
+    from asyncio import events
+
+    from bot.engine.journal import CURRENT
+
+    run = events.Handle._run
+
+    def timed(self: Any) -> None:
+        t0, c0 = time.monotonic(), time.thread_time()
+        try:
+            run(self)
+        finally:
+            wall, cpu = (time.monotonic() - t0) * 1000, (time.thread_time() - c0) * 1000
+            if self._context.get(CURRENT) is not None:
+                what = "job"
+            else:
+                callback = self._callback
+                what = getattr(callback, "__qualname__", "") or type(callback).__name__
+            CENSUS.append((t0, wall, cpu, what))
+
+    events.Handle._run = timed  # type: ignore[method-assign]
+    select = selectors.EpollSelector.select
+
+    def waited(self: Any, timeout: float | None = None) -> Any:
+        t0 = time.monotonic()
+        try:
+            return select(self, timeout)
+        finally:
+            CENSUS.append((t0, (time.monotonic() - t0) * 1000, 0.0, "idle"))
+
+    selectors.EpollSelector.select = waited  # type: ignore[method-assign]
 
 
 def _dump(signum: int, frame: FrameType | None) -> None:
     path = Path(os.environ["TRACE_DIR"]) / f"{os.getpid()}.json"
     path.write_text(json.dumps(STAMPS))
+    if CENSUS:
+        path.with_suffix(".census").write_text(json.dumps(CENSUS))
 
 
 # The driver ---------------------------------------------------------------------------------
@@ -175,6 +223,7 @@ async def drive(clicks: int, processes: int) -> None:
                         sends.append((started, acked, float(shown["at"])))
                         await until(bot.settled, 30 * SLOW, "the run's messages")
                 stamps: list[tuple[float, int, str, int]] = []
+                census: list[tuple[float, float, float, str]] = []
                 for pid in bot.pids:
                     os.kill(pid, signal.SIGUSR2)
                 for pid in bot.pids:
@@ -182,12 +231,17 @@ async def drive(clicks: int, processes: int) -> None:
                     await until(lambda p=path: asyncio.sleep(0, p.exists()), 10, "stamps")  # type: ignore[misc]
                     await asyncio.sleep(0.1)
                     stamps += [(t, pid, label, c) for t, label, c in json.loads(path.read_text())]
+                    counted = path.with_suffix(".census")
+                    if counted.exists():
+                        census += [tuple(c) for c in json.loads(counted.read_text())]
             finally:
                 await bot.stop()
         finally:
             await standin.stop()
             server.stop()
     report(sorted(stamps), sends[5:])
+    if census:
+        report_census(sorted(stamps), sorted(census), sends[5:][0][0])
 
 
 # Milestones of a decision's path, in order: (name, what the step's label starts with).
@@ -276,6 +330,71 @@ def report(
     totals = sorted((shown - started) * 1000 for started, _, shown in sends)
     print(f"\nclick -> output p50 {statistics.median(totals):.2f} ms "
           f"(min {totals[0]:.2f}, max {totals[-1]:.2f}; {len(totals)} clicks)")  # fmt: skip
+
+
+def report_census(
+    stamps: list[tuple[float, int, str, int]],
+    census: list[tuple[float, float, float, str]],
+    since: float,
+) -> None:
+    """Within each resume (`Engine.resume`'s start to its end; one serving process): the event
+    loop's callbacks of the run's own task ("job"), of other tasks and callbacks (by name), the
+    selector's waits ("idle") and the garbage collector's passes, per resume."""
+    windows: list[tuple[float, float]] = []
+    gcs: list[tuple[float, float]] = []
+    started, gc_at = 0.0, 0.0
+    for t, _, label, _ in stamps:
+        if t < since:
+            continue
+        if label == "resume":
+            started = t
+        elif label == "resume end" and started:
+            windows.append((started, t))
+            started = 0.0
+        elif label.startswith("gc start"):
+            gc_at = t
+        elif label.startswith("gc stop") and gc_at:
+            gcs.append((gc_at, t))
+    # what -> per resume (wall ms, CPU ms, callbacks)
+    rows: dict[str, list[tuple[float, float, int]]] = {}
+    totals: list[float] = []
+    with_gc: list[float] = []
+    without_gc: list[float] = []
+    for begin, end in windows:
+        mine: dict[str, tuple[float, float, int]] = {}
+        for t0, wall, cpu, what in census:
+            if begin <= t0 < end:
+                w, c, k = mine.get(what, (0.0, 0.0, 0))
+                mine[what] = (w + wall, c + cpu, k + 1)
+        collected = [e - b for b, e in gcs if begin <= b < end]
+        mine["(the GC's collections)"] = (sum(collected) * 1000, 0.0, len(collected))
+        for what, sums in mine.items():
+            rows.setdefault(what, []).append(sums)
+        total = (end - begin) * 1000
+        totals.append(total)
+        (with_gc if collected else without_gc).append(total)
+    n = len(windows)
+    if not n:
+        return
+    print(f"\nInside the resume ({n} resumes, wall p50 {statistics.median(totals):.2f} ms): "
+          "per resume, mean wall and CPU ms, callbacks; (in how many resumes)")  # fmt: skip
+    order = sorted(rows.items(), key=lambda kv: -sum(w for w, _, _ in kv[1]))
+    for what, got in order[:20]:
+        wall = sum(w for w, _, _ in got) / n
+        cpu = sum(c for _, c, _ in got) / n
+        calls = sum(k for _, _, k in got) / n
+        print(f"  {wall:7.3f} {cpu:7.3f}  x{calls:5.1f}  {what[:60]} ({len(got)})")
+    accounted = sum(w for got in rows.values() for w, _, _ in got) / n
+    print(f"  {statistics.fmean(totals) - accounted:7.3f}           the loop's own work between")
+    job = rows.get("job", [])
+    if job:
+        print("the run's own steps, p50 wall / CPU ms: "
+              f"{statistics.median(w for w, _, _ in job):.2f} / "
+              f"{statistics.median(c for _, c, _ in job):.2f}")  # fmt: skip
+    for what, walls in (("with", with_gc), ("without", without_gc)):
+        if walls:
+            print(f"resumes {what} a collection: {len(walls)}, wall p50 "
+                  f"{statistics.median(walls):.2f} ms")  # fmt: skip
 
 
 if __name__ == "__main__":
