@@ -61,6 +61,21 @@ def _wrap(owner: Any, name: str, label: str, *, end: bool = True) -> None:
     setattr(owner, name, wrapped)
 
 
+def _wrap_sync(owner: Any, name: str, label: str) -> None:
+    """Stamp the synchronous `owner.name`'s start and end as `label`."""
+    original = getattr(owner, name)
+
+    @functools.wraps(original)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        stamp(label)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            stamp(label + " end")
+
+    setattr(owner, name, wrapped)
+
+
 def install() -> None:
     """Stamp the bot's round trips, Web API calls and steps from now on."""
     from redis.asyncio.connection import AbstractConnection
@@ -141,6 +156,8 @@ def install() -> None:
     gc.callbacks.append(lambda phase, info: stamp(f"gc {phase} {info['generation']}"))
     if os.environ.get("TRACE_CENSUS"):
         install_census()
+    if os.environ.get("TRACE_FINE"):
+        _fine()
 
 
 def install_census() -> None:
@@ -177,6 +194,48 @@ def install_census() -> None:
             CENSUS.append((t0, (time.monotonic() - t0) * 1000, 0.0, "idle"))
 
     selectors.EpollSelector.select = waited  # type: ignore[method-assign]
+
+
+def _fine() -> None:
+    """More stamps (TRACE_FINE=1): the steps between the milestones."""
+    from aiohttp.web_protocol import RequestHandler
+
+    from bot.service.foreground import Foreground
+    from bot.service.running.runs import Runs
+    from bot.service.running.streaming import AnswerStream
+    from bot.service.running.worker import Worker
+    from bot.slack.delivery.projector import Projector
+    from bot.store.parts.calls import Calls
+    from bot.store.runs import Runs as StoredRuns
+
+    _wrap(RequestHandler, "finish_response", "-aiohttp write")
+    _wrap(Calls, "decide", "-calls.decide")
+    _wrap(AnswerStream, "close", "-stream close")
+    _wrap(Runs, "_settle", "-settle")
+    _wrap(StoredRuns, "finish", "-store finish")
+    _wrap(Projector, "project", "-project")
+    adopt, release = Worker.adopt, Foreground._release
+
+    def adopted(self: Any, jobs: Any) -> None:
+        stamp("-adopt")
+        adopt(self, jobs)
+
+    def released(self: Any) -> None:
+        stamp("-pump")
+        release(self)
+
+    from redis.asyncio.client import Pipeline
+
+    from bot.service.core import ServiceCore
+    from bot.service.judgement import Judgement
+
+    _wrap(Judgement, "settle", "-settle judgement")
+    _wrap(Pipeline, "execute", "-pipe execute")
+    for owner, name in ((Projector, "_pass_in"), (StoredRuns, "_ended_in"),
+                        (ServiceCore, "audit_in")):  # fmt: skip
+        _wrap_sync(owner, name, f"-{name}")
+    Worker.adopt = adopted  # type: ignore[method-assign]
+    Foreground._release = released  # type: ignore[method-assign]
 
 
 def _dump(signum: int, frame: FrameType | None) -> None:
@@ -273,6 +332,34 @@ MILESTONES = [
 ]
 
 
+# With TRACE_FINE=1: the steps between the milestones too.
+FINE = [
+    ("request in", "http in"),
+    ("the decision waits for the lull", "lull wait"),
+    ("Bolt's answer returned", "http out"),
+    ("aiohttp writes the answer", "-aiohttp write"),
+    ("aiohttp's write returned", "-aiohttp write end"),
+    ("the lull's pump", "-pump"),
+    ("decision starts (after the lull)", "decide"),
+    ("call and run read", "HGETALL"),
+    ("the judgement done: Calls.decide", "-calls.decide"),
+    ("decide.lua", "EVALSHA(decide"),
+    ("Calls.decide returned", "-calls.decide end"),
+    ("the decision returned", "decide end"),
+    ("job starts", "job"),
+    ("SDK resume starts", "resume"),
+    ("SDK resume ends", "resume end"),
+    ("the answer stream closed", "-stream close end"),
+    ("Runs.finish called", "-store finish"),
+    ("finish.lua", "EVALSHA(finish"),
+    ("pass starts", "pass"),
+    ("project starts", "-project"),
+    ("token takes", "EVALSHA(pace"),
+    ("chat.postMessage sent", "api chat.postMessage"),
+    ("output seen by the stand-in", "-- output"),
+]
+
+
 def _round_trips(
     stamps: list[tuple[float, int, str, int]],
 ) -> list[tuple[float, int, str]]:
@@ -305,14 +392,17 @@ def report(
         tl.append((acked - started, "-- ack received"))
         tl.append((shown - started, "-- output seen by the stand-in"))
         timelines.append(sorted(tl))
+    if os.environ.get("TRACE_DUMP"):  # every click's timeline, for a closer look
+        Path(os.environ["TRACE_DUMP"]).write_text(json.dumps(timelines))
     for tl in timelines[:2]:
         print("One click, ms after it was sent:")
         for t, label in tl:
             print(f"  {t * 1000:7.2f}  {label}")
-    found: dict[str, list[float]] = {name: [] for name, _ in MILESTONES}
+    milestones = FINE if os.environ.get("TRACE_FINE") else MILESTONES
+    found: dict[str, list[float]] = {name: [] for name, _ in milestones}
     for tl in timelines:
         i = 0
-        for name, prefix in MILESTONES:
+        for name, prefix in milestones:
             for j in range(i, len(tl)):
                 label = tl[j][1].split(" ", 1)[1] if tl[j][1].startswith("p") else tl[j][1]
                 if label.startswith(prefix):
@@ -322,7 +412,7 @@ def report(
     print(f"\nMilestones, median ms after the click over {len(timelines)} clicks (found in how "
           "many); gap from the one before:")  # fmt: skip
     before = 0.0
-    for name, _ in MILESTONES:
+    for name, _ in milestones:
         if found[name]:
             at = statistics.median(found[name])
             print(f"  {at:7.2f}  {at - before:6.2f}  {name} ({len(found[name])})")
