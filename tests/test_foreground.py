@@ -264,3 +264,35 @@ async def wait_for_entry(entered: dict[int, float], i: int) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"decision {i} never had its turn")
+
+
+async def test_alone_is_the_callers_request_with_nothing_else_in_flight_or_waiting() -> None:
+    """`alone()`, asked by a listener inside its request: its request is the one in flight,
+    here and in the other serving processes, and nothing waits for a lull (a click's read then
+    goes at once, `Decisions.read_ahead`); never with the waiting disabled."""
+    from bot.processes import InFlight
+
+    shared = InFlight(2)
+    here = Foreground(max_wait=FOREVER, elsewhere=shared.of(0))
+    there = Foreground(max_wait=FOREVER, elsewhere=shared.of(1))
+    assert not here.alone()  # (no request: not a listener's question)
+    with here.request():
+        assert here.alone()
+        with held(here):  # another request here
+            await steps(1)
+            assert not here.alone()
+        await steps(1)
+        assert here.alone()
+        with held(there):  # another serving process's
+            await steps(1)
+            assert not here.alone()
+        await steps(1)
+        async with here.deciding():  # a decision let go
+            assert not here.alone()
+        waiter = asyncio.create_task(here.lull())  # deferred work waiting
+        await steps(1)
+        assert not waiter.done() and not here.alone()
+    await asyncio.wait_for(waiter, timeout=30)
+    disabled = Foreground(max_wait=0)
+    with disabled.request():
+        assert not disabled.alone()

@@ -129,9 +129,22 @@ class FakeService:
         )
 
     async def approve(
-        self, actor: Actor, approval_id: str, *, always: bool, version: str = ""
-    ) -> Any:
-        return await self._call("approve", actor, approval_id, always=always)
+        self, actor: Actor, approval_id: str, *, always: bool, version: str = "",
+        read: Awaitable[Any] | None = None,
+    ) -> Any:  # fmt: skip
+        extra = {} if read is None else {"read": await read}
+        return await self._call("approve", actor, approval_id, always=always, **extra)
+
+    def read_ahead(self, approval_id: str) -> Awaitable[Any]:
+        self.timeline.add("read_ahead", approval_id)
+
+        async def read() -> str:
+            failure = self.answers.get("read_ahead")
+            if isinstance(failure, Exception):
+                raise failure
+            return f"read {approval_id}"
+
+        return asyncio.ensure_future(read())
 
     async def resolve_review(self, actor: Actor, review_id: str, *, action: str) -> Reply:
         return await self._call("resolve_review", actor, review_id, action=action)
@@ -248,7 +261,7 @@ class FakeApp:
 class Rig:
     """The listeners registered on a fake app, with fake collaborators."""
 
-    def __init__(self) -> None:
+    def __init__(self, foreground: Foreground | None = None) -> None:
         self.timeline = Timeline()
         self.service = FakeService(self.timeline)
         self.records = FakeRecords(self.timeline)
@@ -260,7 +273,7 @@ class Rig:
             records=self.records,
             notifier=self.notifier,
             client=self.client,
-            foreground=Foreground(max_wait=0),
+            foreground=foreground or Foreground(max_wait=0),
             ack_budget=1.5,
             default_agent="ops",
             home=self.home,
@@ -429,6 +442,51 @@ async def test_an_approval_click_acks_first_then_decides_for_the_signed_actor(
     [call] = rig.timeline.calls("approve")
     assert call == ((SIGNED, "run1.c1"), {"always": always})
     assert rig.notifier.told == []  # a decision made shows on the card
+
+
+async def test_a_click_alone_has_its_read_sent_at_once_and_judged_after_the_lull() -> None:
+    """The only request in flight (#32): the click's read of its call and run is sent before
+    its ack is answered; the decision, which judges what it read, waits for the lull (the
+    click's own request answered): acks first."""
+    foreground = Foreground(max_wait=3600)
+    rig = Rig(foreground)
+    with foreground.request():  # (as the app counts each request it answers)
+        await rig.click(blocks.APPROVE, "run1.c1")
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert rig.timeline.names() == ["ack", "read_ahead"]
+        assert rig.timeline.calls("read_ahead") == ["run1.c1"]
+    await rig.service.settle()
+    assert rig.timeline.names() == ["ack", "read_ahead", "approve"]
+    [call] = rig.timeline.calls("approve")
+    assert call == ((SIGNED, "run1.c1"), {"always": False, "read": "read run1.c1"})
+
+
+async def test_a_click_among_other_requests_reads_after_the_lull() -> None:
+    """Another request in flight (a burst): nothing of the click's decision, its read
+    included, goes before the lull."""
+    foreground = Foreground(max_wait=3600)
+    rig = Rig(foreground)
+    with foreground.request():  # another click, still being answered
+        with foreground.request():
+            await rig.click(blocks.APPROVE, "run1.c1")
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert rig.timeline.names() == ["ack"]
+    await rig.service.settle()
+    assert rig.timeline.names() == ["ack", "approve"]
+    [call] = rig.timeline.calls("approve")
+    assert call == ((SIGNED, "run1.c1"), {"always": False})
+
+
+async def test_a_read_ahead_that_fails_is_told_try_again() -> None:
+    foreground = Foreground(max_wait=3600)
+    rig = Rig(foreground)
+    rig.service.answers["read_ahead"] = RuntimeError("redis down")
+    with foreground.request():
+        await rig.click(blocks.APPROVE)
+    await rig.service.settle()
+    assert rig.notifier.texts() == [TRY_AGAIN]
 
 
 async def test_a_refused_decision_is_told_privately_to_the_clicker(rig: Rig) -> None:

@@ -138,6 +138,7 @@ class ApprovalService:
         # Decisions: clicks, the reject modal, thread replies.
         self.decide = self.decisions.decide
         self.approve = self.decisions.approve
+        self.read_ahead = self.decisions.read_ahead  # a click's read, sent while it is acked
         self.reject_form = self.decisions.reject_form
         self.thread_reply = self.decisions.thread_reply  # on a question's card: an answer
         self.confirm_reply = self.decisions.confirm_reply

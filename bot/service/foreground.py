@@ -148,6 +148,19 @@ class Foreground:
                 timer.cancel()
                 release()
 
+    def alone(self) -> bool:
+        """Whether the one Slack request in flight, here and in the other serving processes,
+        is the caller's (a listener's), with nothing else waiting for a lull: its deferred work
+        would then start as soon as it is answered (a click's read may go at once,
+        `Decisions.read_ahead`). Never with the waiting disabled."""
+        return (
+            self.max_wait > 0
+            and self._in_flight == 1
+            and self._requests == 1
+            and not self._waiters
+            and (self.elsewhere is None or self.elsewhere.others() == 0)
+        )
+
     def _busy(self) -> bool:
         """A request in flight here or in another serving process."""
         return self._in_flight > 0 or (self.elsewhere is not None and self.elsewhere.others() > 0)

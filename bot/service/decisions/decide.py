@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import re
@@ -84,6 +85,17 @@ TYPE_FIRST = (
 )
 
 
+# A click's call and run, as `Calls.call_and_run` reads them (`Decisions.read_ahead`).
+CallAndRun = tuple[CallRecord | None, RunRecord | None]
+
+
+def _retrieved(read: asyncio.Future[CallAndRun]) -> None:
+    """A read ahead whose decision never came (shutting down): its failure is not logged as
+    never retrieved."""
+    if not read.cancelled():
+        read.exception()
+
+
 def _expected(call: CallRecord, run: RunRecord, always: bool) -> Decided | None:
     """What the decision on `call` is when it is recorded, if that is known before: a call that
     needs one approval, alone in its pause, decided without Always, settles the pause (its
@@ -140,13 +152,28 @@ class Decisions:
         )  # fmt: skip
         return reply
 
+    def read_ahead(self, approval_id: str) -> asyncio.Future[CallAndRun]:
+        """A click's read of its call and run (one round trip, the first step of `approve`),
+        sent now in a task of its own; `approve(read=...)` judges what it read. A click that
+        comes while nothing else is in flight has it sent while its ack is written, and its
+        decision waits for the lull (acks first) with the read already answered (#32). Only a
+        read: what is recorded is still decided by decide.lua's atomic, owner-checked
+        transition, as when the read is slow."""
+        read = asyncio.ensure_future(self.store.call_and_run(approval_id))
+        read.add_done_callback(_retrieved)
+        return read
+
     async def _check(
-        self, actor: Actor, approval_id: str, attempt: Attempt, *, audited_as: str = ""
-    ) -> tuple[CallRecord, RunRecord, Allowed] | Reply | TypeToConfirm:
+        self, actor: Actor, approval_id: str, attempt: Attempt, *, audited_as: str = "",
+        read: Awaitable[CallAndRun] | None = None,
+    ) -> tuple[CallRecord, RunRecord, Allowed] | Reply | TypeToConfirm:  # fmt: skip
         """Everything that must hold before a decision is recorded (`Judgement.settle`): the
         judgement's Allowed, a Reply when it refuses (audited), a TypeToConfirm when the
-        approval needs a typed value that was not given."""
-        call, run = await self.store.call_and_run(approval_id)  # one round trip
+        approval needs a typed value that was not given. `read`: the call and run read ahead
+        (`read_ahead`), else read now."""
+        if read is None:
+            read = self.store.call_and_run(approval_id)  # one round trip
+        call, run = await read
         if call is None:
             return Reply(False, Gone().why)
         if run is None:
@@ -207,15 +234,16 @@ class Decisions:
         return RejectForm(call, "\n".join(c["text"] for c in comments if c.get("approver")))
 
     async def approve(
-        self, actor: Actor, approval_id: str, *, always: bool, version: str = ""
-    ) -> Reply | TypeToConfirm | ChooseScope:
+        self, actor: Actor, approval_id: str, *, always: bool, version: str = "",
+        read: Awaitable[CallAndRun] | None = None,
+    ) -> Reply | TypeToConfirm | ChooseScope:  # fmt: skip
         """An Approve (or Always approve) click: decided like `decide`, unless the rule in
         force asks for a typed value first, or (Always approve under `grant_max`) for the
         grant's scope: then nothing is decided, a form asks for it. `version`: the version
         token the clicked card carries (`CallRecord.version`): a card drawn before an edit of
-        the call approves nothing."""
+        the call approves nothing. `read`: `read_ahead(approval_id)`, when it was sent."""
         attempt = Attempt(Way.ALWAYS if always else Way.CLICK, version=version)
-        checked = await self._check(actor, approval_id, attempt)
+        checked = await self._check(actor, approval_id, attempt, read=read)
         if isinstance(checked, Reply | TypeToConfirm):
             return checked
         call, run, allowed = checked

@@ -132,11 +132,15 @@ def on_decision(deps: ListenerDeps) -> Listener:
         received = float(context.get(RECEIVED) or asyncio.get_running_loop().time())
         trigger_id = str(body.get("trigger_id", ""))
         approval_id, version = blocks.approval_and_version(approval_id)
+        # The only request in flight: the click's read goes now, answered while its ack is
+        # written; the judgement and the decision still wait for the lull (acks first).
+        read = deps.service.read_ahead(approval_id) if deps.foreground.alone() else None
 
         async def work() -> None:
             reply = await deps.service.approve(
-                actor, approval_id, always=action_id == blocks.ALWAYS_APPROVE, version=version
-            )
+                actor, approval_id, always=action_id == blocks.ALWAYS_APPROVE, version=version,
+                read=read,
+            )  # fmt: skip
             if isinstance(reply, TypeToConfirm):  # nothing decided: ask for the typed value
                 view = modals.confirm_modal(reply.call, expected=reply.expected, what=reply.what)
                 await open_modal(deps, trigger_id, view, received + TRIGGER_SECONDS, tell,

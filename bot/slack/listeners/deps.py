@@ -15,7 +15,7 @@ from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.service.decisions.batch import BatchDone, BatchForm
-from bot.service.decisions.decide import WhoReacted
+from bot.service.decisions.decide import CallAndRun, WhoReacted
 from bot.service.decisions.edits import EditErrors, EditForm, Entered
 from bot.service.decisions.grants import ChooseScope, GrantScope
 from bot.service.foreground import Foreground
@@ -61,8 +61,12 @@ class Service(Protocol):
     ) -> Reply: ...
 
     async def approve(
-        self, actor: Actor, approval_id: str, *, always: bool, version: str = ""
-    ) -> Reply | TypeToConfirm | ChooseScope: ...
+        self, actor: Actor, approval_id: str, *, always: bool, version: str = "",
+        read: Awaitable[CallAndRun] | None = None,
+    ) -> Reply | TypeToConfirm | ChooseScope: ...  # fmt: skip
+
+    def read_ahead(self, approval_id: str) -> Awaitable[CallAndRun]:
+        """A click's read of its call and run, sent now (`approve(read=...)` judges it)."""
 
     async def pause_batch_form(
         self, actor: Actor, run_id: str, *, approve: bool
