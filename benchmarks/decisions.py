@@ -9,7 +9,9 @@ clicks over HTTP from this load generator:
   bots, each with its in-process worker), where every click approves a distinct paused run of
   a minimal agent (one call that needs approval, then an answer);
 - the SDK alone, in this process: `RunState.from_string` + `approve` + `Runner.run` on the same
-  minimal run, the floor for decision -> final output.
+  minimal run, the floor for decision -> final output: right after the run paused (warm, the
+  issue's floor) and, beside it, after 0.5 s asleep (as cold as the bot's resumes one at a
+  time, which come seconds apart).
 
 The Slack Web API is the stand-in (`bot.testing.slack_api`), in a process of its own; the
 model is scripted (`benchmarks/bench_agents.py`); Redis is a local `redis-server`. Slack's
@@ -451,23 +453,46 @@ async def bare_floor(api_url: str, clicks: dict[int, int]) -> dict[int, Load]:
         await bare.stop()
 
 
-async def sdk_resume(samples: int) -> tuple[list[float], list[float]]:
-    """The SDK's own resume of the minimal run: `from_string` + `approve` + `Runner.run`, ms
-    of wall time and of CPU."""
+SDK_IDLE = 0.5  # s asleep before the SDK's resume "after idle", as the bot's one at a time are
+
+
+@dataclass
+class SdkResumes:
+    """The SDK's own resume of the minimal run, ms: `warm` (wall) and `cpu` right after a run of
+    the same agent, as the issue's floor; `idle` (wall) after SDK_IDLE s asleep: the bot's
+    resumes one at a time come seconds apart, and after a while idle the same resume costs
+    about 1.4x (the machine's other processes have its caches and predictors meanwhile)."""
+
+    warm: list[float]
+    cpu: list[float]
+    idle: list[float]
+
+
+async def sdk_resume(samples: int) -> SdkResumes:
+    """The SDK's own resume of the minimal run: `from_string` + `approve` + `Runner.run`,
+    alternately right after the run paused and after SDK_IDLE s asleep."""
     agent = deployer()
-    taken, cpu = [], []
-    for i in range(samples + 5):  # the first few warm up
+    out = SdkResumes([], [], [])
+    for i in range(2 * (samples + 5)):  # the first few of each kind warm up
         paused = await Runner.run(agent, f"deploy v{i}")
         stored = paused.to_state().to_string()
+        if i % 2:
+            await asyncio.sleep(SDK_IDLE)
         started, processed = time.perf_counter(), time.process_time()
         state = await RunState.from_string(agent, stored)
         for item in state.get_interruptions():
             state.approve(item)
         result = await Runner.run(agent, state)
-        taken.append((time.perf_counter() - started) * 1000)
-        cpu.append((time.process_time() - processed) * 1000)
+        taken = (time.perf_counter() - started) * 1000
         assert result.final_output == "done"
-    return taken[5:], cpu[5:]
+        if i < 10:
+            continue
+        if i % 2:
+            out.idle.append(taken)
+        else:
+            out.warm.append(taken)
+            out.cpu.append((time.process_time() - processed) * 1000)
+    return out
 
 
 # The bot ------------------------------------------------------------------------------------
@@ -813,7 +838,7 @@ def ms(value: float) -> str:
 def report(
     rounds: dict[int, list[Round]],
     serial: list[float],
-    sdks: tuple[list[float], list[float]],
+    sdks: SdkResumes,
     calls: list[int],
     storage: dict[str, int],
     connections: int,
@@ -857,7 +882,7 @@ def report(
             "  requester notices in the burst (one person started every run); other calls", "",
             f"{o.notices}; {o.per_decision(None) * o.clicks:.0f}", "", "",
         ))  # fmt: skip
-    sdk, sdk_cpu = sdks
+    sdk, sdk_cpu = sdks.warm, sdks.cpu
     n = at_once.clicks
     rows.append((
         f"decision -> final output p50, {n} clicks at once (s)", "", f"{at_once.output_p(0.5):.2f}",
@@ -877,6 +902,11 @@ def report(
         f"decision -> final output p50, one at a time (ms; {len(serial)})",
         f"SDK {ms(sdk_med)}", ms(bot_med), f"{bot_med / sdk_med:.1f}x",
         f"<= {LATENCY_GOAL:g}x = {ms(LATENCY_GOAL * sdk_med)}",
+    ))  # fmt: skip
+    idle_med = statistics.median(sdks.idle)
+    rows.append((
+        f"  the SDK's resume {SDK_IDLE:g} s idle first, as the bot's (ms; {len(sdks.idle)})",
+        f"SDK {ms(idle_med)}", ms(bot_med), f"{bot_med / idle_med:.1f}x", "",
     ))  # fmt: skip
     rows.append(("  minus the SDK's own resume: overhead p50 (ms)", "", ms(bot_med - sdk_med),
                  "", ""))  # fmt: skip
@@ -973,7 +1003,7 @@ async def main() -> None:
                     await bare.stop()
                 print(f"(the bot: {bot.topology}; {time.perf_counter() - began:.0f} s)")
                 return
-            sdk, sdk_cpu = await sdk_resume(args.serial)
+            sdks = await sdk_resume(args.serial)
             bot = Bot(server.url, api_url, Path(tmp))
             try:
                 await bot.start()
@@ -1011,7 +1041,7 @@ async def main() -> None:
             await standin.stop()
             server.stop()
     print_rounds(rounds)
-    report(rounds, serial, (sdk, sdk_cpu), calls, storage, connections, at_once, floor,
+    report(rounds, serial, sdks, calls, storage, connections, at_once, floor,
            serial_cpu)  # fmt: skip
     shares = " / ".join(f"{100 * c / max(sum(at_once.shares), 1e-9):.0f}%" for c in at_once.shares)
     print(f"(the bot: {bot.topology}; their shares of the {at_once.clicks} at once's CPU: "
