@@ -38,9 +38,45 @@ def _cleared() -> None:
     DEPLOYED.clear()
 
 
+def _function_calls() -> list[ResponseFunctionToolCall]:
+    """Function calls as models: validated, built without validation, changed afterwards;
+    with fields left out, None, extra, nested or of another type than declared."""
+    plain = {"type": "function_call", "call_id": "c1", "name": "deploy", "arguments": "{}"}
+    model = ResponseFunctionToolCall
+    changed = [model(**plain) for _ in range(5)]
+    changed[0].id = "fc_late"
+    changed[1].status = None
+    changed[2].arguments = 5  # type: ignore[assignment]
+    changed[3].namespace = "ops"
+    changed[4].extra = "x"
+    return [
+        model(**plain),
+        model(**plain, id=None, namespace=None, status=None),  # given, None
+        model(**plain, **{"async": True}),
+        model(**plain, **{"async": False}, id="fc_2", status="in_progress", namespace="ops"),
+        model(**{**plain, "arguments": '{"target":"web","replicas":2}'}, id="fc_3"),
+        model(**{**plain, "arguments": "x" * 5000}),
+        model(**{**plain, "call_id": ""}),
+        model(**{**plain, "name": ""}),
+        model(**plain, caller={"type": "direct"}),
+        model(**plain, provider_data={"type": "mcp_approval_request"}),  # extra
+        model(**plain, unknown=None),  # extra, None
+        model.model_construct(**plain),
+        model.model_construct(call_id="c1", name="deploy", type="function_call"),  # no arguments
+        model.model_construct(**{**plain, "type": "hosted_tool_call"}),
+        model.model_construct(**plain, id=1),
+        model.model_construct(**plain, status=True),
+        model.model_construct(**plain, **{"async": "yes"}),
+        model.model_construct(**{**plain, "call_id": 7}),
+        model.model_construct(**plain, _fields_set={"bogus"}),
+        *changed,
+    ]
+
+
 def _raw_items() -> list[Any]:
     call = {"type": "function_call", "call_id": "c1", "name": "deploy"}
     return [
+        *_function_calls(),
         ResponseFunctionToolCall(
             type="function_call", call_id="c1", name="deploy", arguments='{"target":"web"}'
         ),
@@ -119,6 +155,27 @@ def test_the_tool_invocation_identities_are_the_sdks_own() -> None:
     assert answered > 20  # most of them are calls
 
 
+def test_a_function_calls_key_is_read_as_its_dump_gives_it() -> None:
+    """The fields read from a function call's model for its key, where they are read, are those
+    of the mapping the SDK reads it as (its model dump through `_unwrap_hosted_mcp_approval`),
+    in the same order, of the same types; the common calls are read."""
+    read = 0
+    for call in _function_calls():
+        fields = invocations._function_call_fields(call)
+        if fields is not None:
+            read += 1
+            mapping = tool_invocation._unwrap_hosted_mcp_approval(call)
+            assert fields == invocations._fields(mapping), call
+            assert [(name, type(value), value) for name, value in mapping.items()] == list(
+                fields
+            ), call
+    assert read >= 10
+    common = ResponseFunctionToolCall(
+        type="function_call", call_id="c1", name="d", arguments="{}", id="fc", status="completed"
+    )
+    assert invocations._function_call_fields(common) is not None
+
+
 def _engine(*calls: tuple[str, str]) -> Engine:
     step = [function_call("deploy", {"target": t}, call_id=call_id) for call_id, t in calls]
     model = ScriptedModel([step, [assistant_message("done")]] * 50)
@@ -155,6 +212,50 @@ async def test_a_resume_computes_each_calls_identity_once(monkeypatch: pytest.Mo
     assert isinstance(outcome, Finished) and outcome.output == "done", outcome
     assert DEPLOYED == ["web"]
     assert 0 < len(fingerprinted) <= 10, len(fingerprinted)  # two for each reading seen
+
+
+async def test_a_resume_finds_its_calls_identities_without_dumping_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A resume finds the kept identities of its call without dumping the call's model: the
+    function the SDK's modules call dumps a function call only for an answer not yet kept (one
+    dump a question before this: 37 a resume)."""
+    engine = _engine(("c1", "web"))  # installs it
+    installed = tool_invocation.tool_invocation_identity_and_scope
+    assert getattr(installed, invocations._INSTALLED, None) is not None
+    asked: list[Any] = []
+    dumped: list[Any] = []
+    dump = ResponseFunctionToolCall.model_dump
+
+    inside: list[Any] = []
+
+    def asking(raw_item: Any, **arguments: Any) -> Any:
+        asked.append(raw_item)
+        inside.append(raw_item)
+        try:
+            return installed(raw_item, **arguments)
+        finally:
+            inside.pop()
+
+    def counted(self: ResponseFunctionToolCall, **arguments: Any) -> dict[str, Any]:
+        if inside:  # the installed function's (the SDK's own reads what it dumped)
+            dumped.append(self)
+        return dump(self, **arguments)
+
+    paused = await _paused(engine, "dumps")
+    [approval] = paused.approvals
+    for module in invocations._CALLERS:
+        monkeypatch.setattr(module, "tool_invocation_identity_and_scope", asking)
+    monkeypatch.setattr(ResponseFunctionToolCall, "model_dump", counted)
+    shown = (approval.agent, approval.tool, arguments_sha(approval.arguments))
+    outcome = await engine.resume(
+        "deployer", paused.checkpoint, [Decision("c1", True, shown=shown)], task="deploy web"
+    )
+    assert isinstance(outcome, Finished) and outcome.output == "done", outcome
+    assert DEPLOYED == ["web"]
+    calls = [raw_item for raw_item in asked if isinstance(raw_item, ResponseFunctionToolCall)]
+    assert len(calls) > 30, len(asked)
+    assert len(dumped) <= 2, (len(dumped), len(calls))
 
 
 async def test_a_resume_decides_the_states_own_items(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,6 +17,15 @@ SDK's own function with the mapping, keeping its answer for mappings of plain te
 fields (a function call's, for one) and the same keyword arguments: the answer, a tuple of
 strings, is a function of those alone. Anything else (nested fields, floats, long arguments) is
 computed each time, as before. Nothing else of the SDK changes.
+
+Finding the kept answer does not dump the call where its key is provably the one its dump gives:
+for a function call, an exact `ResponseFunctionToolCall` (the model's own class, no subclass)
+with no extra fields, its key is read from the model itself (`_function_call_fields`): the
+fields it was given (pydantic's `exclude_unset`), in the model's order, leaving out those that
+are None (`exclude_none`), each a text (the boolean `async_`, a boolean), which a dump returns
+as it is; `_unwrap_hosted_mcp_approval` returns such a dump unchanged (it is not a hosted
+call). Anything else (another class, extra fields, a field of another type, a `caller`) is
+dumped as before. A call found thus costs no `model_dump` (37 a resume of the minimal run).
 """
 
 from __future__ import annotations
@@ -33,8 +42,10 @@ import agents.run_context as run_context
 import agents.run_internal.turn_resolution as turn_resolution
 import agents.run_state as run_state
 import agents.tool_context as tool_context
+import pydantic
 from agents import RunState, ToolApprovalItem
 from agents.run_internal.run_steps import NextStepInterruption
+from openai.types.responses import ResponseFunctionToolCall
 
 from bot.engine.identities import SDK
 
@@ -50,16 +61,71 @@ _LONGEST = 4096
 
 Identity = tuple[str, str, str, str] | None
 _Key = tuple[Any, ...]
+_Fields = tuple[tuple[str, type, Any], ...]
+# A function call's fields in its model's order (a dump's).
+_FUNCTION_CALL_FIELDS = tuple(ResponseFunctionToolCall.model_fields)
+# What makes a dump return other than the fields as they are: none for the model read (the
+# pinned openai's); another version's that has any is dumped.
+_PLAIN_DUMP = (
+    not ResponseFunctionToolCall.model_computed_fields
+    and not ResponseFunctionToolCall.__pydantic_decorators__.field_serializers
+    and not ResponseFunctionToolCall.__pydantic_decorators__.model_serializers
+    and not any(field.exclude for field in ResponseFunctionToolCall.model_fields.values())
+    and ResponseFunctionToolCall.model_dump is pydantic.BaseModel.model_dump
+)
+_FUNCTION_CALL_NAMES = frozenset(_FUNCTION_CALL_FIELDS)
+# The type of each field's value that is read as its dump returns it: text (the pinned openai's
+# fields of text or of a choice of texts), a boolean (`async_`); for any other field (a
+# `caller`, a nested model; another version's new field) the call is dumped.
+_READ_AS: dict[str, type] = dict.fromkeys(
+    ("arguments", "call_id", "name", "type", "id", "namespace", "status"), str
+) | {"async_": bool}
 
 
-def _key(mapping: Any, tool_lookup_key: Any, tool_name: Any, invocation_role: Any) -> _Key | None:
-    """A key for the SDK's answer about `mapping` with these arguments, or None where the
-    answer is not kept: a mapping whose keys are not all text, or any of whose values is not
-    text, an integer, a boolean or None (each value's type is in the key: `True` and `1`,
-    equal in Python, are not in JSON), or has a text longer than `_LONGEST`."""
+class _Dumped:
+    """No value's type: the field's value, unless None, makes the call dumped."""
+
+
+_FUNCTION_CALL_TYPES = tuple((name, _READ_AS.get(name, _Dumped)) for name in _FUNCTION_CALL_FIELDS)
+_MISSING = object()
+
+
+def _function_call_fields(raw_item: Any) -> _Fields | None:
+    """The fields `_key` reads from the dump of `raw_item` (`_unwrap_hosted_mcp_approval`'s
+    mapping), read from the model without dumping it, for a plain function call; None for
+    anything else (it is dumped)."""
+    if (
+        type(raw_item) is not ResponseFunctionToolCall
+        or raw_item.__pydantic_extra__
+        or not _PLAIN_DUMP
+    ):
+        return None
+    given = raw_item.__pydantic_fields_set__
+    if not given <= _FUNCTION_CALL_NAMES:
+        return None  # a name given that is no field's (`model_construct`)
+    values = raw_item.__dict__
+    fields: list[tuple[str, type, Any]] = []
+    for name, expected in _FUNCTION_CALL_TYPES:
+        if name in given:
+            value = values.get(name, _MISSING)
+            kind = type(value)
+            if kind is expected:
+                if kind is str and len(value) > _LONGEST:
+                    return None
+                fields.append((name, kind, value))
+            elif value is not None:
+                return None  # a model built or changed without validation, a caller, ...
+    return tuple(fields)
+
+
+def _fields(mapping: Any) -> _Fields | None:
+    """The fields of `mapping` for a key, or None where the answer is not kept: a mapping
+    whose keys are not all text, or any of whose values is not text, an integer, a boolean or
+    None (each value's type is in the key: `True` and `1`, equal in Python, are not in JSON),
+    or has a text longer than `_LONGEST`."""
     if type(mapping) is not dict:
         return None
-    fields: list[Any] = []
+    fields: list[tuple[str, type, Any]] = []
     for name, value in mapping.items():
         kind = type(value)
         if type(name) is not str:
@@ -70,6 +136,14 @@ def _key(mapping: Any, tool_lookup_key: Any, tool_name: Any, invocation_role: An
         elif kind is not int and kind is not bool and value is not None:
             return None
         fields.append((name, kind, value))
+    return tuple(fields)
+
+
+def _key(
+    fields: _Fields, tool_lookup_key: Any, tool_name: Any, invocation_role: Any
+) -> _Key | None:
+    """A key for the SDK's answer about a mapping of `fields` with these arguments, or None
+    where the answer is not kept (arguments not plain text)."""
     if tool_lookup_key is not None and (
         type(tool_lookup_key) is not tuple or any(type(part) is not str for part in tool_lookup_key)
     ):
@@ -77,7 +151,7 @@ def _key(mapping: Any, tool_lookup_key: Any, tool_name: Any, invocation_role: An
     for text in (tool_name, invocation_role):
         if text is not None and type(text) is not str:
             return None
-    return (tuple(fields), tool_lookup_key, tool_name, invocation_role)
+    return (fields, tool_lookup_key, tool_name, invocation_role)
 
 
 def _once(sdk: Callable[..., Identity]) -> Callable[..., Identity]:
@@ -90,15 +164,21 @@ def _once(sdk: Callable[..., Identity]) -> Callable[..., Identity]:
         tool_name: str | None = None,
         invocation_role: str | None = None,
     ) -> Identity:
-        mapping = invocation._unwrap_hosted_mcp_approval(raw_item)
-        if mapping is None:
-            return None  # as the SDK's: its first reading finds no call
-        key = _key(mapping, tool_lookup_key, tool_name, invocation_role)
+        mapping: Any = None
+        fields = _function_call_fields(raw_item)
+        if fields is None:
+            mapping = invocation._unwrap_hosted_mcp_approval(raw_item)
+            if mapping is None:
+                return None  # as the SDK's: its first reading finds no call
+            fields = _fields(mapping)
+        key = None if fields is None else _key(fields, tool_lookup_key, tool_name, invocation_role)
         if key is not None:
             try:
                 return kept[key]
             except KeyError:
                 pass
+        if mapping is None:
+            mapping = invocation._unwrap_hosted_mcp_approval(raw_item)
         answer = sdk(
             mapping,
             tool_lookup_key=tool_lookup_key,
