@@ -143,6 +143,9 @@ def test_the_tool_invocation_identities_are_the_sdks_own() -> None:
     installed = tool_invocation.tool_invocation_identity_and_scope
     for module in invocations._CALLERS:
         assert module.tool_invocation_identity_and_scope is installed
+    for module in invocations._CALL_ID_CALLERS:
+        read = module.tool_invocation_call_id  # type: ignore[attr-defined]
+        assert getattr(read, invocations._INSTALLED) is tool_invocation.tool_invocation_call_id
     answered = 0
     for _ in range(2):
         for raw_item in _raw_items():
@@ -152,6 +155,9 @@ def test_the_tool_invocation_identities_are_the_sdks_own() -> None:
                 answered += own is not None
                 identity = tool_invocation.tool_invocation_identity(raw_item, **arguments)
                 assert identity == (None if own is None else (own[0], own[1], own[3]))
+            for module in invocations._CALL_ID_CALLERS:
+                call_id = module.tool_invocation_call_id(raw_item)  # type: ignore[attr-defined]
+                assert call_id == invocations.sdk_call_id(raw_item), raw_item
     assert answered > 20  # most of them are calls
 
 
@@ -237,7 +243,10 @@ async def test_a_resume_finds_its_calls_identities_without_dumping_them(
         finally:
             inside.pop()
 
+    every: list[Any] = []
+
     def counted(self: ResponseFunctionToolCall, **arguments: Any) -> dict[str, Any]:
+        every.append(self)
         if inside:  # the installed function's (the SDK's own reads what it dumped)
             dumped.append(self)
         return dump(self, **arguments)
@@ -256,6 +265,8 @@ async def test_a_resume_finds_its_calls_identities_without_dumping_them(
     calls = [raw_item for raw_item in asked if isinstance(raw_item, ResponseFunctionToolCall)]
     assert len(calls) > 30, len(asked)
     assert len(dumped) <= 2, (len(dumped), len(calls))
+    # and its call ids read without one (32 more dumps before: 88 dumps of the call a resume)
+    assert len(every) <= 24, len(every)
 
 
 async def test_a_resume_decides_the_states_own_items(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,7 +25,12 @@ fields it was given (pydantic's `exclude_unset`), in the model's order, leaving 
 are None (`exclude_none`), each a text (the boolean `async_`, a boolean), which a dump returns
 as it is; `_unwrap_hosted_mcp_approval` returns such a dump unchanged (it is not a hosted
 call). Anything else (another class, extra fields, a field of another type, a `caller`) is
-dumped as before. A call found thus costs no `model_dump` (37 a resume of the minimal run).
+dumped as before. A call found thus costs no `model_dump` (36 a resume of the minimal run),
+nor does computing an answer not yet kept (the SDK's function is given the mapping of those
+fields). The SDK's `tool_invocation_call_id` (a call's type and call id), which its modules
+ask directly another 32 times a resume, dumping the call each time, is given that mapping in
+their place too; it reads the call only through `_unwrap_hosted_mcp_approval`, which returns a
+mapping unchanged, so it answers what it answers for the call.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import agents
 import agents._tool_invocation as invocation
 import agents.agent_tool_state as agent_tool_state
 import agents.run_context as run_context
+import agents.run_internal.tool_planning as tool_planning
 import agents.run_internal.turn_resolution as turn_resolution
 import agents.run_state as run_state
 import agents.tool_context as tool_context
@@ -54,12 +60,16 @@ log = logging.getLogger(__name__)
 _INSTALLED = "_approval_bot_once"
 # The modules that call the SDK's function by a name of their own.
 _CALLERS = (invocation, run_context, run_state, turn_resolution, tool_context, agent_tool_state)
+# And those that call its `tool_invocation_call_id` (its own module's caller is the function
+# above, which gives it a mapping).
+_CALL_ID_CALLERS = (run_context, run_state, turn_resolution, tool_planning)
 # Answers kept (each a few hundred bytes with its key), and the longest text field kept: a
 # resume asks about its few calls dozens of times within milliseconds.
 KEPT = 2048
 _LONGEST = 4096
 
 Identity = tuple[str, str, str, str] | None
+CallId = tuple[str, str | None] | None
 _Key = tuple[Any, ...]
 _Fields = tuple[tuple[str, type, Any], ...]
 # A function call's fields in its model's order (a dump's).
@@ -177,8 +187,8 @@ def _once(sdk: Callable[..., Identity]) -> Callable[..., Identity]:
                 return kept[key]
             except KeyError:
                 pass
-        if mapping is None:
-            mapping = invocation._unwrap_hosted_mcp_approval(raw_item)
+        if mapping is None:  # the fields read: the mapping the dump gives, made of them
+            mapping = {name: value for name, _, value in fields or ()}
         answer = sdk(
             mapping,
             tool_lookup_key=tool_lookup_key,
@@ -197,6 +207,17 @@ def _once(sdk: Callable[..., Identity]) -> Callable[..., Identity]:
     return tool_invocation_identity_and_scope
 
 
+def _read(sdk: Callable[[Any], CallId]) -> Callable[[Any], CallId]:
+    def tool_invocation_call_id(raw_item: Any) -> CallId:
+        fields = _function_call_fields(raw_item)
+        if fields is not None:  # the mapping the SDK reads it as, made of the fields read
+            raw_item = {name: value for name, _, value in fields}
+        return sdk(raw_item)
+
+    setattr(tool_invocation_call_id, _INSTALLED, sdk)
+    return tool_invocation_call_id
+
+
 def install() -> bool:
     """Replace the function where the SDK's modules call it (once; True when it is in place).
     Another SDK version keeps its own: what it computes may differ."""
@@ -208,7 +229,17 @@ def install() -> bool:
         once = _once(current)
         for module in _CALLERS:
             module.tool_invocation_identity_and_scope = once  # type: ignore[attr-defined]
+    current_call_id = invocation.tool_invocation_call_id
+    if getattr(current_call_id, _INSTALLED, None) is None:
+        read = _read(current_call_id)
+        for module in _CALL_ID_CALLERS:
+            module.tool_invocation_call_id = read  # type: ignore[attr-defined]
     return True
+
+
+def sdk_call_id(raw_item: Any) -> CallId:
+    """The SDK's own `tool_invocation_call_id` (for checking the one installed)."""
+    return invocation.tool_invocation_call_id(raw_item)  # its module's own is not replaced
 
 
 def sdk_identity_and_scope(raw_item: Any, **arguments: Any) -> Identity:
