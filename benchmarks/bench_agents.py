@@ -7,7 +7,7 @@ import os
 import zlib
 from typing import Any
 
-from agents import Agent, Model, ModelResponse, function_tool
+from agents import Agent, Model, ModelResponse, RunConfig, Runner, RunState, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 
@@ -88,3 +88,22 @@ def looker() -> Agent[Any]:
 
 
 approvals = {"deployer": deployer(), "looker": looker()}
+
+
+async def approve_and_run(
+    agent: Agent[Any],
+    state: RunState[Any],
+    *,
+    streamed: bool = False,
+    config: RunConfig | None = None,
+) -> Any:
+    """The SDK's own resume of a paused run's state, the floor the benchmarks time: every call
+    approved, then run, streamed as the bot runs it or by `Runner.run`; its final output."""
+    for item in state.get_interruptions():
+        state.approve(item)
+    if streamed:
+        result = Runner.run_streamed(agent, state, run_config=config)
+        async for _ in result.stream_events():
+            pass
+        return result.final_output
+    return (await Runner.run(agent, state, run_config=config)).final_output

@@ -79,7 +79,7 @@ import aiohttp
 import redis.asyncio as aioredis
 from agents import Runner, RunState, set_tracing_disabled
 
-from benchmarks.bench_agents import deployer
+from benchmarks.bench_agents import approve_and_run, deployer
 from benchmarks.peers import SIGNING_SECRET, TOKEN
 from benchmarks.storage import BUDGET, CASES, paused_run_bytes
 
@@ -479,13 +479,10 @@ async def _sdk_resumes(samples: int, idle: float) -> tuple[list[float], list[flo
         if idle:
             await asyncio.sleep(idle)
         started, processed = time.perf_counter(), time.process_time()
-        state = await RunState.from_string(agent, stored)
-        for item in state.get_interruptions():
-            state.approve(item)
-        result = await Runner.run(agent, state)
+        output = await approve_and_run(agent, await RunState.from_string(agent, stored))
         taken.append((time.perf_counter() - started) * 1000)
         cpu.append((time.process_time() - processed) * 1000)
-        assert result.final_output == "done"
+        assert output == "done"
     return taken[5:], cpu[5:]
 
 

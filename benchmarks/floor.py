@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-from agents import Runner, RunResult, RunResultStreaming, RunState, set_tracing_disabled
+from agents import Runner, RunState, set_tracing_disabled
 
-from benchmarks.bench_agents import deployer
+from benchmarks.bench_agents import approve_and_run, deployer
 from benchmarks.decisions import Process, bare_floor, cpu_seconds
 from benchmarks.peers import TOKEN
 from bot.slack.api.webapi import build_client
@@ -128,17 +128,9 @@ async def sdk_cpu(samples: int) -> tuple[float, float]:
         stored = paused.to_state().to_string()
         started = time.process_time()
         state = await RunState.from_string(agent, stored)
-        for item in state.get_interruptions():
-            state.approve(item)
-        result: RunResult | RunResultStreaming
-        if streamed:
-            result = Runner.run_streamed(agent, state)
-            async for _ in result.stream_events():
-                pass
-        else:
-            result = await Runner.run(agent, state)
+        output = await approve_and_run(agent, state, streamed=streamed)
         cpu[streamed].append((time.process_time() - started) * 1000)
-        assert result.final_output == "done"
+        assert output == "done"
     return statistics.median(cpu[False][10:]), statistics.median(cpu[True][10:])
 
 

@@ -23,9 +23,9 @@ import statistics
 import time
 from typing import Any
 
-from agents import RunConfig, Runner, RunResult, RunResultStreaming, RunState
+from agents import RunConfig, Runner, RunState
 
-from benchmarks.bench_agents import approvals, deployer
+from benchmarks.bench_agents import approvals, approve_and_run, deployer
 from bot.engine.approvals import arguments_sha
 from bot.engine.context import RunContext
 from bot.engine.registry import AgentRegistry
@@ -86,17 +86,9 @@ async def sdk_resumes(runs: int, idle: float = 0.0, streamed: bool = True) -> li
         await _idle(idle)
         began = time.process_time()
         state = await RunState.from_json(agent, data)
-        for item in state.get_interruptions():
-            state.approve(item)
-        result: RunResult | RunResultStreaming
-        if streamed:
-            result = Runner.run_streamed(agent, state, run_config=config)
-            async for _ in result.stream_events():
-                pass
-        else:
-            result = await Runner.run(agent, state, run_config=config)
+        output = await approve_and_run(agent, state, streamed=streamed, config=config)
         cpu.append((time.process_time() - began) * 1000)
-        assert result.final_output == "done"
+        assert output == "done"
     return cpu[WARM:]
 
 
