@@ -39,7 +39,7 @@ from agents import (
 )
 
 from bot.checkpoint import Checkpoint as Checkpoint  # the stored pause: engine and store
-from bot.engine import enabled, identities, invocations
+from bot.engine import enabled, identities, invocations, streamed
 from bot.engine.approvals import PendingApproval, arguments_sha, describe, function_tool_of
 from bot.engine.arguments import Reading, receive
 from bot.engine.automatic import DECIDING, AtCheck, Automatic, AutomaticDecisions
@@ -356,6 +356,7 @@ class Engine:
         identities.install()  # the SDK's agent identities without needless signatures
         invocations.install()  # and its tool calls' identities each computed once
         enabled.install()  # and its enabled checks of plain booleans answered without tasks
+        streamed.install()  # and its streamed run's waits without tasks to wait
         self.registry = registry
         self.rejection_text = rejection_text
         self.max_turns = max_turns
