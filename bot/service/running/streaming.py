@@ -5,7 +5,12 @@ after its first words (an answer done by then is posted once, whole: no more Sla
 unstreamed), then updated at most every UPDATE_EVERY seconds through the outbox (so within
 Slack's pacing, on whichever replica delivers the run). A worker that dies mid-answer leaves
 the message saying it is still being written, never an answer that looks complete: the retry
-writes it again, or the run's end replaces it."""
+writes it again, or the run's end replaces it.
+
+Until FIRST_SHOW has passed nothing is written, so the writer is not started before then: a
+timer starts it (`loop.call_later`), and closing an answer done by then cancels the timer, with
+no task started, run and stopped for it (three event-loop iterations, a task and three timers
+per decision before this, #32)."""
 
 from __future__ import annotations
 
@@ -36,15 +41,22 @@ class AnswerStream:
         self._written: str | None = None
         self._shown = False  # a text was written: its message exists (or is due)
         self._writer: asyncio.Task[None] | None = None
+        self._due: asyncio.TimerHandle | None = None  # starts the writer after FIRST_SHOW
 
     async def __call__(self, text: str) -> None:
         self._latest = text
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write(), name=f"stream-{self.run_id}")
+        if self._due is not None or (self._writer is not None and not self._writer.done()):
+            return  # the writer (due to start, or running) writes it
+        if self._shown:
+            self._start()
+        else:  # an answer the model finishes by then is shown once, whole
+            self._due = asyncio.get_running_loop().call_later(FIRST_SHOW, self._start)
+
+    def _start(self) -> None:
+        self._due = None
+        self._writer = asyncio.create_task(self._write(), name=f"stream-{self.run_id}")
 
     async def _write(self) -> None:
-        if not self._shown:  # an answer the model finishes by then is shown once, whole
-            await asyncio.sleep(FIRST_SHOW)
         while self._latest != self._written:
             text = self._latest
             if text or self._shown:  # no message for a response that only called tools
@@ -63,5 +75,8 @@ class AnswerStream:
 
     async def close(self) -> None:
         """No more writes (the end of the execution shows the whole answer)."""
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None
         if self._writer is not None:
             await cancel_and_wait(self._writer)
