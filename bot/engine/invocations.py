@@ -36,20 +36,24 @@ mapping unchanged, so it answers what it answers for the call.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import agents
 import agents._tool_invocation as invocation
 import agents.agent_tool_state as agent_tool_state
+import agents.result as result
 import agents.run_context as run_context
+import agents.run_internal.items as run_items
+import agents.run_internal.session_persistence as session_persistence
 import agents.run_internal.tool_planning as tool_planning
 import agents.run_internal.turn_resolution as turn_resolution
 import agents.run_state as run_state
 import agents.tool_context as tool_context
 import pydantic
-from agents import RunState, ToolApprovalItem
+from agents import RunContextWrapper, RunState, ToolApprovalItem
 from agents.run_internal.run_steps import NextStepInterruption
 from openai.types.responses import ResponseFunctionToolCall
 
@@ -58,11 +62,20 @@ from bot.engine.identities import SDK
 log = logging.getLogger(__name__)
 
 _INSTALLED = "_approval_bot_once"
+_T = TypeVar("_T")
 # The modules that call the SDK's function by a name of their own.
 _CALLERS = (invocation, run_context, run_state, turn_resolution, tool_context, agent_tool_state)
-# And those that call its `tool_invocation_call_id` (its own module's caller is the function
-# above, which gives it a mapping).
+# And those that call its functions that read a call only as a mapping (a model as its dump),
+# by name: each is given a plain function call's mapping in place of the call (`_read`).
 _CALL_ID_CALLERS = (run_context, run_state, turn_resolution, tool_planning)
+_READERS: dict[str, tuple[Any, ...]] = {
+    "tool_invocation_call_id": _CALL_ID_CALLERS,
+    "tool_output_identity": (
+        run_context, run_state, turn_resolution, tool_planning, run_items, session_persistence,
+        result,
+    ),
+    "tool_invocation_approval_scope": (run_context,),
+}  # fmt: skip
 # Answers kept (each a few hundred bytes with its key), and the longest text field kept: a
 # resume asks about its few calls dozens of times within milliseconds.
 KEPT = 2048
@@ -207,15 +220,36 @@ def _once(sdk: Callable[..., Identity]) -> Callable[..., Identity]:
     return tool_invocation_identity_and_scope
 
 
-def _read(sdk: Callable[[Any], CallId]) -> Callable[[Any], CallId]:
-    def tool_invocation_call_id(raw_item: Any) -> CallId:
-        fields = _function_call_fields(raw_item)
-        if fields is not None:  # the mapping the SDK reads it as, made of the fields read
-            raw_item = {name: value for name, _, value in fields}
-        return sdk(raw_item)
+def _as_read(raw_item: Any) -> Any:
+    """A plain function call as the mapping the SDK reads it as (its dump), made of the fields
+    read; anything else as it is."""
+    fields = _function_call_fields(raw_item)
+    if fields is None:
+        return raw_item
+    return {name: value for name, _, value in fields}
 
-    setattr(tool_invocation_call_id, _INSTALLED, sdk)
-    return tool_invocation_call_id
+
+def _read(sdk: Callable[..., _T]) -> Callable[..., _T]:
+    """`sdk`, a function of the SDK's that reads its call only as a mapping (a mapping as it
+    is, a model as its dump), given a plain function call's mapping in place of the call."""
+
+    @functools.wraps(sdk)
+    def read(raw_item: Any, *args: Any, **kwargs: Any) -> _T:
+        return sdk(_as_read(raw_item), *args, **kwargs)
+
+    setattr(read, _INSTALLED, sdk)
+    return read
+
+
+def _read_method(sdk: Callable[..., _T]) -> Callable[..., _T]:
+    """The same for a method of the SDK's whose first argument after `self` is the call."""
+
+    @functools.wraps(sdk)
+    def read(self: Any, raw_item: Any, *args: Any, **kwargs: Any) -> _T:
+        return sdk(self, _as_read(raw_item), *args, **kwargs)
+
+    setattr(read, _INSTALLED, sdk)
+    return read
 
 
 def install() -> bool:
@@ -229,11 +263,15 @@ def install() -> bool:
         once = _once(current)
         for module in _CALLERS:
             module.tool_invocation_identity_and_scope = once  # type: ignore[attr-defined]
-    current_call_id = invocation.tool_invocation_call_id
-    if getattr(current_call_id, _INSTALLED, None) is None:
-        read = _read(current_call_id)
-        for module in _CALL_ID_CALLERS:
-            module.tool_invocation_call_id = read  # type: ignore[attr-defined]
+    for name, callers in _READERS.items():
+        sdk = getattr(invocation, name)  # its own module's callers are left as they are
+        read = _read(sdk)
+        for module in callers:
+            if getattr(getattr(module, name), _INSTALLED, None) is None:
+                setattr(module, name, read)
+    sticky = RunContextWrapper._matching_sticky_approval_keys
+    if getattr(sticky, _INSTALLED, None) is None:
+        RunContextWrapper._matching_sticky_approval_keys = _read_method(sticky)  # type: ignore[method-assign]
     return True
 
 

@@ -39,7 +39,7 @@ from agents import (
 )
 
 from bot.checkpoint import Checkpoint as Checkpoint  # the stored pause: engine and store
-from bot.engine import enabled, identities, invocations, streamed
+from bot.engine import enabled, identities, invocations, restoring, streamed
 from bot.engine.approvals import PendingApproval, arguments_sha, describe, function_tool_of
 from bot.engine.arguments import Reading, receive
 from bot.engine.automatic import DECIDING, AtCheck, Automatic, AutomaticDecisions
@@ -357,6 +357,7 @@ class Engine:
         invocations.install()  # and its tool calls' identities each computed once
         enabled.install()  # and its enabled checks of plain booleans answered without tasks
         streamed.install()  # and its streamed run's waits without tasks to wait
+        restoring.install()  # and its restore without checks and adapters made again
         self.registry = registry
         self.rejection_text = rejection_text
         self.max_turns = max_turns
@@ -634,9 +635,10 @@ class Engine:
             data = with_task(json.loads(raw), task)
             if may_hold_permanent_decisions(raw):
                 data = without_permanent_decisions(data)
-            state = await RunState.from_json(
-                agent, data, context_deserializer=deserialize_context, strict_context=True
-            )
+            with restoring.restored_from(data):  # parsed just above: JSON's own types
+                state = await RunState.from_json(
+                    agent, data, context_deserializer=deserialize_context, strict_context=True
+                )
         except Exception as exc:
             log.warning("cannot restore state of %s: %s", agent_name, exc, exc_info=True)
             versions = (
