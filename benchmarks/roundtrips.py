@@ -48,7 +48,11 @@ OBSERVER = ("BotHarness.",)
 # A new connection's handshake (redis-py's CLIENT SETINFO, and HELLO, AUTH, SELECT): the pool
 # opens a connection when more callers than ever before wait at once, which depends on what
 # ran before (and how busy the machine is), not on what an operation does (counted apart).
+# So does redis-py's health check, a PING before the next command on a connection left idle
+# longer than its `health_check_interval` (30 s): on a busy machine a test's phases can be
+# that far apart (sent with `check_health=False`, which no command of the bot's is).
 SETUP = ("CLIENT", "HELLO", "AUTH", "SELECT")
+HEALTH_CHECK = "PING"
 
 
 def _shape(key: str) -> str:
@@ -121,12 +125,12 @@ class RoundTrips:
         """The work's round trips so far (subtract two snapshots for a phase's)."""
         return Counter(self.work)
 
-    def count(self, connection: Any, packed: Any) -> None:
+    def count(self, connection: Any, packed: Any, check_health: bool = True) -> None:
         chain = _callers()
         name = _name(packed) + (f" [{' <- '.join(chain[:3])}]" if self.callers else "")
         if any(c.startswith(OBSERVER) for c in chain):
             return
-        if name.startswith(SETUP):
+        if name.startswith(SETUP) or (not check_health and _name(packed) == HEALTH_CHECK):
             self.setup[name] += 1
             return
         if any(c.startswith(UPKEEP) for c in chain):
@@ -158,7 +162,7 @@ _read = AbstractConnection.read_response
 
 
 async def _counted(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
-    COUNTS.count(self, command)
+    COUNTS.count(self, command, check_health)
     await _send(self, command, check_health)
 
 
