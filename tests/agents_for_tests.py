@@ -18,6 +18,16 @@ channels:
     approvers: [U2, U3]
 """
 
+# What `deploy` deployed, in order (a module's tests clear it before each test).
+DEPLOYED: list[str] = []
+
+
+@function_tool(needs_approval=True)
+def deploy(target: str, replicas: int = 1) -> str:
+    """Deploy a target."""
+    DEPLOYED.append(target)
+    return f"deployed {target} x{replicas}"
+
 
 @dataclass
 class Ledger:

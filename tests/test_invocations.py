@@ -13,7 +13,7 @@ from typing import Any
 import agents._tool_invocation as tool_invocation
 import agents.run_state as run_state
 import pytest
-from agents import Agent, RunContextWrapper, Runner, RunState, ToolApprovalItem, function_tool
+from agents import Agent, RunContextWrapper, Runner, RunState, ToolApprovalItem
 from agents.testing import ScriptedModel, assistant_message, function_call
 from openai.types.responses import ResponseCustomToolCall, ResponseFunctionToolCall
 from openai.types.responses.response_output_item import McpApprovalRequest
@@ -23,15 +23,7 @@ from bot.engine.approvals import arguments_sha
 from bot.engine.context import RunContext
 from bot.engine.registry import AgentRegistry
 from bot.engine.runner import Decision, Engine, Finished, Paused, _shown
-
-DEPLOYED: list[str] = []
-
-
-@function_tool(needs_approval=True)
-def deploy(target: str, replicas: int = 1) -> str:
-    """Deploy a target."""
-    DEPLOYED.append(target)
-    return f"deployed {target} x{replicas}"
+from tests.agents_for_tests import DEPLOYED, deploy
 
 
 @pytest.fixture(autouse=True)

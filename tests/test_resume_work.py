@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from agents import Agent, function_tool
+from agents import Agent
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 import bot.engine.approvals
@@ -19,16 +19,9 @@ from bot.engine.approvals import arguments_sha
 from bot.engine.context import RunContext
 from bot.engine.registry import AgentRegistry
 from bot.engine.runner import Decision, Engine, Failed, Finished, Paused
+from tests.agents_for_tests import DEPLOYED, deploy
 
 READS: list[str] = []  # the arguments of each reading by a description
-DEPLOYED: list[str] = []
-
-
-@function_tool(needs_approval=True)
-def deploy(target: str, replicas: int = 1) -> str:
-    """Deploy a target."""
-    DEPLOYED.append(target)
-    return f"deployed {target} x{replicas}"
 
 
 @pytest.fixture(autouse=True)

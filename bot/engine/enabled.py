@@ -23,20 +23,16 @@ of the SDK changes.
 from __future__ import annotations
 
 import inspect
-import logging
 import types
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import agents
 import agents.agent as agent_module
 import agents.run_internal.tool_execution as tool_execution
 import agents.run_internal.turn_preparation as turn_preparation
 from agents import FunctionTool
 
-from bot.engine.identities import SDK
-
-log = logging.getLogger(__name__)
+from bot.engine.identities import pinned, replace
 
 _INSTALLED = "_approval_bot_settled"
 # The modules whose enabled checks are gathered (each calls the function by its own name).
@@ -110,16 +106,10 @@ def _current() -> Gather:
 
 
 def install() -> bool:
-    """Replace the function where the three modules call it (once; True when it is in place).
-    Another SDK version keeps its own: its checks may differ."""
-    if getattr(agents, "__version__", "") != SDK:
-        log.info("openai-agents %s: its enabled checks are left as they are", agents.__version__)
+    """Replace the function where the three modules call it (once; True when it is in place)."""
+    if not pinned("enabled checks"):
         return False
-    current = _current()
-    if getattr(current, _INSTALLED, None) is None:
-        settled = _settled(current)
-        for module in _CALLERS:
-            module.gather_with_cancel = settled  # type: ignore[attr-defined]
+    replace("gather_with_cancel", _current(), _settled, _CALLERS, _INSTALLED)
     return True
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import agents
@@ -67,20 +68,37 @@ def _none_ambiguous(sdk: Callable[[Any], set[int]]) -> Callable[[Any], set[int]]
     return get_ambiguous_agent_ids
 
 
+def pinned(what: str) -> bool:
+    """Whether the SDK is the version whose functions the bot's replacements read (`SDK`);
+    another keeps its own (what it computes may differ), and the log says `what` is left."""
+    if getattr(agents, "__version__", "") == SDK:
+        return True
+    log.info("openai-agents %s: its %s are left as they are", agents.__version__, what)
+    return False
+
+
+def replace(
+    name: str, current: Any, wrap: Callable[[Any], Any], callers: tuple[ModuleType, ...],
+    marker: str = _INSTALLED,
+) -> None:  # fmt: skip
+    """`wrap(current)` in place of the SDK's function `name` in each of `callers` (the modules
+    that call it), unless `current` is a replacement already (`wrap` gives its function the
+    attribute `marker`, the SDK's own): once, whoever installs it."""
+    if getattr(current, marker, None) is None:
+        replacement = wrap(current)
+        for module in callers:
+            setattr(module, name, replacement)
+
+
 def install() -> bool:
     """Replace the two functions where the SDK's modules call them (once; True when they are
-    in place). Another SDK version keeps its own: what it computes may differ."""
-    if getattr(agents, "__version__", "") != SDK:
-        log.info("openai-agents %s: its agent identities are left as they are", agents.__version__)
+    in place)."""
+    if not pinned("agent identities"):
         return False
-    current = identity._build_agent_identity_map
-    if getattr(current, _INSTALLED, None) is None:
-        by_name = _by_name(current)
-        none_ambiguous = _none_ambiguous(identity._get_ambiguous_agent_ids)
-        for module in (identity, run_state, tool_use_tracker):
-            module._build_agent_identity_map = by_name  # type: ignore[attr-defined]
-        for module in (identity, run_state):
-            module._get_ambiguous_agent_ids = none_ambiguous  # type: ignore[attr-defined]
+    replace("_build_agent_identity_map", identity._build_agent_identity_map, _by_name,
+            (identity, run_state, tool_use_tracker))  # fmt: skip
+    replace("_get_ambiguous_agent_ids", identity._get_ambiguous_agent_ids, _none_ambiguous,
+            (identity, run_state))  # fmt: skip
     return True
 
 
