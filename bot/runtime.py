@@ -223,7 +223,9 @@ class BotRuntime:
                 max_task_chars=s.max_task_chars,
                 lists_per_minute=s.user_lists_per_minute,
             ),
-            foreground=Foreground(max_wait=s.lull_max_seconds, elsewhere=self.elsewhere),
+            foreground=Foreground(
+                max_wait=s.lull_max_seconds, elsewhere=self.elsewhere, collect_at_lulls=True
+            ),
             attention=AttentionSettings(
                 read_chars_per_second=s.review_read_chars_per_second,
                 stamp_seconds=s.rubber_stamp_seconds,

@@ -17,8 +17,10 @@ long acks and decisions take is measured by `benchmarks/decisions.py`.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
+from bot.service.foreground import GC_HELD_MAX
 from bot.slack.app import STILL_WORKING, STILL_WORKING_COMMAND
 from bot.slack.blocks import APPROVE
 from bot.testing.harness import BotHarness, wait_until
@@ -98,3 +100,85 @@ async def test_a_click_is_decided_within_the_lull_while_a_request_stays_in_fligh
     # The deferral brought no note.
     assert STILL_WORKING not in slack_api.ephemeral_to("U2", interim=True)
     assert "Approved by <@U2>" in second.all_text()
+
+
+def cyclic_garbage(count: int) -> None:
+    """`count` container objects that only the cyclic GC frees (each list holds itself)."""
+    for _ in range(count):
+        each: list[object] = []
+        each.append(each)
+
+
+async def test_no_collection_stops_a_request_in_flight_what_is_due_is_collected_at_the_lull(
+    slack_api: FakeSlackAPI, redis_url: str
+) -> None:
+    """The cyclic GC's collections wait for a lull in Slack's requests (#32): while a command
+    is in flight, three young generations' worth of garbage is made and nothing is collected;
+    once it is answered, collections go on."""
+    slack_api.usergroups = {"S0SRE": ("sre", ["U1"])}
+    collections: list[int] = []
+
+    def counted(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    young = gc.get_threshold()[0]
+    settings = {"ack_budget_seconds": 2.5}
+    async with BotHarness(
+        redis_url, stateless_agent([]), POLICY, slack=slack_api, settings=settings
+    ) as bot:
+        await bot.idle()
+        slack_api.hang("usergroups.list")
+        command = asyncio.create_task(bot.slack.command("/var/log/c", user="U1", channel="C2"))
+        await wait_until(lambda: slack_api.hanging == 1, what="the command to be in flight")
+        gc.callbacks.append(counted)
+        try:
+            cyclic_garbage(3 * young)
+            held = list(collections)
+            slack_api.release()
+            assert (await command).status == 200
+            await asyncio.sleep(0)  # the first loop iteration with nothing in flight
+            cyclic_garbage(3 * young)
+        finally:
+            gc.callbacks.remove(counted)
+        assert gc.isenabled()
+        await bot.idle()
+    assert held == []  # nothing collected while the command was in flight
+    assert collections  # collected once it was answered
+
+
+async def test_collections_go_on_when_too_much_is_left_uncollected(
+    slack_api: FakeSlackAPI, redis_url: str
+) -> None:
+    """The hold is bounded: a request that starts with more than `GC_HELD_MAX` new objects
+    uncollected turns the collector on again, while requests are still in flight."""
+    slack_api.usergroups = {"S0SRE": ("sre", ["U1"])}
+    collections: list[int] = []
+
+    def counted(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    settings = {"ack_budget_seconds": 2.5}
+    async with BotHarness(
+        redis_url, stateless_agent([]), POLICY, slack=slack_api, settings=settings
+    ) as bot:
+        await bot.idle()
+        slack_api.hang("usergroups.list")
+        first = asyncio.create_task(bot.slack.command("/var/log/c", user="U1", channel="C2"))
+        await wait_until(lambda: slack_api.hanging == 1, what="the command to be in flight")
+        gc.callbacks.append(counted)
+        try:
+            cyclic_garbage(GC_HELD_MAX + 1000)
+            assert collections == [] and not gc.isenabled()  # held meanwhile
+            # another request starts (a command anyone may give here: answered at once)
+            second = await bot.slack.command("/var/log/d", user="U1", channel="C1")
+            assert second.status == 200 and slack_api.hanging == 1  # the first still in flight
+            assert gc.isenabled()  # on again at the second's start
+            cyclic_garbage(gc.get_threshold()[0] + 1)
+            assert collections  # collected with the first command still in flight
+        finally:
+            gc.callbacks.remove(counted)
+            slack_api.release()
+        await first
+        await bot.idle()

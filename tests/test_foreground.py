@@ -6,6 +6,7 @@ the loop is stepped (`asyncio.sleep(0)`: one iteration, no time) to see who has 
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -296,3 +297,28 @@ async def test_alone_is_the_callers_request_with_nothing_else_in_flight_or_waiti
     disabled = Foreground(max_wait=0)
     with disabled.request():
         assert not disabled.alone()
+
+
+async def test_collections_are_held_while_a_request_is_in_flight_and_let_go_at_the_lull() -> None:
+    """`collect_at_lulls`: the cyclic GC is off from a request's start; its end (the answer is
+    written after it, in the same step) leaves it off, and the next loop iteration with no
+    request in flight turns it on; a request then starts before that iteration keeps it off.
+    Without it, the collector is left alone."""
+    foreground = Foreground(max_wait=FOREVER, collect_at_lulls=True)
+    assert gc.isenabled()
+    try:
+        with foreground.request():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # (the answer is still to be written)
+        with foreground.request():  # the next one, before the loop looked again
+            pass
+        with held(foreground):
+            await steps(1)
+            assert not gc.isenabled()  # held by the request still in flight
+        await steps(2)
+        assert gc.isenabled()
+        with held(Foreground(max_wait=FOREVER)):  # not asked for
+            await steps(1)
+            assert gc.isenabled()
+    finally:
+        gc.enable()
