@@ -139,8 +139,7 @@ class Foreground:
                 if self.elsewhere is not None:
                     self.elsewhere.publish(self._requests)
                 if self._requests == 0 and self._gc_held:
-                    # (its answer is written after this, in the same step: not collected in it)
-                    asyncio.get_running_loop().call_soon(self._let_collections_go)
+                    self._lull_soon()
             if self._in_flight == 0 and self._waiters:
                 self._schedule(soon=True)
 
@@ -154,6 +153,17 @@ class Foreground:
         elif not self._gc_held and gc.isenabled():
             self._gc_held = True
             gc.disable()
+
+    def _lull_soon(self) -> None:
+        """The last request here ended: its answer is still to be written, in this same step,
+        so the collector goes on again at the next loop iteration (at once with no loop: a
+        request closed as its process ends)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._let_collections_go()
+            return
+        loop.call_soon(self._let_collections_go)
 
     def _let_collections_go(self) -> None:
         """A loop iteration with no Slack request in flight here: the collector on again (what
