@@ -322,3 +322,28 @@ async def test_collections_are_held_while_a_request_is_in_flight_and_let_go_at_t
             assert gc.isenabled()
     finally:
         gc.enable()
+
+
+async def test_collections_stay_held_while_another_serving_process_has_requests() -> None:
+    """A moment with no request here but some in another serving process (between two clicks
+    of a burst) is no lull: the collector stays off until the other's last one ends too."""
+    from bot.processes import InFlight
+
+    shared = InFlight(2)
+    here = Foreground(max_wait=FOREVER, elsewhere=shared.of(0), collect_at_lulls=True)
+    there = Foreground(max_wait=FOREVER, elsewhere=shared.of(1))
+    try:
+        with held(there) as done:
+            await steps(1)
+            with here.request():
+                pass
+            await steps(5)
+            assert not gc.isenabled()  # held: the other process is still answering
+            done.set()
+            for _ in range(3000):  # (it looks again every PEER_POLL)
+                if gc.isenabled():
+                    break
+                await asyncio.sleep(0.001)
+            assert gc.isenabled()
+    finally:
+        gc.enable()

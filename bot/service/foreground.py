@@ -36,10 +36,11 @@ collections stop every request in flight in the process, and in a burst of click
 at the bot's own allocations as often as every few dozen requests (a young collection 3-8 ms of
 CPU, an older one up to 70 ms on a busy machine, each added to the ack of every click in
 flight: #32). So while a Slack request is in flight here the collector is off, and it is on
-again at the first loop iteration with none: what is due is collected then, by the allocation
-that comes next, as usual. Bounded: a request that starts with more than `GC_HELD_MAX` new
-objects uncollected turns it on again at once (a process that never sees a lull collects as
-before).
+again at the first loop iteration with none here nor in the other serving processes (a moment
+with none here alone comes between two clicks of a burst, the next one arriving): what is due
+is collected then, by the allocation that comes next, as usual. Bounded: past `GC_HELD_MAX`
+new objects uncollected, a request that starts, or a look while only the other processes have
+requests in flight, turns it on again (a process that never sees a lull collects as before).
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ class Foreground:
         self._pump: asyncio.TimerHandle | asyncio.Handle | None = None
         self.collect_at_lulls = collect_at_lulls
         self._gc_held = False  # the collector turned off here, to be turned on at a lull
+        self._gc_look: asyncio.TimerHandle | asyncio.Handle | None = None
 
     @property
     def in_flight(self) -> int:
@@ -156,21 +158,33 @@ class Foreground:
 
     def _lull_soon(self) -> None:
         """The last request here ended: its answer is still to be written, in this same step,
-        so the collector goes on again at the next loop iteration (at once with no loop: a
-        request closed as its process ends)."""
+        so the collector goes on again at the next loop iteration at the earliest (at once
+        with no loop: a request closed as its process ends)."""
+        if self._gc_look is not None:
+            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            self._let_collections_go()
-            return
-        loop.call_soon(self._let_collections_go)
-
-    def _let_collections_go(self) -> None:
-        """A loop iteration with no Slack request in flight here: the collector on again (what
-        is due is collected at the next allocation)."""
-        if self._requests == 0 and self._gc_held:
             self._gc_held = False
             gc.enable()
+            return
+        self._gc_look = loop.call_soon(self._let_collections_go)
+
+    def _let_collections_go(self) -> None:
+        """The collector on again at a lull: no Slack request in flight here nor in the other
+        serving processes (which are looked at again every `PEER_POLL` while only they have
+        some, as `lull` does), or too much left uncollected meanwhile. A request that starts
+        here first keeps it off (its end looks again)."""
+        self._gc_look = None
+        if self._requests or not self._gc_held:
+            return
+        elsewhere = self.elsewhere is not None and self.elsewhere.others() > 0
+        if elsewhere and gc.get_count()[0] <= GC_HELD_MAX:
+            loop = asyncio.get_running_loop()
+            self._gc_look = loop.call_later(PEER_POLL, self._let_collections_go)
+            return
+        self._gc_held = False
+        gc.enable()
 
     def busy(self) -> bool:
         """Whether work that can wait would wait now (`lull`): a request in flight here or in
