@@ -39,7 +39,7 @@ from agents import (
 )
 
 from bot.checkpoint import Checkpoint as Checkpoint  # the stored pause: engine and store
-from bot.engine import enabled, identities, invocations, restoring, streamed
+from bot.engine import enabled, hooks, identities, invocations, restoring, streamed
 from bot.engine.approvals import PendingApproval, arguments_sha, describe, function_tool_of
 from bot.engine.arguments import Reading, receive
 from bot.engine.automatic import DECIDING, AtCheck, Automatic, AutomaticDecisions
@@ -358,6 +358,7 @@ class Engine:
         enabled.install()  # and its enabled checks of plain booleans answered without tasks
         streamed.install()  # and its streamed run's waits without tasks to wait
         restoring.install()  # and its restore without checks and adapters made again
+        hooks.install(_ProgressHooks)  # and its hook pairs without a task for each
         self.registry = registry
         self.rejection_text = rejection_text
         self.max_turns = max_turns
