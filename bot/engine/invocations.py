@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -57,9 +56,7 @@ from agents import RunContextWrapper, RunState, ToolApprovalItem
 from agents.run_internal.run_steps import NextStepInterruption
 from openai.types.responses import ResponseFunctionToolCall
 
-from bot.engine.identities import SDK
-
-log = logging.getLogger(__name__)
+from bot.engine.identities import SDK, pinned
 
 _INSTALLED = "_approval_bot_once"
 _T = TypeVar("_T")
@@ -255,8 +252,7 @@ def _read_method(sdk: Callable[..., _T]) -> Callable[..., _T]:
 def install() -> bool:
     """Replace the function where the SDK's modules call it (once; True when it is in place).
     Another SDK version keeps its own: what it computes may differ."""
-    if getattr(agents, "__version__", "") != SDK:
-        log.info("openai-agents %s: its tool identities are left as they are", agents.__version__)
+    if not pinned("tool identities"):
         return False
     current = invocation.tool_invocation_identity_and_scope
     if getattr(current, _INSTALLED, None) is None:

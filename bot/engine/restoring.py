@@ -22,18 +22,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import agents
 import agents.run_state as run_state
 import agents.usage as usage
 from pydantic import TypeAdapter
 
-from bot.engine.identities import SDK
-
-log = logging.getLogger(__name__)
+from bot.engine.identities import pinned
 
 _INSTALLED = "_approval_bot_restoring"
 # The tree the bot has just parsed from JSON text, while the SDK restores it.
@@ -82,8 +78,7 @@ setattr(_adapter, _INSTALLED, TypeAdapter)
 def install() -> bool:
     """Replace both where the SDK calls them (once; True when they are in place). Another SDK
     version keeps its own."""
-    if getattr(agents, "__version__", "") != SDK:
-        log.info("openai-agents %s: its state restore is left as it is", agents.__version__)
+    if not pinned("state restores"):
         return False
     current = run_state._validate_run_state_json_value
     if getattr(current, _INSTALLED, None) is None:

@@ -35,17 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import agents
 import agents.run_internal.run_loop as run_loop
 from agents.result import RunResultStreaming
 
-from bot.engine.identities import SDK
-
-log = logging.getLogger(__name__)
+from bot.engine.identities import pinned
 
 _INSTALLED = "_approval_bot_without_tasks"
 Wait = Callable[[RunResultStreaming], Awaitable[None]]
@@ -108,8 +104,7 @@ def _guarded(sdk: Guardrails) -> Guardrails:
 def install() -> bool:
     """Replace the two (once; True when they are in place). Another SDK version keeps its own:
     its streamed loop may differ."""
-    if getattr(agents, "__version__", "") != SDK:
-        log.info("openai-agents %s: its streamed run is left as it is", agents.__version__)
+    if not pinned("streamed runs"):
         return False
     guardrails = vars(run_loop)["_run_output_guardrails_for_stream"]
     if getattr(guardrails, _INSTALLED, None) is None:
