@@ -17,8 +17,11 @@ long acks and decisions take is measured by `benchmarks/decisions.py`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 from slack_bolt.middleware.async_custom_middleware import AsyncCustomMiddleware
 
@@ -112,12 +115,12 @@ def cyclic_garbage(count: int) -> None:
         each.append(each)
 
 
-async def test_no_collection_stops_a_request_in_flight_what_is_due_is_collected_at_the_lull(
+@contextlib.asynccontextmanager
+async def collections_counted_with_a_command_in_flight(
     slack_api: FakeSlackAPI, redis_url: str
-) -> None:
-    """The cyclic GC's collections wait for a lull in Slack's requests (#32): while a command
-    is in flight, three young generations' worth of garbage is made and nothing is collected;
-    once it is answered, collections go on."""
+) -> AsyncIterator[tuple[BotHarness, asyncio.Task[Any], list[int]]]:
+    """A bot with a command held in flight (its directory lookup hangs until released), and
+    the generations of the cyclic GC's collections from then on."""
     slack_api.usergroups = {"S0SRE": ("sre", ["U1"])}
     collections: list[int] = []
 
@@ -125,7 +128,6 @@ async def test_no_collection_stops_a_request_in_flight_what_is_due_is_collected_
         if phase == "start":
             collections.append(info["generation"])
 
-    young = gc.get_threshold()[0]
     settings = {"ack_budget_seconds": 2.5}
     async with BotHarness(
         redis_url, stateless_agent([]), POLICY, slack=slack_api, settings=settings
@@ -136,16 +138,31 @@ async def test_no_collection_stops_a_request_in_flight_what_is_due_is_collected_
         await wait_until(lambda: slack_api.hanging == 1, what="the command to be in flight")
         gc.callbacks.append(counted)
         try:
-            cyclic_garbage(3 * young)
-            held = list(collections)
-            slack_api.release()
-            assert (await command).status == 200
-            await asyncio.sleep(0)  # the first loop iteration with nothing in flight
-            cyclic_garbage(3 * young)
+            yield bot, command, collections
         finally:
             gc.callbacks.remove(counted)
-        assert gc.isenabled()
+            slack_api.release()
+        await command
         await bot.idle()
+
+
+async def test_no_collection_stops_a_request_in_flight_what_is_due_is_collected_at_the_lull(
+    slack_api: FakeSlackAPI, redis_url: str
+) -> None:
+    """The cyclic GC's collections wait for a lull in Slack's requests (#32): while a command
+    is in flight, three young generations' worth of garbage is made and nothing is collected;
+    once it is answered, collections go on."""
+    young = gc.get_threshold()[0]
+    async with collections_counted_with_a_command_in_flight(slack_api, redis_url) as (
+        _, command, collections,
+    ):  # fmt: skip
+        cyclic_garbage(3 * young)
+        held = list(collections)
+        slack_api.release()
+        assert (await command).status == 200
+        await asyncio.sleep(0)  # the first loop iteration with nothing in flight
+        cyclic_garbage(3 * young)
+        assert gc.isenabled()
     assert held == []  # nothing collected while the command was in flight
     assert collections  # collected once it was answered
 
@@ -155,36 +172,17 @@ async def test_collections_go_on_when_too_much_is_left_uncollected(
 ) -> None:
     """The hold is bounded: a request that starts with more than `GC_HELD_MAX` new objects
     uncollected turns the collector on again, while requests are still in flight."""
-    slack_api.usergroups = {"S0SRE": ("sre", ["U1"])}
-    collections: list[int] = []
-
-    def counted(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            collections.append(info["generation"])
-
-    settings = {"ack_budget_seconds": 2.5}
-    async with BotHarness(
-        redis_url, stateless_agent([]), POLICY, slack=slack_api, settings=settings
-    ) as bot:
-        await bot.idle()
-        slack_api.hang("usergroups.list")
-        first = asyncio.create_task(bot.slack.command("/var/log/c", user="U1", channel="C2"))
-        await wait_until(lambda: slack_api.hanging == 1, what="the command to be in flight")
-        gc.callbacks.append(counted)
-        try:
-            cyclic_garbage(GC_HELD_MAX + 1000)
-            assert collections == [] and not gc.isenabled()  # held meanwhile
-            # another request starts (a command anyone may give here: answered at once)
-            second = await bot.slack.command("/var/log/d", user="U1", channel="C1")
-            assert second.status == 200 and slack_api.hanging == 1  # the first still in flight
-            assert gc.isenabled()  # on again at the second's start
-            cyclic_garbage(gc.get_threshold()[0] + 1)
-            assert collections  # collected with the first command still in flight
-        finally:
-            gc.callbacks.remove(counted)
-            slack_api.release()
-        await first
-        await bot.idle()
+    async with collections_counted_with_a_command_in_flight(slack_api, redis_url) as (
+        bot, _, collections,
+    ):  # fmt: skip
+        cyclic_garbage(GC_HELD_MAX + 1000)
+        assert collections == [] and not gc.isenabled()  # held meanwhile
+        # another request starts (a command anyone may give here: answered at once)
+        second = await bot.slack.command("/var/log/d", user="U1", channel="C1")
+        assert second.status == 200 and slack_api.hanging == 1  # the first still in flight
+        assert gc.isenabled()  # on again at the second's start
+        cyclic_garbage(gc.get_threshold()[0] + 1)
+        assert collections  # collected with the first command still in flight
 
 
 async def test_bolt_builds_no_arguments_per_request_for_the_bots_middleware(
