@@ -66,10 +66,11 @@ def _scripts() -> None:
     take = b"local function take(KEYS, ARGV)\n" + (root / "take_job.lua").read_bytes() + b"\nend\n"
     take_next = b"local function next_jobs(KEYS, ARGV)\n"
     take_next += (root / "take_next.lua").read_bytes() + b"\nend\n"
+    pace = b"local function pace(KEYS, ARGV)\n" + (root / "pace.lua").read_bytes() + b"\nend\n"
     for path in root.glob("*.lua"):
         body = path.read_bytes()
         for text in (body, prelude + b"\n" + body, prelude + body, take + body,
-                     take + take_next + body):  # fmt: skip
+                     take + take_next + body, pace + body):  # fmt: skip
             SCRIPTS[hashlib.sha1(text).hexdigest()] = path.stem
 
 

@@ -17,7 +17,9 @@ from agents import Agent, function_tool
 
 from bot.slack.blocks import APPROVE
 from bot.store import keys
+from bot.store.delivery.outbox import Shown
 from bot.store.delivery.pacing import SharedPacer, Urgency
+from bot.store.scripts import Batch
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import FakeSlackAPI
 from tests.agents_for_tests import POLICY
@@ -283,3 +285,115 @@ async def test_pacing_needs_no_replica_while_transitions_wait_for_one(redis_url:
         assert await pacer.ahead("C9") >= HOLD - held() - ROUNDING
     finally:
         await client.aclose()
+
+
+# An output's token taken with its run's end (#32) --------------------------------------------
+
+RUN_ID = "0123456789abcdef0123"
+
+
+async def _ended_run(client: aioredis.Redis, *, turn: int = 1) -> None:
+    """A run that has just ended with its message in Slack and its output marked, as finish.lua
+    leaves it (the fields output_token.lua reads)."""
+    await client.hset(keys.run_key(RUN_ID), mapping={"status": "finished", "turn": str(turn),
+                                                     "message_ts": "1.000100"})  # fmt: skip
+    await client.hset(keys.outbox_key(RUN_ID), "result" if turn == 1 else f"result:{turn}", 1)
+
+
+async def _take_output(client: aioredis.Redis, pacer: SharedPacer, score: str) -> Any:
+    async with client.pipeline(transaction=False) as pipe:
+        batch = Batch(pipe)
+        decoded = pacer.take_output_in(batch, "C1", RUN_ID, score, 3600)
+        return decoded(await batch.execute())
+
+
+async def _tokens(client: aioredis.Redis) -> float:
+    return float(await client.hget(keys.pace_key("post", "C1"), "tokens") or 5)
+
+
+async def test_an_outputs_token_is_taken_with_its_runs_end_only_for_the_pass_that_posts_it(
+    two_clients: tuple[aioredis.Redis, aioredis.Redis],
+) -> None:
+    """output_token.lua (#32) takes the output's post token, and records the post as attempted,
+    only under the claim of the pass that the run's end starts (a second projector holding the
+    run takes it instead: the first neither takes a token nor writes a record), for a run that
+    ended with its message in Slack, and an output marked and never posted or tried (else the
+    pass takes its own, as before, or finds it posted)."""
+    client, _ = two_clients
+    pacer = SharedPacer(client, "post", rate=0.001, burst=5)  # (no refill within the test)
+    await _ended_run(client)
+    await client.hset(keys.OUTBOX_LEASES, RUN_ID, "2000.001")  # another projector's claim
+    assert await _take_output(client, pacer, "1000.001") is None
+    assert await client.hget(keys.shown_key(RUN_ID), "result") is None
+    assert await _tokens(client) == 5
+    await client.hset(keys.OUTBOX_LEASES, RUN_ID, "1000.001")  # this pass's
+    await client.hset(keys.shown_key(RUN_ID), "result", "1.000200 abc")  # already posted
+    assert await _take_output(client, pacer, "1000.001") is None
+    await client.hdel(keys.shown_key(RUN_ID), "result")
+    await client.hdel(keys.run_key(RUN_ID), "message_ts")  # nothing to thread it under
+    assert await _take_output(client, pacer, "1000.001") is None
+    await _ended_run(client)
+    await client.hdel(keys.outbox_key(RUN_ID), "result")  # not marked (delivered already)
+    assert await _take_output(client, pacer, "1000.001") is None
+    assert await _tokens(client) == 5 and not await client.exists(keys.shown_key(RUN_ID))
+    await _ended_run(client)
+    prepaid = await _take_output(client, pacer, "1000.001")
+    assert prepaid is not None and prepaid.take.taken and prepaid.target == "result"
+    assert 3.99 < await _tokens(client) < 4.01
+    record = await client.hget(keys.shown_key(RUN_ID), "result")
+    assert record is not None and Shown.decode(record.decode()) == prepaid.posting
+    assert prepaid.posting.posting > 0 and not prepaid.posting.ts
+    # A follow-up turn's output is its turn's message.
+    await client.delete(keys.shown_key(RUN_ID))
+    await _ended_run(client, turn=2)
+    prepaid = await _take_output(client, pacer, "1000.001")
+    assert prepaid is not None and prepaid.target == "result:2"
+    # No token free: nothing taken, nothing recorded (the pass tries again when one is).
+    await client.delete(keys.shown_key(RUN_ID))
+    await pacer.hold("C1", HOLD)
+    prepaid = await _take_output(client, pacer, "1000.001")
+    assert prepaid is not None and not prepaid.take.taken and prepaid.take.wait > HOLD - 5
+    assert not await client.exists(keys.shown_key(RUN_ID))
+
+
+async def test_an_outputs_token_its_pass_did_not_use_goes_back_to_the_bucket(
+    two_clients: tuple[aioredis.Redis, aioredis.Redis],
+) -> None:
+    """A token taken with the run's end whose pass did not post the output goes back: the
+    bucket as if it had never been taken, the posting record dropped (no post was tried), but
+    a record another pass wrote since is kept; after a 429's hold since the take, nothing goes
+    back (the hold emptied the bucket: a token given back then would be one too many)."""
+    client, _ = two_clients
+    pacer = SharedPacer(client, "post", rate=0.001, burst=5)
+    await _ended_run(client)
+    await client.hset(keys.OUTBOX_LEASES, RUN_ID, "1000.001")
+    prepaid = await _take_output(client, pacer, "1000.001")
+    assert prepaid is not None and prepaid.take.taken
+    assert await pacer.give_back(prepaid, 3600)
+    assert 4.99 < await _tokens(client) <= 5
+    assert await client.hget(keys.shown_key(RUN_ID), "result") is None
+    # Given back twice, the bucket still holds no more than its burst.
+    assert await pacer.give_back(prepaid, 3600)
+    assert await _tokens(client) == 5
+    # Another pass's record (it went on to post it) is not dropped.
+    prepaid = await _take_output(client, pacer, "1000.001")
+    assert prepaid is not None and prepaid.take.taken
+    theirs = Shown(posting=prepaid.posting.posting + 1).encode()
+    await client.hset(keys.shown_key(RUN_ID), "result", theirs)
+    await pacer.give_back(prepaid, 3600)
+    assert (await client.hget(keys.shown_key(RUN_ID), "result")).decode() == theirs
+    # A hold since the take: not given back.
+    await client.delete(keys.shown_key(RUN_ID))
+    prepaid = await _take_output(client, pacer, "1000.001")
+    assert prepaid is not None and prepaid.take.taken
+    await pacer.hold("C1", 0.05)
+    held = await _tokens(client)
+
+    async def over() -> bool:  # (then only the holds' count tells that it came)
+        seconds, micros = await client.time()
+        at = await client.hget(keys.pace_key("post", "C1"), "at")
+        return seconds * 1000 + micros // 1000 > float(at or 0)
+
+    await wait_until(over, what="the hold's end")
+    assert not await pacer.give_back(prepaid, 3600)
+    assert await _tokens(client) <= held + 0.01

@@ -142,11 +142,12 @@ return 0
 EXPECTED = 10_000  # runs an `Outbox` remembers this process made due (`expect`)
 
 # A pass started by the round trip of the write that makes its run due (`Outbox.passes`): given
-# the batch and the run, it queues the pass's claim and read and returns what starts the pass
+# the batch, the run and its channel ('': not known), it queues the pass's claim and read (and
+# its output's Slack token) and returns what starts the pass
 # from the replies (`fresh`: False when the write ran after the read, which the pass then
 # makes again), or None when no pass starts so (the run is indexed as usual).
 PassStart = Callable[[list[Any], bool], None]
-PassHook = Callable[[Batch, str], PassStart | None]
+PassHook = Callable[[Batch, str, str], PassStart | None]
 
 
 def now_ms() -> float:
@@ -341,12 +342,15 @@ class Outbox:
         return lambda replies: self._claims(replies[index])
 
     def claim_one_in(
-        self, batch: Batch, run_id: str, lease: float, now: float
+        self, batch: Batch, run_id: str, lease: float, now: float, score: str = ""
     ) -> Callable[[list[Any]], Claim | None]:
         """A claim of `run_id` alone for `lease` seconds, queued on `batch` (`_CLAIM_ONE`):
         taken unless another pass holds the run (then it is left due now, and None). What
-        follows it in the batch reads after it. (In order on one server only: `reads_ahead`.)"""
+        follows it in the batch reads after it. (In order on one server only: `reads_ahead`.)
+        `score`: the claim's (`claim_score`), for what follows it to name; else one of its own."""
         args = self._claim_args(1, lease, now, ())
+        if score:
+            args[1] = score
         index = batch.script(self._claim_one, [keys.OUTBOX_INDEX, keys.OUTBOX_LEASES],
                              [args[0], args[1], run_id])  # fmt: skip
 
@@ -357,6 +361,11 @@ class Outbox:
             return Claim(run_id, args[1]) if int(reply) == 1 else None
 
         return claimed
+
+    @staticmethod
+    def claim_score(lease: float, now: float) -> str:
+        """A unique score for a claim at `now` (ms) for `lease` seconds."""
+        return str(Outbox._claim_args(1, lease, now, ())[1])
 
     @staticmethod
     def _claim_args(limit: int, lease: float, now: float | None, skip: Sequence[str]) -> list[Any]:

@@ -8,13 +8,18 @@ Urgency decides who waits when tokens are short: an approval card queues for its
 may reserve one ahead); outputs and answers take one only when it is free now; status updates
 and notes only when some of the burst would still be left for the others. Those two never
 queue, so a card never waits behind them: they are tried again when a token would be free.
+
+One at a time, a run's output's token is taken in the round trip of the run's end, by the pass
+that round trip claims (`SharedPacer.take_output_in`, #32); one its pass does not use goes back
+(`give_back`), unless a hold came since.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -22,6 +27,7 @@ import redis.asyncio as redis
 
 from bot.store import keys
 from bot.store.connection import UNREPLICATED
+from bot.store.delivery.outbox import Shown
 from bot.store.scripts import Batch, script, text
 
 STATUS_RESERVE = 0.3  # of the burst, kept for cards and outputs when status updates draw
@@ -46,6 +52,22 @@ class Take:
     """Seconds: before the taken token may be used, or until one would be free."""
 
 
+@dataclass
+class Prepaid:
+    """A run's output's post token taken in the round trip of the run's end, for the pass that
+    round trip started (`SharedPacer.take_output_in`, #32): `target` (the output), `take`,
+    `posting` (the posting record written with it, when taken); used by the output's post,
+    or given back (`give_back`)."""
+
+    run_id: str
+    scope: str
+    target: str
+    take: Take
+    posting: Shown
+    holds: str = "0"  # the bucket's holds at the take (a give-back after a hold is not made)
+    used: bool = field(default=False)
+
+
 def decode_take(reply: list[Any]) -> Take:
     """`pace.lua`'s reply: {taken (1/0), wait in ms}."""
     return Take(taken=int(reply[0]) == 1, wait=max(0.0, float(text(reply[1])) / 1000))
@@ -61,6 +83,8 @@ class SharedPacer:
         self.burst = burst
         self._pace = client.register_script(script("pace"))
         UNREPLICATED.add(self._pace.sha)  # no WAIT for replicas: pacing may be lost at no cost
+        pace = f"local function pace(KEYS, ARGV)\n{script('pace')}\nend\n"
+        self._output = client.register_script(pace + script("output_token"))
         self.longest_wait = 0.0  # the longest wait this process was given (benchmarks)
 
     def _floor(self, urgency: Urgency) -> float:
@@ -99,6 +123,47 @@ class SharedPacer:
         request = self._request(scope, *self._taking(urgency, message), message)
         index = batch.script(self._pace, *request)
         return lambda replies: self._took(decode_take(replies[index]))
+
+    def take_output_in(
+        self, batch: Batch, scope: str, run_id: str, claim: str, retention: int
+    ) -> Callable[[list[Any]], Prepaid | None]:
+        """The post token of the run's output, queued on `batch` behind the claim (`claim`: its
+        score) and the read of the pass that the run's end starts (output_token.lua): taken
+        only while that claim holds the run, the run has ended with its message shown and its
+        output is marked and was never posted or tried, with its posting record (the pass then
+        posts it at once, its token in hand). What decodes it: None when nothing was asked of
+        the bucket. (One server only: its keys are in several slots, `Outbox.reads_ahead`.)"""
+        posting = Shown(posting=float(f"{time.time():.3f}"))
+        names = self._output_keys(scope, run_id)
+        values = [run_id, repr(self.rate), self.burst, posting.encode(), retention, "take", claim]
+        index = batch.script(self._output, names, values)
+
+        def decoded(replies: list[Any]) -> Prepaid | None:
+            reply = replies[index]
+            if isinstance(reply, Exception):
+                raise reply
+            target = text(reply[2])
+            if not target:
+                return None
+            take = self._took(decode_take(reply[:2]))
+            return Prepaid(run_id, scope, target, take, posting, text(reply[3]))
+
+        return decoded
+
+    async def give_back(self, prepaid: Prepaid, retention: int) -> bool:
+        """An output's token taken ahead (`take_output_in`) and not used: back to the bucket
+        (unless a hold came since: `pace.lua`'s 'give'), its posting record dropped (no post was
+        tried). Whether the token went back."""
+        reply = await self._output(
+            keys=self._output_keys(prepaid.scope, prepaid.run_id),
+            args=[prepaid.run_id, repr(self.rate), self.burst, prepaid.posting.encode(),
+                  retention, "give", prepaid.target, prepaid.holds],
+        )  # fmt: skip
+        return int(reply[0]) == 1
+
+    def _output_keys(self, scope: str, run_id: str) -> list[str]:
+        return [keys.pace_key(self.name, scope), keys.OUTBOX_LEASES, keys.run_key(run_id),
+                keys.outbox_key(run_id), keys.shown_key(run_id)]  # fmt: skip
 
     async def take(self, scope: str, urgency: Urgency, message: str = "") -> Take:
         """A token for one call: a card's is reserved (`wait` before using it); anything

@@ -14,9 +14,13 @@
 --            nothing and answer how long until that would be: those never queue, so no card
 --            ever waits behind them;
 --   'peek':  take nothing; how long until a 'now' take with floor ARGV[4] would succeed;
---   'hold':  no call for ARGV[4] ms (Retry-After); the bucket is empty when the hold ends.
+--   'hold':  no call for ARGV[4] ms (Retry-After); the bucket is empty when the hold ends;
+--            the bucket counts its holds (`holds`);
+--   'give':  a token taken with 'now' and not used, given back (capped at `burst`), only if
+--            no hold came since it was taken (ARGV[4]: the bucket's `holds` then) and none
+--            lasts now: given back, the bucket is as if it had never been taken (#32).
 -- Reply: {taken (1/0), wait in ms (string)}: with 'queue', the wait before using the token;
--- otherwise the time until a token would be free.
+-- with 'give', {given (1/0), '0'}; otherwise the time until a token would be free.
 local rate, burst, mode = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -41,6 +45,7 @@ if mode == 'hold' then
     tokens = math.min(tokens, 0)
     at = ends
   end
+  redis.call('HINCRBY', KEYS[1], 'holds', 1)
   save()
   return {0, tostring(at - now)}
 end
@@ -60,6 +65,14 @@ if mode == 'queue' then
     redis.call('SET', KEYS[2], tostring(now + wait), 'PX', math.ceil(wait) + 60000)
   end
   return {1, tostring(wait)}
+end
+if mode == 'give' then
+  if ahead > 0 or (redis.call('HGET', KEYS[1], 'holds') or '0') ~= ARGV[4] then
+    return {0, '0'}
+  end
+  tokens = math.min(burst, tokens + 1)
+  save()
+  return {1, '0'}
 end
 local floor = tonumber(ARGV[4]) or 0
 if ahead <= 0 and tokens - 1 >= floor then
