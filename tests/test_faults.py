@@ -17,9 +17,10 @@ import pytest
 from bot.slack.blocks import APPROVE, REVIEW_DONE, REVIEW_RERUN
 from bot.store import keys
 from bot.store.connection import EmbeddedRedis
+from bot.store.delivery.outbox import Shown
 from bot.store.trail.audit import AUDIT_STREAM
 from bot.testing.cluster import redis_for
-from bot.testing.harness import SIGNING_SECRET, wait_until
+from bot.testing.harness import SIGNING_SECRET, status_line, wait_until
 from bot.testing.requests import SlackRequests
 from bot.testing.slack_api import FakeSlackAPI, Message
 from tests.agents_for_tests import POLICY
@@ -413,3 +414,39 @@ async def test_a_worker_killed_mid_answer_leaves_no_answer_that_looks_complete(
     assert not half_shown()
     assert outputs(slack) == [whole]
     assert executions(tmp_path) == [("start", "/var/log/c"), ("end", "/var/log/c")]
+
+
+async def test_a_process_killed_between_its_outputs_token_and_its_post_posts_it_once_later(
+    slack: FakeSlackAPI, env: dict[str, str], redis_url: str
+) -> None:
+    """One decision at a time, the run's end takes its output's Slack token and records its
+    post as attempted in its own round trip (#32). The output's post then hangs, never
+    reaching Slack, and the process is SIGKILLed: for Redis and for Slack, a process that died
+    between the take and the post. The surviving process takes the run over once its lease
+    (1 s) lapses, looks the output up (not there), and posts it: exactly once."""
+    slack.hang("chat.postMessage", when=lambda p: str(p.get("text")).startswith("tool said:"))
+    first, second = free_port(), free_port()
+    client = await redis_for(redis_url)
+    try:
+        async with running_bot(env, first) as doomed:
+            async with SlackRequests(
+                f"http://127.0.0.1:{first}/slack/events", SIGNING_SECRET
+            ) as requests:
+                await approve_one(requests, slack, "/var/log/t")
+                await wait_until(lambda: slack.hanging == 1, what="the output's post")
+            [shown] = [k async for k in client.scan_iter(match=keys.shown_key("*"))]
+            record = await client.hget(shown, "result")
+            assert record is not None and not Shown.decode(record.decode()).ts  # tried, no ts
+            doomed.send_signal(signal.SIGKILL)
+            await asyncio.to_thread(doomed.wait, 10)
+        lookups = len(slack.calls_to("conversations.replies"))
+        async with running_bot(env, second):
+            await wait_until(lambda: outputs(slack), timeout=30, what="the output, posted")
+            await wait_until(
+                lambda: [m for m in slack.top_level() if "finished" in status_line(m)],
+                what="the run message's update, after the output in the same pass",
+            )
+    finally:
+        await client.aclose()
+    assert len(outputs(slack)) == 1
+    assert len(slack.calls_to("conversations.replies")) > lookups  # looked up before posting

@@ -16,7 +16,9 @@ import redis.asyncio as aioredis
 from bot.runtime import BotRuntime
 from bot.slack.blocks import APPROVE
 from bot.store import keys
+from bot.store.delivery.outbox import Outbox, now_ms
 from bot.store.delivery.pacing import SharedPacer
+from bot.store.scripts import Batch
 from bot.testing.harness import WAIT, BotHarness, status_line, wait_until
 from bot.testing.slack_api import FakeSlackAPI, Message
 from tests.agents_for_tests import (
@@ -638,3 +640,95 @@ async def test_an_output_whose_token_is_refused_is_posted_later_without_a_lookup
     assert not lookups
     outputs = [c for c in made if c.method == "chat.postMessage" and "Deleted." in str(c.params)]
     assert len(outputs) == 1
+
+
+def _outputs(slack: FakeSlackAPI, text: str) -> list[Any]:
+    return [c for c in slack.calls_to("chat.postMessage") if text in str(c.params.get("text"))]
+
+
+async def _post_tokens(client: aioredis.Redis) -> float:
+    """The tokens left in C1's post bucket (5, its burst, when it is full or gone)."""
+    return float(await client.hget(keys.pace_key("post", "C1"), "tokens") or 5)
+
+
+# Posts refill so slowly that the bucket counts the tokens taken during a test.
+COUNTED = {"slack_posts_per_second": 0.001}
+
+
+async def test_a_decisions_output_goes_with_the_token_its_runs_end_took(redis_url: str) -> None:
+    """One decision at a time, the run's end takes its output's post token in its own round
+    trip (#32): the output is posted with that token, not a second one (a token each for the
+    run message, the card and the output: three of the burst), and with no lookup."""
+    ledger = Ledger()
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        async with BotHarness(redis_url, _agent(ledger), POLICY, settings=COUNTED) as bot:
+            card = await bot.start_and_wait("clean", user="U1")
+            await bot.idle()
+            before = len(bot.slack_api.calls)
+            prepaid: list[Any] = []
+            projector = bot.runtime.projector
+            take_output_in = projector.posts.take_output_in
+
+            def noted(*args: Any, **kwargs: Any) -> Any:  # (what its reply said, noted)
+                decoded = take_output_in(*args, **kwargs)
+                return lambda replies: prepaid.append(decoded(replies)) or prepaid[-1]
+
+            projector.posts.take_output_in = noted  # type: ignore[method-assign]
+            await approve_and_finish(bot, card)
+            await wait_until(lambda: _outputs(bot.slack_api, "Deleted."), what="the output")
+            await bot.idle()
+            made = bot.slack_api.calls[before:]
+            tokens = await _post_tokens(client)
+    finally:
+        await client.aclose()
+    [taken] = prepaid
+    assert taken is not None and taken.take.taken and taken.used
+    assert 1.99 < tokens < 2.01, tokens  # run message, card, output: one token each
+    assert len(_outputs(bot.slack_api, "Deleted.")) == 1
+    lookups = ("conversations.history", "conversations.replies")
+    assert not [c for c in made if c.method in lookups]
+
+
+async def test_a_runs_end_takes_no_token_while_another_projector_holds_its_messages(
+    redis_url: str,
+) -> None:
+    """Two projectors: the run's end takes its output's token (and records its post as
+    attempted) only for the pass it claims in the same round trip (#32). While another
+    projector's pass holds the run's messages (here the test's own claim, through the store),
+    the end claims nothing, takes no token and writes no record; once that pass lets go, the
+    output is posted once, with one token."""
+    ledger = Ledger()
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        async with BotHarness(redis_url, _agent(ledger), POLICY, settings=COUNTED) as bot:
+            card = await bot.start_and_wait("clean", user="U1")
+            await bot.idle()
+            run_id = keys.run_of(card.button_value(APPROVE))
+            assert run_id is not None
+            other = Outbox(client, retention_seconds=3600)
+            async with client.pipeline(transaction=False) as pipe:
+                batch = Batch(pipe)
+                claimed = other.claim_one_in(batch, run_id, 60.0, now_ms())
+                claim = claimed(await batch.execute())
+            assert claim is not None
+            tokens = await _post_tokens(client)
+            assert (await bot.click(card, APPROVE, user="U2")).status == 200
+
+            async def ended() -> bool:  # its audit entry rides behind the end's round trip
+                return any(e.get("kind") == "run_finished" for e in await bot.audit())
+
+            await wait_until(ended, what="the run's end and its round trip")
+            assert await client.hget(keys.run_key(run_id), "status") == b"finished"
+            assert await client.hget(keys.shown_key(run_id), "result") is None
+            assert await _post_tokens(client) == tokens
+            assert not _outputs(bot.slack_api, "Deleted.")
+            await other.release(claim, None)  # the other pass ends
+            await wait_until(lambda: _outputs(bot.slack_api, "Deleted."), what="the output")
+            await bot.wait_for_status("finished")
+            await bot.idle()
+            assert 0.99 < tokens - await _post_tokens(client) < 1.01
+    finally:
+        await client.aclose()
+    assert len(_outputs(bot.slack_api, "Deleted.")) == 1
+    assert ledger.names() == ["delete_logs"]

@@ -659,7 +659,7 @@ class Runs:
             async with self.redis.pipeline(transaction=False) as pipe:
                 batch = Batch(pipe)
                 index = batch.script(self._finish, names, values)
-                start = passes(batch, run_id) if passes is not None else None
+                start = passes(batch, run_id, channel) if passes is not None else None
                 if ride and message_ts is not None:
                     recorded = self.redis.pipeline(transaction=False)
                     written = self._ended_in(

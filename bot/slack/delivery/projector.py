@@ -69,7 +69,7 @@ from bot.store.delivery.outcomes import (
     told_to,
     untold_in,
 )
-from bot.store.delivery.pacing import KEEP_AFTER, SharedPacer, Take, Urgency
+from bot.store.delivery.pacing import KEEP_AFTER, Prepaid, SharedPacer, Take, Urgency
 from bot.store.grants import GrantStore
 from bot.store.records import CallContext, CallRecord, RunRecord, RunStatus
 from bot.store.runs import Projection, RunStore
@@ -345,6 +345,10 @@ class Projector:
         self._progress: dict[str, list[str]] = {}
         self._dm_channels: dict[tuple[str, str], str] = {}
         self._takes: dict[str, _FirstTakes] = {}  # run id -> its pass's first takes
+        # run id -> its output's post token, taken in the round trip of the run's end that
+        # started its pass (`_pass_in`), until its post uses it (`_turn`) or the pass gives
+        # it back (`_handle`)
+        self._prepaid: dict[str, Prepaid] = {}
         # The requester's notice, a pass per person (#32; its outbox entry `@<person>`,
         # `keys.notice_entry`): entry -> (when it is due, Unix s; run id -> the calls its news
         # names) of a notice this process indexed (its pass's first step goes with the claim
@@ -429,13 +433,19 @@ class Projector:
             replies = await batch.execute()
         return claimed(replies), {entry: read(replies) for entry, read in reading.items()}
 
-    def _pass_in(self, batch: Batch, run_id: str) -> Callable[[list[Any], bool], None] | None:
+    def _pass_in(
+        self, batch: Batch, run_id: str, channel: str = ""
+    ) -> Callable[[list[Any], bool], None] | None:
         """A pass of `run_id` claimed and read in `batch`, the round trip of the write that
         makes the run due now (its end: `RunStore.finish`): it starts as that round trip is
         answered, with no wake-up, lull or claim of its own between the end and the output
         (#32). Only while no Slack request is in flight here or in another serving process
         (acks first: in a burst the run waits for a claim at a lull, as any due run does) and
-        this projector has room. What starts it from the replies (`fresh`: the read came
+        this projector has room. When it is the projector's only pass (one at a time: the
+        output is posted at once), the output's post token is taken there too, behind the
+        claim and the read, with its posting record (`SharedPacer.take_output_in`: only while
+        the claim holds the run and the output was never posted or tried; #32: no round trip
+        of its own before the post). What starts it from the replies (`fresh`: the read came
         after the write); None: not started so."""
         if (
             self._stopping.is_set()
@@ -444,14 +454,22 @@ class Projector:
             or run_id in self._in_hand
         ):
             return None
-        claimed_at = time.monotonic()
-        claim = self.outbox.claim_one_in(batch, run_id, self.lease, now_ms())
+        claimed_at, at = time.monotonic(), now_ms()
+        score = self.outbox.claim_score(self.lease, at)
+        claim = self.outbox.claim_one_in(batch, run_id, self.lease, at, score)
         read = self._read_in(batch, run_id)
+        prepay = None
+        if channel and not self._running:  # (after the read: it reads `shown` as it was)
+            prepay = self.posts.take_output_in(batch, channel, run_id, score, self.outbox.retention)
 
         def start(replies: list[Any], fresh: bool) -> None:
             try:
                 claimed = claim(replies)
                 found = read(replies) if fresh and claimed is not None else None
+                # (taken only under this claim: none when another pass has the run)
+                prepaid = prepay(replies) if prepay is not None and claimed else None
+                if prepaid is not None:
+                    self._prepaid[run_id] = prepaid
             except Exception:
                 self._changed_read.pop(run_id, None)
                 log_failure(log, "could not start the pass of run %s", run_id, level=WARNING)
@@ -587,6 +605,7 @@ class Projector:
             self._changed_read.pop(claim.run_id, None)
             unused = self._opened.pop(claim.run_id, None)
             await cancel_and_wait(renewing)
+            await self._give_back(claim.run_id)
         dropped = [(person, unused[0])] if person and unused and unused[1].held else []
         due: float | None = None
         try:
@@ -603,6 +622,18 @@ class Projector:
         self.outbox.woken.set()  # a change that came during delivery left the run due now
         if claim.run_id in self._after:
             await self._tell_after(claim.run_id)
+
+    async def _give_back(self, run_id: str) -> None:
+        """The output's token taken with the run's end (`_pass_in`) that its pass did not use
+        (it did not get to post it): back to the channel's bucket, its posting record dropped
+        (no post was tried), while the claim still holds the run."""
+        prepaid = self._prepaid.pop(run_id, None)
+        if prepaid is None or prepaid.used or not prepaid.take.taken:
+            return
+        try:
+            await self.posts.give_back(prepaid, self.outbox.retention)
+        except Exception:  # (the token is spent: pacing only stricter; a post looked up first)
+            log_failure(log, "could not give back the token of run %s", run_id, level=WARNING)
 
     def _read_in(self, batch: Batch, run_id: str) -> Callable[[list[Any]], Projection]:
         """A pass's read of the run (`RunStore.projection_in`) queued on `batch`, with what the
@@ -1253,6 +1284,11 @@ class Projector:
         if kind == "notice":
             return await self._tell(run, target, mark)
         current = shown.get(target, Shown())
+        prepaid = self._prepaid.get(run.run_id)
+        if prepaid is not None and prepaid.target != target:
+            prepaid = None
+        if prepaid is not None and prepaid.take.taken and current == prepaid.posting:
+            current = Shown()  # the record its own token wrote (a pass that read after it)
         thread = ""
         urgency: Urgency | None = None  # as its kind says, unless it shows only a status
         card_call: CallRecord | None = None  # a card's call
@@ -1420,16 +1456,24 @@ class Projector:
                 # its lease checked first; a refused take writes back what was there. Other
                 # posts (cards, which may queue) are recorded once their token is taken. A
                 # post whose answer is lost is then looked up, not posted twice.
+                # An output whose token the run's end took (`_pass_in`) has its posting
+                # record written with it: that token is used, not a second one.
                 rides = (urgency or _urgency(kind, posted=False)) == Urgency.OUTPUT
-                posting = dataclasses.replace(current, posting=time.time())
+                if not rides or current.ts or current.posting:
+                    prepaid = None
+                posting = (
+                    prepaid.posting
+                    if prepaid is not None
+                    else dataclasses.replace(current, posting=time.time())
+                )
                 if rides:
                     await self._fence(run.run_id)
                 left = await self._turn(
                     self.posts, channel, run.run_id, target, False, urgency,
-                    posting if rides else None,
+                    posting if rides else None, prepaid,
                 )  # fmt: skip
                 if left > 0:
-                    if rides:
+                    if rides and prepaid is None:
                         await self.outbox.set_shown(run.run_id, target, current)
                     return left
                 if not rides:
@@ -1579,13 +1623,16 @@ class Projector:
         posted: bool,
         urgency: Urgency | None = None,
         posting: Shown | None = None,
+        prepaid: Prepaid | None = None,
     ) -> float:
         """0 when this message may go to Slack now (after a short wait for its token, if
         need be); else the seconds until its turn. A card's turn (its token, reserved in the
         shared queue) more than a moment away is kept in Redis for the message, and the pass
         ends meanwhile: what else the run has to show (an output that came since) goes in
         another pass, rather than wait behind the card's place in the workspace's queue; the
-        pass that comes at its turn, in any process, is given the same turn, not a second."""
+        pass that comes at its turn, in any process, is given the same turn, not a second.
+        `prepaid`: the output's token taken with the run's end (its posting record written
+        with it): used as it is, no take of its own."""
         urgency = urgency or _urgency(keys.target_kind(target), posted=posted)
         takes, party = self._takes.get(run_id), _PARTY.get()
         message = f"{run_id}/{target}"
@@ -1596,7 +1643,13 @@ class Projector:
                 self.outbox.set_shown_in(pipe, run_id, target, posting)
 
         taken = None
-        if takes is not None and party is not None:  # with the pass's other first takes
+        if prepaid is not None and self._prepaid.get(run_id) is prepaid:
+            del self._prepaid[run_id]
+            prepaid.used = True  # (never given back: its post may be tried from now on)
+            taken = prepaid.take
+            if takes is not None and party is not None:
+                takes.leave(party)  # (asks for nothing in the pass's first takes)
+        elif takes is not None and party is not None:  # with the pass's other first takes
             taken = await takes.take(party, pacer, scope, urgency, message, rider)
         if taken is None and rider is None:
             taken = await pacer.take(scope, urgency, message=message)
