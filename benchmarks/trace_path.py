@@ -325,7 +325,9 @@ MILESTONES = [
     ("projector woken", "woken"),
     ("claim + read", "EVALSHA(9b00e755 ab:{outbox}:due)+EVALSHA(projection"),
     ("pass starts", "pass"),
-    ("token takes", "EVALSHA(pace"),
+    # One at a time the output's token is taken in finish.lua's round trip (output_token.lua):
+    # no round trip of its own (a burst's pass has one, with its updates' takes).
+    ("token takes", "EVALSHA(pace ab:pace:{post:"),
     ("the output's posting record", "MULTI+HSET(ab:{<id>}:shown)"),
     ("chat.postMessage sent", "api chat.postMessage"),
     ("output seen by the stand-in", "-- output"),
@@ -354,7 +356,7 @@ FINE = [
     ("finish.lua", "EVALSHA(finish"),
     ("pass starts", "pass"),
     ("project starts", "-project"),
-    ("token takes", "EVALSHA(pace"),
+    ("token takes", "EVALSHA(pace ab:pace:{post:"),
     ("chat.postMessage sent", "api chat.postMessage"),
     ("output seen by the stand-in", "-- output"),
 ]
