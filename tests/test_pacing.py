@@ -359,10 +359,11 @@ async def test_an_outputs_token_is_taken_with_its_runs_end_only_for_the_pass_tha
 async def test_an_outputs_token_its_pass_did_not_use_goes_back_to_the_bucket(
     two_clients: tuple[aioredis.Redis, aioredis.Redis],
 ) -> None:
-    """A token taken with the run's end whose pass did not post the output goes back: the
-    bucket as if it had never been taken, the posting record dropped (no post was tried), but
-    a record another pass wrote since is kept; after a 429's hold since the take, nothing goes
-    back (the hold emptied the bucket: a token given back then would be one too many)."""
+    """A token taken with the run's end whose pass did not post the output goes back, once:
+    the bucket as if it had never been taken, the posting record dropped (no post was tried);
+    with a record another pass wrote since, nothing is dropped nor given back; after a 429's
+    hold since the take, nothing goes back (the hold emptied the bucket: a token given back
+    then would be one too many)."""
     client, _ = two_clients
     pacer = SharedPacer(client, "post", rate=0.001, burst=5)
     await _ended_run(client)
@@ -372,16 +373,20 @@ async def test_an_outputs_token_its_pass_did_not_use_goes_back_to_the_bucket(
     assert await pacer.give_back(prepaid, 3600)
     assert 4.99 < await _tokens(client) <= 5
     assert await client.hget(keys.shown_key(RUN_ID), "result") is None
-    # Given back twice, the bucket still holds no more than its burst.
+    # Once: a second give-back of the same token gives nothing (its record is gone).
+    prepaid = await _take_output(client, pacer, "1000.001")
+    assert prepaid is not None and prepaid.take.taken
     assert await pacer.give_back(prepaid, 3600)
-    assert await _tokens(client) == 5
-    # Another pass's record (it went on to post it) is not dropped.
+    assert not await pacer.give_back(prepaid, 3600)
+    assert 4.99 < await _tokens(client) <= 5
+    # Another pass's record (it went on to post it): not dropped, and the token not given back.
     prepaid = await _take_output(client, pacer, "1000.001")
     assert prepaid is not None and prepaid.take.taken
     theirs = Shown(posting=prepaid.posting.posting + 1).encode()
     await client.hset(keys.shown_key(RUN_ID), "result", theirs)
-    await pacer.give_back(prepaid, 3600)
+    assert not await pacer.give_back(prepaid, 3600)
     assert (await client.hget(keys.shown_key(RUN_ID), "result")).decode() == theirs
+    assert 3.99 < await _tokens(client) < 4.01
     # A hold since the take: not given back.
     await client.delete(keys.shown_key(RUN_ID))
     prepaid = await _take_output(client, pacer, "1000.001")
@@ -397,3 +402,31 @@ async def test_an_outputs_token_its_pass_did_not_use_goes_back_to_the_bucket(
     await wait_until(over, what="the hold's end")
     assert not await pacer.give_back(prepaid, 3600)
     assert await _tokens(client) <= held + 0.01
+
+
+async def test_an_outputs_token_is_not_given_back_once_the_bucket_would_have_refilled(
+    two_clients: tuple[aioredis.Redis, aioredis.Redis],
+) -> None:
+    """A bucket that refilled to its burst since the take, then gave tokens to other calls,
+    would hold as many without the take: the token is not given back then (one call more
+    would go at once than the burst allows: #32's review), the posting record dropped all the
+    same."""
+    client, _ = two_clients
+    pacer = SharedPacer(client, "post", rate=1000.0, burst=2)  # full again 1 ms after the take
+    await _ended_run(client)
+    await client.hset(keys.OUTBOX_LEASES, RUN_ID, "1000.001")
+    prepaid = await _take_output(client, pacer, "1000.001")
+    assert prepaid is not None and prepaid.take.taken
+    taken_at = float(prepaid.bucket[2])
+
+    async def refilled() -> bool:  # by Redis's own clock, the one the bucket keeps
+        seconds, micros = await client.time()
+        return seconds * 1000 + micros // 1000 > taken_at + 2
+
+    await wait_until(refilled, what="the bucket's refill")
+    for _ in range(2):  # other posts, from the refilled bucket
+        await pacer.take("C1", Urgency.OUTPUT)
+    before = await client.hmget(keys.pace_key("post", "C1"), "tokens", "at")
+    assert not await pacer.give_back(prepaid, 3600)
+    assert await client.hget(keys.shown_key(RUN_ID), "result") is None
+    assert await client.hmget(keys.pace_key("post", "C1"), "tokens", "at") == before

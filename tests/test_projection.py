@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from bot.runtime import BotRuntime
 from bot.slack.blocks import APPROVE
 from bot.store import keys
-from bot.store.delivery.outbox import Outbox, now_ms
+from bot.store.delivery.outbox import Outbox, Shown, now_ms
 from bot.store.delivery.pacing import SharedPacer
 from bot.store.scripts import Batch
 from bot.testing.harness import WAIT, BotHarness, status_line, wait_until
@@ -657,33 +657,27 @@ COUNTED = {"slack_posts_per_second": 0.001}
 
 async def test_a_decisions_output_goes_with_the_token_its_runs_end_took(redis_url: str) -> None:
     """One decision at a time, the run's end takes its output's post token in its own round
-    trip (#32): the output is posted with that token, not a second one (a token each for the
-    run message, the card and the output: three of the burst), and with no lookup."""
+    trip (#32; `tests/test_round_trips.py` holds that no take of its own follows): the output
+    is posted with that token, not a second one (a token each for the run message, the card
+    and the output: three of the burst), once, with no lookup and its posting record done."""
     ledger = Ledger()
     client = aioredis.Redis.from_url(redis_url)
     try:
         async with BotHarness(redis_url, _agent(ledger), POLICY, settings=COUNTED) as bot:
             card = await bot.start_and_wait("clean", user="U1")
             await bot.idle()
+            run_id = keys.run_of(card.button_value(APPROVE))
+            assert run_id is not None
             before = len(bot.slack_api.calls)
-            prepaid: list[Any] = []
-            projector = bot.runtime.projector
-            take_output_in = projector.posts.take_output_in
-
-            def noted(*args: Any, **kwargs: Any) -> Any:  # (what its reply said, noted)
-                decoded = take_output_in(*args, **kwargs)
-                return lambda replies: prepaid.append(decoded(replies)) or prepaid[-1]
-
-            projector.posts.take_output_in = noted  # type: ignore[method-assign]
             await approve_and_finish(bot, card)
             await wait_until(lambda: _outputs(bot.slack_api, "Deleted."), what="the output")
             await bot.idle()
             made = bot.slack_api.calls[before:]
             tokens = await _post_tokens(client)
+            record = await client.hget(keys.shown_key(run_id), "result")
     finally:
         await client.aclose()
-    [taken] = prepaid
-    assert taken is not None and taken.take.taken and taken.used
+    assert record is not None and Shown.decode(record.decode()).ts  # posted, not just tried
     assert 1.99 < tokens < 2.01, tokens  # run message, card, output: one token each
     assert len(_outputs(bot.slack_api, "Deleted.")) == 1
     lookups = ("conversations.history", "conversations.replies")

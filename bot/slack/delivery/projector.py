@@ -625,8 +625,9 @@ class Projector:
 
     async def _give_back(self, run_id: str) -> None:
         """The output's token taken with the run's end (`_pass_in`) that its pass did not use
-        (it did not get to post it): back to the channel's bucket, its posting record dropped
-        (no post was tried), while the claim still holds the run."""
+        (it did not get to post it): its posting record dropped (no post was tried) and the
+        token back to the channel's bucket, once, only while that record is still this pass's
+        and giving it back cannot let more through than the burst (`SharedPacer.give_back`)."""
         prepaid = self._prepaid.pop(run_id, None)
         if prepaid is None or prepaid.used or not prepaid.take.taken:
             return

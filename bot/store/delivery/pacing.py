@@ -64,7 +64,8 @@ class Prepaid:
     target: str
     take: Take
     posting: Shown
-    holds: str = "0"  # the bucket's holds at the take (a give-back after a hold is not made)
+    # The bucket right after the take: its holds, tokens and time (ms; what a give-back needs)
+    bucket: tuple[str, str, str] = ("0", "0", "0")
     used: bool = field(default=False)
 
 
@@ -146,18 +147,20 @@ class SharedPacer:
             if not target:
                 return None
             take = self._took(decode_take(reply[:2]))
-            return Prepaid(run_id, scope, target, take, posting, text(reply[3]))
+            bucket = (text(reply[3]), text(reply[4]), text(reply[5]))
+            return Prepaid(run_id, scope, target, take, posting, bucket)
 
         return decoded
 
     async def give_back(self, prepaid: Prepaid, retention: int) -> bool:
-        """An output's token taken ahead (`take_output_in`) and not used: back to the bucket
-        (unless a hold came since: `pace.lua`'s 'give'), its posting record dropped (no post was
-        tried). Whether the token went back."""
+        """An output's token taken ahead (`take_output_in`) and not used: its posting record
+        dropped (no post was tried) and the token back to the bucket, once, unless a hold came
+        since or the bucket would have refilled to its burst without it (`pace.lua`'s 'give').
+        Whether the token went back."""
         reply = await self._output(
             keys=self._output_keys(prepaid.scope, prepaid.run_id),
             args=[prepaid.run_id, repr(self.rate), self.burst, prepaid.posting.encode(),
-                  retention, "give", prepaid.target, prepaid.holds],
+                  retention, "give", prepaid.target, *prepaid.bucket],
         )  # fmt: skip
         return int(reply[0]) == 1
 

@@ -13,17 +13,20 @@
 --           token is then taken as an output's ('now', above no floor) and, when taken, the
 --           posting record written, as the pass's own take would (a crash then has its post
 --           looked up before a second one);
---   'give': ARGV[7] the output, ARGV[8] the bucket's holds at the take: a token taken so and
---           not used goes back to the bucket (pace.lua 'give') and the posting record is
---           dropped if it is still this one (no post was tried).
--- Reply: 'take': {taken (1/0), wait in ms, the output, the bucket's holds} ({0, '0', ''}: not
--- taken, the pass takes its own); 'give': {given back (1/0)}
+--   'give': ARGV[7] the output, ARGV[8]-ARGV[10] the bucket at the take (its holds, its
+--           tokens right after it, the take's time in ms): a token taken so and not used goes
+--           back to the bucket (pace.lua 'give') with the posting record dropped, once: only
+--           while that record is still this one (no post was tried, no other pass took over).
+-- Reply: 'take': {taken (1/0), wait in ms, the output, the bucket's holds, tokens and time
+-- right after the take} ({0, '0', ''}: not taken, the pass takes its own); 'give': {given
+-- back (1/0)}
 local bucket = {KEYS[1]}
 if ARGV[6] == 'give' then
-  if redis.call('HGET', KEYS[5], ARGV[7]) == ARGV[4] then
-    redis.call('HDEL', KEYS[5], ARGV[7])
+  if redis.call('HGET', KEYS[5], ARGV[7]) ~= ARGV[4] then
+    return {0}
   end
-  return {pace(bucket, {ARGV[2], ARGV[3], 'give', ARGV[8]})[1]}
+  redis.call('HDEL', KEYS[5], ARGV[7])
+  return {pace(bucket, {ARGV[2], ARGV[3], 'give', ARGV[8], ARGV[9], ARGV[10]})[1]}
 end
 if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[7] then
   return {0, '0', ''}
@@ -45,4 +48,5 @@ if taken[1] == 1 then
   redis.call('HSET', KEYS[5], target, ARGV[4])
   redis.call('EXPIRE', KEYS[5], ARGV[5])
 end
-return {taken[1], taken[2], target, redis.call('HGET', KEYS[1], 'holds') or '0'}
+local after = redis.call('HMGET', KEYS[1], 'holds', 'tokens', 'at')
+return {taken[1], taken[2], target, after[1] or '0', after[2] or '0', after[3] or '0'}

@@ -16,9 +16,13 @@
 --   'peek':  take nothing; how long until a 'now' take with floor ARGV[4] would succeed;
 --   'hold':  no call for ARGV[4] ms (Retry-After); the bucket is empty when the hold ends;
 --            the bucket counts its holds (`holds`);
---   'give':  a token taken with 'now' and not used, given back (capped at `burst`), only if
---            no hold came since it was taken (ARGV[4]: the bucket's `holds` then) and none
---            lasts now: given back, the bucket is as if it had never been taken (#32).
+--   'give':  a token taken with 'now' and not used, given back, only if no hold came since
+--            it was taken (ARGV[4]: the bucket's `holds` then) and none lasts now, and either
+--            nothing touched the bucket since (ARGV[5], ARGV[6]: its `tokens` and `at` right
+--            after the take) or it could not have refilled to `burst` since: so given back,
+--            the bucket is exactly as if it had never been taken; otherwise (a refill to the
+--            cap, then takes) one more would go than the burst allows: it stays taken, the
+--            pacing stricter by that token (#32).
 -- Reply: {taken (1/0), wait in ms (string)}: with 'queue', the wait before using the token;
 -- with 'give', {given (1/0), '0'}; otherwise the time until a token would be free.
 local rate, burst, mode = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
@@ -68,6 +72,15 @@ if mode == 'queue' then
 end
 if mode == 'give' then
   if ahead > 0 or (redis.call('HGET', KEYS[1], 'holds') or '0') ~= ARGV[4] then
+    return {0, '0'}
+  end
+  -- Exact only while the bucket without that take would hold one more now: nothing touched
+  -- it since (the cap below is then the one it would have met), or it could not have refilled
+  -- to `burst` since (what came since only lowered it)
+  local since = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+  local untouched = since[1] == ARGV[5] and since[2] == ARGV[6]
+  local untaken = tonumber(ARGV[5]) + 1 + (now - tonumber(ARGV[6])) / 1000 * rate
+  if not untouched and untaken > burst then
     return {0, '0'}
   end
   tokens = math.min(burst, tokens + 1)
