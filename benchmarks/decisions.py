@@ -80,7 +80,7 @@ import redis.asyncio as aioredis
 from agents import Runner, RunState, set_tracing_disabled
 
 from benchmarks.bench_agents import approve_and_run, deployer
-from benchmarks.peers import SIGNING_SECRET, TOKEN
+from benchmarks.peers import SIGNING_SECRET, TOKEN, floor_state_key
 from benchmarks.storage import BUDGET, CASES, paused_run_bytes
 
 if TYPE_CHECKING:
@@ -495,6 +495,59 @@ async def sdk_resume(samples: int) -> SdkResumes:
     return SdkResumes(warm, cpu, idle)
 
 
+class FloorPath:
+    """The floor's own decision path (`benchmarks/peers.py floorpath`: Bolt's ack, 9 Redis
+    round trips, the SDK's streamed resume, 3 Web API calls, one after another) in a process
+    of its own, clicked one at a time as the bot is: how soon the bot's output could be shown
+    on this machine, the bot's own cost aside (the SDK's warm resume alone leaves out the
+    rest of the floor and that the process is cold, as every one-at-a-time click finds it)."""
+
+    def __init__(self, api_url: str, redis_url: str) -> None:
+        self.api_url, self.redis_url = api_url, redis_url
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/slack/events"
+
+    async def one_at_a_time(self, samples: int) -> list[float]:
+        """Click -> output shown (ms), `samples` clicks (after 5 that warm up), each sent once
+        the one before has made its 3 Web API calls."""
+        agent = deployer()
+        redis = aioredis.Redis.from_url(self.redis_url)
+        ids = [f"floor-{i}" for i in range(samples + 5)]
+        for i, approval_id in enumerate(ids):  # paused runs, as the bot's wait for their clicks
+            paused = await Runner.run(agent, f"deploy f{i}")
+            await redis.set(floor_state_key(approval_id), paused.to_state().to_string())
+        process = Process(
+            ["-m", "benchmarks.peers", "floorpath", str(self.port), self.api_url, self.redis_url]
+        )
+        taken = []
+        try:
+            await process.first_line()
+            async with aiohttp.ClientSession() as session:
+
+                async def standin(method: str, **params: str) -> dict[str, Any]:
+                    async with session.get(self.api_url + method, params=params) as response:
+                        data: dict[str, Any] = await response.json()
+                        return data
+
+                for approval_id in ids:
+                    body, headers = click_body(approval_id)
+                    started = time.monotonic()
+                    async with session.post(self.url, data=body, headers=headers) as response:
+                        assert response.status == 200
+                    shown = await standin("bench.result", run_id=approval_id)
+                    taken.append((float(shown["at"]) - started) * 1000)
+
+                    async def done(run_id: str = approval_id) -> bool:
+                        return int((await standin("bench.state"))["calls"].get(run_id, 0)) >= 3
+
+                    await until(done, 30 * SLOW, "the floor path's messages")
+        finally:
+            await process.stop()
+            await redis.delete(*(await redis.keys("floor:*")))
+            await redis.aclose()
+        return taken[5:]
+
+
 # The bot ------------------------------------------------------------------------------------
 
 
@@ -845,10 +898,11 @@ def report(
     at_once: Load,
     floor: Floor,
     serial_cpu: list[float],
+    floor_path: list[float],
 ) -> None:
     """The table: each figure beside its floor (the bare app, the SDK's resume, or the floor
     of `benchmarks/floor.py`) and the goal of issue #32 part 2 it is held to."""
-    from benchmarks.floor import BURST_GOAL, CPU_GOAL, LATENCY_GOAL
+    from benchmarks.floor import BURST_GOAL, CPU_GOAL, LATENCY_GOAL, ROUND_TRIPS, WEB_API_CALLS
 
     rows: list[tuple[str, str, str, str, str]] = []
     bare = {f: merged([r.bare for r in each]) for f, each in rounds.items()}
@@ -907,6 +961,16 @@ def report(
     rows.append((
         f"  the SDK's resume {SDK_IDLE:g} s idle first, as the bot's (ms; {len(sdks.idle)})",
         f"SDK {ms(idle_med)}", ms(bot_med), f"{bot_med / idle_med:.1f}x", "",
+    ))  # fmt: skip
+    path_med = statistics.median(floor_path)
+    rows.append((
+        f"  the floor's own path one at a time: bare ack, {ROUND_TRIPS} round trips, the SDK's "
+        f"resume, {WEB_API_CALLS} Web API calls (ms; {len(floor_path)})",
+        f"SDK {ms(sdk_med)}", ms(path_med), f"{path_med / sdk_med:.1f}x", "",
+    ))  # fmt: skip
+    rows.append((
+        "  the bot against the floor's own path", f"path {ms(path_med)}", ms(bot_med),
+        f"{bot_med / path_med:.2f}x", "",
     ))  # fmt: skip
     rows.append(("  minus the SDK's own resume: overhead p50 (ms)", "", ms(bot_med - sdk_med),
                  "", ""))  # fmt: skip
@@ -1004,6 +1068,7 @@ async def main() -> None:
                 print(f"(the bot: {bot.topology}; {time.perf_counter() - began:.0f} s)")
                 return
             sdks = await sdk_resume(args.serial)
+            floor_path = await FloorPath(api_url, server.url).one_at_a_time(args.serial)
             bot = Bot(server.url, api_url, Path(tmp))
             try:
                 await bot.start()
@@ -1042,7 +1107,7 @@ async def main() -> None:
             server.stop()
     print_rounds(rounds)
     report(rounds, serial, sdks, calls, storage, connections, at_once, floor,
-           serial_cpu)  # fmt: skip
+           serial_cpu, floor_path)  # fmt: skip
     shares = " / ".join(f"{100 * c / max(sum(at_once.shares), 1e-9):.0f}%" for c in at_once.shares)
     print(f"(the bot: {bot.topology}; their shares of the {at_once.clicks} at once's CPU: "
           f"{shares})")  # fmt: skip

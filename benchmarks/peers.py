@@ -4,6 +4,7 @@ CPU is its own and the load generator's loop is not the one serving them.
     python -m benchmarks.peers standin            # the Slack Web API stand-in; prints its URL
     python -m benchmarks.peers standin SCALE      # ... enforcing Slack's limits, SCALE times
     python -m benchmarks.peers bare PORT API_URL  # a bare Bolt app that only acks clicks
+    python -m benchmarks.peers floorpath PORT API_URL REDIS_URL  # the floor's decision path
 
 The stand-in answers one extra method, `bench.result` (`run_id`): it returns, once the run's
 final output has been posted, when that post arrived (`time.monotonic()`, which every process
@@ -28,6 +29,7 @@ import sys
 import time
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncAck, AsyncApp
@@ -184,6 +186,100 @@ async def bare(port: int, api_url: str) -> None:
     await runner.cleanup()
 
 
+# The floor's path's Redis writes: each owner-checked, a one-key script (benchmarks/floor.py).
+OWNED_WRITE = (
+    "if redis.call('GET', KEYS[1]) then return 0 end redis.call('SET', KEYS[1], ARGV[1]) return 1"
+)
+
+
+def floor_state_key(approval_id: str) -> str:
+    """Where `benchmarks/decisions.py` leaves a paused run's state for `floorpath`."""
+    return f"floor:{approval_id}:state"
+
+
+async def floor_path(port: int, api_url: str, redis_url: str) -> None:
+    """A decision's path with nothing but the floor's parts, in a process of its own as the
+    bot's is: Bolt's ack of the click (the bare app's), then, once answered, one after another,
+    the decision consumed and the job's take with the run's state (2 Redis round trips), the
+    tool's journal before and after (2), the SDK's streamed resume of the paused run, the
+    run's end and the job's acknowledgement (2), and the 3 Web API calls through slack_sdk,
+    each after its owner-checked write (3): the output's post, then the card's and the run
+    message's updates. `benchmarks/decisions.py` clicks it one at a time, as it clicks the bot:
+    the latency the bot's path could have on this machine with no cost of its own."""
+    from agents import RunState, set_tracing_disabled
+
+    from benchmarks.bench_agents import approve_and_run, deployer
+    from bot.slack.api.webapi import build_client
+    from bot.store.connection import connect
+
+    set_tracing_disabled(True)
+    agent = deployer()
+    redis = connect(redis_url, max_connections=8)
+    owned = redis.register_script(OWNED_WRITE)
+    session = aiohttp.ClientSession()
+    client = build_client(TOKEN, api_url, session)
+    app = AsyncApp(
+        client=AsyncWebClient(token=TOKEN, base_url=api_url),
+        signing_secret=SIGNING_SECRET,
+        process_before_response=True,
+        raise_error_for_unhandled_request=False,
+    )
+    running: set[asyncio.Task[None]] = set()
+
+    @app.action(re.compile(".*"))
+    async def decide(ack: AsyncAck, body: dict[str, Any], context: dict[str, Any]) -> None:
+        await ack()
+        context["floor_id"] = str(body["actions"][0]["value"])
+
+    async def path(approval_id: str) -> None:
+        async def write(what: str) -> None:
+            assert await owned(keys=[f"floor:{approval_id}:{what}"], args=["owner"]) == 1
+
+        # floor.ROUND_TRIPS (9), one after another, with the resume and the 3 Web API calls
+        await write("decided")
+        stored = await redis.get(floor_state_key(approval_id))  # the job's take
+        await write("journal: begun")
+        await write("journal: ended")
+        assert isinstance(stored, bytes)
+        state = await RunState.from_string(agent, stored.decode())
+        output = await approve_and_run(agent, state, streamed=True)
+        await write("finished")
+        await write("acknowledged")
+        await write("shown output")
+        payload = {"run_id": approval_id, "target": "result"}
+        posted = await client.chat_postMessage(
+            channel="C1", text=str(output),
+            metadata={"event_type": "approval_bot", "event_payload": payload},
+        )  # fmt: skip
+        for what in ("shown card", "shown run"):
+            await write(what)
+            await client.chat_update(channel="C1", ts=posted["ts"], text=what)
+
+    async def events(request: web.Request) -> web.Response:
+        bolt_request = await to_bolt_request(request)
+        answer = await to_aiohttp_response(await app.async_dispatch(bolt_request))
+        approval_id = bolt_request.context.get("floor_id")
+        if approval_id:  # its path starts once the answer is written (acks first, as the bot)
+            task = asyncio.get_running_loop().create_task(path(approval_id))
+            running.add(task)
+            task.add_done_callback(running.discard)
+        return answer
+
+    web_app = web.Application(client_max_size=1024 * 1024)
+    web_app.add_routes([web.post("/slack/events", events), web.get("/healthz", _ok)])
+    runner = web.AppRunner(web_app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port, backlog=SHARED_BACKLOG).start()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
+    print("ready", flush=True)
+    await _until_terminated()
+    await runner.cleanup()
+    await session.close()
+    await redis.aclose()
+
+
 async def _ok(_: web.Request) -> web.Response:
     return web.Response(text="ok")
 
@@ -199,5 +295,7 @@ async def _until_terminated() -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "standin":
         asyncio.run(standin(float(sys.argv[2]) if len(sys.argv) > 2 else 0.0))
+    elif sys.argv[1] == "floorpath":
+        asyncio.run(floor_path(int(sys.argv[2]), sys.argv[3], sys.argv[4]))
     else:
         asyncio.run(bare(int(sys.argv[2]), sys.argv[3]))
