@@ -27,6 +27,7 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -151,15 +152,20 @@ async def standin(scale: float = 0.0) -> None:
         await _until_terminated()
 
 
-async def bare(port: int, api_url: str) -> None:
-    """Bolt as the bot uses it (aiohttp, signature verification, a process-before-response
-    listener), with a listener that only acks."""
-    app = AsyncApp(
+def _bolt(api_url: str) -> AsyncApp:
+    """Bolt as the bot uses it: signature verification, process-before-response listeners."""
+    return AsyncApp(
         client=AsyncWebClient(token=TOKEN, base_url=api_url),
         signing_secret=SIGNING_SECRET,
         process_before_response=True,
         raise_error_for_unhandled_request=False,
     )
+
+
+async def bare(port: int, api_url: str) -> None:
+    """Bolt as the bot uses it (aiohttp, signature verification, a process-before-response
+    listener), with a listener that only acks."""
+    app = _bolt(api_url)
 
     @app.action(re.compile(".*"))
     async def ack_only(ack: AsyncAck) -> None:
@@ -169,14 +175,18 @@ async def bare(port: int, api_url: str) -> None:
         response = await app.async_dispatch(await to_bolt_request(request))
         return await to_aiohttp_response(response)
 
+    await _serve(port, events)
+
+
+async def _serve(port: int, events: Callable[[web.Request], Awaitable[web.Response]]) -> None:
+    """Serve `events` at /slack/events on `port` until terminated, as the bot serves (#32): the
+    kernel's queue of connections as long as the bot's (aiohttp's default is 128, below a burst
+    of 200), and the start-up heap out of the cyclic GC's reach with the bot's threshold
+    (`bot.runtime.settle_heap`: a full collection of it stalls every request in flight)."""
     web_app = web.Application(client_max_size=1024 * 1024)
     web_app.add_routes([web.post("/slack/events", events), web.get("/healthz", _ok)])
     runner = web.AppRunner(web_app, access_log=None)
     await runner.setup()
-    # As the bot serves (#32): the kernel's queue of connections as long as the bot's
-    # (aiohttp's default is 128, below a burst of 200), and its start-up heap out of the
-    # cyclic GC's reach with the bot's threshold (`bot.runtime.settle_heap`: a full
-    # collection of it stalls every request in flight).
     await web.TCPSite(runner, "127.0.0.1", port, backlog=SHARED_BACKLOG).start()
     gc.collect()
     gc.freeze()
@@ -218,12 +228,7 @@ async def floor_path(port: int, api_url: str, redis_url: str) -> None:
     owned = redis.register_script(OWNED_WRITE)
     session = aiohttp.ClientSession()
     client = build_client(TOKEN, api_url, session)
-    app = AsyncApp(
-        client=AsyncWebClient(token=TOKEN, base_url=api_url),
-        signing_secret=SIGNING_SECRET,
-        process_before_response=True,
-        raise_error_for_unhandled_request=False,
-    )
+    app = _bolt(api_url)
     running: set[asyncio.Task[None]] = set()
 
     @app.action(re.compile(".*"))
@@ -265,17 +270,7 @@ async def floor_path(port: int, api_url: str, redis_url: str) -> None:
             task.add_done_callback(running.discard)
         return answer
 
-    web_app = web.Application(client_max_size=1024 * 1024)
-    web_app.add_routes([web.post("/slack/events", events), web.get("/healthz", _ok)])
-    runner = web.AppRunner(web_app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port, backlog=SHARED_BACKLOG).start()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
-    print("ready", flush=True)
-    await _until_terminated()
-    await runner.cleanup()
+    await _serve(port, events)
     await session.close()
     await redis.aclose()
 
