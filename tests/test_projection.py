@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import itertools
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlparse
 
@@ -655,12 +656,12 @@ async def _post_tokens(client: aioredis.Redis) -> float:
 COUNTED = {"slack_posts_per_second": 0.001}
 
 
-async def test_a_decisions_output_goes_with_the_token_its_runs_end_took(redis_url: str) -> None:
-    """One decision at a time, the run's end takes its output's post token in its own round
-    trip (#32; `tests/test_round_trips.py` holds that no take of its own follows): the output
-    is posted with that token, not a second one (a token each for the run message, the card
-    and the output: three of the burst), once, with no lookup and its posting record done."""
-    ledger = Ledger()
+@contextlib.asynccontextmanager
+async def _paused_with_counted_posts(
+    redis_url: str, ledger: Ledger
+) -> AsyncIterator[tuple[BotHarness, Message, str, aioredis.Redis]]:
+    """A bot whose post bucket counts (`COUNTED`), its tools' calls in `ledger`, a run paused
+    on its card, its id, and a client of the bot's Redis."""
     client = aioredis.Redis.from_url(redis_url)
     try:
         async with BotHarness(redis_url, _agent(ledger), POLICY, settings=COUNTED) as bot:
@@ -668,15 +669,24 @@ async def test_a_decisions_output_goes_with_the_token_its_runs_end_took(redis_ur
             await bot.idle()
             run_id = keys.run_of(card.button_value(APPROVE))
             assert run_id is not None
-            before = len(bot.slack_api.calls)
-            await approve_and_finish(bot, card)
-            await wait_until(lambda: _outputs(bot.slack_api, "Deleted."), what="the output")
-            await bot.idle()
-            made = bot.slack_api.calls[before:]
-            tokens = await _post_tokens(client)
-            record = await client.hget(keys.shown_key(run_id), "result")
+            yield bot, card, run_id, client
     finally:
         await client.aclose()
+
+
+async def test_a_decisions_output_goes_with_the_token_its_runs_end_took(redis_url: str) -> None:
+    """One decision at a time, the run's end takes its output's post token in its own round
+    trip (#32; `tests/test_round_trips.py` holds that no take of its own follows): the output
+    is posted with that token, not a second one (a token each for the run message, the card
+    and the output: three of the burst), once, with no lookup and its posting record done."""
+    async with _paused_with_counted_posts(redis_url, Ledger()) as (bot, card, run_id, client):
+        before = len(bot.slack_api.calls)
+        await approve_and_finish(bot, card)
+        await wait_until(lambda: _outputs(bot.slack_api, "Deleted."), what="the output")
+        await bot.idle()
+        made = bot.slack_api.calls[before:]
+        tokens = await _post_tokens(client)
+        record = await client.hget(keys.shown_key(run_id), "result")
     assert record is not None and Shown.decode(record.decode()).ts  # posted, not just tried
     assert 1.99 < tokens < 2.01, tokens  # run message, card, output: one token each
     assert len(_outputs(bot.slack_api, "Deleted.")) == 1
@@ -693,36 +703,28 @@ async def test_a_runs_end_takes_no_token_while_another_projector_holds_its_messa
     the end claims nothing, takes no token and writes no record; once that pass lets go, the
     output is posted once, with one token."""
     ledger = Ledger()
-    client = aioredis.Redis.from_url(redis_url)
-    try:
-        async with BotHarness(redis_url, _agent(ledger), POLICY, settings=COUNTED) as bot:
-            card = await bot.start_and_wait("clean", user="U1")
-            await bot.idle()
-            run_id = keys.run_of(card.button_value(APPROVE))
-            assert run_id is not None
-            other = Outbox(client, retention_seconds=3600)
-            async with client.pipeline(transaction=False) as pipe:
-                batch = Batch(pipe)
-                claimed = other.claim_one_in(batch, run_id, 60.0, now_ms())
-                claim = claimed(await batch.execute())
-            assert claim is not None
-            tokens = await _post_tokens(client)
-            assert (await bot.click(card, APPROVE, user="U2")).status == 200
+    async with _paused_with_counted_posts(redis_url, ledger) as (bot, card, run_id, client):
+        other = Outbox(client, retention_seconds=3600)
+        async with client.pipeline(transaction=False) as pipe:
+            batch = Batch(pipe)
+            claimed = other.claim_one_in(batch, run_id, 60.0, now_ms())
+            claim = claimed(await batch.execute())
+        assert claim is not None
+        tokens = await _post_tokens(client)
+        assert (await bot.click(card, APPROVE, user="U2")).status == 200
 
-            async def ended() -> bool:  # its audit entry rides behind the end's round trip
-                return any(e.get("kind") == "run_finished" for e in await bot.audit())
+        async def ended() -> bool:  # its audit entry rides behind the end's round trip
+            return any(e.get("kind") == "run_finished" for e in await bot.audit())
 
-            await wait_until(ended, what="the run's end and its round trip")
-            assert await client.hget(keys.run_key(run_id), "status") == b"finished"
-            assert await client.hget(keys.shown_key(run_id), "result") is None
-            assert await _post_tokens(client) == tokens
-            assert not _outputs(bot.slack_api, "Deleted.")
-            await other.release(claim, None)  # the other pass ends
-            await wait_until(lambda: _outputs(bot.slack_api, "Deleted."), what="the output")
-            await bot.wait_for_status("finished")
-            await bot.idle()
-            assert 0.99 < tokens - await _post_tokens(client) < 1.01
-    finally:
-        await client.aclose()
+        await wait_until(ended, what="the run's end and its round trip")
+        assert await client.hget(keys.run_key(run_id), "status") == b"finished"
+        assert await client.hget(keys.shown_key(run_id), "result") is None
+        assert await _post_tokens(client) == tokens
+        assert not _outputs(bot.slack_api, "Deleted.")
+        await other.release(claim, None)  # the other pass ends
+        await wait_until(lambda: _outputs(bot.slack_api, "Deleted."), what="the output")
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        assert 0.99 < tokens - await _post_tokens(client) < 1.01
     assert len(_outputs(bot.slack_api, "Deleted.")) == 1
     assert ledger.names() == ["delete_logs"]
