@@ -33,22 +33,20 @@ from bot.store.connection import EmbeddedRedis
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.requests import Sent
 from bot.testing.slack_api import FakeSlackAPI, Message
+from tests.agents_for_tests import POLICY as BASE_POLICY
 from tests.test_stalls import stalled, stateless_agent
 
-POLICY = """
-defaults:
-  allow_self_approval: false
-channels:
-  C1:
-    starters: ["*"]
-    approvers: [U2, U3]
-  C2:
+# The tests' usual policy (C1: anyone starts, U2 or U3 approves), and two channels more.
+POLICY = (
+    BASE_POLICY
+    + """  C2:
     starters: [U2]
     approvers: [U2]
   C3:
     starters: ["@sre"]
     approvers: [U2]
 """
+)
 # A budget short enough that the tests of slow answers do not wait long for it, and a lull
 # below it (`Settings`: the lull must be shorter).
 SHORT = {"ack_budget_seconds": 0.3, "lull_max_seconds": 0.05}
