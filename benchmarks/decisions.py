@@ -26,6 +26,8 @@ Figures:
   noise), and the load generator collects no garbage while it sends a burst;
 - decision -> final output, one decision at a time: from sending the click to the stand-in
   receiving the run's final output post; minus the SDK's own resume, that is the bot's overhead;
+  measured in turns with the SDK's warm resume and the floor's own path (`one_at_a_time`), so
+  that the machine's drift moves the three alike;
 - bot CPU (user + system, from /proc) per completed decision, from the first click until every
   resumed run is finished and Slack shows it all;
 - Web API calls per decision in each burst for the runs' messages (chat.update and
@@ -456,24 +458,15 @@ async def bare_floor(api_url: str, clicks: dict[int, int]) -> dict[int, Load]:
 SDK_IDLE = 0.5  # s asleep before the SDK's resume "after idle", as the bot's one at a time are
 
 
-@dataclass
-class SdkResumes:
-    """The SDK's own resume of the minimal run, ms: `warm` (wall) and `cpu` right after a run of
-    the same agent, as the issue's floor; `idle` (wall) after SDK_IDLE s asleep: the bot's
-    resumes one at a time come seconds apart, and after a while idle the same resume costs
-    about 1.4x (the machine's other processes have its caches and predictors meanwhile)."""
-
-    warm: list[float]
-    cpu: list[float]
-    idle: list[float]
-
-
-async def _sdk_resumes(samples: int, idle: float) -> tuple[list[float], list[float]]:
+async def _sdk_resumes(
+    samples: int, idle: float, warmup: int = 5
+) -> tuple[list[float], list[float]]:
     """ms of wall time and of CPU of `samples` SDK resumes (`from_string` + `approve` +
-    `Runner.run`), each `idle` s after its run paused (0: right after), back to back."""
+    `Runner.run`), each `idle` s after its run paused (0: right after), back to back, after
+    `warmup` more that are not counted."""
     agent = deployer()
     taken, cpu = [], []
-    for i in range(samples + 5):  # the first few warm up
+    for i in range(samples + warmup):
         paused = await Runner.run(agent, f"deploy v{i}")
         stored = paused.to_state().to_string()
         if idle:
@@ -483,16 +476,7 @@ async def _sdk_resumes(samples: int, idle: float) -> tuple[list[float], list[flo
         taken.append((time.perf_counter() - started) * 1000)
         cpu.append((time.process_time() - processed) * 1000)
         assert output == "done"
-    return taken[5:], cpu[5:]
-
-
-async def sdk_resume(samples: int) -> SdkResumes:
-    """The SDK's own resume of the minimal run, warm (each right after the one before) then
-    after SDK_IDLE s asleep each. Not interleaved: a warm one right after a cold one is
-    itself partly cold (5.8 -> 8.8 ms p50 when they alternated)."""
-    warm, cpu = await _sdk_resumes(samples, 0.0)
-    idle, _ = await _sdk_resumes(samples, SDK_IDLE)
-    return SdkResumes(warm, cpu, idle)
+    return taken[warmup:], cpu[warmup:]
 
 
 class FloorPath:
@@ -507,45 +491,100 @@ class FloorPath:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/slack/events"
 
-    async def one_at_a_time(self, samples: int) -> list[float]:
-        """Click -> output shown (ms), `samples` clicks (after 5 that warm up), each sent once
-        the one before has made its 3 Web API calls."""
+    async def start(self, clicks: int) -> None:
+        """Its process, with `clicks` paused runs for it to resume, as the bot's wait for
+        theirs."""
         agent = deployer()
-        redis = aioredis.Redis.from_url(self.redis_url)
-        ids = [f"floor-{i}" for i in range(samples + 5)]
-        for i, approval_id in enumerate(ids):  # paused runs, as the bot's wait for their clicks
+        self.redis = aioredis.Redis.from_url(self.redis_url)
+        self.ids = [f"floor-{i}" for i in range(clicks)]
+        for i, approval_id in enumerate(self.ids):
             paused = await Runner.run(agent, f"deploy f{i}")
-            await redis.set(floor_state_key(approval_id), paused.to_state().to_string())
-        process = Process(
+            await self.redis.set(floor_state_key(approval_id), paused.to_state().to_string())
+        self.process = Process(
             ["-m", "benchmarks.peers", "floorpath", str(self.port), self.api_url, self.redis_url]
         )
+        await self.process.first_line()
+        self.session = aiohttp.ClientSession()
+
+    async def clicks(self, n: int) -> list[float]:
+        """Click -> output shown (ms) of its next `n` paused runs, each clicked once the one
+        before has made its 3 Web API calls."""
         taken = []
-        try:
-            await process.first_line()
-            async with aiohttp.ClientSession() as session:
+        for approval_id in self.ids[:n]:
+            body, headers = click_body(approval_id)
+            started = time.monotonic()
+            async with self.session.post(self.url, data=body, headers=headers) as response:
+                assert response.status == 200
+            shown = await self._standin("bench.result", run_id=approval_id)
+            taken.append((float(shown["at"]) - started) * 1000)
 
-                async def standin(method: str, **params: str) -> dict[str, Any]:
-                    async with session.get(self.api_url + method, params=params) as response:
-                        data: dict[str, Any] = await response.json()
-                        return data
+            async def done(run_id: str = approval_id) -> bool:
+                return int((await self._standin("bench.state"))["calls"].get(run_id, 0)) >= 3
 
-                for approval_id in ids:
-                    body, headers = click_body(approval_id)
-                    started = time.monotonic()
-                    async with session.post(self.url, data=body, headers=headers) as response:
-                        assert response.status == 200
-                    shown = await standin("bench.result", run_id=approval_id)
-                    taken.append((float(shown["at"]) - started) * 1000)
+            await until(done, 30 * SLOW, "the floor path's messages")
+        del self.ids[:n]
+        return taken
 
-                    async def done(run_id: str = approval_id) -> bool:
-                        return int((await standin("bench.state"))["calls"].get(run_id, 0)) >= 3
+    async def _standin(self, method: str, **params: str) -> dict[str, Any]:
+        async with self.session.get(self.api_url + method, params=params) as response:
+            data: dict[str, Any] = await response.json()
+            return data
 
-                    await until(done, 30 * SLOW, "the floor path's messages")
-        finally:
-            await process.stop()
-            await redis.delete(*(await redis.keys("floor:*")))
-            await redis.aclose()
-        return taken[5:]
+    async def stop(self) -> None:
+        await self.session.close()
+        await self.process.stop()
+        await self.redis.delete(*(await self.redis.keys("floor:*")) or ["floor:none"])
+        await self.redis.aclose()
+
+
+BLOCK = 6  # one-at-a-time clicks (or SDK resumes) in a row, the first of them not counted
+
+
+@dataclass
+class Serial:
+    """The one-at-a-time figures, ms: the bot's clicks to output, its Web API calls and CPU per
+    click; the SDK's warm resumes (wall, CPU); the floor's own path's clicks; the Web API
+    connections the bot opened."""
+
+    bot: list[float] = field(default_factory=list)
+    calls: list[int] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    sdk: list[float] = field(default_factory=list)
+    sdk_cpu: list[float] = field(default_factory=list)
+    path: list[float] = field(default_factory=list)
+    connections: int = 0
+    clicked: int = 0  # the bot's clicks, those not counted too
+
+
+async def one_at_a_time(bot: Bot, path: FloorPath, samples: int) -> Serial:
+    """The bot, the SDK's warm resume and the floor's own path, one at a time, in turns of
+    `BLOCK` (the first of each turn not counted: it follows the others' work), about `samples`
+    of each counted, after a turn of each that warms up: the machine's drift over the minutes
+    this takes moves the three alike, so their ratios hold (measured one after the other, a
+    busy minute for one and not the others moved the ratio by 0.5x)."""
+    turns = -(-samples // (BLOCK - 1))
+    runs = await bot.paused_runs((turns + 1) * BLOCK, lambda i: f"deploy s{i}")
+    await path.start((turns + 1) * BLOCK)
+    out = Serial()
+    try:
+        for turn in range(turns + 1):
+            counted = 1 if turn else BLOCK  # the first turn warms up
+            sdk, sdk_cpu = await _sdk_resumes(BLOCK - counted, 0.0, warmup=counted)
+            taken, calls, connections, cpu = await bot.one_at_a_time(
+                runs[turn * BLOCK : (turn + 1) * BLOCK]
+            )
+            path_taken = await path.clicks(BLOCK)
+            out.sdk += sdk
+            out.sdk_cpu += sdk_cpu
+            out.bot += taken[counted:]
+            out.calls += calls[counted:]
+            out.cpu += cpu[counted:]
+            out.path += path_taken[counted:]
+            out.connections += connections
+            out.clicked += len(taken)
+    finally:
+        await path.stop()
+    return out
 
 
 # The bot ------------------------------------------------------------------------------------
@@ -890,15 +929,11 @@ def ms(value: float) -> str:
 
 def report(
     rounds: dict[int, list[Round]],
-    serial: list[float],
-    sdks: SdkResumes,
-    calls: list[int],
+    serial: Serial,
+    sdk_idle: list[float],
     storage: dict[str, int],
-    connections: int,
     at_once: Load,
     floor: Floor,
-    serial_cpu: list[float],
-    floor_path: list[float],
 ) -> None:
     """The table: each figure beside its floor (the bare app, the SDK's resume, or the floor
     of `benchmarks/floor.py`) and the goal of issue #32 part 2 it is held to."""
@@ -936,7 +971,7 @@ def report(
             "  requester notices in the burst (one person started every run); other calls", "",
             f"{o.notices}; {o.per_decision(None) * o.clicks:.0f}", "", "",
         ))  # fmt: skip
-    sdk, sdk_cpu = sdks.warm, sdks.cpu
+    sdk, sdk_cpu, floor_path, calls = serial.sdk, serial.sdk_cpu, serial.path, serial.calls
     n = at_once.clicks
     rows.append((
         f"decision -> final output p50, {n} clicks at once (s)", "", f"{at_once.output_p(0.5):.2f}",
@@ -951,15 +986,16 @@ def report(
     burst_cpu = at_once.cpu / max(n, 1) * 1000
     rows.append((f"  CPU per decision of those {n} (ms)", f"floor {floor.bot:.1f}",
                  f"{burst_cpu:.1f}", f"{burst_cpu / floor.bot:.1f}x", ""))  # fmt: skip
-    bot_med, sdk_med = statistics.median(serial), statistics.median(sdk)
+    bot_med, sdk_med = statistics.median(serial.bot), statistics.median(sdk)
     rows.append((
-        f"decision -> final output p50, one at a time (ms; {len(serial)})",
+        f"decision -> final output p50, one at a time, in turns with the SDK's and the floor "
+        f"path's (ms; {len(serial.bot)})",
         f"SDK {ms(sdk_med)}", ms(bot_med), f"{bot_med / sdk_med:.1f}x",
         f"<= {LATENCY_GOAL:g}x = {ms(LATENCY_GOAL * sdk_med)}",
     ))  # fmt: skip
-    idle_med = statistics.median(sdks.idle)
+    idle_med = statistics.median(sdk_idle)
     rows.append((
-        f"  the SDK's resume {SDK_IDLE:g} s idle first, as the bot's (ms; {len(sdks.idle)})",
+        f"  the SDK's resume {SDK_IDLE:g} s idle first, as the bot's (ms; {len(sdk_idle)})",
         f"SDK {ms(idle_med)}", ms(bot_med), f"{bot_med / idle_med:.1f}x", "",
     ))  # fmt: skip
     path_med = statistics.median(floor_path)
@@ -974,7 +1010,7 @@ def report(
     ))  # fmt: skip
     rows.append(("  minus the SDK's own resume: overhead p50 (ms)", "", ms(bot_med - sdk_med),
                  "", ""))  # fmt: skip
-    p90 = percentile(serial, 0.9) - percentile(sdk, 0.9)
+    p90 = percentile(serial.bot, 0.9) - percentile(sdk, 0.9)
     rows.append(("  overhead p90 (ms)", "", ms(p90), "", ""))
     clicks = sum(o.clicks for o in bot.values())
     cpu = sum(o.cpu for o in bot.values()) / clicks * 1000
@@ -982,8 +1018,8 @@ def report(
     rows.append((f"CPU per completed decision (ms; {clicks})", f"floor {floor.bot:.1f}",
                  f"{cpu:.1f}", f"{cpu / floor.bot:.2f}x",
                  f"<= {CPU_GOAL:g}x = {floor.cpu_goal():.1f}"))  # fmt: skip
-    one = statistics.mean(serial_cpu)  # (/proc counts 10 ms ticks: a mean, not a median)
-    rows.append((f"  CPU per decision, one at a time (ms; {len(serial_cpu)})",
+    one = statistics.mean(serial.cpu)  # (/proc counts 10 ms ticks: a mean, not a median)
+    rows.append((f"  CPU per decision, one at a time (ms; {len(serial.cpu)})",
                  f"floor {floor.bot:.1f}", f"{one:.1f}", f"{one / floor.bot:.2f}x",
                  ""))  # fmt: skip
     rows.append(("  of which Bolt's ack, at least (ms; the bare app's)", "", f"{bare_cpu:.1f}",
@@ -992,8 +1028,8 @@ def report(
                  f"{statistics.median(sdk_cpu):.1f}", "", ""))  # fmt: skip
     rows.append(("Web API calls per decision (one at a time)", "", f"{statistics.mean(calls):.1f}",
                  "", ""))  # fmt: skip
-    rows.append((f"Web API connections opened, {len(serial) + 5} decisions one at a time", "",
-                 str(connections), "", ""))  # fmt: skip
+    rows.append((f"Web API connections opened, {serial.clicked} decisions one at a time", "",
+                 str(serial.connections), "", ""))  # fmt: skip
     for name, (task, _) in CASES.items():  # the goal of #32: the task's length + 2 KB
         what = "minimal task" if name == "minimal" else "150-char task, 100-char args"
         goal = f"<= {len(task) + BUDGET:,} (task + 2 KB)"
@@ -1067,25 +1103,21 @@ async def main() -> None:
                     await bare.stop()
                 print(f"(the bot: {bot.topology}; {time.perf_counter() - began:.0f} s)")
                 return
-            sdks = await sdk_resume(args.serial)
-            floor_path = await FloorPath(api_url, server.url).one_at_a_time(args.serial)
             bot = Bot(server.url, api_url, Path(tmp))
             try:
                 await bot.start()
-                serial_runs = await bot.paused_runs(args.serial + 5, lambda i: f"deploy s{i}")
                 counting = bool(os.environ.get("BENCH_ROUNDTRIPS"))
                 before = await bot.roundtrips() if counting else {}
                 phase = time.monotonic()
                 async with Profile(bot.pids, "serial"):
-                    serial, calls, connections, serial_cpu = await bot.one_at_a_time(serial_runs)
+                    serial = await one_at_a_time(bot, FloorPath(api_url, server.url), args.serial)
                 if counting:
                     phase = time.monotonic() - phase
                     after = await bot.roundtrips()
                     await asyncio.sleep(2.0)
                     idle = await bot.roundtrips()
-                    print_roundtrips(before, after, idle, len(serial_runs), phase, 2.0)
-                # the first few warm up
-                serial, calls, serial_cpu = serial[5:], calls[5:], serial_cpu[5:]
+                    print_roundtrips(before, after, idle, serial.clicked, phase, 2.0)
+                sdk_idle, _ = await _sdk_resumes(len(serial.bot), SDK_IDLE)
                 rounds = await ack_rounds(bare, bot, clicks, args.rounds, counting)
                 await bare.stop()
                 runs = await bot.paused_runs(args.at_once, lambda i: f"deploy once-{i}")
@@ -1106,8 +1138,7 @@ async def main() -> None:
             await standin.stop()
             server.stop()
     print_rounds(rounds)
-    report(rounds, serial, sdks, calls, storage, connections, at_once, floor,
-           serial_cpu, floor_path)  # fmt: skip
+    report(rounds, serial, sdk_idle, storage, at_once, floor)
     shares = " / ".join(f"{100 * c / max(sum(at_once.shares), 1e-9):.0f}%" for c in at_once.shares)
     print(f"(the bot: {bot.topology}; their shares of the {at_once.clicks} at once's CPU: "
           f"{shares})")  # fmt: skip
