@@ -76,6 +76,16 @@ def test_a_reminder_and_a_note_say_what_they_are() -> None:
     assert keys.target_kind(f"card:{CALL}") == "card"
 
 
+def test_a_turns_result_is_named_as_its_end_marks_it() -> None:
+    """`result` for turn 1 and `result:<n>` for a follow-up turn's, as finish.lua and turn.lua
+    mark them; a long answer's further parts `result:[<n>]#<part>`, in order after it."""
+    assert [keys.result_target(), keys.result_target(1), keys.result_target(3)] == [
+        "result", "result", "result:3"]  # fmt: skip
+    assert [keys.result_target(1, 2), keys.result_target(3, 2)] == ["result:#2", "result:3#2"]
+    for name in ("result", "result:3", "result:#2", "result:3#2"):
+        assert str(Target.parse(name)) == name and keys.target_kind(name) == "result"
+
+
 def test_records_are_typed_and_stored_as_before() -> None:
     stored = {b"status": b"paused", b"created_at": b"1796095086.327", b"team_id": b"T"}
     run = RunRecord.from_hash(

@@ -278,6 +278,17 @@ def target_kind(target: str) -> TargetKind:
     return Target.parse(target).kind
 
 
+def result_target(turn: int = 1, part: int = 1) -> str:
+    """The message that shows turn `turn`'s answer (`Target` of kind `result`): `result` for
+    turn 1, `result:<turn>` for a follow-up turn's; a long answer's further parts
+    `result:[<turn>]#<part>` (turn 1's `result:#<part>`). (finish.lua, turn.lua and
+    output_token.lua spell the first part's the same way.)"""
+    turn_id = str(turn) if turn > 1 else ""
+    if part > 1:
+        return f"result:{turn_id}#{part}"
+    return str(Target("result", turn_id))
+
+
 # People: their recent runs, and the App Home tabs to keep up to date.
 def lists_key(team: str, user: str) -> str:
     """Counter: the lists (`/agent list`) a person asked for in the current minute."""

@@ -708,7 +708,7 @@ class Projector:
             for target, mark in marks.items():
                 await self.outbox.done(run_id, target, mark)
             return None
-        live = f"result:{run.turn}"
+        live = keys.result_target(run.turn)
         extra = []
         if run.turn > 1 and "run" in marks and live not in marks and not run.ended:
             # A follow-up turn's message in the thread shows what the run message shows now.
@@ -786,7 +786,8 @@ class Projector:
         # The run message (and a follow-up turn's message) links its pending cards: an update
         # of it waits for this pass's new cards (their ts), or it would go out without links.
         if any(keys.target_kind(t) == "card" for t in posts):
-            linking = ("run", f"result:{run.turn}")  # a follow-up turn's message links them too
+            # A follow-up turn's message links them too (turn 1's result never does).
+            linking = ("run", keys.result_target(run.turn)) if run.turn > 1 else ("run",)
             later = [t for t in updates if t in linking]
             updates = [t for t in updates if t not in later]
         else:
@@ -1367,7 +1368,7 @@ class Projector:
                         await self._done(run.run_id, target, mark)
                         return None
                     text, body = parts[number - 1], []
-                    more = [f"result:{turn}#{n}" for n in range(2, len(parts) + 1)]
+                    more = [keys.result_target(int(turn or 1), n) for n in range(2, len(parts) + 1)]
                     if number == 1 and streamed(current) and not current.ts:
                         # A stream start whose outcome is unknown: the stream, or a post.
                         ts = await self._found_stream(run, current)

@@ -111,7 +111,7 @@ class Turns:
         """The answer of turn `turn` so far: shown by its result message in `due_in` seconds
         (sooner if something else makes the run due), so updates gather. Display data only,
         like progress lines: not a transaction (the due index is in another slot)."""
-        target = "result" if turn <= 1 else f"result:{turn}"
+        target = keys.result_target(turn)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(
                 keys.partial_key(run_id), json.dumps({"turn": turn, "text": said}),
