@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import redis.asyncio as aioredis
+from agents.testing import ModelStep
 
 from bot.runtime import BotRuntime
 from bot.slack.blocks import APPROVE
@@ -728,3 +729,143 @@ async def test_a_runs_end_takes_no_token_while_another_projector_holds_its_messa
         assert 0.99 < tokens - await _post_tokens(client) < 1.01
     assert len(_outputs(bot.slack_api, "Deleted.")) == 1
     assert ledger.names() == ["delete_logs"]
+
+
+# One pass at a time at the run's end, so that its round trip takes the output's token (#32):
+# the card's update and the run message's progress wait for the end, and no notice is due.
+ALONE = {
+    **COUNTED,
+    "projector_gather_seconds": 30.0,
+    "progress_due_seconds": 30.0,
+    "requester_notice": "off",
+}
+LET_GO = 10.0  # seconds: a pass's claim and token let go well within its lease (30 s)
+# The usual policy, and C2 for a first run whose posts leave C1's bucket alone.
+WARM_POLICY = (
+    POLICY
+    + """  C2:
+    starters: ["*"]
+    approvers: [U2, U3]
+"""
+)
+
+
+async def _allow(client: aioredis.Redis, command: str) -> None:
+    await client.execute_command("ACL", "SETUSER", "default", f"+{command}")
+
+
+@contextlib.asynccontextmanager
+async def _ended_refusing(
+    redis_url: str, command: str, final: str
+) -> AsyncIterator[tuple[BotHarness, str, aioredis.Redis, float]]:
+    """A bot whose post bucket counts (`ALONE`) and a run of it approved; as its model gives
+    the final answer (`final`), Redis starts refusing `command` (NOPERM: the ACL of its user).
+    Yields once the run's end and its round trip are through (its audit entry rides behind
+    them): the bot, the run's id, a client of its Redis and the post tokens left before the
+    decision. Redis runs `command` again at the block's end, if the test did not `_allow` it."""
+    client = aioredis.Redis.from_url(redis_url)
+
+    async def refuse_then_answer(call: Any) -> list[Any]:
+        await client.execute_command("ACL", "SETUSER", "default", f"-{command}")
+        return [assistant_message(final)]
+
+    steps = [[assistant_message("Warmed up.")],
+             [function_call("delete_logs", {"path": "/var/log/app"}, call_id="c1")],
+             ModelStep.respond(refuse_then_answer)]  # fmt: skip
+    agent, _ = ops_agent(steps, Ledger())
+    try:
+        async with BotHarness(redis_url, agent, WARM_POLICY, settings=ALONE) as bot:
+            # A run ended first (in C2): Redis holds the scripts of a run's end, as it does once
+            # a bot has ended a run (a script it must load first runs after the others).
+            await bot.slack.command("warm up", user="U1", channel="C2")
+            await wait_until(lambda: _outputs(bot.slack_api, "Warmed up."), what="a first run")
+            await bot.idle()
+            card = await bot.start_and_wait("clean", user="U1")
+            await bot.idle()
+            run_id = keys.run_of(card.button_value(APPROVE))
+            assert run_id is not None
+            tokens = await _post_tokens(client)
+            try:
+                assert (await bot.click(card, APPROVE, user="U2")).status == 200
+
+                async def ended() -> bool:
+                    return any(
+                        e.get("kind") == "run_finished" and e.get("run_id") == run_id
+                        for e in await bot.audit()
+                    )
+
+                await wait_until(ended, what="the run's end and its round trip")
+                yield bot, run_id, client, tokens
+            finally:
+                await _allow(client, command)
+    finally:
+        await client.aclose()
+
+
+async def _let_go(client: aioredis.Redis, run_id: str, tokens: float) -> None:
+    """Wait, not as long as a lease, for the run's passes to hold nothing: its claim released
+    (a pass that failed is due again in a second), no record of its output's post as tried,
+    and the channel's post tokens as they were (the token the end took given back)."""
+
+    async def holding_nothing() -> bool:
+        return (
+            await client.hget(keys.OUTBOX_LEASES, run_id) is None
+            and await client.hget(keys.shown_key(run_id), "result") is None
+            and abs(await _post_tokens(client) - tokens) < 0.01
+        )
+
+    await wait_until(holding_nothing, timeout=LET_GO, what="the pass to let its claim and token go")
+
+
+async def test_a_pass_whose_read_fails_with_the_runs_end_still_uses_its_claim_and_token(
+    redis_url: str,
+) -> None:
+    """The run's end claims its pass, reads the run and takes the output's token in one round
+    trip (#32). When Redis fails the read there (here it refuses LRANGE, which the read runs),
+    the pass starts all the same, with its claim and its token, and reads by itself: while
+    Redis still refuses, it ends at once, its claim released (not held for a lease) and the
+    token back in the bucket, no post recorded as tried; once Redis reads again, the output
+    is posted once, with one token, and no lookup."""
+    async with _ended_refusing(redis_url, "lrange", "Deleted.") as (bot, run_id, client, tokens):
+        await _let_go(client, run_id, tokens)
+        assert not _outputs(bot.slack_api, "Deleted.")
+        before = len(bot.slack_api.calls)
+        await _allow(client, "lrange")
+        await wait_until(
+            lambda: _outputs(bot.slack_api, "Deleted."), timeout=LET_GO, what="the output"
+        )
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        made = bot.slack_api.calls[before:]
+        assert 0.99 < tokens - await _post_tokens(client) < 1.01
+        record = await client.hget(keys.shown_key(run_id), "result")
+    assert record is not None and Shown.decode(record.decode()).ts
+    assert len(_outputs(bot.slack_api, "Deleted.")) == 1
+    lookups = ("conversations.history", "conversations.replies")
+    assert not [c for c in made if c.method in lookups]
+
+
+async def test_a_pass_that_ends_before_posting_its_output_gives_its_token_back(
+    redis_url: str,
+) -> None:
+    """A pass that took its output's token with the run's end (#32) and ends before posting
+    it gives it back (`Projector._give_back`): here a long answer, whose first part's pass
+    first marks the further parts, which Redis refuses (MULTI). The token is back in the
+    channel's bucket and the posting record written with it dropped; once Redis takes the
+    marks again, each part is posted once, a token each, with no lookup."""
+    final = "\n\n".join(f"Part {n}: " + "deleted a log file. " * 180 for n in (1, 2))
+    async with _ended_refusing(redis_url, "multi", final) as (bot, run_id, client, tokens):
+        await _let_go(client, run_id, tokens)
+        assert not _outputs(bot.slack_api, "Part 1:")
+        before = len(bot.slack_api.calls)
+        await _allow(client, "multi")
+        await wait_until(
+            lambda: _outputs(bot.slack_api, "Part 2:"), timeout=LET_GO, what="the answer's parts"
+        )
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        made = bot.slack_api.calls[before:]
+        assert 1.99 < tokens - await _post_tokens(client) < 2.01
+    assert len(_outputs(bot.slack_api, "Part 1:")) == len(_outputs(bot.slack_api, "Part 2:")) == 1
+    lookups = ("conversations.history", "conversations.replies")
+    assert not [c for c in made if c.method in lookups]

@@ -463,21 +463,42 @@ class Projector:
             prepay = self.posts.take_output_in(batch, channel, run_id, score, self.outbox.retention)
 
         def start(replies: list[Any], fresh: bool) -> None:
+            # What the round trip took for the pass first, each decoded on its own: a claim
+            # and a token held go to the pass, which uses them and lets them go (`_handle`:
+            # the claim released with its end, a token it did not use given back), even when
+            # its read failed (it then reads by itself). Not decoded, nothing was taken.
+            claimed: Claim | None = None
+            unknown = False  # the claim's reply did not say (an error)
             try:
                 claimed = claim(replies)
-                found = read(replies) if fresh and claimed is not None else None
-                # (taken only under this claim: none when another pass has the run)
-                prepaid = prepay(replies) if prepay is not None and claimed else None
-                if prepaid is not None:
-                    self._prepaid[run_id] = prepaid
             except Exception:
-                self._changed_read.pop(run_id, None)
-                log_failure(log, "could not start the pass of run %s", run_id, level=WARNING)
-                return  # (a claim taken lapses: the run is delivered then)
+                unknown = True
+                log_failure(log, "could not claim run %s with its end", run_id, level=WARNING)
+            prepaid = None
+            if prepay is not None and (claimed is not None or unknown):
+                # (taken only under this claim: none when another pass has the run)
+                try:
+                    prepaid = prepay(replies)
+                except Exception:
+                    log_failure(log, "could not take the output token of run %s", run_id,
+                                level=WARNING)  # fmt: skip
+            if unknown and prepaid is not None and prepaid.take.taken:
+                claimed = Claim(run_id, score)  # (the take found the claim holding the run)
+            elif unknown:  # nothing taken that we know of: due now, for a claim of its own
+                self._background(self.outbox.schedule(run_id))
+                return
+            if prepaid is not None:
+                self._prepaid[run_id] = prepaid
+            found = None
+            if fresh and claimed is not None:
+                try:
+                    found = read(replies)
+                except Exception:
+                    self._changed_read.pop(run_id, None)
+                    log_failure(log, "could not read run %s with its end; its pass reads it",
+                                run_id, level=WARNING)  # fmt: skip
             if claimed is None:  # another pass has it: due again once that one ends
-                given_back = asyncio.create_task(self._not_claimed(run_id))
-                self._running.add(given_back)
-                given_back.add_done_callback(self._running.discard)
+                self._background(self._not_claimed(run_id))
                 return
             self.outbox.expected.pop(run_id, None)  # (no read ahead for it: claimed here)
             task = asyncio.create_task(
@@ -487,6 +508,20 @@ class Projector:
             task.add_done_callback(self._running.discard)
 
         return start
+
+    def _background(self, work: Awaitable[None]) -> None:
+        """`work` done in the background, counted among the projector's tasks (`stop` waits
+        for it); a failure logged."""
+
+        async def done() -> None:
+            try:
+                await work
+            except Exception:
+                log_failure(log, "a projector task failed", level=WARNING)
+
+        task = asyncio.create_task(done())
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
 
     def _ahead(self, free: int, now: float) -> list[str]:
         """The runs a claim at `now` (ms) should take that this process expects: read with
