@@ -54,6 +54,30 @@ class Begin:
 Rider = Callable[[Any], None]
 
 
+@dataclass(frozen=True)
+class DecisionEntry:
+    """A rider that carries a decision's audit entries (a call decided inside its run: #32).
+
+    Every decision has its audit entry, so such a rider is not best effort as the others
+    are: an approval whose entry could not be written does not let its tool run (the journal
+    write it rides with fails, as an unconfirmed journal write does: `JournalUnavailable`);
+    a rejection's entry that cannot be written before the next model call stops the run
+    (`DecisionNotAudited`). `written` is called once the entries are stored (their metric)."""
+
+    write: Rider  # the entries, built beforehand: only queued here
+    approve: bool
+    what: str  # the decision and its call, for the bot's own messages
+    written: Callable[[], None] = lambda: None
+
+    def __call__(self, pipe: Any) -> None:
+        self.write(pipe)
+
+
+class DecisionNotAudited(ApprovalBotError):
+    """A decision made inside the run (an automatic rejection) whose audit entry could not be
+    written, even once more: the run stops rather than go on with a decision nobody can see."""
+
+
 class Journal(Protocol):
     async def begin(
         self, run_id: str, call_id: str, attempt: str, tool: str, riders: Sequence[Rider] = ()

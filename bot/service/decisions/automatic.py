@@ -33,14 +33,15 @@ from typing import Any
 
 from bot.engine.approvals import PendingApproval, arguments_sha
 from bot.engine.automatic import Automatic
-from bot.engine.journal import Execution
+from bot.engine.journal import DecisionEntry, Execution
 from bot.engine.questions import QUESTION_KIND
 from bot.outage import log_failure
-from bot.service.audit import AuditKind
+from bot.service.audit import AuditKind, audit_fields
 from bot.service.core import ServiceCore
 from bot.service.decisions.grants import until_text
 from bot.service.judgement import Allowed, Attempt, Judgement, Way
 from bot.service.policy.gate import subject_of_call
+from bot.service.policy.rules import Policy
 from bot.service.policy.shadow import shadow_verdicts
 from bot.service.ports import Actor
 from bot.service.replies import Code, Mention, Plain, Text, said, stored
@@ -49,6 +50,7 @@ from bot.store.grants import Grant, GrantStore, canonical, grant_detail, grant_v
 from bot.store.parts.edits import EditRecord
 from bot.store.records import CallRecord, RunRecord, StickyDecision
 from bot.store.scripts import text
+from bot.untrusted import clean
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,34 @@ class _Settled:
     edit: EditRecord | None = None  # the one-shot approval of this edit settled it
     detail: str = ""
     why: str = ""  # the rule's own reason, if it gives one
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One audit entry of a decision made in the run (`audit_fields`'s arguments)."""
+
+    kind: AuditKind
+    call: CallRecord
+    actor: Actor | None
+    decision: str
+    detail: str
+    text: str = ""
+
+    def fields(self) -> dict[str, str]:
+        return audit_fields(
+            kind=self.kind, call=self.call, actor=self.actor, decision=self.decision,
+            detail=self.detail, text=self.text,
+        )  # fmt: skip
+
+    def plain(self) -> dict[str, str]:
+        """The entry without what could keep it from being made or stored: no subject, no
+        free text (the decision, who or what made it, the call's ids and rule), every value
+        valid UTF-8."""
+        fields = audit_fields(
+            call=self.call, actor=self.actor, decision=self.decision,
+            detail=f"{self.detail} (the rest of this entry could not be recorded)",
+        )  # fmt: skip
+        return {name: clean(value) for name, value in fields.items()}
 
 
 class InRun:
@@ -228,55 +258,25 @@ class InRun:
     async def _record(self, settled: list[_Settled]) -> None:
         """Each decision's audit entries (riding with the run's next write, or one round trip
         of their own without an execution), and the thread's note (riding with them, where
-        notes ride: `Runs.add_note_in`)."""
+        notes ride: `Runs.add_note_in`).
+
+        The entries are made now, call by call: one whose shadow verdicts or fields cannot
+        be made (a Python error, a value Redis cannot take) is written as a plain entry (the
+        decision, who or what made it, the call's ids: `_plain`), and the others are whole.
+        Each call's entries are a `DecisionEntry` rider: not stored, its approval does not let the
+        tool run, nor its rejection the run go on (`RedisJournal.begin`, `Runs._ride`)."""
         policy = self.core.policies.current().policy.for_team(self.run.team_id)
-
-        def entries(pipe: Any) -> None:
-            for each in settled:
-                call = each.call
-                for shadow in shadow_verdicts(policy, self.run, call):
-                    self.core.audit_in(
-                        pipe, AuditKind.SHADOW, call=shadow.audited_call(call),
-                        decision=shadow.would, detail=shadow.why,
-                    )  # fmt: skip
-                grant, always, edit = each.grant, each.always, each.edit
-                if edit is not None:
-                    self.core.audit_in(
-                        pipe, AuditKind.DECIDED, call=call,
-                        actor=Actor(edit.team, edit.by, self.run.enterprise_id),
-                        decision="approve_edited",
-                        detail=f"the one-shot approval of the edit of {edit.approval_id} "
-                        f"(digest {edit.digest})",
-                    )  # fmt: skip
-                elif always is not None:
-                    verb = "Always approve" if each.decision.approve else "Always reject"
-                    self.core.audit_in(
-                        pipe, AuditKind.DECIDED, call=call,
-                        actor=Actor(always.team, always.user, self.run.enterprise_id),
-                        decision="always_" + ("approve" if each.decision.approve else "reject"),
-                        detail=f"{verb} decision on {always.approval_id}, re-judged under the "
-                        "current policy",
-                    )  # fmt: skip
-                elif grant is None:
-                    verdict = "approve" if each.decision.approve else "reject"
-                    self.core.audit_in(
-                        pipe, AuditKind.DECIDED, call=call, decision=f"auto_{verdict}",
-                        detail=each.detail,
-                    )  # fmt: skip
-                else:
-                    grantor = Actor(grant.team, grant.user, self.run.enterprise_id)
-                    self.core.audit_in(
-                        pipe, AuditKind.GRANT_USED, call=call, actor=grantor,
-                        decision="approve", detail=grant_detail(grant), text=grant_values(grant),
-                    )  # fmt: skip
-
-        if settled and self.execution is not None:
-            self.execution.riders.append(entries)
-        elif settled:
+        riders = [self._entries(policy, each) for each in settled]
+        if riders and self.execution is not None:
+            self.execution.riders.extend(riders)
+        elif riders:
             try:
                 pipe = self.core.store.redis.pipeline(transaction=False)
-                entries(pipe)
+                for entries in riders:
+                    entries(pipe)
                 await pipe.execute()
+                for entries in riders:
+                    entries.written()
             except Exception:
                 log_failure(log, "could not audit the decisions in run %s", self.run.run_id)
         store = self.core.store
@@ -294,6 +294,66 @@ class InRun:
                 await self.core.store.add_note(self.run.run_id, stored(note))
             except Exception:
                 log_failure(log, "could not note a decision in run %s", self.run.run_id)
+
+    def _entries(self, policy: Policy, each: _Settled) -> DecisionEntry:
+        """`each`'s audit entries (its shadow verdicts, then its decision), made now, as the
+        rider that writes them; a plain decision entry if they cannot be made."""
+        call = each.call
+        decision = self._decision(each)
+        try:
+            made = [*self._shadows(policy, call), decision]
+            fields = [(e.kind, e.fields()) for e in made]
+            for _, values in fields:  # (as Redis takes them: UTF-8, no lone surrogate)
+                "".join(values.values()).encode("utf-8")
+        except Exception:
+            log_failure(
+                log, "could not make the audit entries of call %s in run %s; its decision is "
+                "audited without them", call.approval_id, self.run.run_id,
+            )  # fmt: skip
+            made = [decision]
+            fields = [(decision.kind, decision.plain())]
+
+        def write(pipe: Any) -> None:
+            for kind, values in fields:
+                self.core.audit_log.append_in(pipe, kind, **values)
+
+        def written() -> None:
+            for entry in made:
+                entry.kind.tally(entry.decision, entry.call)
+
+        what = f"{decision.decision} of {call.tool} (call {clean(call.call_id)[:64]})"
+        return DecisionEntry(write, each.decision.approve, what, written)
+
+    def _shadows(self, policy: Policy, call: CallRecord) -> list[_Entry]:
+        return [
+            _Entry(AuditKind.SHADOW, shadow.audited_call(call), None, shadow.would, shadow.why)
+            for shadow in shadow_verdicts(policy, self.run, call)
+        ]
+
+    def _decision(self, each: _Settled) -> _Entry:
+        """The entry of `each`'s decision: by an edit, an earlier Always, a rule or a grant."""
+        call, grant, always, edit = each.call, each.grant, each.always, each.edit
+        enterprise = self.run.enterprise_id
+        if edit is not None:
+            return _Entry(
+                AuditKind.DECIDED, call, Actor(edit.team, edit.by, enterprise), "approve_edited",
+                f"the one-shot approval of the edit of {edit.approval_id} "
+                f"(digest {edit.digest})",
+            )  # fmt: skip
+        if always is not None:
+            verb = "Always approve" if each.decision.approve else "Always reject"
+            return _Entry(
+                AuditKind.DECIDED, call, Actor(always.team, always.user, enterprise),
+                "always_" + ("approve" if each.decision.approve else "reject"),
+                f"{verb} decision on {always.approval_id}, re-judged under the current policy",
+            )  # fmt: skip
+        if grant is None:
+            verdict = "approve" if each.decision.approve else "reject"
+            return _Entry(AuditKind.DECIDED, call, None, f"auto_{verdict}", each.detail)
+        return _Entry(
+            AuditKind.GRANT_USED, call, Actor(grant.team, grant.user, enterprise), "approve",
+            grant_detail(grant), grant_values(grant),
+        )  # fmt: skip
 
     @staticmethod
     def _note(each: _Settled) -> Text | None:

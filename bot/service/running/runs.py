@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Callable, Coroutine
@@ -10,7 +11,7 @@ from typing import Any
 
 from bot.engine.approvals import arguments_sha
 from bot.engine.context import RunContext
-from bot.engine.journal import Execution, JournalUnavailable
+from bot.engine.journal import DecisionEntry, DecisionNotAudited, Execution, JournalUnavailable
 from bot.engine.questions import QUESTION_KIND
 from bot.engine.runner import (
     Decision,
@@ -47,6 +48,7 @@ from bot.service.running.streaming import AnswerStream
 from bot.store import keys
 from bot.store.admission import AdmissionStore
 from bot.store.grants import Grant, GrantStore, canonical, grant_detail, grant_values
+from bot.store.journal import Queued, queue_riders, unwritten
 from bot.store.queue import Acknowledgement, Job, JobQueue
 from bot.store.records import (
     EARLIER_ALWAYS,
@@ -810,19 +812,21 @@ class Runs:
         """Send the attempt's riders that no journal write carried (`Execution.riders`): an
         audit entry; a failure is logged, as a failed audit entry is. With `status`, the run's
         status is read in the same round trip and returned ("" when it could not be read: the
-        run goes on, and its next owner-checked write is refused anyway)."""
+        run goes on, and its next owner-checked write is refused anyway).
+
+        A decision's audit entry (`DecisionEntry`: a call decided in the run, e.g. an automatic
+        rejection, or a hosted MCP approval, which takes effect with the next model call) is
+        not best effort: one not stored is sent once more, and if it still is not, the run
+        goes no further (`_unaudited`)."""
         riders = execution.take_riders()
         if not riders and not status:
             return ""
         replies: list[Any] = []
         written = 0  # the riders' commands, before the status read
+        queued: Queued = [(r, -1, -1) for r in riders if isinstance(r, DecisionEntry)]
         try:
             async with self.store.redis.pipeline(transaction=False) as pipe:
-                for ride in riders:
-                    try:
-                        ride(pipe)
-                    except Exception:  # (its own fault: the status is read anyway)
-                        log_failure(log, "a write of run %s could not be sent", execution.run_id)
+                queued = queue_riders(pipe, riders, execution.run_id)
                 written = len(pipe)
                 if status:
                     pipe.hget(keys.run_key(execution.run_id), "status")
@@ -831,6 +835,9 @@ class Runs:
             replies = []
         if riders and (not replies or any(isinstance(r, Exception) for r in replies[:written])):
             log_failure(log, "could not record what run %s stores first", execution.run_id)
+        missing = unwritten(queued, replies)
+        if missing:
+            await self._unaudited(execution, missing)
         if not status:
             return ""
         found = replies[written] if len(replies) > written else None
@@ -839,6 +846,37 @@ class Runs:
                 log.warning("could not check whether run %s was cancelled", execution.run_id)
             return ""
         return text(found)
+
+    async def _unaudited(self, execution: Execution, missing: list[DecisionEntry]) -> None:
+        """Decisions made in the run whose audit entries were not stored: sent once more (a
+        passing fault); if any still is not, the run goes no further. An approval's: as a
+        failed journal write (`JournalUnavailable`: no verdict, the job is retried and the
+        call decided again, its tool not run meanwhile). A rejection's, which already stands
+        in the run's state: the run fails, saying so (`DecisionNotAudited`), rather than go on
+        with a decision the audit trail does not show."""
+        queued: Queued = [(m, -1, -1) for m in missing]
+        replies: list[Any] = []
+        away: Exception | None = None
+        try:
+            async with self.store.redis.pipeline(transaction=False) as pipe:
+                queued = queue_riders(pipe, missing, execution.run_id)
+                replies = list(await pipe.execute(raise_on_error=False))
+        except Exception as exc:
+            log_failure(log, "could not audit the decisions of run %s", execution.run_id)
+            away = exc
+        missing = unwritten(queued, replies)
+        if not missing:
+            return
+        what = "; ".join(m.what for m in missing)
+        log.error("could not write the audit entry of %s in run %s: it goes no further",
+                  what, execution.run_id)  # fmt: skip
+        if any(m.approve for m in missing) or (away is not None and unreachable(away)):
+            # (Redis away: no verdict either, as for any write it could not take)
+            raise JournalUnavailable(f"could not write the audit entry of {what}") from away
+        raise DecisionNotAudited(
+            f"the bot could not write the audit entry of {what}, so the run was stopped "
+            "rather than go on without it"
+        )
 
     async def _shown(self, run: RunRecord, wait: float = 30.0) -> RunRecord:
         """The run once its message is in Slack (its thread is the tools' `thread_ts`, and a
@@ -935,8 +973,11 @@ class Runs:
                 stream=stream,
                 automatic=self._in_run(run, execution),
             )
-        finally:
-            await self._ride(execution)  # (neither a tool nor a model call sent them)
+        except BaseException:
+            with contextlib.suppress(Exception):  # (the attempt stops anyway: say why it did)
+                await self._ride(execution)
+            raise
+        await self._ride(execution)  # (neither a tool nor a model call sent them)
         await stream.close()
         await self._settle(run, owner, outcome, ack)
 
