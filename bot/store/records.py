@@ -324,6 +324,11 @@ class CallRecord:
     # concerns}`, or `{none: why}` when it gave none (failed, timed out, out of shape); empty:
     # not (yet) advised. Written after the card is posted, while the call is pending.
     advice: str = ""
+    # The generation of the call's routing: counted up by every write, while the call is pending,
+    # that changes what the policy in force makes of it (the advice, advise.lua; its escalation,
+    # fire_timers.lua; the policy's automatic decision handed to people). A decision's judgement
+    # reads it with the call; decide.lua and edit.lua decide nothing when it moved since.
+    routed: int = 0
 
     def __post_init__(self) -> None:
         _typed(self)
@@ -514,6 +519,17 @@ class Gone:
 
     why: str = field(default="This approval request no longer exists.")
     """What to tell the clicker."""
+
+
+@dataclass(frozen=True)
+class Rerouted(Gone):
+    """Nothing was decided: the call was routed anew (`CallRecord.routed`) after the judgement
+    read it. The caller judges again on a fresh read; any other caller refuses, as for `Gone`."""
+
+    why: str = field(
+        default="The policy routed this call anew while your decision was being recorded, "
+        "so nothing was decided: look at its card and decide again."
+    )
 
 
 DecideResult = Decided | Voted | AlreadyDecided | Gone

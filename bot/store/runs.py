@@ -1008,6 +1008,7 @@ class RunStore:
         self.calls_of_pauses = calls.calls_of_pauses
         self.calls = calls.calls
         self.set_pending_call_fields = calls.set_pending_call_fields
+        self.route_pending_call = calls.route_pending_call
         self.advise = calls.advise
         self.set_call_message = calls.set_call_message
         self.approval_for_message = calls.approval_for_message

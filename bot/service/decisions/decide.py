@@ -41,6 +41,7 @@ from bot.store.records import (
     Decided,
     DecideResult,
     Gone,
+    Rerouted,
     RunRecord,
     Voted,
 )
@@ -200,11 +201,12 @@ class Decisions:
 
     async def _settled_alongside(
         self, actor: Actor, run: RunRecord, call: CallRecord, *, approve: bool
-    ) -> list[str]:
+    ) -> list[tuple[str, str]]:
         """The pause's other pending calls an Always decision on `call` also settles: those of
         the same agent's same tool, offered with the same approvers, that this person may
-        settle by Always too (`Judgement.settle`, each under its own rule in force). Every
-        other call stays pending, on its own card."""
+        settle by Always too (`Judgement.settle`, each under its own rule in force), each with
+        the generation of its routing that judgement read (decide.lua leaves a call routed
+        anew since pending). Every other call stays pending, on its own card."""
         found = []
         for other in await self.store.pause_calls(call.run_id):
             if (
@@ -217,7 +219,7 @@ class Decisions:
                 continue
             judged = await self.judgement.settle(actor, run, other, Attempt(Way.ALWAYS, approve))
             if isinstance(judged, Allowed):
-                found.append(other.approval_id)
+                found.append((other.approval_id, str(other.routed)))
         return found
 
     async def reject_form(
@@ -243,17 +245,23 @@ class Decisions:
         token the clicked card carries (`CallRecord.version`): a card drawn before an edit of
         the call approves nothing. `read`: `read_ahead(approval_id)`, when it was sent."""
         attempt = Attempt(Way.ALWAYS if always else Way.CLICK, version=version)
-        checked = await self._check(actor, approval_id, attempt, read=read)
-        if isinstance(checked, Reply | TypeToConfirm):
-            return checked
-        call, run, allowed = checked
-        if always:
-            lasts = grant_max_of(self.judgement.policy_for(run), allowed.rule)
-            if lasts > 0:
-                return ChooseScope(call, lasts, choices_up_to(lasts), narrowable(call))
-        return await self._record(
-            actor, call, run, approve=True, always=always, reason="", version=version
-        )
+        for rejudge in (True, False):
+            checked = await self._check(actor, approval_id, attempt, read=read)
+            if isinstance(checked, Reply | TypeToConfirm):
+                return checked
+            call, run, allowed = checked
+            if always:
+                lasts = grant_max_of(self.judgement.policy_for(run), allowed.rule)
+                if lasts > 0:
+                    return ChooseScope(call, lasts, choices_up_to(lasts), narrowable(call))
+            recorded = await self._record(
+                actor, call, run, approve=True, always=always, reason="", version=version,
+                rejudge=rejudge,
+            )  # fmt: skip
+            if recorded is not None:
+                return recorded
+            read = None  # routed anew since the read: judged again on a fresh read, once
+        raise AssertionError("unreachable: the second judgement's decision is recorded or not")
 
     async def decide(
         self,
@@ -284,25 +292,34 @@ class Decisions:
             grants = always and approve and scope is not None
             way = Way.GRANT if grants else Way.ALWAYS if always else Way.CLICK
         attempt = Attempt(way, approve, typed=typed, scope=scope, version=version)
-        checked = await self._check(actor, approval_id, attempt)
-        if isinstance(checked, TypeToConfirm):
-            return Reply(False, TYPE_FIRST)
-        if isinstance(checked, Reply):
-            return checked
-        call, run, allowed = checked
-        return await self._record(
-            actor, call, run, approve=approve, always=always, reason=reason, grant=allowed.grant,
-            version=version, via=VIA.get(way, ""), counted=counted,
-        )  # fmt: skip
+        for rejudge in (True, False):
+            checked = await self._check(actor, approval_id, attempt)
+            if isinstance(checked, TypeToConfirm):
+                return Reply(False, TYPE_FIRST)
+            if isinstance(checked, Reply):
+                return checked
+            call, run, allowed = checked
+            recorded = await self._record(
+                actor, call, run, approve=approve, always=always, reason=reason,
+                grant=allowed.grant, version=version, via=VIA.get(way, ""), counted=counted,
+                rejudge=rejudge,
+            )  # fmt: skip
+            if recorded is not None:
+                return recorded  # (else routed anew since the read: judged again, once)
+        raise AssertionError("unreachable: the second judgement's decision is recorded or not")
 
     async def _record(
         self, actor: Actor, call: CallRecord, run: RunRecord, *, approve: bool, always: bool,
         reason: str, version: str = "", grant: Grant | None = None, via: str = "",
-        counted: bool = True,
-    ) -> Reply:  # fmt: skip
+        counted: bool = True, rejudge: bool = False,
+    ) -> Reply | None:  # fmt: skip
         """Record a checked decision exactly once (decide.lua), audit it, resume if it was the
         pause's last; with `grant`, the grant is recorded with it (and on the call's card).
-        `via`: a batch's or a reaction's decision (on the call, its card and its audit entry)."""
+        `via`: a batch's or a reaction's decision (on the call, its card and its audit entry).
+        The judgement relied on the call's routing as `call` was read (`CallRecord.routed`):
+        when it moved since (the advice, an escalation), decide.lua decides nothing and none
+        of what rides on it is written; with `rejudge`, None then asks the caller to judge
+        again on a fresh read (else the person is told to decide again, audited)."""
         approval_id = call.approval_id
         owner = self.core.new_owner()
         # A grant narrowed to some arguments' values must not become the run's Always for
@@ -369,6 +386,7 @@ class Decisions:
                 also=also,
                 via=via,
                 version=version,
+                routed=str(call.routed),
                 after=audited,
                 enqueue=True,
                 pause=run.calls,
@@ -378,6 +396,9 @@ class Decisions:
         finally:
             if worker is not None and consumer is not None:  # (nothing taken: the slot back)
                 worker.adopt(handoff.taken if handoff is not None else [])
+        if isinstance(result, Rerouted) and rejudge:
+            log.info("%s was routed anew after its judgement's read: judged again", approval_id)
+            return None
         if isinstance(result, AlreadyDecided):
             reply = Reply(False, already_text(result))
         elif isinstance(result, Gone):

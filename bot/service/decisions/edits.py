@@ -43,6 +43,7 @@ from bot.store.records import (
     Decided,
     DecideResult,
     Gone,
+    Rerouted,
     RunRecord,
     Voted,
 )
@@ -299,6 +300,11 @@ def _edited_text(call: CallRecord, current: str, entered: str) -> str | EditErro
     return f"{header}\n{diff}"
 
 
+class _RoutedAnew(Exception):
+    """edit.lua edited nothing: the call was routed anew (`CallRecord.routed`) after the
+    editor's judgement read it."""
+
+
 class Edits:
     """The Edit button and its modal, on a pending call."""
 
@@ -405,7 +411,20 @@ class Edits:
         back to the form, nothing decided); then one compare-and-swap records them, counts the
         editor's approval, and with a quorum of one decides the call. `version`: the version of
         the call the form was opened on: after another edit, the form is out of date, and
-        nothing is replaced."""
+        nothing is replaced. A call routed anew between the judgement's read and the edit
+        (edit.lua: nothing edited) is read and judged again, once."""
+        try:
+            return await self._submit(actor, approval_id, entered, version)
+        except _RoutedAnew:
+            log.info("%s was routed anew after its edit's read: judged again", approval_id)
+        try:
+            return await self._submit(actor, approval_id, entered, version)
+        except _RoutedAnew:
+            return Reply(False, Rerouted().why)
+
+    async def _submit(
+        self, actor: Actor, approval_id: str, entered: Entered, version: str
+    ) -> Reply | EditErrors:
         checked = await self._editable(actor, approval_id, version)
         if isinstance(checked, Reply):
             return checked
@@ -520,8 +539,11 @@ class Edits:
             record=record,
             arguments=pretty,
             owner=owner,
+            routed=str(call.routed),
             after=audited,
         )
+        if isinstance(result, Rerouted):  # nothing edited: `submit_edit` judges again
+            raise _RoutedAnew
         if isinstance(result, AlreadyDecided):
             return Reply(False, already_text(result))
         if isinstance(result, Gone):

@@ -459,6 +459,7 @@ class Runs:
                 user="policy",
                 reason=reason,
                 owner=token,
+                routed=str(call.routed),  # routed anew since (advice): judged by the next pass
             )
             if isinstance(result, Decided):
                 why = f": {reason}" if rule is not None and rule.reason else ""
@@ -575,7 +576,7 @@ class Runs:
                  "expire_after", "remind_after", "remind_max", "escalate_after",
                  "escalate_at", "escalate_to")  # fmt: skip
         fields = {"auto": "", **{name: stored_value(getattr(call, name)) for name in names}}
-        if await self.store.set_pending_call_fields(call.approval_id, fields):
+        if await self.store.route_pending_call(call.approval_id, fields):
             detail = f"policy rule {rule.source} (the policy in force decides it no longer)"
             await self.core.audit(AuditKind.ROUTED, call=call, detail=detail)
             await self.store.timers.schedule([call])

@@ -37,8 +37,12 @@ end
 -- a lost reply); {'already', ...} when someone else decided it; {'stale'} for an older pause;
 -- {'edited'} when `version` (the card's version token of the call's arguments: its edit count,
 -- '0' before any edit; nil or '': not checked) is not the call's current one, i.e. the person
--- decided on a card drawn before an edit.
-local function not_decidable(run, target, owner, version)
+-- decided on a card drawn before an edit; {'routed'} when `routed` (the generation of the call's
+-- routing its judgement read: its `routed` count, '0' before any; nil or '': not checked) is not
+-- the call's current one, i.e. the call was routed anew (advice, escalation, the policy's
+-- automatic decision handed to people) after the judgement's read: the judgement relied on
+-- what is no longer true, and decides nothing.
+local function not_decidable(run, target, owner, version, routed)
   if redis.call('EXISTS', target) == 0 then
     return {'missing'}
   end
@@ -61,6 +65,9 @@ local function not_decidable(run, target, owner, version)
   end
   if version and version ~= '' and (redis.call('HGET', target, 'edits') or '0') ~= version then
     return {'edited'}
+  end
+  if routed and routed ~= '' and (redis.call('HGET', target, 'routed') or '0') ~= routed then
+    return {'routed'}
   end
   return nil
 end

@@ -3,8 +3,9 @@
 -- (the same person twice counts once) until the quorum settles it; one rejection settles it.
 -- An `always` decision is recorded in the run's sticky hash (sticky key -> who, what, why), so
 -- later calls of that agent's tool can be judged against it, and it also settles those of the
--- pause's other pending calls that the service found this person may decide alone (ARGV[11..]);
--- each is re-checked here (still pending, same pause, same sticky key). Nothing else is touched.
+-- pause's other pending calls that the service found this person may decide alone (ARGV[12..]);
+-- each is re-checked here (still pending, same pause, same sticky key, its routing as the
+-- service's judgement read it). Nothing else is touched.
 -- When the pause has no undecided call left, the caller becomes the owner of the one resume.
 -- A call's approval id is `<run id>.<token>` of its key `ab:{<run id>}:call:<token>`; fields
 -- left empty are not stored (a call's record reads them as empty).
@@ -17,9 +18,13 @@
 -- ARGV[9] what settled the call when it is not the caller's own click (`via`, usually ''),
 -- ARGV[10] the version token of the card clicked ('': not checked; see not_decidable): a
 -- decision on a card drawn before an edit is refused, and the card is marked to be redrawn
--- ARGV[11..] approval ids an always decision may also settle
+-- ARGV[11] the generation of the call's routing the decision's judgement read ('': not
+-- checked; see not_decidable): a call routed anew since is not decided ({'routed'}: the caller
+-- judges again on a fresh read)
+-- ARGV[12..] pairs: an approval id an always decision may also settle, and the generation of
+-- that call's routing its judgement read
 local run, target, votes = KEYS[1], KEYS[2], KEYS[3]
-local refused = not_decidable(run, target, ARGV[7], ARGV[10])
+local refused = not_decidable(run, target, ARGV[7], ARGV[10], ARGV[11])
 if refused then
   if refused[1] == 'edited' then
     mark(KEYS[7], 'card:' .. approval_id(target), ARGV[5], ARGV[8])
@@ -67,12 +72,13 @@ if ARGV[2] == '1' then
     tool = redis.call('HGET', target, 'tool') or ''}))
   redis.call('EXPIRE', KEYS[6], ARGV[8])
   local eligible = {}
-  for i = 11, #ARGV do
-    eligible[ARGV[i]] = true
+  for i = 12, #ARGV - 1, 2 do
+    eligible[ARGV[i]] = ARGV[i + 1]
   end
   for i = 8, #KEYS do
     local key = KEYS[i]
-    if eligible[approval_id(key)]
+    local routed = eligible[approval_id(key)]
+    if routed and (redis.call('HGET', key, 'routed') or '0') == routed
        and redis.call('HGET', key, 'status') == 'pending' and redis.call('HGET', key, 'pause') == pause
        and redis.call('HGET', key, 'sticky') == sticky then
       settle(key, settled[1])

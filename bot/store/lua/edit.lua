@@ -8,9 +8,11 @@
 -- KEYS[5] the layout 1 snapshot hash, KEYS[6] the run's outbox, KEYS[7] the run's edits hash
 -- ARGV[1] the digest the editor's check read, ARGV[2] the new digest, ARGV[3] the edited
 -- arguments (pretty JSON), ARGV[4] their arguments_sha, ARGV[5] team, ARGV[6] user, ARGV[7] now,
--- ARGV[8] owner token for the resume, ARGV[9] retention seconds, ARGV[10] the edits hash entry
+-- ARGV[8] owner token for the resume, ARGV[9] retention seconds, ARGV[10] the edits hash entry,
+-- ARGV[11] the generation of the call's routing the editor's judgement read ('': not checked):
+-- a call routed anew since is not edited ({'routed'}, as decide.lua)
 local run, target, votes, outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[6]
-local refused = not_decidable(run, target, ARGV[8])
+local refused = not_decidable(run, target, ARGV[8], nil, ARGV[11])
 if refused then
   return refused
 end

@@ -53,7 +53,10 @@ end
 local escalate = tonumber(redis.call('HGET', call, 'escalate_at') or '') or 0
 if escalate > 0 and (redis.call('HGET', call, 'escalated_at') or '') == '' then
   if now >= escalate then
+    -- every judgement widens the approvers from now on: the call's routing moved (decide.lua
+    -- decides nothing on a judgement that read it before)
     redis.call('HSET', call, 'escalated_at', ARGV[1])
+    redis.call('HINCRBY', call, 'routed', 1)
     mark(outbox, 'card:' .. id, ARGV[1], ARGV[3])
     if ARGV[6] ~= '' then
       redis.call('HSET', call, 'escalate_to', ARGV[6])

@@ -22,6 +22,7 @@ from bot.store.records import (
     Decided,
     DecideResult,
     Gone,
+    Rerouted,
     RunRecord,
     StickyDecision,
     Voted,
@@ -55,12 +56,22 @@ end
 redis.call('HSET', KEYS[1], unpack(ARGV))
 return 1
 """
+# The same, for fields that route the call anew: its routing generation moves with them.
+_ROUTE_IF_PENDING = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then
+  return 0
+end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+redis.call('HINCRBY', KEYS[1], 'routed', 1)
+return 1
+"""
 
 
 def decode_decide(reply: list[Any]) -> DecideResult:
     """decide.lua's reply: {'decided', resume, undecided, settled ids...} | {'vote' | 'voted',
     votes, required} | {'already', status, by, at, via} | {'stale'} | {'edited'} (the card's
-    version token is not the call's: it was drawn before an edit) | {'missing'}."""
+    version token is not the call's: it was drawn before an edit) | {'routed'} (the call was
+    routed anew since the judgement read it: `Rerouted`) | {'missing'}."""
     kind = text(reply[0])
     if kind == "decided":
         return Decided(
@@ -77,6 +88,8 @@ def decode_decide(reply: list[Any]) -> DecideResult:
         return Gone("This run is no longer waiting for this decision.")
     if kind == "edited":
         return Gone(EDITED_SINCE)
+    if kind == "routed":
+        return Rerouted()
     return Gone()
 
 
@@ -125,6 +138,7 @@ class Calls:
         self.resume_gather = resume_gather
         self._decide = client.register_script(marking("decide"))
         self._set_if_pending = client.register_script(_SET_IF_PENDING)
+        self._route_if_pending = client.register_script(_ROUTE_IF_PENDING)
         self._advise = client.register_script(marking("advise"))
         self._then = client.register_script(script("then"))
 
@@ -242,6 +256,16 @@ class Calls:
         )
         return bool(reply)
 
+    async def route_pending_call(self, approval_id: str, fields: dict[str, str]) -> bool:
+        """Write fields that route a call anew (its rule, approvers, automatic decision...),
+        only while it is pending, and move its routing generation (`CallRecord.routed`): a
+        decision judged on a read from before decides nothing (False: not pending, or gone)."""
+        reply = await self._route_if_pending(
+            keys=[keys.call_key(approval_id)],
+            args=[x for pair in fields.items() for x in pair],
+        )
+        return bool(reply)
+
     async def advise(self, approval_id: str, fields: dict[str, str]) -> bool:
         """Write an advisor's advice and the fields the policy in force gives the call with it,
         only while the call is pending, its card marked to show them (False: decided, or
@@ -313,9 +337,10 @@ class Calls:
         user: str,
         reason: str,
         owner: str,
-        also: Sequence[str] = (),
+        also: Sequence[tuple[str, str]] = (),
         via: str = "",
         version: str = "",
+        routed: str = "",
         after: Callable[[Any, DecideResult], Then | None] | None = None,
         enqueue: bool = False,
         pause: str = "",
@@ -325,12 +350,17 @@ class Calls:
         """Record one decision atomically; see decide.lua for the rules.
 
         `also`: for an Always decision, the other pending calls of the pause that this person
-        may decide alone under their own rules; the script settles those of them that are still
-        pending in the same pause with the same sticky key, and nothing else. `via`: what
-        decided the call when it was not this person's own click (an earlier Always decision).
+        may decide alone under their own rules (approval id, and the generation of its routing
+        that judgement read: `CallRecord.routed`); the script settles those of them that are
+        still pending in the same pause with the same sticky key and routing, nothing else.
+        `via`: what decided the call when it was not this person's own click (an earlier
+        Always decision).
         `version`: the version token of the card the person clicked (`CallRecord.version`;
         "": not checked): when the call was edited since, nothing is decided (`EDITED_SINCE`)
-        and its card is redrawn.
+        and its card is redrawn. `routed`: the generation of the call's routing its judgement
+        read (`CallRecord.routed`; "": not checked): when the call was routed anew since,
+        nothing is decided (`Rerouted`: the caller judges again on a fresh read), and nothing
+        that rides on the decision is written.
         `after(pipe, result)`: writes to send with the index write that follows a recorded
         decision or vote (an audit entry), in the same round trip, first; it may return what
         to do with the replies (all of them, its own first). `enqueue`: when this was the
@@ -364,7 +394,8 @@ class Calls:
             self.retention,
             via,
             version,
-            *(also if always else ()),
+            routed,
+            *(x for pair in (also if always else ()) for x in pair),
         ]
         ridden: list[list[Any] | None] = [None, None]
         then: Then | None = None

@@ -109,10 +109,13 @@ class Edits:
         record: EditRecord,
         arguments: str,
         owner: str,
+        routed: str = "",
         after: Callable[[Any, DecideResult], None] | None = None,
     ) -> DecideResult:
         """Apply one edit atomically (see edit.lua): `Decided` (quorum of one: approved with
         these arguments), `Voted` (the first approval of the new count), or why not.
+        `routed`: the generation of the call's routing the editor's judgement read ("": not
+        checked): when it moved since, nothing is edited (`Rerouted`).
         `after(pipe, result)`: writes (the audit entry) sent with the index write that follows."""
         run_id = keys.run_of(approval_id)
         if run_id is None:
@@ -130,6 +133,7 @@ class Edits:
                 owner,
                 self.retention,
                 record.to_json(),
+                routed,
             ],
         )
         result = decode_edit(reply)
