@@ -11,10 +11,12 @@ below is the requirement's), `approvers` (the actor is not among the rule's appr
 (after the card was drawn, or the standing decision made, the policy in force routes the call
 by its arguments to other approvers), `advice` (the advisor rates the call high risk, and the
 policy routes such calls to other approvers; for a standing decision, such a rule came since:
-at the later call there is no advice yet). Outcomes: the call was `decided`; a `vote` was counted;
+at the later call there is no advice yet), `auto_reject` (after the card was drawn, the policy
+in force rejects the call by itself: `auto: reject`). Outcomes: the call was `decided`; a `vote`
+was counted;
 the confirmation form asks for `typing` (nothing decided); the actor was `refused` (nothing
 decided, told why); a standing decision did not settle the later call, which `waits` for a
-person on its card.
+person on its card; the actor was refused and the call `auto_rejected` by the rule in force.
 """
 
 from __future__ import annotations
@@ -52,8 +54,10 @@ from tests.test_policy_rules import submit_typed
 from tests.test_reactions import react
 
 DECIDED, VOTE, TYPING, REFUSED, WAITS = "decided", "vote", "typing", "refused", "waits"
+AUTO = "auto_rejected"
 REQUIREMENTS = (
-    "none", "approvers", "quorum", "self", "typed", "scope", "policy_changed", "advice"
+    "none", "approvers", "quorum", "self", "typed", "scope", "policy_changed", "advice",
+    "auto_reject",
 )  # fmt: skip
 
 
@@ -63,8 +67,12 @@ def na(why: str) -> str:
 
 
 PERSON = {"none": DECIDED, "approvers": REFUSED, "self": REFUSED, "policy_changed": REFUSED,
-          "advice": REFUSED}  # fmt: skip
-STANDING = {r: WAITS for r in REQUIREMENTS if r != "none"} | {"none": DECIDED}
+          "advice": REFUSED, "auto_reject": AUTO}  # fmt: skip
+# A later call is posted under the policy in force, which rejects it by itself: a standing
+# decision judged on a call posted before is tests/test_auto_reject.py's.
+STANDING = {r: WAITS for r in REQUIREMENTS if r != "none"} | {
+    "none": DECIDED, "auto_reject": na("the later call is posted rejected by the rule")
+}  # fmt: skip
 NO_GRANT = na("it makes no grant")
 
 # way -> requirement -> what happens.
@@ -81,7 +89,14 @@ TABLE: dict[str, dict[str, str]] = {
     "edit": {**PERSON, "quorum": VOTE, "typed": REFUSED, "scope": NO_GRANT},
     "edited_call": {**STANDING, "scope": NO_GRANT},
     # `reject:` in the card's thread: one person rejects, and rejecting types nothing.
-    "reply": {**PERSON, "quorum": DECIDED, "typed": DECIDED, "scope": NO_GRANT},
+    # `auto_reject`: a person may still reject the call (theirs, not the rule's).
+    "reply": {
+        **PERSON,
+        "quorum": DECIDED,
+        "typed": DECIDED,
+        "scope": NO_GRANT,
+        "auto_reject": DECIDED,
+    },
     # Approve all (#33): each call as a click that typed nothing; `typed`: left out.
     "batch": {**PERSON, "quorum": VOTE, "typed": REFUSED, "scope": NO_GRANT},
     # :white_check_mark: on the card (APPROVAL_BOT_REACTIONS): a click that typed nothing.
@@ -95,6 +110,7 @@ TABLE: dict[str, dict[str, str]] = {
         "scope": NO_GRANT,
         "policy_changed": WAITS,
         "advice": WAITS,  # an auto: approve after a rule on advice: a person decides
+        "auto_reject": na("an automatic rejection in force always stands (the rule's own)"),
     },
 }
 # Why, for a refusal (the actor's `refused` audit entry) or a standing decision that no longer
@@ -110,6 +126,7 @@ WHY = {
                        "grant_use": "no longer allows grants", "rule": "decides it no longer"},
     "advice": {"": "not among the approvers", "standing": "cannot judge",
                "rule": "on the advisor's advice (risk high)"},
+    "auto_reject": {"": "rejects this call automatically (rule no-deletes)"},
 }  # fmt: skip
 
 
@@ -139,6 +156,11 @@ ROUTED = (
 ADVISED = (
     "  - name: advised\n    match: delete_logs\n    when: {advice.risk: high}\n"
     "    approvers: [U3]\n"
+)
+# Added once the card is drawn (`auto_reject` cells): no call of delete_logs may run.
+NO_DELETES = (
+    "  - name: no-deletes\n    match: delete_logs\n    auto: reject\n"
+    "    reason: deleting logs is forbidden now\n"
 )
 TYPED_SRV = (
     '  - name: typed-srv\n    match: delete_logs\n    when: {args.path: "/srv/*"}\n'
@@ -223,6 +245,8 @@ def cell_of(way: str, requirement: str) -> Cell:
         if standing:  # a rule on advice since: at the later call, no advice yet
             return Cell(way, requirement, plain, advised)
         return Cell(way, requirement, advised, advised)
+    if requirement == "auto_reject":
+        return Cell(way, requirement, plain, policy(base, first=NO_DELETES))
     return made
 
 
@@ -256,6 +280,11 @@ class Bench:
         await self.bot.idle()
         actor = self.cell.actor
         status, voters = await self.status(approval_id)
+        told = [e for e in await self.bot.audit() if e["kind"] == "refused"]
+        call = await self.bot.runtime.service.store.get_call(approval_id)
+        if status == CallStatus.REJECTED and call is not None and call.decided_by == "policy":
+            assert [e for e in told if e.get("user") == actor], (actor, told)
+            return AUTO
         if status in (CallStatus.APPROVED, CallStatus.REJECTED):
             return DECIDED
         if actor in voters and not (self.cell.way == "vote" and actor == "U3"):
@@ -263,7 +292,6 @@ class Bench:
         opened = [v["view"]["callback_id"] for v in self.bot.slack_api.views[views:]]
         if CONFIRM_MODAL in opened:
             return TYPING
-        told = [e for e in await self.bot.audit() if e["kind"] == "refused"]
         assert [e for e in told if e.get("user") == actor], (actor, told)
         return REFUSED
 
@@ -555,9 +583,9 @@ async def test_each_way_under_each_requirement(
             and e.get("user", cell.actor) == cell.actor
         ] + [m.text for m in bot.slack_api.messages.values() if m.thread_ts]  # fmt: skip
     assert outcome == TABLE[way][requirement], (way, requirement, outcome)
-    if outcome in (REFUSED, WAITS):
+    if outcome in (REFUSED, WAITS, AUTO):
         assert any(why_of(way, requirement) in t for t in told), (why_of(way, requirement), told)
-    if outcome in (REFUSED, TYPING, VOTE, WAITS) and way != "rule":
+    if outcome in (REFUSED, TYPING, VOTE, WAITS, AUTO) and way != "rule":
         # Nothing ran that the requirement kept back (standing ways: the later call).
         ran = [a["path"] for n, a in ledger.executed if n == "delete_logs"]
         assert ran == (["/var/log/a"] if way in ("grant_use", "earlier_always") else []), ran

@@ -92,7 +92,7 @@ class ApprovalService:
         self.attention = Attention(core, attention)
         self.decisions = Decisions(
             core, self.judgement, answer=self.questions.answer, attended=self.attention.decided_in,
-            reactions=reactions,
+            reactions=reactions, overruled=self.runs.overruled,
         )  # fmt: skip
         self.edits = Edits(core, self.decisions)
         self.details = Details(core, self.judgement, viewed=self.attention.viewed)

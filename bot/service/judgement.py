@@ -15,10 +15,12 @@ widened once an escalation fired), self-approval (one place: against whoever ask
 call, `requester_of`), the call's state and version, what this way may settle (Always and
 grants: allowed by the rule, a quorum of one; an edit: the rule offers Edit, and the call as
 edited is one the editor could approve by a click), typed confirmation (only a typed value on a
-click counts: no other way can stand for it), and a grant's scope and length. The answer is a
-`Verdict`: `Allowed` (with the rule in force, and the grant a decision makes), `Refused` (the
-sentence to show, or for a standing decision the reason it does not settle this call),
-`TypeFirst` (the value to type before the click counts). Recording the decision is the
+click counts: no other way can stand for it), and a grant's scope and length. A rule in force
+that rejects the call by itself (`auto: reject`) lets no way approve it (a person may still
+reject it): the refusal says so (`Refused.overruled`), and the call is rejected by that rule.
+The answer is a `Verdict`: `Allowed` (with the rule in force, and the grant a decision makes),
+`Refused` (the sentence to show, or for a standing decision the reason it does not settle this
+call), `TypeFirst` (the value to type before the click counts). Recording the decision is the
 caller's, through the store's atomic transitions.
 """
 
@@ -131,6 +133,10 @@ class Refused:
     quotes: bool = False
     """Its words may quote the call's arguments (the value to type): free text, which the
     audit keeps apart (`text`)."""
+    overruled: bool = False
+    """An approval of a call the rule in force rejects by itself (`auto: reject`): the call is
+    to be rejected so, through the policy's automatic decisions (`Runs.auto_decide`), not left
+    waiting for an approval that can never count."""
 
     @property
     def reason(self) -> str:
@@ -246,6 +252,16 @@ class Judgement:
         if state is not None:
             return Refused(state, rule, stale=state == EDITED_SINCE)
         assert rule is not None  # (the person check refuses a call without a rule)
+        if attempt.approve and rule.auto == "reject":
+            return Refused(
+                said(
+                    "The policy in force rejects this call automatically (rule {rule}), so "
+                    "nobody can approve it: it is rejected now.",
+                    rule=Code(rule.source),
+                ),
+                rule,
+                overruled=True,
+            )
         offered = self._offered(rule, call, attempt)
         if offered is not None:
             return Refused(offered, rule)
@@ -264,10 +280,11 @@ class Judgement:
     @staticmethod
     def _automatic(rule: CallRule | None, call: CallRecord) -> Judged:
         """The policy's automatic decision, judged again by the policy in force: it stands
-        only if that policy still decides the call automatically the same way (an automatic
-        rejection always stands); otherwise a person decides."""
+        only if that policy still decides the call automatically the same way; an automatic
+        rejection always stands, also on a call posted for people (the policy in force now
+        rejects it: nobody may approve it, `settle`); otherwise a person decides."""
         auto = "reject" if rule is None else (rule.auto or "")
-        if auto != call.auto and auto != "reject":
+        if not auto or (auto != call.auto and auto != "reject"):
             return Refused("the policy in force decides it no longer", rule)
         return Allowed(rule, auto=auto)
 
@@ -439,6 +456,8 @@ class Judgement:
             why = "it expired"
         elif rule is None:
             why = "the channel is no longer in the policy"
+        elif approve and rule.auto == "reject":
+            why = "the policy in force rejects this call automatically"
         elif rule.undecidable:
             why = f"the policy cannot judge this call's arguments ({rule.undecidable})"
         elif way == Way.EARLIER_ALWAYS and not rule.allow_always:

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from bot.engine.questions import QUESTION_KIND
+from bot.outage import log_failure
 from bot.service.audit import AuditKind
 from bot.service.core import ServiceCore
 from bot.service.decisions.grants import (
@@ -116,6 +117,7 @@ class Decisions:
         answer: Answer | None = None,
         attended: Attended | None = None,
         reactions: bool = False,
+        overruled: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.core = core
         self.store = core.store
@@ -123,6 +125,9 @@ class Decisions:
         self.answer = answer  # a reply on a question's card is an answer (questions.py)
         self.attended = attended
         self.reactions = reactions  # reactions on a card decide it (off by default)
+        # The runs' (`Runs.overruled`): a call the rule in force rejects by itself, refused an
+        # approval, is rejected by that rule (`Refused.overruled`).
+        self.overruled = overruled
 
     async def check(
         self, actor: Actor, approval_id: str, attempt: Attempt, *, audited_as: str
@@ -140,7 +145,9 @@ class Decisions:
         self, actor: Actor, call: CallRecord, attempt: Attempt, judged: Refused,
         audited_as: str = "",
     ) -> Reply:  # fmt: skip
-        """Audit a refusal of `attempt` (redrawing a card drawn before an edit) and say it."""
+        """Audit a refusal of `attempt` (redrawing a card drawn before an edit) and say it. An
+        approval refused because the rule in force rejects the call by itself has the call
+        rejected by that rule (the policy's automatic decision): the run goes on."""
         if judged.stale:
             await self.store.redraw_card(call.approval_id)
         always = attempt.way in (Way.ALWAYS, Way.GRANT)
@@ -151,6 +158,12 @@ class Decisions:
             detail="typed confirmation refused" if judged.quotes else reply.text,
             text=reply.text if judged.quotes else "",
         )  # fmt: skip
+        if judged.overruled and self.overruled is not None:
+            try:
+                await self.overruled(call.run_id)
+            except Exception:  # (still refused: the next attempt, or a reload's pass, tries again)
+                log_failure(log, "could not reject call %s by the policy in force",
+                            call.approval_id)  # fmt: skip
         return reply
 
     def read_ahead(self, approval_id: str) -> asyncio.Future[CallAndRun]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Coroutine
@@ -428,6 +429,15 @@ class Runs:
                 await self.store.add_note(run.run_id, stored(note))
         return ""
 
+    async def overruled(self, run_id: str) -> None:
+        """An approval was refused because the rule in force rejects its call by itself
+        (`Refused.overruled`): the pause's automatic decisions are applied now, so the call is
+        rejected by that rule (audited, its card and the run go on as for any automatic
+        rejection) rather than waiting until it expires."""
+        run = await self.store.get_run(run_id)
+        if run is not None and run.status == RunStatus.PAUSED:
+            await self.auto_decide(run)
+
     async def auto_decide(self, run: RunRecord) -> None:
         """Apply the policy's automatic decisions (the pause's cards are shown by the projector).
 
@@ -437,12 +447,21 @@ class Runs:
         resume_owner = ""
         calls = await self.store.pause_calls(run.run_id)
         for call in calls:
-            if not call.auto or call.decided:
+            if call.decided:
                 continue
             # Re-judged by the policy in force: it decides only if it still decides this call
-            # automatically the same way (or now rejects it); otherwise a person decides.
+            # automatically the same way (or now rejects it); otherwise a person decides. A
+            # call posted for people that the policy in force now rejects by itself (reloaded
+            # since, or routed by advice) is rejected so: nobody may approve it.
             judged = await self.judgement.settle(None, run, call, Attempt(Way.RULE))
-            if not isinstance(judged, Allowed):
+            if not call.auto:
+                if not isinstance(judged, Allowed) or judged.auto != "reject" or not judged.rule:
+                    continue  # a person decides it (an automatic approval needs both: #32)
+                routed = await self._to_rejection(run, call, judged.rule)
+                if routed is None:
+                    continue  # decided meanwhile
+                call = routed
+            elif not isinstance(judged, Allowed):
                 await self._to_people(run, call)
                 continue
             rule, auto = judged.rule, judged.auto
@@ -581,6 +600,27 @@ class Runs:
             await self.core.audit(AuditKind.ROUTED, call=call, detail=detail)
             await self.store.timers.schedule([call])
             await self.store.outbox.schedule(run.run_id)
+
+    async def _to_rejection(
+        self, run: RunRecord, call: CallRecord, rule: CallRule
+    ) -> CallRecord | None:
+        """A call posted for people that `rule`, in force, rejects by itself: stored as that
+        rule has it (`auto: reject`, its name on the card and in the audit), for
+        `auto_decide` to reject it as any automatic rejection. None: it is no longer pending."""
+        call = dataclasses.replace(call)
+        call.auto, call.rule, call.required = "reject", rule.source, rule.required
+        call.allow_always, call.approvers = False, json.dumps(list(rule.approvers))
+        call.confirm, call.allow_edit = "", False
+        names = ("rule", "required", "allow_always", "approvers", "confirm", "allow_edit")
+        fields = {"auto": "reject", **{name: stored_value(getattr(call, name)) for name in names}}
+        # Routed anew: a decision judged on a read from before records nothing (decide.lua).
+        if not await self.store.route_pending_call(call.approval_id, fields):
+            return None
+        detail = f"policy rule {rule.source} (the policy in force rejects it automatically)"
+        await self.core.audit(AuditKind.ROUTED, call=call, detail=detail)
+        # As stored now: the routing generation the rejection's decide.lua is to find.
+        routed = await self.store.get_call(call.approval_id)
+        return routed if routed is not None and not routed.decided else None
 
     async def _apply_earlier_always(self, run: RunRecord, call: CallRecord) -> str:
         """Settle a new call with an Always decision made earlier in this run, if there is one

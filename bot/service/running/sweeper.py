@@ -33,6 +33,8 @@ class Sweeper:
         self._primaries = ""
         self.sweeps = 0
         """Sweeps done (the first is a full pass): what a test waits on, rather than time."""
+        self._policy = core.policies.current().version
+        """The version of the policy whose automatic decisions the pending calls were given."""
 
     # A full pass over the active runs, on the first sweep and every RECONCILE_EVERY after: it
     # catches what a process that stopped in the instant between a transition and the write
@@ -89,9 +91,14 @@ class Sweeper:
         date; an unfinished run missing from the due set (taken or not) is put back on it; an
         unfinished run missing from its channel's index (started by an older version) is put
         on it.
+        When the policy in force changed since the last sweep (a reload), the full pass also
+        applies its automatic decisions to every paused run (`Runs.auto_decide`): a call still
+        pending that the new policy rejects by itself is rejected so, not left to expire.
         Then trim the job stream of entries every worker is done with.
         """
-        count = await self._reconcile() if reconcile else 0
+        version = self.core.policies.current().version
+        reapply, self._policy = version != self._policy, version
+        count = await self._reconcile(reapply) if reconcile or reapply else 0
         cutoff = float(now()) - older_than
         due = await self.store.due_runs(cutoff)
         runs = await self.store.runs([run_id for run_id, _ in due]) if due else []
@@ -157,8 +164,11 @@ class Sweeper:
                     run.run_id, run.owner)  # fmt: skip
         return 1
 
-    async def _reconcile(self) -> int:
-        """The full pass over active runs (see `requeue_stalled`); returns the runs indexed."""
+    async def _reconcile(self, reapply: bool = False) -> int:
+        """The full pass over active runs (see `requeue_stalled`); returns the runs indexed.
+        `reapply`: the policy changed: each paused run's automatic decisions are applied again
+        under it (one of the pass's runs is one of what the App Home reads: no other index
+        lists pending calls)."""
         await self.store.index_channels()
         count = 0
         outbox = self.store.outbox
@@ -173,7 +183,18 @@ class Sweeper:
                 await self.store.due(run_id, 0.0)  # looked at by this very sweep
             if status == RunStatus.PAUSED:
                 count += await self._time_older_calls(run_id)
+                if reapply:
+                    count += await self._reapply(run_id)
         return count
+
+    async def _reapply(self, run_id: str) -> int:
+        """The automatic decisions of the policy now in force, applied to a paused run's
+        pending calls (safe to repeat, from any process); returns 1 when it was paused."""
+        run = await self.store.get_run(run_id)
+        if run is None or run.status != RunStatus.PAUSED:
+            return 0
+        await self.runs.auto_decide(run)
+        return 1
 
     async def _time_older_calls(self, run_id: str) -> int:
         """Give timers to the pending calls of a pause saved by a version without them (they
