@@ -121,7 +121,8 @@ async def test_a_reload_rejects_the_pending_calls_the_new_policy_rejects_by_itse
     path.write_text(BEFORE)
     source = PolicySource.from_file(path, check_every=0.05)
     ledger = Ledger()
-    async with BotHarness(redis_url, one_call(ledger), source) as bot:
+    settings = {"job_lease_seconds": 1}  # a sweep every second, not every 30
+    async with BotHarness(redis_url, one_call(ledger), source, settings=settings) as bot:
         card = await bot.start_and_wait("clean up", user="U1")
         path.write_text(AFTER)  # nobody clicks: the sweeper's next pass sees the reload
         await rejected_by_rule(bot, approval_of(card))
