@@ -25,9 +25,10 @@ from bot.service.ports import Actor
 from bot.slack.blocks import APPROVE
 from bot.store import keys
 from bot.store.grants import Grant, new_grant_id
-from bot.store.records import CallRecord, CallStatus, RunRecord, Snapshot
+from bot.store.records import CallRecord, CallStatus, RunRecord
 from bot.testing.harness import BotHarness, wait_until
 from tests.agents_for_tests import Ledger, ops_agent
+from tests.saved_pauses import saved_pause
 from tests.test_grants import GRANTING, grant_in_first_run, two_runs
 
 BEFORE = """
@@ -188,40 +189,24 @@ async def stored_pause(bot: BotHarness, *, sticky: bool) -> tuple[RunRecord, str
     """A pause saved under the first policy by a worker that stopped before applying its
     automatic decisions (as the sweeper then finds it): one call of delete_logs posted for
     people; `sticky`: with U2's Always approve made earlier in the run."""
-    runtime = bot.runtime
-    assert runtime.worker is not None
-    await runtime.worker.stop(runtime._worker_task, 5)
-    store = runtime.service.store
-    stamp = f"{time.time():.3f}"
-    run = RunRecord(
-        run_id=keys.new_run_id(), team_id="T0TEST", user_id="U1", channel_id="C1",
-        agent_name="ops", task="t", status="running", owner="exec", message_ts="1.0",
-        created_at=stamp, updated_at=stamp,
-    )  # fmt: skip
-    await store.create_run(run)
-    await store.take(run.run_id, run.owner, "1-0", run.owner + "/w")
-    call = CallRecord(
-        approval_id=keys.new_approval_id(run.run_id), run_id=run.run_id, index=0,
-        call_id="c0", agent="ops", tool="delete_logs", kind="function",
-        sticky="ops::delete_logs", arguments=json.dumps({"path": "/var/log/b"}),
-        rule="tools[0] (delete_logs)", approvers=json.dumps(["U2", "U3"]), channel_id="C1",
-        allow_always=True,
-    )  # fmt: skip
-    await store.save_pause(run.run_id, run.owner + "/w", Snapshot(b"x", "0", "f"), [call],
-                           float(stamp))  # fmt: skip
+    run_id, [call] = await saved_pause(bot, {
+        "arguments": json.dumps({"path": "/var/log/b"}), "rule": "tools[0] (delete_logs)",
+        "approvers": json.dumps(["U2", "U3"]), "allow_always": True,
+    })  # fmt: skip
+    store = bot.runtime.service.store
     if sticky:
         made = {
             "decision": "approved",
             "team": "T0TEST",
             "user": "U2",
-            "at": stamp,
+            "at": f"{time.time():.3f}",
             "reason": "",
             "approval_id": "earlier",
             "agent": "ops",
             "tool": "delete_logs",
         }
-        await store.redis.hset(keys.sticky_key(run.run_id), call.sticky, json.dumps(made))
-    paused = await store.get_run(run.run_id)
+        await store.redis.hset(keys.sticky_key(run_id), call.sticky, json.dumps(made))
+    paused = await store.get_run(run_id)
     assert paused is not None
     return paused, call.approval_id
 

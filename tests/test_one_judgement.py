@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,12 +41,12 @@ from bot.slack.blocks import (
     EDIT,
     GRANT_MODAL,
 )
-from bot.store import keys
-from bot.store.records import CallRecord, CallStatus, RunRecord, Snapshot
+from bot.store.records import CallStatus
 from bot.testing.advisors import scripted_advisor
 from bot.testing.harness import BotHarness, edit_values, status_line, wait_until
 from bot.testing.slack_api import Message
 from tests.agents_for_tests import Ledger, assistant_message, function_call, ops_agent, slow_check
+from tests.saved_pauses import saved_pause
 from tests.test_grants import submit_scope
 from tests.test_home import home_click
 from tests.test_policy_rules import submit_typed
@@ -486,31 +485,15 @@ async def rule(bench: Bench) -> str:
 
 
 async def auto_decided_later(bench: Bench) -> str:
-    runtime = bench.bot.runtime
-    assert runtime.worker is not None
-    await runtime.worker.stop(runtime._worker_task, 5)
-    service, store = runtime.service, runtime.service.store
-    stamp = f"{time.time():.3f}"
-    run = RunRecord(
-        run_id=keys.new_run_id(), team_id="T0TEST", user_id="U1", channel_id="C1",
-        agent_name="ops", task="t", status="running", owner="exec", message_ts="1.0",
-        created_at=stamp, updated_at=stamp,
-    )  # fmt: skip
-    await store.create_run(run)
-    await store.take(run.run_id, run.owner, "1-0", run.owner + "/w")
-    call = CallRecord(
-        approval_id=keys.new_approval_id(run.run_id), run_id=run.run_id, index=0,
-        call_id="c0", agent="ops", tool="delete_logs", kind="function",
-        sticky="ops::delete_logs", arguments=json.dumps({"path": "/var/log/a"}),
-        auto="approve", rule="logs", channel_id="C1",
-    )  # fmt: skip
-    await store.save_pause(run.run_id, run.owner + "/w", Snapshot(b"x", "0", "f"), [call],
-                           float(stamp))  # fmt: skip
+    run_id, _ = await saved_pause(bench.bot, {
+        "arguments": json.dumps({"path": "/var/log/a"}), "auto": "approve", "rule": "logs",
+    })  # fmt: skip
+    service, store = bench.bot.runtime.service, bench.bot.runtime.service.store
     bench.change()
-    paused = await store.get_run(run.run_id)
+    paused = await store.get_run(run_id)
     assert paused is not None
     await service.runs.auto_decide(paused)
-    [after] = await store.pause_calls(run.run_id)
+    [after] = await store.pause_calls(run_id)
     return WAITS if after.status == CallStatus.PENDING and after.rule == "routed" else DECIDED
 
 

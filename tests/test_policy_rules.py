@@ -18,8 +18,6 @@ from openai.types.responses import ResponseApplyPatchToolCall, ResponseFunctionS
 from pydantic import BaseModel
 
 from bot.slack.blocks import ALWAYS_APPROVE, APPROVE, CONFIRM_MODAL, TYPED_BLOCK, TYPED_INPUT
-from bot.store import keys
-from bot.store.records import CallRecord, RunRecord, Snapshot
 from bot.testing.harness import BotHarness, wait_until
 from bot.testing.slack_api import Message
 from tests.agents_for_tests import (
@@ -29,6 +27,7 @@ from tests.agents_for_tests import (
     ops_agent,
     tool_outputs,
 )
+from tests.saved_pauses import saved_pause
 from tests.test_authorization import no_server_errors, status_of
 from tests.test_config import check
 from tests.test_home import home_click, home_of, open_home
@@ -433,42 +432,25 @@ async def test_automatic_decisions_are_judged_again_by_the_policy_in_force(redis
     )
     agent, _ = ops_agent([[assistant_message("done")]], Ledger())
     async with BotHarness(redis_url, agent, policy) as bot:
-        runtime = bot.runtime
-        assert runtime.worker is not None
-        await runtime.worker.stop(runtime._worker_task, 5)  # the resume job waits, unrun
-        service, store = runtime.service, runtime.service.store
-        stamp = f"{time.time():.3f}"
-        run = RunRecord(
-            run_id=keys.new_run_id(), team_id="T0TEST", user_id="U1", channel_id="C1",
-            agent_name="ops", task="t", status="running", owner="exec", message_ts="1.0",
-            created_at=stamp, updated_at=stamp,
-        )  # fmt: skip
-        await store.create_run(run)
-        await store.take(run.run_id, run.owner, "1-0", run.owner + "/w")
 
-        def posted(index: int, path: str) -> CallRecord:
-            return CallRecord(
-                approval_id=keys.new_approval_id(run.run_id), run_id=run.run_id, index=index,
-                call_id=f"c{index}", agent="ops", tool="delete_logs", kind="function",
-                sticky="ops::delete_logs", arguments=json.dumps({"path": path}),
-                auto="approve", rule="an older rule", channel_id="C1",
-            )  # fmt: skip
+        def posted(path: str) -> dict[str, Any]:
+            return {"arguments": json.dumps({"path": path}), "auto": "approve",
+                    "rule": "an older rule"}  # fmt: skip
 
-        calls = [posted(0, "/tmp/a"), posted(1, "/etc")]
-        await store.save_pause(
-            run.run_id, run.owner + "/w", Snapshot(b"x", "0", "f"), calls, float(stamp)
-        )
-        paused = await store.get_run(run.run_id)
+        saved_at = time.time()
+        run_id, _ = await saved_pause(bot, posted("/tmp/a"), posted("/etc"))
+        service, store = bot.runtime.service, bot.runtime.service.store
+        paused = await store.get_run(run_id)
         assert paused is not None
         await service.runs.auto_decide(paused)
         await service.runs.auto_decide(paused)  # again, as a second sweep would: no change
-        tmp, etc = await store.pause_calls(run.run_id)
+        tmp, etc = await store.pause_calls(run_id)
         audit = await bot.audit()
     assert (tmp.status, tmp.decided_by, tmp.reason) == (
         "approved", "policy", "automatic decision of policy rule tmp-deletes",
     )  # fmt: skip
     assert (etc.status, etc.auto, etc.rule) == ("pending", "", "channels.C1")
-    assert etc.expires_at > float(stamp)  # timed like a call posted for people
+    assert etc.expires_at > saved_at  # timed like a call posted for people
     decided = [(e["approval_id"], e["decision"]) for e in audit if e["kind"] == "decided"]
     assert decided == [(tmp.approval_id, "auto_approve")]
     routed = [(e["approval_id"], e["rule"]) for e in audit if e["kind"] == "routed"]
