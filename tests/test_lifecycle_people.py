@@ -648,9 +648,15 @@ async def test_a_burst_over_several_runs_is_one_notice_pass_not_one_a_run(
                     return False
             return await client.zscore(keys.OUTBOX_INDEX, entry) is not None
 
+        async def settled() -> set[str] | None:  # no run's pass still in hand or due
+            due = {m.decode() for m in await client.zrange(keys.OUTBOX_INDEX, 0, -1)}
+            return due if due == {entry} else None
+
         await wait_until(shown, what="the runs finished and shown, their notice to come")
-        due = {m.decode() for m in await client.zrange(keys.OUTBOX_INDEX, 0, -1)}
-        assert due == {entry}, due  # not one entry a run
+        # A run may stay indexed a moment longer for a pass of its own (seen once on a loaded
+        # machine, its marks already let go); once those end, only the notice is due: not
+        # one entry a run.
+        await wait_until(settled, what="only U1's notice due, no run's entry")
         listed = await client.zrange(keys.notice_runs_key("T0TEST:U1"), 0, -1)
         assert {m.decode() for m in listed} == run_ids
         assert bot.slack_api.dms("U1") == []
