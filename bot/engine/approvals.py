@@ -110,19 +110,47 @@ def _shell_facts(raw: Any) -> str:
     return json.dumps({"command": str(commands)}) if commands else ""
 
 
+def _patch_operations(raw: Any) -> list[Any]:
+    """The operations the SDK's editor applies for a patch call, as it reads them
+    (`coerce_apply_patch_operations`, openai-agents 0.24): `operations` when it is a list (a
+    custom tool call named apply_patch carries the model's own JSON), else `operation`."""
+    many = _get(raw, "operations")
+    if isinstance(many, list):
+        return many
+    one = _get(raw, "operation")
+    return [] if one is None else [one]
+
+
 def _patch_facts(raw: Any) -> str:
-    operation = _get(raw, "operation")
+    """`path` and `operation` of a patch of one operation on one file. A patch of several
+    operations, or one that moves its file (`move_to`), has no one path (nor, for several,
+    one operation) a condition could read: those are unreadable, so a condition on them is
+    undecidable and never approves (a person decides, seeing every operation)."""
+    operations = _patch_operations(raw)
+    if len(operations) != 1:
+        why = f"the patch has {len(operations)} operations, a condition reads one"
+        return json.dumps({"unreadable": {"path": why, "operation": why}})
+    [operation] = operations
     facts = {"path": _get(operation, "path"), "operation": _get(operation, "type")}
-    return json.dumps({k: str(v) for k, v in facts.items() if v})
+    known = {k: str(v) for k, v in facts.items() if v}
+    moved = _get(operation, "move_to")
+    if moved is not None:
+        known.pop("path", None)
+        why = f"the patch moves its file to {str(moved)[:200]}: it has two paths"
+        return json.dumps({**known, "unreadable": {"path": why}})
+    return json.dumps(known)
 
 
 def _patch_text(raw: Any) -> str:
-    operation = _get(raw, "operation")
-    kind = _get(operation, "type") or "operation"
-    path = _get(operation, "path") or "?"
-    diff = _get(operation, "diff")
-    header = f"{kind} {path}"
-    return f"{header}\n{diff}" if diff else header
+    parts = []
+    for operation in _patch_operations(raw) or [None]:
+        kind = _get(operation, "type") or "operation"
+        path = _get(operation, "path") or "?"
+        moved = _get(operation, "move_to")
+        diff = _get(operation, "diff")
+        header = f"{kind} {path}" + (f" (moved to {moved})" if moved is not None else "")
+        parts.append(f"{header}\n{diff}" if diff else header)
+    return "\n".join(parts)
 
 
 def _plain(raw: Any) -> Any:

@@ -307,6 +307,11 @@ def subject_of(kind: str, reading: Reading, facts: str = "") -> dict[str, Any]:
             known = {}
         if isinstance(known, dict):
             subject.update({k: v for k, v in known.items() if k in ROOTS and k != "args"})
+            unknown = known.get(UNREADABLE)  # e.g. the one path of a patch of several files
+            if isinstance(unknown, dict):
+                subject[UNREADABLE] = {
+                    k: str(v) for k, v in unknown.items() if k in ROOTS and k != "args"
+                }
     if kind not in ("shell", "apply_patch"):
         if isinstance(reading, Received):
             subject["args"] = reading.arguments
@@ -318,7 +323,8 @@ def subject_of(kind: str, reading: Reading, facts: str = "") -> dict[str, Any]:
     if len(encode_subject(subject)) > SUBJECT_LIMIT:
         too_long = "the arguments are too long to judge"
         kept = {k: v for k, v in subject.items() if k in ("path", "operation", REFUSED)}
-        subject = {**kept, UNREADABLE: {r: too_long for r in ROOTS if r in subject}}
+        unknown = subject.get(UNREADABLE) or {}
+        subject = {**kept, UNREADABLE: {**unknown, **{r: too_long for r in ROOTS if r in subject}}}
     return subject
 
 

@@ -1,0 +1,76 @@
+"""A patch is judged, and shown, as the editor will receive it (the security review of #32's
+fast paths). The SDK runs every operation of an `apply_patch` call (`operations`, a list, read
+before `operation`; a custom tool call named apply_patch* carries the model's own JSON), and
+an update may move its file (`move_to`): the policy's `path` must not be read from one
+operation while the editor applies others, or writes elsewhere. Such a call goes to a person,
+whose card shows every operation. Through signed requests, the real bot, real Redis and the
+Slack stand-in."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agents.testing import ScriptedModel
+from openai.types.responses import ResponseCustomToolCall
+
+from bot.testing.harness import BotHarness
+from tests.agents_for_tests import assistant_message
+from tests.test_decided_in_run import CHANNEL, coder, quiet
+from tests.test_tool_kinds import done
+
+DOCS = CHANNEL + (
+    "  - name: docs-edits\n    match: apply_patch\n    when: {path: 'docs/**'}\n    auto: approve\n"
+)
+
+
+def custom_patch(call_id: str, payload: dict[str, Any]) -> ResponseCustomToolCall:
+    """The model's apply_patch as a custom tool call (the SDK's fallback): its JSON as the
+    model wrote it."""
+    return ResponseCustomToolCall(
+        id=call_id, call_id=call_id, type="custom_tool_call", name="apply_patch",
+        input=json.dumps(payload),
+    )  # fmt: skip
+
+
+async def _a_person_sees(redis_url: str, payload: dict[str, Any], hidden: str) -> None:
+    """The call is not approved by the docs rule: it waits on a card that shows `hidden`,
+    nothing ran; rejected, nothing runs."""
+    done.clear()
+    model = ScriptedModel([[custom_patch("p1", payload)], [assistant_message("ok")]])
+    async with BotHarness(redis_url, coder(model), DOCS) as bot:
+        await bot.slack.command("go", user="U1", channel="C1")
+        [card] = await bot.wait_for_approvals(1)
+        seen = await quiet(bot)
+        assert done == []
+        assert hidden in card.all_text()
+        assert not any(e["decision"] == "auto_approve" for e in seen.decided())
+        await bot.reject(card, user="U2")
+        await bot.wait_for_status("finished")
+    assert done == []
+
+
+async def test_a_patch_whose_operations_differ_from_its_operation_goes_to_a_person(
+    redis_url: str,
+) -> None:
+    """`operation` under docs/, `operations` (what the editor runs) deletes a source file:
+    before the fix the docs rule approved it in the run and the editor deleted src/main.py."""
+    payload = {
+        "operation": {"type": "update_file", "path": "docs/a.md", "diff": "+x\n"},
+        "operations": [{"type": "delete_file", "path": "src/main.py"}],
+    }
+    await _a_person_sees(redis_url, payload, "src/main.py")
+
+
+async def test_a_patch_that_moves_its_file_out_of_the_rules_paths_goes_to_a_person(
+    redis_url: str,
+) -> None:
+    """An update of docs/a.md that moves it to .github/workflows/ci.yml: the rule read only
+    `path`; before the fix it approved the call in the run."""
+    payload = {
+        "operation": {
+            "type": "update_file", "path": "docs/a.md", "diff": "+x\n",
+            "move_to": ".github/workflows/ci.yml",
+        },
+    }  # fmt: skip
+    await _a_person_sees(redis_url, payload, ".github/workflows/ci.yml")
