@@ -136,7 +136,7 @@ def _patch_facts(raw: Any) -> str:
     moved = _get(operation, "move_to")
     if moved is not None:
         known.pop("path", None)
-        why = f"the patch moves its file to {str(moved)[:200]}: it has two paths"
+        why = "the patch moves its file (move_to): it has two paths"
         return json.dumps({**known, "unreadable": {"path": why}})
     return json.dumps(known)
 
