@@ -16,7 +16,7 @@ from openai.types.responses import ResponseCustomToolCall
 
 from bot.testing.harness import BotHarness
 from tests.agents_for_tests import assistant_message
-from tests.test_decided_in_run import CHANNEL, coder, quiet
+from tests.test_decided_in_run import CHANNEL, coder, finished, quiet
 from tests.test_tool_kinds import done
 
 DOCS = CHANNEL + (
@@ -74,3 +74,24 @@ async def test_a_patch_that_moves_its_file_out_of_the_rules_paths_goes_to_a_pers
         },
     }  # fmt: skip
     await _a_person_sees(redis_url, payload, ".github/workflows/ci.yml")
+
+
+KEEP_SOURCES = CHANNEL + (
+    "  - name: no-source-deletes\n    match: apply_patch\n"
+    "    when: {path: 'src/**', operation: delete_file}\n    auto: reject\n"
+    "  - name: other-patches\n    match: apply_patch\n    auto: approve\n"
+)
+
+
+async def test_a_patch_given_as_operations_is_judged_on_them(redis_url: str) -> None:
+    """One operation, in `operations` only (no `operation`): the rule that rejects deleting
+    sources reads its path and rejects it in the run. Before the fix the path was absent, the
+    rule did not apply, and `other-patches` approved the call: the editor deleted src/main.py."""
+    done.clear()
+    payload = {"operations": [{"type": "delete_file", "path": "src/main.py"}]}
+    model = ScriptedModel([[custom_patch("p1", payload)], [assistant_message("ok")]])
+    async with BotHarness(redis_url, coder(model), KEEP_SOURCES) as bot:
+        await bot.slack.command("go", user="U1", channel="C1")
+        seen = await finished(bot)
+    assert done == []
+    assert seen.by_rule() == [("no-source-deletes", "auto_reject")]
