@@ -756,16 +756,21 @@ async def _allow(client: aioredis.Redis, command: str) -> None:
 
 @contextlib.asynccontextmanager
 async def _ended_refusing(
-    redis_url: str, command: str, final: str
+    redis_url: str, command: str, final: str, *, flush: bool = False
 ) -> AsyncIterator[tuple[BotHarness, str, aioredis.Redis, float]]:
     """A bot whose post bucket counts (`ALONE`) and a run of it approved; as its model gives
-    the final answer (`final`), Redis starts refusing `command` (NOPERM: the ACL of its user).
-    Yields once the run's end and its round trip are through (its audit entry rides behind
-    them): the bot, the run's id, a client of its Redis and the post tokens left before the
-    decision. Redis runs `command` again at the block's end, if the test did not `_allow` it."""
+    the final answer (`final`), Redis starts refusing `command` (NOPERM: the ACL of its user)
+    and, with `flush`, forgets its scripts (as a restarted server has). Yields once the
+    run's end and its round trip are through (its audit entry rides behind them): the bot,
+    the run's id, a client of its Redis and the post tokens left before the decision. (The
+    scripts of a run's end that a server had to load run again after the others, its audit
+    entry's last.) Redis runs `command` again at the block's end, unless the test `_allow`ed
+    it."""
     client = aioredis.Redis.from_url(redis_url)
 
     async def refuse_then_answer(call: Any) -> list[Any]:
+        if flush:
+            await client.script_flush()
         await client.execute_command("ACL", "SETUSER", "default", f"-{command}")
         return [assistant_message(final)]
 
@@ -867,5 +872,33 @@ async def test_a_pass_that_ends_before_posting_its_output_gives_its_token_back(
         made = bot.slack_api.calls[before:]
         assert 1.99 < tokens - await _post_tokens(client) < 2.01
     assert len(_outputs(bot.slack_api, "Part 1:")) == len(_outputs(bot.slack_api, "Part 2:")) == 1
+    lookups = ("conversations.history", "conversations.replies")
+    assert not [c for c in made if c.method in lookups]
+
+
+async def test_a_pass_whose_read_fails_as_redis_loads_the_ends_scripts_uses_its_claim(
+    redis_url: str,
+) -> None:
+    """As the previous test, on a Redis that holds none of the end's scripts (restarted): each
+    runs again on its own after the round trip (`Batch.settle`), the claim first, then the
+    read, which fails (LRANGE refused). The pass starts all the same with its claim and its
+    token (the take runs after the failed read, as it would have in the round trip): its claim
+    and token let go well within the lease; once Redis reads again, the output is posted once,
+    with one token, and no lookup. (Before: the failed read's error stopped the end there, its
+    claim held for a lease and its pass never started.)"""
+    ended = _ended_refusing(redis_url, "lrange", "Deleted.", flush=True)
+    async with ended as (bot, run_id, client, tokens):
+        await _let_go(client, run_id, tokens)
+        assert not _outputs(bot.slack_api, "Deleted.")
+        before = len(bot.slack_api.calls)
+        await _allow(client, "lrange")
+        await wait_until(
+            lambda: _outputs(bot.slack_api, "Deleted."), timeout=LET_GO, what="the output"
+        )
+        await bot.wait_for_status("finished")
+        await bot.idle()
+        made = bot.slack_api.calls[before:]
+        assert 0.99 < tokens - await _post_tokens(client) < 1.01
+    assert len(_outputs(bot.slack_api, "Deleted.")) == 1
     lookups = ("conversations.history", "conversations.replies")
     assert not [c for c in made if c.method in lookups]

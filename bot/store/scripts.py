@@ -71,11 +71,17 @@ class Batch:
 
     async def settle(self, replies: list[Any]) -> list[Any]:
         """The replies of the pipeline (executed with `raise_on_error=False`), each of this
-        batch's scripts the server did not hold run again on its own."""
+        batch's scripts the server did not hold run again on its own. One that fails there
+        has its error as its reply, as in the pipeline, and the others still run: a caller
+        decodes what each took (a run's end, the claim and token its pass took after it,
+        #32), not one error for all."""
         replies = list(replies)
         for index, (found, names, values) in self._scripts.items():
             if isinstance(replies[index], NoScriptError):
-                replies[index] = await found(keys=names, args=values)
+                try:
+                    replies[index] = await found(keys=names, args=values)
+                except Exception as exc:
+                    replies[index] = exc
         return replies
 
     async def execute(self) -> list[Any]:
