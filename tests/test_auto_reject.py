@@ -20,7 +20,7 @@ from bot.service.judgement import Allowed, Attempt, Refused, Way
 from bot.service.oversight.advice import ruled_call
 from bot.service.oversight.advised import encode_advice
 from bot.service.policy.gate import rule_for
-from bot.service.policy.source import PolicySource
+from bot.service.policy.source import CHECK_EVERY_SECONDS, PolicySource
 from bot.service.ports import Actor
 from bot.slack.blocks import APPROVE
 from bot.store import keys
@@ -78,6 +78,16 @@ async def rejected_by_rule(bot: BotHarness, approval_id: str) -> CallRecord:
     return found
 
 
+def policy_file(
+    tmp_path: Path, text: str, check_every: float = CHECK_EVERY_SECONDS
+) -> tuple[Path, PolicySource]:
+    """A policy file that holds `text` and the bot's source of it (checked for changes every
+    `check_every` seconds): the test writes the policy in force next over it."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    return path, PolicySource.from_file(path, check_every=check_every)
+
+
 def approval_of(card: object) -> str:
     return str(card.button_value(APPROVE)).split(":")[0]  # type: ignore[attr-defined]
 
@@ -85,9 +95,7 @@ def approval_of(card: object) -> str:
 async def test_an_approval_of_a_call_the_policy_now_rejects_is_refused_and_the_rule_rejects_it(
     redis_url: str, tmp_path: Path
 ) -> None:
-    path = tmp_path / "policy.yaml"
-    path.write_text(BEFORE)
-    source = PolicySource.from_file(path)
+    path, source = policy_file(tmp_path, BEFORE)
     ledger = Ledger()
     async with BotHarness(redis_url, one_call(ledger), source) as bot:
         card = await bot.start_and_wait("clean up", user="U1")
@@ -118,9 +126,7 @@ async def test_an_approval_of_a_call_the_policy_now_rejects_is_refused_and_the_r
 async def test_a_reload_rejects_the_pending_calls_the_new_policy_rejects_by_itself(
     redis_url: str, tmp_path: Path
 ) -> None:
-    path = tmp_path / "policy.yaml"
-    path.write_text(BEFORE)
-    source = PolicySource.from_file(path, check_every=0.05)
+    path, source = policy_file(tmp_path, BEFORE, check_every=0.05)
     ledger = Ledger()
     settings = {"job_lease_seconds": 1}  # a sweep every second, not every 30
     async with BotHarness(redis_url, one_call(ledger), source, settings=settings) as bot:
@@ -137,9 +143,7 @@ async def test_a_reload_rejects_the_pending_calls_the_new_policy_rejects_by_itse
 async def test_a_person_may_still_reject_a_call_the_policy_now_rejects(
     redis_url: str, tmp_path: Path
 ) -> None:
-    path = tmp_path / "policy.yaml"
-    path.write_text(BEFORE)
-    source = PolicySource.from_file(path)
+    path, source = policy_file(tmp_path, BEFORE)
     ledger = Ledger()
     async with BotHarness(redis_url, one_call(ledger), source) as bot:
         card = await bot.start_and_wait("clean up", user="U1")
@@ -215,9 +219,7 @@ async def stored_pause(bot: BotHarness, *, sticky: bool) -> tuple[RunRecord, str
 async def test_a_grant_or_an_earlier_always_does_not_approve_a_call_the_policy_rejects(
     redis_url: str, tmp_path: Path, standing: str
 ) -> None:
-    path = tmp_path / "policy.yaml"
-    path.write_text(GRANTING)
-    source = PolicySource.from_file(path)
+    path, source = policy_file(tmp_path, GRANTING)
     ledger = Ledger()
     async with BotHarness(redis_url, two_runs(ledger), source) as bot:
         if standing == "grant":
