@@ -22,7 +22,7 @@ from bot.store.delivery.outbox import Outbox, Shown, now_ms
 from bot.store.delivery.pacing import SharedPacer
 from bot.store.scripts import Batch
 from bot.testing.harness import WAIT, BotHarness, status_line, wait_until
-from bot.testing.slack_api import FakeSlackAPI, Message
+from bot.testing.slack_api import ApiCall, FakeSlackAPI, Message
 from tests.agents_for_tests import (
     POLICY,
     Ledger,
@@ -822,6 +822,28 @@ async def _let_go(client: aioredis.Redis, run_id: str, tokens: float) -> None:
     await wait_until(holding_nothing, timeout=LET_GO, what="the pass to let its claim and token go")
 
 
+async def _let_go_then_posted(
+    bot: BotHarness, ended: tuple[str, aioredis.Redis, float], command: str, first: str, last: str
+) -> tuple[list[ApiCall], float]:
+    """While Redis refuses `command`: the run's passes let go of their claim and token
+    (`_let_go`; `ended`: the run's id, a client of Redis, the tokens before) with nothing of
+    its output (which starts with `first`) posted. Then Redis runs it again: once the output's
+    last part (`last`) is posted and the run is finished and quiet, the Web API calls made
+    since and the post tokens taken since the decision."""
+    run_id, client, tokens = ended
+    await _let_go(client, run_id, tokens)
+    assert not _outputs(bot.slack_api, first)
+    before = len(bot.slack_api.calls)
+    await _allow(client, command)
+    await wait_until(lambda: _outputs(bot.slack_api, last), timeout=LET_GO, what="the output")
+    await bot.wait_for_status("finished")
+    await bot.idle()
+    return bot.slack_api.calls[before:], tokens - await _post_tokens(client)
+
+
+LOOKUPS = ("conversations.history", "conversations.replies")  # (a post looked up first)
+
+
 async def test_a_pass_whose_read_fails_with_the_runs_end_still_uses_its_claim_and_token(
     redis_url: str,
 ) -> None:
@@ -832,22 +854,13 @@ async def test_a_pass_whose_read_fails_with_the_runs_end_still_uses_its_claim_an
     token back in the bucket, no post recorded as tried; once Redis reads again, the output
     is posted once, with one token, and no lookup."""
     async with _ended_refusing(redis_url, "lrange", "Deleted.") as (bot, run_id, client, tokens):
-        await _let_go(client, run_id, tokens)
-        assert not _outputs(bot.slack_api, "Deleted.")
-        before = len(bot.slack_api.calls)
-        await _allow(client, "lrange")
-        await wait_until(
-            lambda: _outputs(bot.slack_api, "Deleted."), timeout=LET_GO, what="the output"
-        )
-        await bot.wait_for_status("finished")
-        await bot.idle()
-        made = bot.slack_api.calls[before:]
-        assert 0.99 < tokens - await _post_tokens(client) < 1.01
+        ended = (run_id, client, tokens)
+        made, spent = await _let_go_then_posted(bot, ended, "lrange", "Deleted.", "Deleted.")
+        assert 0.99 < spent < 1.01
         record = await client.hget(keys.shown_key(run_id), "result")
     assert record is not None and Shown.decode(record.decode()).ts
     assert len(_outputs(bot.slack_api, "Deleted.")) == 1
-    lookups = ("conversations.history", "conversations.replies")
-    assert not [c for c in made if c.method in lookups]
+    assert not [c for c in made if c.method in LOOKUPS]
 
 
 async def test_a_pass_that_ends_before_posting_its_output_gives_its_token_back(
@@ -860,20 +873,11 @@ async def test_a_pass_that_ends_before_posting_its_output_gives_its_token_back(
     marks again, each part is posted once, a token each, with no lookup."""
     final = "\n\n".join(f"Part {n}: " + "deleted a log file. " * 180 for n in (1, 2))
     async with _ended_refusing(redis_url, "multi", final) as (bot, run_id, client, tokens):
-        await _let_go(client, run_id, tokens)
-        assert not _outputs(bot.slack_api, "Part 1:")
-        before = len(bot.slack_api.calls)
-        await _allow(client, "multi")
-        await wait_until(
-            lambda: _outputs(bot.slack_api, "Part 2:"), timeout=LET_GO, what="the answer's parts"
-        )
-        await bot.wait_for_status("finished")
-        await bot.idle()
-        made = bot.slack_api.calls[before:]
-        assert 1.99 < tokens - await _post_tokens(client) < 2.01
+        ended = (run_id, client, tokens)
+        made, spent = await _let_go_then_posted(bot, ended, "multi", "Part 1:", "Part 2:")
+        assert 1.99 < spent < 2.01
     assert len(_outputs(bot.slack_api, "Part 1:")) == len(_outputs(bot.slack_api, "Part 2:")) == 1
-    lookups = ("conversations.history", "conversations.replies")
-    assert not [c for c in made if c.method in lookups]
+    assert not [c for c in made if c.method in LOOKUPS]
 
 
 async def test_a_pass_whose_read_fails_as_redis_loads_the_ends_scripts_uses_its_claim(
@@ -884,21 +888,13 @@ async def test_a_pass_whose_read_fails_as_redis_loads_the_ends_scripts_uses_its_
     read, which fails (LRANGE refused). The pass starts all the same with its claim and its
     token (the take runs after the failed read, as it would have in the round trip): its claim
     and token let go well within the lease; once Redis reads again, the output is posted once,
-    with one token, and no lookup. (Before: the failed read's error stopped the end there, its
-    claim held for a lease and its pass never started.)"""
-    ended = _ended_refusing(redis_url, "lrange", "Deleted.", flush=True)
-    async with ended as (bot, run_id, client, tokens):
-        await _let_go(client, run_id, tokens)
-        assert not _outputs(bot.slack_api, "Deleted.")
-        before = len(bot.slack_api.calls)
-        await _allow(client, "lrange")
-        await wait_until(
-            lambda: _outputs(bot.slack_api, "Deleted."), timeout=LET_GO, what="the output"
-        )
-        await bot.wait_for_status("finished")
-        await bot.idle()
-        made = bot.slack_api.calls[before:]
-        assert 0.99 < tokens - await _post_tokens(client) < 1.01
+    with one token, and no lookup. (Before: the failed read's error stopped the end there: its
+    pass never started, its claim was held for a lease and then some, and the writes behind
+    the end, its `run_finished` entry among them, were not made.)"""
+    refusing = _ended_refusing(redis_url, "lrange", "Deleted.", flush=True)
+    async with refusing as (bot, run_id, client, tokens):
+        ended = (run_id, client, tokens)
+        made, spent = await _let_go_then_posted(bot, ended, "lrange", "Deleted.", "Deleted.")
+        assert 0.99 < spent < 1.01
     assert len(_outputs(bot.slack_api, "Deleted.")) == 1
-    lookups = ("conversations.history", "conversations.replies")
-    assert not [c for c in made if c.method in lookups]
+    assert not [c for c in made if c.method in LOOKUPS]
