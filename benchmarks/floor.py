@@ -57,6 +57,7 @@ BURST_GOAL = 1.5  # 200 at once: p99 to final output, times 200 x floor / cores
 # there is none this recent.
 FLOOR_FILE = Path(tempfile.gettempdir()) / "approval-bot-bench-floor.json"
 FLOOR_FRESH_S = 3600.0
+TURN_SAMPLES = 20  # each part's samples in one of `InTurns`'s turns
 
 
 @dataclass
@@ -194,6 +195,62 @@ async def measure(samples: int) -> Floor:
             server.stop()
     cores = os.cpu_count() or 1
     return Floor(sdk_run, sdk_streamed, ack, api_ours, api_standin, rt_ours, rt_server, cores)
+
+
+class InTurns:
+    """The floor measured again in turns with the bot's bursts (`benchmarks/decisions.py`):
+    this machine's speed moves by half within minutes (the SDK's resume 12.5 to 19.1 ms of CPU
+    within the hour on 2026-12-06), so a floor measured minutes before the bursts made their
+    ratios say as much about those minutes as about the bot. After each of the bot's bursts, with
+    the bot idle again, its three largest parts are measured once more, briefly, in this
+    process: the SDK's streamed resume, a Redis round trip on the bot's server and a Web API
+    call to the stand-in (Bolt's ack, 0.3-0.4 ms, stays `benchmarks/floor.py`'s). `floor()`:
+    `first`, those parts replaced by the medians of their turns'."""
+
+    def __init__(self, first: Floor, redis_url: str, api_url: str, standin_pid: int) -> None:
+        self.first, self.redis_url, self.api_url = first, redis_url, api_url
+        self.standin_pid = standin_pid
+        self.sdk: list[float] = []
+        self.rt: list[tuple[float, float]] = []
+        self.api: list[tuple[float, float]] = []
+
+    async def turn(self, samples: int = TURN_SAMPLES) -> None:
+        """One turn: each part `samples` times (about a second on this machine)."""
+        self.sdk.append(await sdk_streamed_cpu(samples))
+        self.rt.append(await redis_cpu(self.redis_url, samples * 5))
+        self.api.append(await web_api_cpu(self.api_url, self.standin_pid, samples))
+
+    @property
+    def turns(self) -> int:
+        return len(self.sdk)
+
+    def floor(self) -> Floor:
+        if not self.sdk:
+            return self.first
+        return dataclasses.replace(
+            self.first,
+            sdk_streamed=statistics.median(self.sdk),
+            rt_ours=statistics.median(r for r, _ in self.rt),
+            rt_server=statistics.median(s for _, s in self.rt),
+            api_ours=statistics.median(a for a, _ in self.api),
+            api_standin=statistics.median(s for _, s in self.api),
+        )
+
+
+async def sdk_streamed_cpu(samples: int, warmup: int = 3) -> float:
+    """ms of CPU of the SDK's streamed resume of the minimal run, as `sdk_cpu` times it
+    (median of `samples`, after `warmup` not counted)."""
+    agent = deployer()
+    cpu = []
+    for i in range(samples + warmup):
+        paused = await Runner.run(agent, f"deploy t{i}")
+        stored = paused.to_state().to_string()
+        started = time.process_time()
+        state = await RunState.from_string(agent, stored)
+        output = await approve_and_run(agent, state, streamed=True)
+        cpu.append((time.process_time() - started) * 1000)
+        assert output == "done"
+    return statistics.median(cpu[warmup:])
 
 
 async def main() -> None:
