@@ -321,6 +321,22 @@ def advice_problems(policy: Policy, settings: Settings) -> list[str]:
     ]
 
 
+def served_problems(policy: Policy, settings: Settings) -> list[str]:
+    """Installed through OAuth, a policy that names no workspace serves nobody: anyone can
+    install a distributed app, so being installed lets no one in (`Authorizer.served`)."""
+    ws = policy.workspace
+    if not settings.distributed or policy.workspaces or ws.team_id or ws.enterprise_id:
+        return []
+    return [
+        "policy: names no workspace, and the bot is installed through OAuth (SLACK_CLIENT_ID): "
+        "anyone can install it, so it serves only the workspaces the policy names. Put each "
+        "workspace's channels in a `workspaces:` section keyed by its team id, or name one "
+        "workspace (`workspace: {team_id: T...}`) or a Grid org (`workspace: {enterprise_id: "
+        "E...}`). Until then the bot does not start (a reloaded policy that names none has "
+        "every request refused): docs/workspaces.md."
+    ]
+
+
 def collect_problems(
     *, socket_mode: bool, slack_transport: bool = True
 ) -> tuple[Settings | None, list[str]]:
@@ -339,6 +355,7 @@ def collect_problems(
         policy = load_policy(settings.policy_file)
         problems += policy_placeholders(policy)
         problems += advice_problems(policy, settings)
+        problems += served_problems(policy, settings)
     except PolicyError as exc:
         problems += exc.problems
     try:

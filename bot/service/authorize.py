@@ -45,6 +45,13 @@ class Installation:
 
 
 NOT_SERVED = "This workspace is not served by this bot."
+# Installed through OAuth, the policy must name whom it serves: anyone can install a
+# distributed app, and one that named nobody served every workspace that did (a Slack Connect
+# partner too, by the host's rules, in the channels they share).
+NOT_NAMED = (
+    "This bot is installed in many workspaces and its policy names none it serves (a "
+    "`workspaces:` section, or `workspace:`), so it serves nobody. Ask whoever runs it."
+)
 UNKNOWN_INSTALLATION = (
     "The bot has not yet confirmed with Slack which workspace it serves, so it cannot let "
     "anyone in. Try again in a moment."
@@ -61,9 +68,9 @@ class Authorizer:
     `channels`: who is in a channel, for approvers "*"; without one (tools and tests with no
     Slack), "*" is anyone of the served workspace.
 
-    `installed`: the bot is distributed (OAuth) and serves every workspace that installed it;
-    the Slack adapter answers only requests of an installed team (it found that team's token),
-    so a policy without sections serves each of them, and one with sections those listed."""
+    `installed`: the bot is distributed (OAuth): it serves the workspaces the policy names (its
+    sections, or its `workspace:`) and nobody else. Anyone can install a distributed app, so
+    "installed" is no reason to serve: a policy that names none serves nobody (`NOT_NAMED`)."""
 
     def __init__(
         self,
@@ -91,7 +98,7 @@ class Authorizer:
                 return Verdict(False, "This organization is not served by this bot.")
             return ALLOWED
         if self.installed:
-            return ALLOWED
+            return Verdict(False, NOT_NAMED)
         home = self.installation
         if home is None:
             return Verdict(False, UNKNOWN_INSTALLATION)
