@@ -157,7 +157,7 @@ async def test_each_kind_is_rendered_for_what_it_is(redis_url: str) -> None:
         cards = await bot.wait_for_approvals(3)
         text = "\n".join(c.all_text() for c in cards)
     assert (
-        "*Patch:* update_file src/app.py\n```--- a/src/app.py\n+++ b/src/app.py\n@@\n"
+        "*Patch:* update_file `src/app.py`\n```--- a/src/app.py\n+++ b/src/app.py\n@@\n"
         "-debug = True\n+debug = False```"
     ) in text
     assert "```make deploy```" in text and "*Timeout:* `90 s`" in text

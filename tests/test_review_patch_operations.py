@@ -8,6 +8,7 @@ Slack stand-in."""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -15,6 +16,7 @@ from agents.testing import ScriptedModel
 from openai.types.responses import ResponseCustomToolCall
 
 from bot.testing.harness import BotHarness
+from bot.testing.slack_api import Message
 from tests.agents_for_tests import assistant_message
 from tests.test_decided_in_run import CHANNEL, coder, finished, quiet
 from tests.test_tool_kinds import done
@@ -95,3 +97,74 @@ async def test_a_patch_given_as_operations_is_judged_on_them(redis_url: str) -> 
         seen = await finished(bot)
     assert done == []
     assert seen.by_rule() == [("no-source-deletes", "auto_reject")]
+
+
+def patch_section(card: Message) -> str:
+    """The card's section that shows the patch: its `Patch:` header line, then the diff."""
+    [section] = [
+        b["text"]["text"]
+        for b in card.blocks
+        if b.get("type") == "section" and b["text"]["text"].startswith("*Patch:*")
+    ]
+    return str(section)
+
+
+async def _card_of(redis_url: str, payload: dict[str, Any]) -> Message:
+    """The pending card of a patch call the docs rule cannot decide (a person does), as Slack
+    shows it once the bot is quiet; the call is then rejected and nothing ran."""
+    done.clear()
+    model = ScriptedModel([[custom_patch("p1", payload)], [assistant_message("ok")]])
+    async with BotHarness(redis_url, coder(model), DOCS) as bot:
+        await bot.slack.command("go", user="U1", channel="C1")
+        [card] = await bot.wait_for_approvals(1)
+        await quiet(bot)
+        pending = copy.deepcopy(card)  # (the card is redrawn once decided)
+        await bot.reject(card, user="U2")
+        await bot.wait_for_status("finished")
+    assert done == []
+    return pending
+
+
+async def test_the_header_of_a_patch_card_names_every_operation_and_move(
+    redis_url: str,
+) -> None:
+    """Three operations, one of them moving its file: the `Patch:` header says what the editor
+    will do for each (its action, its path, a move's destination), not the first alone (the
+    others only as lines inside the diff, where diff text could imitate them); the card's
+    first line counts them. Paths are escaped and cannot leave their code spans."""
+    payload = {
+        "operations": [
+            {"type": "delete_file", "path": "src/main.py"},
+            {"type": "update_file", "path": "docs/a.md", "diff": "+x\n",
+             "move_to": ".github/workflows/ci.yml"},
+            {"type": "create_file", "path": "notes/<!here>`x`.md", "diff": "+y\n"},
+        ],
+    }  # fmt: skip
+    card = await _card_of(redis_url, payload)
+    header = patch_section(card).partition("\n")[0]
+    assert header == (
+        "*Patch:* 3 operations: delete_file `src/main.py`; update_file `docs/a.md`, moved to "
+        "`.github/workflows/ci.yml`; create_file `notes/&lt;!here&gt;'x'.md`"
+    ), header
+    first = card.blocks[0]["text"]["text"]
+    assert first.startswith(":raised_hand: patch of 3 operations"), first
+
+
+async def test_a_patch_of_many_operations_lists_what_fits_and_says_how_many_more(
+    redis_url: str,
+) -> None:
+    """Sixty operations with long paths: the header lists those that fit, says how many more
+    there are (Show all opens the whole call), and the section stays within Slack's 3,000
+    characters."""
+    long = "d/" + "x" * 300
+    payload = {
+        "operations": [{"type": "delete_file", "path": f"{long}{n}"} for n in range(60)],
+    }
+    card = await _card_of(redis_url, payload)
+    section = patch_section(card)
+    header = section.partition("\n")[0]
+    assert header.startswith("*Patch:* 60 operations: delete_file `d/xxx"), header
+    shown = header.count("delete_file")
+    assert 0 < shown < 60 and header.endswith(f"; _and {60 - shown} more_"), header
+    assert len(section) <= 3000 and len(header) <= 1100, (len(section), len(header))
+    assert "Show all" in card.all_text()

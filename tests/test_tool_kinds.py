@@ -134,7 +134,7 @@ async def test_patches_are_shown_as_a_diff(redis_url: str) -> None:
         tools=[ApplyPatchTool(editor=Editor(), needs_approval=True)],
     )
     text = await decide_one(redis_url, agent)
-    assert "*Patch:*" in text and "update_file src/app.py" in text
+    assert "*Patch:* update_file `src/app.py`" in text
     assert "-debug = True\n+debug = False" in text
     assert done == ["update src/app.py"]
     assert journaled("apply_patch") == ["executed"]

@@ -30,6 +30,21 @@ class Field:
 
 NO_ARGUMENTS = Unknown("this kind of call has no JSON arguments")
 
+# What a patch's card header lists (`patch_steps`): at most this many operations, each path cut
+# to STEP_PATH characters (the snapshot holds the whole call; Show all shows it).
+STEPS_KEPT = 20
+STEP_PATH = 200
+
+
+@dataclass(frozen=True)
+class PatchStep:
+    """One operation of a patch as its editor applies it: the model's `type`, `path` and
+    `move_to` (None: the file stays where it is). Untrusted text, bounded."""
+
+    kind: str
+    path: str
+    move_to: str | None = None
+
 
 @dataclass(frozen=True)
 class PendingApproval:
@@ -57,6 +72,10 @@ class PendingApproval:
     description: str = ""  # the tool's description, one line
     details: tuple[tuple[str, str], ...] = ()  # per kind: (label, value), e.g. a shell's timeout
     fields: tuple[Field, ...] = ()  # a function tool's arguments, by name
+    # A patch: what its editor will do, operation by operation (`patch_steps`): the card's
+    # header names each one, so none hides in the diff. At most STEPS_KEPT of them, bounded.
+    operations: tuple[PatchStep, ...] = ()
+    operations_total: int = 0  # how many operations the patch has (kept or not)
 
 
 def canonical_arguments(arguments: str) -> str:
@@ -153,6 +172,28 @@ def _patch_text(raw: Any) -> str:
     return "\n".join(parts)
 
 
+def _cut(value: Any, limit: int) -> str:
+    text = "" if value is None else str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def patch_steps(raw: Any) -> tuple[tuple[PatchStep, ...], int]:
+    """What the editor will do, operation by operation, as the SDK reads the call
+    (`_patch_operations`): the first STEPS_KEPT of them (bounded), and how many there are."""
+    operations = _patch_operations(raw)
+    steps = []
+    for operation in operations[:STEPS_KEPT]:
+        moved = _get(operation, "move_to")
+        steps.append(
+            PatchStep(
+                kind=_cut(_get(operation, "type"), 40),
+                path=_cut(_get(operation, "path"), STEP_PATH),
+                move_to=None if moved is None else _cut(moved, STEP_PATH),
+            )
+        )
+    return tuple(steps), len(operations)
+
+
 def _plain(raw: Any) -> Any:
     if hasattr(raw, "model_dump"):
         return raw.model_dump(exclude_none=True)
@@ -190,9 +231,11 @@ def describe(item: ToolApprovalItem, index: int, *, read: bool = True) -> Pendin
         )  # fmt: skip
     if raw_type == "apply_patch_call":
         sticky = f"{agent}:apply_patch:{tool}"
+        steps, total = patch_steps(raw)
         return PendingApproval(
-            index, call_id, agent, tool, "apply_patch", sticky, _patch_text(raw), _patch_facts(raw)
-        )
+            index, call_id, agent, tool, "apply_patch", sticky, _patch_text(raw),
+            _patch_facts(raw), operations=steps, operations_total=total,
+        )  # fmt: skip
     if is_question(item):  # the bot's ask_human: shown as the question it asks
         sticky = f"{agent}:{item.tool_namespace or ''}:{tool}"
         question = question_of(item.arguments or "")

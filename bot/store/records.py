@@ -411,6 +411,16 @@ class ArgumentField:
 
 
 @dataclass(frozen=True)
+class PatchOperation:
+    """One operation of a patch call, as its card's header names it: what the editor does
+    (the model's type), to which path, and where it moves the file (None: nowhere)."""
+
+    kind: str
+    path: str
+    move_to: str | None = None
+
+
+@dataclass(frozen=True)
 class CallContext:
     """Why and what, beside a pending call: the agent's words, the tool's description, what the
     call runs with. Bounded untrusted text (the engine cuts it), kept in its own string key
@@ -427,12 +437,18 @@ class CallContext:
     server's label and URL."""
     fields: tuple[ArgumentField, ...] = ()
     """A function tool's arguments, by name."""
+    operations: tuple[PatchOperation, ...] = ()
+    """A patch's operations, each as its editor applies it (the first ones, bounded)."""
+    operations_total: int = 0
+    """How many operations the patch has, those not kept too."""
 
     def to_json(self) -> str:
         data: dict[str, Any] = {
             "said": self.said, "thought": self.thought, "description": self.description,
             "details": [list(d) for d in self.details],
             "fields": [[f.name, f.value, f.chars, f.about] for f in self.fields],
+            "operations": [[o.kind, o.path, o.move_to] for o in self.operations],
+            "operations_total": self.operations_total,
         }  # fmt: skip
         return json.dumps({k: v for k, v in data.items() if v}, ensure_ascii=False)
 
@@ -448,6 +464,11 @@ class CallContext:
                 ArgumentField(str(n), str(v), int(c), str(a))
                 for n, v, c, a in data.get("fields") or []
             ),
+            operations=tuple(
+                PatchOperation(str(k), str(p), None if m is None else str(m))
+                for k, p, m in data.get("operations") or []
+            ),
+            operations_total=int(data.get("operations_total") or 0),
         )
 
 

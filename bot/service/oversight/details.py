@@ -27,6 +27,7 @@ from bot.store.records import (
     ArgumentField,
     CallContext,
     CallRecord,
+    PatchOperation,
     RunRecord,
 )
 
@@ -54,6 +55,8 @@ def context_of(approval: PendingApproval) -> CallContext:
         description=approval.description,
         details=approval.details,
         fields=fields,
+        operations=tuple(PatchOperation(o.kind, o.path, o.move_to) for o in approval.operations),
+        operations_total=approval.operations_total,
     )
 
 

@@ -99,13 +99,20 @@ def target_of(call: CallRecord) -> str:
     return ""
 
 
-def what_text(call: CallRecord) -> str:
+def operations_of(context: CallContext | None) -> int:
+    """How many operations a patch has, when its card's context says (0: it does not)."""
+    return 0 if context is None else max(context.operations_total, len(context.operations))
+
+
+def what_text(call: CallRecord, context: CallContext | None = None) -> str:
     """E.g. "*restart_service* on `web-1`", "shell `make deploy`", "MCP tool `vault/read` on
-    `db`"."""
+    `db`"; a patch of several operations says how many (not its first one's file alone)."""
     target = target_of(call)
     if call.kind == "shell":
         return f"shell `{target}`" if target else "shell"
     if call.kind == "apply_patch":
+        if operations_of(context) > 1:
+            return f"patch of {operations_of(context):,} operations"
         return "patch" + (f" on `{target}`" if target else "")
     what = f"*{inline(call.tool)}*"
     if call.kind in KIND_LABELS and call.kind != "function":
@@ -215,12 +222,12 @@ def advice_text(call: CallRecord) -> str:
     return text
 
 
-def _header(run: RunRecord, call: CallRecord) -> str:
+def _header(run: RunRecord, call: CallRecord, context: CallContext | None) -> str:
     asked = asked_by(run, call)
     if not call.decided:
-        return f":raised_hand: {what_text(call)} · {asked}"
+        return f":raised_hand: {what_text(call, context)} · {asked}"
     icon = OUTCOME_ICONS.get(call.status, ":grey_question:")
-    return f"{icon} {outcome_text(call)}: {what_text(call)} · {asked}"
+    return f"{icon} {outcome_text(call)}: {what_text(call, context)} · {asked}"
 
 
 def _context_line(run: RunRecord, call: CallRecord, decided_at: str) -> str:
@@ -255,7 +262,7 @@ def approval_message(
     `question.question_message`."""
     if call.kind == QUESTION_KIND:  # the agent asks (ask_human): a question's card
         return question.question_message(run, call, decided_at)
-    blocks: list[Block] = [SectionBlock(text=md(_header(run, call)))]
+    blocks: list[Block] = [SectionBlock(text=md(_header(run, call, context)))]
     if context is not None:
         found = context_blocks(call, context, ARGUMENTS_LIMIT)
         blocks.extend(found[:1] if call.edited_sha else found)  # an edit shows its own change
@@ -276,6 +283,8 @@ def approval_message(
         blocks.append(ContextBlock(elements=[md(confirm_text(call))]))
     blocks.append(ContextBlock(elements=[md(_context_line(run, call, decided_at))]))
     what = f"{inline(call.tool)}" + (f" on {target_of(call)}" if target_of(call) else "")
+    if operations_of(context) > 1:
+        what = f"{inline(call.tool)} ({operations_of(context):,} operations)"
     if call.decided:
         blocks_text = f"{what}: {outcome_text(call)}"
         return blocks_text, blocks

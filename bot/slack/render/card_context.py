@@ -15,7 +15,7 @@ from slack_sdk.models.blocks import Block, ButtonElement, SectionBlock
 from bot.slack.blocks import SHOW_ALL
 from bot.slack.render.base import SECTION_LIMIT, md
 from bot.slack.text import blockquote, clean, code_block, escape, inline, truncate
-from bot.store.records import ArgumentField, CallContext, CallRecord
+from bot.store.records import ArgumentField, CallContext, CallRecord, PatchOperation
 from bot.untrusted import ZWSP
 
 SAID_SHOWN = 600  # characters of the agent's words on the card
@@ -129,16 +129,52 @@ def unified_diff(arguments: str) -> str:
     return f"--- {before}\n+++ {after}\n{diff}".rstrip("\n")
 
 
+EDITOR_KINDS = ("create_file", "update_file", "delete_file")  # what the SDK's editor applies
+STEP_SHOWN = 120  # characters of one path in a patch's header
+HEADER_SHOWN = 1000  # characters of a patch's header, its operations listed
+
+
+def _step_text(step: PatchOperation) -> str:
+    """One operation as the editor applies it, its paths in code spans (that they cannot
+    leave): e.g. "update_file `docs/a.md`, moved to `ci.yml`"."""
+    kind = step.kind if step.kind in EDITOR_KINDS else f"unknown `{inline(step.kind, 40)}`"
+    text = f"{kind} `{inline(step.path or '?', STEP_SHOWN)}`"
+    if step.move_to is not None:
+        text += f", moved to `{inline(step.move_to, STEP_SHOWN)}`"
+    return text
+
+
+def patch_header(call: CallRecord, context: CallContext) -> tuple[str, bool]:
+    """What the patch's editor will do, every operation named (escaped, cut): e.g. "3
+    operations: delete_file `src/main.py`; update_file `docs/a.md`, moved to `ci.yml`; …",
+    and whether some were left out (Show all lists them). A call stored without its
+    operations (before they were kept) shows its display text's first line."""
+    if not context.operations:
+        return inline(call.arguments.partition("\n")[0], 300), False
+    total = max(context.operations_total, len(context.operations))
+    shown: list[str] = []
+    room = HEADER_SHOWN
+    for step in context.operations:
+        text = _step_text(step)
+        if len(text) + 2 > room:
+            break
+        shown.append(text)
+        room -= len(text) + 2
+    left = total - len(shown)
+    listed = "; ".join(shown) + (f"; _and {left:,} more_" if left else "")
+    return (listed if total == 1 else f"{total:,} operations: {listed}"), left > 0
+
+
 def what_blocks(call: CallRecord, context: CallContext, limit: int) -> list[Block]:
     """The call for its kind, at most `limit` characters of code; a pending card whose call is
     shown cut gets the Show all button."""
     details = "  ·  ".join(f"*{escape(a)}:* `{inline(b, 300)}`" for a, b in context.details)
     cut = call.arguments_chars > len(call.arguments)
     if call.kind == "apply_patch":
-        header = call.arguments.partition("\n")[0]
-        text = f"*Patch:* {inline(header, 300)}\n" + code_block(
-            unified_diff(call.arguments), limit, call.arguments_chars
-        )
+        header, left_out = patch_header(call, context)
+        text = f"*Patch:* {header}\n"
+        text += code_block(unified_diff(call.arguments), limit - len(text), call.arguments_chars)
+        cut = cut or left_out
     elif call.kind == "shell":
         text = "*Commands:*\n" + code_block(call.arguments, limit, call.arguments_chars)
         text += f"\n{details}" if details else ""
