@@ -131,7 +131,7 @@ def call_facts(conversation: Conversation) -> list[Block]:
     this exact call, the policy's version and rule, who may decide, the timers, and how to
     answer in the card's thread."""
     run, call = conversation.run, conversation.call
-    lines = [f"{what_text(call)} · {asked_by(run, call)}"]
+    lines = [f"{what_text(call, conversation.context)} · {asked_by(run, call)}"]
     about = description_text(call, conversation.context or CallContext())
     if about:
         lines.append(about)
