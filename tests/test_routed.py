@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
 from agents.testing import assistant_message, function_call
 
 from bot.engine.advisor import Advice
+from bot.service.digest import digest_of
 from bot.service.oversight.advice import encode_advice, ruled_call
 from bot.service.policy.gate import rule_for
 from bot.service.ports import Actor
@@ -25,6 +28,8 @@ from bot.store.records import CallRecord, CallStatus
 from bot.testing.advisors import AdvisorModel, scripted_advisor
 from bot.testing.harness import BotHarness, wait_until
 from tests.agents_for_tests import Ledger, ops_agent
+from tests.test_auto_reject import policy_file, stored_pause
+from tests.test_grants import GRANTING, grant_in_first_run, two_runs
 
 # Before advice, `fine` could apply (its condition cannot be judged yet), so it routes the call:
 # U2 and U3 may decide. Advice "high" routes the call to `others`.
@@ -192,3 +197,56 @@ def entries_of(bot: BotHarness, kind: str) -> Any:
         return await entries(bot, kind) or None
 
     return found
+
+
+# A standing decision at a pause (#32): U2 decides the channel's calls as a member of the group
+# S0SRE, so U2's judgement asks Slack who is in it. Then the policy rejects deleting logs.
+GROUPED = GRANTING.replace("approvers: [U2, U3]", "approvers: [S0SRE]")
+REJECTING = GROUPED.replace(
+    "tools:\n", "tools:\n  - name: no deletes\n    match: delete_logs\n    auto: reject\n"
+)
+
+
+@pytest.mark.parametrize("standing", ["grant", "earlier_always"])
+async def test_a_standing_decision_judged_before_the_call_was_routed_anew_records_nothing(
+    redis_url: str, tmp_path: Path, standing: str
+) -> None:
+    """A pause's automatic decisions apply U2's grant (or U2's Always approve made earlier in
+    the run) to a call; U2's judgement waits for Slack's group lookup. Meanwhile the policy is
+    reloaded to reject deleting logs by itself, and another pass of the pause's automatic
+    decisions routes the call to that rule (`_to_rejection`: its rejection follows). Once
+    Slack answers, the judgement would allow U2 on what it read: nothing is recorded, U2 is
+    judged again on a fresh read and refused, and the call is rejected by the rule. Before,
+    the grant (or the Always) approved the call the policy in force rejects by itself."""
+    path, source = policy_file(tmp_path, GRANTING)
+    ledger = Ledger()
+    async with BotHarness(redis_url, two_runs(ledger), source) as bot:
+        slack, service = bot.slack_api, bot.runtime.service
+        slack.usergroups = {"S0SRE": ("sre", ["U2"])}
+        if standing == "grant":
+            await grant_in_first_run(bot)  # (U2 named in the policy: no group lookup)
+        path.write_text(GROUPED)
+        assert source.reload()
+        run, approval = await stored_pause(bot, sticky=standing == "earlier_always")
+        saved = await service.store.get_call(approval)
+        assert saved is not None  # (bound to its digest, as a pause posts it)
+        assert await service.store.set_pending_call_fields(approval, {"digest": digest_of(saved)})
+        slack.hang("usergroups.list")
+        applying = asyncio.create_task(service.runs.auto_decide(run))
+        await wait_until(lambda: slack.hanging == 1, what="U2's judgement asking for the group")
+        path.write_text(REJECTING)
+        assert source.reload()
+        call = await service.store.get_call(approval)
+        assert call is not None
+        rule = rule_for(service.judgement.policy_for(run), run, call)
+        assert rule is not None and rule.source == "no deletes", rule
+        assert await service.runs._to_rejection(run, call, rule) is not None
+        slack.release()
+        await applying
+        await service.runs.auto_decide(run)  # (the other pass: the rule's rejection)
+        after = await service.store.get_call(approval)
+        kinds = [e["kind"] for e in await bot.audit()]
+    assert after is not None and after.status == CallStatus.REJECTED, after
+    assert (after.decided_by, after.rule) == ("policy", "no deletes"), after
+    assert "grant_used" not in kinds and "always_approve" not in str(kinds), kinds
+    assert ("grant_dropped" if standing == "grant" else "always_dropped") in kinds, kinds

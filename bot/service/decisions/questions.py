@@ -9,6 +9,7 @@ resume that follows gives the recorded answer to the tool, which returns it to t
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from bot.store.records import (
     Decided,
     DecideResult,
     Gone,
+    Rerouted,
     RunRecord,
 )
 
@@ -128,6 +130,20 @@ class Questions:
             return checked
         return AnswerForm(checked[0])
 
+    def _audited(
+        self, call: CallRecord, actor: Actor, answer: str
+    ) -> Callable[[Any, DecideResult], None]:
+        """The answer's audit entry, sent with the write that follows a recorded answer."""
+
+        def audited(pipe: Any, result: DecideResult) -> None:
+            if isinstance(result, Decided):
+                self.core.audit_in(
+                    pipe, AuditKind.ANSWERED, call=call, actor=actor, decision="answer",
+                    text=answer,
+                )  # fmt: skip
+
+        return audited
+
     async def answer(self, actor: Actor, approval_id: str, text: str) -> Reply:
         """Record `actor`'s answer exactly once and resume the run (the tool returns it)."""
         answer = text.strip()
@@ -139,30 +155,25 @@ class Questions:
                 f"The answer is too long ({len(answer):,} characters; at most "
                 f"{ANSWER_LIMIT:,}). Shorten it and answer again.",
             )
-        checked = await self._check(actor, approval_id)
-        if isinstance(checked, Reply):
-            return checked
-        call, run = checked
-        owner = self.core.new_owner()
-
-        def audited(pipe: Any, result: DecideResult) -> None:
-            """The answer's audit entry, sent with the write that follows it."""
-            if isinstance(result, Decided):
-                self.core.audit_in(
-                    pipe, AuditKind.ANSWERED, call=call, actor=actor, decision="answer",
-                    text=answer,
-                )  # fmt: skip
-
-        result = await self.store.decide(
-            approval_id,
-            approve=True,
-            always=False,
-            team=actor.team_id,
-            user=actor.user_id,
-            reason=answer,
-            owner=owner,
-            after=audited,
-        )
+        for rejudge in (True, False):
+            checked = await self._check(actor, approval_id)
+            if isinstance(checked, Reply):
+                return checked
+            call, run = checked
+            owner = self.core.new_owner()
+            result = await self.store.decide(
+                approval_id,
+                approve=True,
+                always=False,
+                team=actor.team_id,
+                user=actor.user_id,
+                reason=answer,
+                owner=owner,
+                routed=str(call.routed),  # routed anew since (an escalation): judged again, once
+                after=self._audited(call, actor, answer),
+            )
+            if not (rejudge and isinstance(result, Rerouted)):
+                break
         if isinstance(result, AlreadyDecided):
             reply = Reply(False, answered_text(result))
         elif isinstance(result, Decided):
@@ -172,7 +183,7 @@ class Questions:
                 )
             return Reply(True)
         else:  # Gone (a question is never voted on: one answer settles it)
-            reply = Reply(False, Gone().why)
+            reply = Reply(False, result.why if isinstance(result, Rerouted) else Gone().why)
         await self.core.audit(
             AuditKind.REFUSED, call=call, actor=actor, decision="answer", detail=reply.text
         )

@@ -59,6 +59,7 @@ from bot.store.records import (
     CallStatus,
     Decided,
     DecideResult,
+    Rerouted,
     RunRecord,
     RunStatus,
 )
@@ -401,7 +402,12 @@ class Runs:
         token = self.core.new_owner()
         result = None
         if not why:
-            result = await self.store.use_edit(call.approval_id, call.edit_grant, owner=token)
+            result = await self.store.use_edit(
+                call.approval_id, call.edit_grant, owner=token, routed=str(call.routed)
+            )
+        if isinstance(result, Rerouted):  # routed anew since the read: judged again on a fresh one
+            fresh = await self._fresh(call)
+            return "" if fresh is None else await self.apply_edit(run, fresh)
         if isinstance(result, Decided) and edit is not None:
             await self.core.audit(
                 AuditKind.DECIDED, call=call, actor=Actor(edit.team, edit.by, run.enterprise_id),
@@ -560,8 +566,11 @@ class Runs:
         result = await self.store.decide(
             call.approval_id, approve=True, always=False, team=grant.team, user=grant.user,
             reason=f"grant by {grant.user}", owner=token, via=GRANTED + grant.approval_id,
-            after=noted,
+            routed=str(call.routed), after=noted,
         )  # fmt: skip
+        if isinstance(result, Rerouted):  # routed anew since the read: judged again on a fresh one
+            fresh = await self._fresh(call)
+            return "" if fresh is None else await self._use_grant(run, fresh, grant)
         if not isinstance(result, Decided):
             return ""
         await self.core.audit(
@@ -619,8 +628,16 @@ class Runs:
         detail = f"policy rule {rule.source} (the policy in force rejects it automatically)"
         await self.core.audit(AuditKind.ROUTED, call=call, detail=detail)
         # As stored now: the routing generation the rejection's decide.lua is to find.
-        routed = await self.store.get_call(call.approval_id)
-        return routed if routed is not None and not routed.decided else None
+        return await self._fresh(call)
+
+    async def _fresh(self, call: CallRecord) -> CallRecord | None:
+        """`call` read again, for a judgement on its routing as it is now (a decision judged on
+        an older read records nothing: decide.lua, use_edit.lua); None once it is decided. Every
+        standing way (a grant, an earlier Always, an edit's one-shot approval) is judged again
+        so: each time its routing moved (advice, an escalation, a policy's automatic decision),
+        which happens a bounded number of times."""
+        fresh = await self.store.get_call(call.approval_id)
+        return fresh if fresh is not None and not fresh.decided else None
 
     async def _apply_earlier_always(self, run: RunRecord, call: CallRecord) -> str:
         """Settle a new call with an Always decision made earlier in this run, if there is one
@@ -661,7 +678,11 @@ class Runs:
             reason=sticky.reason,
             owner=token,
             via=EARLIER_ALWAYS + sticky.approval_id,
+            routed=str(call.routed),
         )
+        if isinstance(result, Rerouted):  # routed anew since the read: judged again on a fresh one
+            fresh = await self._fresh(call)
+            return "" if fresh is None else await self._apply_earlier_always(run, fresh)
         if not isinstance(result, Decided):
             return ""
         await self.core.audit(

@@ -6,20 +6,15 @@
 -- KEYS[1] run hash, KEYS[2] the call's hash, KEYS[3] the run's edits hash, KEYS[4] the edited
 -- call's hash, KEYS[5] the snapshot string, KEYS[6] the layout 1 snapshot hash, KEYS[7] outbox
 -- ARGV[1] the edited call's approval id, ARGV[2] owner token for the resume, ARGV[3] now,
--- ARGV[4] retention seconds
+-- ARGV[4] retention seconds, ARGV[5] the generation of the call's routing the editor's
+-- judgement read ('': not checked): a call routed anew since is not settled ({'routed'}, as
+-- decide.lua: the caller judges again on a fresh read)
 local run, target, edits, edited = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-if redis.call('EXISTS', target) == 0 then
-  return {'missing'}
-end
-local status = redis.call('HGET', target, 'status')
-if status ~= 'pending' then
-  return {'already', status, redis.call('HGET', target, 'decided_by') or '',
-          redis.call('HGET', target, 'decided_at') or '', redis.call('HGET', target, 'via') or ''}
+local refused = not_decidable(run, target, ARGV[2], nil, ARGV[5])
+if refused then
+  return refused
 end
 local pause = redis.call('HGET', target, 'pause')
-if redis.call('HGET', run, 'status') ~= 'paused' or redis.call('HGET', run, 'pause') ~= pause then
-  return {'stale'}
-end
 local grant, why = edit_grant(edits, edited, ARGV[1])
 if not grant then
   return {why}

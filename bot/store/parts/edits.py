@@ -148,16 +148,18 @@ class Edits:
         return result
 
     async def use_edit(
-        self, approval_id: str, edited_id: str, *, owner: str
+        self, approval_id: str, edited_id: str, *, owner: str, routed: str = ""
     ) -> DecideResult | None:
         """Settle `approval_id` with the one-shot approval of `edited_id` (use_edit.lua); None
-        when that approval does not apply (the call then waits for a person)."""
+        when that approval does not apply (the call then waits for a person). `routed`: the
+        generation of the call's routing the editor's judgement read ("": not checked): when
+        it moved since, nothing is settled (`Rerouted`: the caller judges again)."""
         run_id = keys.run_of(approval_id)
         if run_id is None or keys.run_of(edited_id) != run_id:
             return None
         reply = await self._use(
             keys=RunKeys(run_id).use_edit(approval_id, edited_id),
-            args=[edited_id, owner, now(), self.retention],
+            args=[edited_id, owner, now(), self.retention, routed],
         )
         result = decode_use_edit(reply)
         if isinstance(result, Decided):
