@@ -216,3 +216,36 @@ async def test_a_viewer_who_opens_the_home_after_the_viewers_were_read_follows_c
             lambda: home_of(bot, "U2").action_ids().count(APPROVE) == 0,
             what="U2's Home without the decided call",
         )
+
+
+async def test_a_home_this_process_makes_due_is_published_without_waiting_for_a_look(
+    redis_url: str,
+) -> None:
+    """The App Home publisher is woken by its own process's changes (#32): a Home opened, or
+    made due by a run's change (at once, or once `home_refresh_seconds` after its last publish
+    has passed), is published then, not at the publisher's next look at its index (those are
+    for other processes' changes). With its looks 30 s apart, each Home here is published
+    within a third of that: the code before waited for a look."""
+    look = 30.0
+    ledger = Ledger()
+    agent, _ = ops_agent(delete_then_say(), ledger)
+    slow_looks = {"home_poll_seconds": look, "projector_idle_poll_seconds": look}
+    async with BotHarness(redis_url, agent, POLICY, settings=slow_looks) as bot:
+        await open_home(bot, "U2")
+        await wait_until(
+            lambda: "U2" in bot.slack_api.home_views, timeout=look / 3, what="U2's Home"
+        )
+        card = await bot.start_and_wait("clean", user="U1")
+        await wait_until(
+            lambda: home_of(bot, "U2").action_ids().count(APPROVE) == 1,
+            timeout=look / 3,
+            what="U2's Home offering the call",
+        )
+        await bot.click(card, APPROVE, user="U2")
+        await wait_until(
+            lambda: home_of(bot, "U2").action_ids().count(APPROVE) == 0,
+            timeout=look / 3,
+            what="U2's Home without the decided call",
+        )
+        await bot.wait_for_status("finished")
+    assert ledger.names() == ["delete_logs"]

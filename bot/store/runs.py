@@ -337,6 +337,8 @@ class Runs:
         async with self.redis.pipeline(transaction=False) as pipe:
             self.add_progress_in(pipe, run_id, line, keep, due_in)
             await pipe.execute()
+        if due_in is not None and due_in <= 0:
+            self.outbox.woken.set()
 
     def add_progress_in(
         self, pipe: Any, run_id: str, line: str, keep: int = 8, due_in: float | None = None
@@ -590,6 +592,7 @@ class Runs:
             # due until its automatic decisions are applied (`not_due` with this time)
             pipe.zadd(keys.DUE_RUNS, {run_id: since})
             await pipe.execute()
+        self.outbox.woken.set()  # its cards are due now
         return pause
 
     async def load_snapshot(self, run_id: str) -> Snapshot | None:
@@ -762,6 +765,7 @@ class Runs:
                 pipe.srem(keys.EXECUTING_RUNS, run_id)
                 pipe.zrem(keys.DUE_RUNS, run_id)
                 await pipe.execute()
+            self.outbox.woken.set()
         return result
 
     # Executions ---------------------------------------------------------------------------
@@ -803,8 +807,9 @@ class Runs:
             async with self.redis.pipeline(transaction=False) as pipe:
                 batch = Batch(pipe)
                 index = batch.script(self._take, names, values)
-                self.outbox.schedule_in(pipe, run_id, self.take_due_in)
+                due = self.outbox.schedule_in(pipe, run_id, self.take_due_in)
                 reply = (await batch.execute())[index]
+                self.outbox.written(due)
         else:
             reply = await self._take(keys=names, args=values)
         return await self._with_pause(decode_take(reply, run_id, named), resume)

@@ -35,6 +35,9 @@ from bot.store.records import RunRecord
 log = logging.getLogger(__name__)
 
 IDLE_POLL = 0.5  # seconds between looks at the index at most, while the process is idle
+# Seconds after a Home this process made due later falls due that the publisher looks
+# (asyncio may run a timer up to a millisecond before its time: the claim must find it due)
+DUE_MARGIN = 0.002
 
 
 class HomePublisher:
@@ -54,10 +57,12 @@ class HomePublisher:
         self.client = client
         self.index = HomeIndex(service.store.redis)
         self.interval = interval
-        self.poll = poll  # between looks at the index when nobody is due (a setting)
-        self.idle_poll = max(idle_poll, poll)  # ... growing to this while the process is idle
-        self._active = 0.0  # when (monotonic) a look last found a Home due
-        self._seen = -1  # the Slack requests this process had answered by then
+        self.poll = poll  # between looks at the index while they find others' Homes due
+        self.idle_poll = max(idle_poll, poll)  # ... growing to this after (a setting)
+        # When (monotonic) a look nothing of this process asked for last found a Home due
+        # (another process made it due, or it failed there): its looks are frequent a while.
+        self._active = 0.0
+        self._at_due = False  # the wait ends when a Home this process made due falls due
         # views.publish: Tier 4, per workspace, shared by every replica
         self.pacer = pacer or SharedPacer(service.store.redis, "home", rate=100 / 60, burst=20)
         self._stopping = asyncio.Event()
@@ -103,9 +108,13 @@ class HomePublisher:
             await self.index.touch(run.team_id, viewers, self.interval)
 
     async def run(self) -> None:
-        """Publish due Homes until `stop()`."""
+        """Publish due Homes until `stop()`. This process's changes wake it at once
+        (`HomeIndex.woken`); see `_idle_wait` for its other looks."""
+        woken = self.index.woken
+        asked = True  # this look was asked for (a Home this process made due, now or by now)
         while not self._stopping.is_set():
             try:
+                woken.clear()  # a Home made due from now on wakes the wait below
                 await self.service.foreground.lull()  # acks first
                 await self._follow_the_policy()
                 due = await self.index.claim(10)
@@ -117,8 +126,9 @@ class HomePublisher:
                         self._busy -= 1
                 if not due:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._stopping.wait(), self._idle_wait())
-                else:
+                        await asyncio.wait_for(woken.wait(), self._idle_wait())
+                    asked = woken.is_set() or self._at_due
+                elif not asked:
                     self._active = time.monotonic()
             except asyncio.CancelledError:
                 raise
@@ -127,19 +137,21 @@ class HomePublisher:
                 await asyncio.sleep(1.0)
 
     def _idle_wait(self) -> float:
-        """Seconds until the next look at the index: `poll` while this process is busy (a
-        look found a Home due, a Slack request came, this process made a Home due), growing
-        with the quiet since then to `idle_poll` (each look costs CPU): a Home another process
-        made due, or due later, is published within that much of its time."""
+        """Seconds until the next look at the index when nothing wakes the publisher: when a
+        Home this process made due later falls due (`HomeIndex.dues`); else `poll` while its
+        looks find Homes other processes made due (each process's publisher is woken by its
+        own: another's are left when it failed or died), growing with the quiet since to
+        `idle_poll` (each look costs CPU): a Home another process made due is published
+        within that much of its time. A Slack request no longer makes them frequent (#32)."""
         now = time.monotonic()
-        seen = self.service.foreground.seen
-        if seen != self._seen:
-            self._active, self._seen = now, seen
-        quiet = now - max(self._active, self.index.changed_at)
-        return min(self.idle_poll, max(self.poll, quiet / 4))
+        wait = min(self.idle_poll, max(self.poll, (now - self._active) / 4))
+        until = self.index.dues.wait(wait, DUE_MARGIN)
+        self._at_due = until is not None
+        return until if until is not None else wait
 
     def stop(self) -> None:
         self._stopping.set()
+        self.index.woken.set()
 
     async def _follow_the_policy(self) -> None:
         """A new policy can take calls from some Homes (a removed approver) and give them to

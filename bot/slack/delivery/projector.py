@@ -84,12 +84,16 @@ NOT_STREAMED = -1.0  # `_stream`: the workspace offers no chat streaming
 ORDER = {"run": 0, "card": 1, "review": 2, "note": 3, "remind": 3, "result": 4, "notice": 5}
 MAX_BACKOFF = 60.0
 POLL = 0.05  # seconds between looks at the outbox index when nothing woke the projector
-# ... while this process is busy; idle, the looks grow apart up to this (see `_idle_wait`)
+# ... while its looks find what another process made due; else they grow apart up to this
+# (see `_idle_wait`)
 IDLE_POLL = 0.5
 GATHER = 0.25  # seconds a decided card waits for the resume it started (see `_deliver`)
 DM_CHANNELS = 10_000  # people whose direct-message channel id is remembered
 NOTICE_RUNS = 50  # runs one requester's notice tells of at most (the rest: the next one)
 HELD_AGAIN = 1.0  # seconds until a person's pass that found their notice held looks again
+# Seconds after a run this process indexed falls due that its projector looks (asyncio may run
+# a timer up to a millisecond before its time: the look's claim must find the run due)
+DUE_MARGIN = 0.002
 
 Undeliverable = Callable[[str, str, str], Awaitable[None]]
 # The App Home publisher's hook: a run changed (the run, and what its `ReadWith` read in the
@@ -298,8 +302,10 @@ class Projector:
         self.gather = gather  # settings (`projector_*_seconds`): tests make them short
         self.poll = poll
         self.idle_poll = max(idle_poll, poll)
-        self._active = 0.0  # when (monotonic) a look last found work, or something woke it
-        self._seen = -1  # the Slack requests this process had answered by then
+        # When (monotonic) a look nothing of this process asked for last found work (another
+        # process's, or one whose process died): its looks are frequent for a while then.
+        self._active = 0.0
+        self._at_due = False  # the wait ends when a run this process indexed falls due
         self.concurrency = concurrency
         # Slack: about one post a second per channel, ~50 updates a minute per workspace.
         self.posts = posts or SharedPacer(store.redis, "post", rate=1.0, burst=5)
@@ -375,6 +381,7 @@ class Projector:
     async def run(self) -> None:
         """Take due runs until `stop()`; then finish the ones in hand."""
         woken = self.outbox.woken
+        asked = True  # this look was asked for (a change of this process's, one it indexed due)
         while not self._stopping.is_set():
             try:
                 woken.clear()  # a change from now on wakes the wait below
@@ -383,6 +390,7 @@ class Projector:
                     await self.foreground.lull()
                 claimed_at = time.monotonic()
                 claims, reads = await self._claim(free) if free > 0 else ([], {})
+                found = bool(claims) and not asked  # what another process made due
                 for claim in claims:
                     read = reads.pop(claim.run_id, None)
                     task = asyncio.create_task(
@@ -399,9 +407,8 @@ class Projector:
                 elif len(claims) < free:  # nothing more due now: no second look at once
                     # This process's changes wake it at once; other processes' within a poll.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(woken.wait(), self._idle_wait(bool(claims)))
-                    if woken.is_set():
-                        self._active = time.monotonic()
+                        await asyncio.wait_for(woken.wait(), self._idle_wait(found))
+                    asked = woken.is_set() or self._at_due
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -418,7 +425,9 @@ class Projector:
         now = now_ms()  # (what is due: the same moment for what it expects and for the claim)
         ahead, skip = self._ahead(free, now), self.outbox.in_flight()
         if not ahead:
-            return await self.outbox.claim(free, self.lease, now, skip), {}
+            claims = await self.outbox.claim(free, self.lease, now, skip)
+            self.outbox.dues.looked(now)
+            return claims, {}
         async with self.store.redis.pipeline(transaction=False) as pipe:
             batch = Batch(pipe)
             claimed = self.outbox.claim_in(
@@ -431,6 +440,7 @@ class Projector:
                 for entry in ahead
             }
             replies = await batch.execute()
+        self.outbox.dues.looked(now)
         return claimed(replies), {entry: read(replies) for entry, read in reading.items()}
 
     def _pass_in(
@@ -550,24 +560,23 @@ class Projector:
                     self._leased(person, opened[0]), {}, window=0, stop=True
                 )
 
-    def _idle_wait(self, claimed: bool) -> float:
-        """Seconds until the next look at the index when nothing wakes the projector: `poll`
-        while this process is busy (a look found work, a Slack request came, this process
-        indexed a run or one it indexed fell due), growing with the quiet since then to
-        `idle_poll` (an idle bot's looks cost CPU, about 0.3 ms each, 20 a second at `poll`),
-        and never past the moment a run this process indexed for later falls due. A change
-        of another process is found within that wait (every bot process runs a projector,
-        which its own changes wake at once)."""
+    def _idle_wait(self, found: bool) -> float:
+        """Seconds until the next look at the index when nothing wakes the projector. This
+        process's changes wake it at once (`Outbox.woken`), and it looks when a run it indexed
+        for later falls due (`Outbox.dues`): the looks between are for what other
+        processes made due without waking it (each process's projector takes its own at once;
+        another's is left when that one is at its `concurrency`, stopping, or died), `poll`
+        apart while they find such work (`found`: a look asked for by nothing here claimed
+        some), growing with the quiet since then to `idle_poll` (each look costs CPU, about
+        0.3 ms with its wake-up). A Slack request no longer makes them frequent (#32: a
+        decision one at a time cost some 40 ms of CPU in such looks)."""
         now = time.monotonic()
-        outbox = self.outbox
-        if claimed or self.foreground.seen != self._seen:
-            self._active, self._seen = now, self.foreground.seen
-        due = outbox.due_at
-        quiet = now - max(self._active, outbox.changed_at, due if due <= now else 0.0)
-        wait = min(self.idle_poll, max(self.poll, quiet / 4))
-        if due > now:
-            wait = min(wait, max(self.poll, due - now))
-        return wait
+        if found:
+            self._active = now
+        wait = min(self.idle_poll, max(self.poll, (now - self._active) / 4))
+        until = self.outbox.dues.wait(wait, DUE_MARGIN)
+        self._at_due = until is not None
+        return until if until is not None else wait
 
     async def stop(self, timeout: float) -> None:
         self._stopping.set()

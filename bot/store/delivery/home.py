@@ -8,20 +8,24 @@ due people with `claim` (one claimer per person: the claim removes them from the
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import redis.asyncio as redis
 
 from bot.store import keys
+from bot.store.delivery.dues import Dues
 
 VIEWER_DAYS = 7
 
 # KEYS[1] due index, KEYS[2] shown hash; ARGV[1] now (ms), ARGV[2] interval (ms),
 # ARGV[3..] people ("<team>:<user>"). Due at the later of now and their last publish + interval;
-# never later than they already are.
+# never later than they already are. Returns {how many are due now, the earliest moment (ms)
+# one of the others is due ('' if none)}: the caller's publisher looks then.
 _TOUCH = """
 local now, interval = tonumber(ARGV[1]), tonumber(ARGV[2])
+local ready, later = 0, nil
 for i = 3, #ARGV do
   local due = now
   local last = redis.call('HGET', KEYS[2], ARGV[i])
@@ -32,8 +36,14 @@ for i = 3, #ARGV do
     end
   end
   redis.call('ZADD', KEYS[1], 'LT', due, ARGV[i])  -- LT adds a new member too
+  local at = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[i]))
+  if at <= now then
+    ready = ready + 1
+  elseif later == nil or at < later then
+    later = at
+  end
 end
-return 1
+return {ready, later and string.format('%.3f', later) or ''}
 """
 
 # KEYS[1] due index; ARGV[1] now (ms), ARGV[2] limit. Takes the due people off the index.
@@ -61,9 +71,11 @@ class HomeIndex:
         self.redis = client
         self._touch = client.register_script(_TOUCH)
         self._claim = client.register_script(_CLAIM)
-        # When (monotonic) this process last made a Home due: its publisher looks often while
-        # this process is busy (`HomePublisher._idle_wait`).
-        self.changed_at = 0.0
+        # Set when this process makes a Home due now: its publisher wakes at once (#32: not at
+        # its next look, which is for other processes' changes); and when those it made due
+        # later fall due (its publisher looks then).
+        self.woken = asyncio.Event()
+        self.dues = Dues()
         # The viewers as last read (member -> when they opened it, ms), with the version of
         # the index they were read at (`HOME_VIEWERS_VERSION`; None: the key was absent).
         self._known: tuple[str | None, dict[str, float]] | None = None
@@ -77,13 +89,13 @@ class HomeIndex:
         """`user` opened their App Home: a viewer from now on, due now."""
         now_ms = time.time() * 1000
         member = person(team, user)
-        self.changed_at = time.monotonic()
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(keys.HOME_ORGS, member, enterprise)
             pipe.zadd(keys.HOME_VIEWERS, {member: now_ms})
             pipe.zadd(keys.HOME_DUE, {member: now_ms}, lt=True)
             pipe.incr(keys.HOME_VIEWERS_VERSION)
             await pipe.execute()
+        self.woken.set()
         await self.trim()
 
     async def forget(self, team: str, user: str) -> None:
@@ -147,21 +159,27 @@ class HomeIndex:
         publish (whichever is later)."""
         if not users:
             return
-        self.changed_at = time.monotonic()
-        await self._touch(
+        ready, later = await self._touch(
             keys=[keys.HOME_DUE, keys.HOME_SHOWN],
             args=[time.time() * 1000, interval * 1000, *(person(team, u) for u in users)],
         )
+        if _s(later):
+            self.dues.add(float(_s(later)))
+        if int(ready):
+            self.woken.set()
 
     async def claim(self, limit: int) -> list[tuple[str, str]]:
         """Take up to `limit` people whose Home is due: (team, user)."""
-        due = await self._claim(keys=[keys.HOME_DUE], args=[time.time() * 1000, limit])
+        now = time.time() * 1000
+        due = await self._claim(keys=[keys.HOME_DUE], args=[now, limit])
+        if len(due) < limit:  # (all that was due then is taken)
+            self.dues.looked(now)
         return [tuple(_s(m).split(":", 1)) for m in due]  # type: ignore[misc]
 
     async def again(self, team: str, user: str, delay: float) -> None:
         """Publishing failed: due again in `delay` seconds (unless due sooner)."""
         at = time.time() * 1000 + delay * 1000
-        self.changed_at = time.monotonic()
+        self.dues.add(at)
         await self.redis.zadd(keys.HOME_DUE, {person(team, user): at}, nx=True)
 
     async def shown(self, team: str, user: str) -> str:

@@ -23,6 +23,7 @@ import redis.asyncio as redis
 
 from bot.store import keys
 from bot.store.connection import Replicated, is_cluster
+from bot.store.delivery.dues import Dues
 from bot.store.keys import RunKeys
 from bot.store.scripts import Batch, Together, mark, text
 
@@ -230,11 +231,10 @@ class Outbox:
         # (`Projector._claim`), in the same round trip, and no claim of its takes one while
         # its write is in flight.
         self.expected: dict[str, float | None] = {}
-        # When (monotonic) this process last indexed a run, and the earliest moment one it
-        # indexed for later is due: its projector looks at the index by then, and polls often
-        # while this process is busy (`Projector._idle_wait`).
-        self.changed_at = 0.0
-        self.due_at = 0.0
+        # When (ms, this process's clock, as the index's scores) the runs this process indexed
+        # for later fall due, the earliest first: its projector looks at the index then
+        # (`next_due`), not sooner, as its own changes due now wake it (#32).
+        self.dues = Dues()
         # This process's projector, when it may start a pass in the round trip of the write
         # that makes a run due (a run's end: `RunStore.finish`), rather than be woken to claim
         # it in a round trip of its own (#32: the output goes sooner).
@@ -292,29 +292,36 @@ class Outbox:
     def made_due(self, delay: float) -> None:
         """A write this process sent outside `schedule_in` made a run due in `delay` seconds
         (`Runs.take_next`): its projector looks for it as for its own schedules."""
-        self._indexed(delay)
+        self._indexed(now_ms() + delay * 1000)
 
-    def _indexed(self, delay: float) -> None:
-        now = time.monotonic()
-        self.changed_at = now
-        if delay > 0 and (self.due_at <= now or now + delay < self.due_at):
-            self.due_at = now + delay
+    def _indexed(self, at: float) -> None:
+        """This process indexed a run as due at `at` (ms): its projector looks then, if that
+        is later than now (due now, the write's answer wakes it: `woken`, `written`)."""
+        self.dues.add(at)
+
+    def written(self, due: float) -> None:
+        """A write that indexed a run as due at `due` (ms; `schedule_in`'s) was answered: due
+        now, the projector is woken (else it looks then)."""
+        if due <= now_ms():
+            self.woken.set()
 
     async def schedule(self, run_id: str, delay: float = 0.0) -> None:
         """Index the run as due in `delay` seconds (never later than it already is)."""
-        self._indexed(delay)
         if delay > 0:
-            await self.redis.zadd(keys.OUTBOX_INDEX, {run_id: now_ms() + delay * 1000}, lt=True)
+            at = now_ms() + delay * 1000
+            self._indexed(at)
+            await self.redis.zadd(keys.OUTBOX_INDEX, {run_id: at}, lt=True)
             return
         with self.making_due(run_id):
             await self.redis.zadd(keys.OUTBOX_INDEX, {run_id: now_ms()}, lt=True)
 
     def schedule_in(self, pipe: Any, run_id: str, delay: float = 0.0) -> float:
-        """`schedule(run_id, delay)` as one command of a pipeline that carries other writes
-        (it does not wake the projector: its next look at the index finds the run); when it
-        is due (ms)."""
-        self._indexed(delay)
+        """`schedule(run_id, delay)` as one command of a pipeline that carries other writes;
+        when it is due (ms). It does not wake the projector: once the pipeline is answered,
+        the caller calls `written` with that (the projector then looks at once, for a run
+        due now, or when it is due)."""
         due = now_ms() + delay * 1000
+        self._indexed(due)
         pipe.zadd(keys.OUTBOX_INDEX, {run_id: due}, lt=True)
         return due
 
@@ -389,11 +396,10 @@ class Outbox:
     async def release(self, claim: Claim, next_due: float | None) -> None:
         """Give the run back: dropped from the index, or due again in `next_due` seconds.
         A change that arrived meanwhile keeps it indexed (due now) either way."""
+        args = self._release_args(claim, next_due)
         if next_due is not None:
-            self._indexed(next_due)
-        await self._hold(
-            keys=[keys.OUTBOX_INDEX, keys.OUTBOX_LEASES], args=self._release_args(claim, next_due)
-        )
+            self._indexed(float(args[1]))
+        await self._hold(keys=[keys.OUTBOX_INDEX, keys.OUTBOX_LEASES], args=args)
 
     @staticmethod
     def _release_args(claim: Claim, next_due: float | None) -> list[str]:
@@ -427,10 +433,8 @@ class Outbox:
         write lost with its round trip delivers the message again, or finds it delivered.
         (With replicas to confirm writes, `Replicated` confirms each script on its own.)
         Returns when (ms) the release made the run due again (None: not released so)."""
-        if claim is not None and next_due is not None:
-            self._indexed(next_due)
         for due in (notify or {}).values():
-            self._indexed(max(0.0, due - time.time()))
+            self._indexed(due * 1000)
         after = is_cluster(self.redis) and bool(listed or notify)
         args: list[str | int] = [self.retention]
         for target, marked, shown in written:
@@ -445,6 +449,8 @@ class Outbox:
             if claim is not None
             else None
         )
+        if hold is not None and hold[2][1]:
+            self._indexed(float(hold[2][1]))
         # With replicas to confirm them, each script is confirmed on its own (`Replicated`).
         alone = isinstance(self.redis, Replicated) and bool(self.redis.replicas)
         if alone:  # (each confirmed by the replicas on its own)

@@ -454,8 +454,9 @@ class Calls:
                     if enqueue:  # last: a worker that takes it finds the due entry to clear
                         JobQueue.enqueue_in(pipe, "resume", run_id, owner, pause)
             elif ridden[1] is None:  # ridden, yet the pause had calls left: its card shows now
-                self.outbox.schedule_in(pipe, run_id)
+                due = self.outbox.schedule_in(pipe, run_id)
             replies = await pipe.execute() if len(pipe) else []
+        self.outbox.written(due)  # due now: its projector woken (else it looks when it is due)
         if gather > 0:  # its pass then starts read, with the claim that takes it
             self.outbox.expect_at(run_id, due)
         if then is not None:

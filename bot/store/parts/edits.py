@@ -145,6 +145,7 @@ class Edits:
                 if after is not None:
                     after(pipe, result)
                 await pipe.execute()
+            self.outbox.woken.set()
         return result
 
     async def use_edit(
@@ -168,6 +169,7 @@ class Edits:
                 if result.resume:
                     pipe.zadd(keys.DUE_RUNS, {run_id: float(now())})
                 await pipe.execute()
+            self.outbox.woken.set()
         return result
 
     async def use_edit_in_run(

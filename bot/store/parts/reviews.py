@@ -82,4 +82,5 @@ class Reviews:
             self.outbox.schedule_in(pipe, run_id)
             pipe.zadd(keys.DUE_RUNS, {run_id: float(now())})  # its job waits for a worker
             await pipe.execute()
+        self.outbox.woken.set()
         return changed
