@@ -35,9 +35,6 @@ from bot.store.records import RunRecord
 log = logging.getLogger(__name__)
 
 IDLE_POLL = 0.5  # seconds between looks at the index at most, while the process is idle
-# Seconds after a Home this process made due later falls due that the publisher looks
-# (asyncio may run a timer up to a millisecond before its time: the claim must find it due)
-DUE_MARGIN = 0.002
 
 
 class HomePublisher:
@@ -62,7 +59,6 @@ class HomePublisher:
         # When (monotonic) a look nothing of this process asked for last found a Home due
         # (another process made it due, or it failed there): its looks are frequent a while.
         self._active = 0.0
-        self._at_due = False  # the wait ends when a Home this process made due falls due
         # views.publish: Tier 4, per workspace, shared by every replica
         self.pacer = pacer or SharedPacer(service.store.redis, "home", rate=100 / 60, burst=20)
         self._stopping = asyncio.Event()
@@ -127,7 +123,7 @@ class HomePublisher:
                 if not due:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(woken.wait(), self._idle_wait())
-                    asked = woken.is_set() or self._at_due
+                    asked = woken.is_set()
                 elif not asked:
                     self._active = time.monotonic()
             except asyncio.CancelledError:
@@ -144,10 +140,7 @@ class HomePublisher:
         `idle_poll` (each look costs CPU): a Home another process made due is published
         within that much of its time. A Slack request no longer makes them frequent (#32)."""
         now = time.monotonic()
-        wait = min(self.idle_poll, max(self.poll, (now - self._active) / 4))
-        until = self.index.dues.wait(wait, DUE_MARGIN)
-        self._at_due = until is not None
-        return until if until is not None else wait
+        return min(self.idle_poll, max(self.poll, (now - self._active) / 4))
 
     def stop(self) -> None:
         self._stopping.set()

@@ -91,9 +91,6 @@ GATHER = 0.25  # seconds a decided card waits for the resume it started (see `_d
 DM_CHANNELS = 10_000  # people whose direct-message channel id is remembered
 NOTICE_RUNS = 50  # runs one requester's notice tells of at most (the rest: the next one)
 HELD_AGAIN = 1.0  # seconds until a person's pass that found their notice held looks again
-# Seconds after a run this process indexed falls due that its projector looks (asyncio may run
-# a timer up to a millisecond before its time: the look's claim must find the run due)
-DUE_MARGIN = 0.002
 
 Undeliverable = Callable[[str, str, str], Awaitable[None]]
 # The App Home publisher's hook: a run changed (the run, and what its `ReadWith` read in the
@@ -305,7 +302,6 @@ class Projector:
         # When (monotonic) a look nothing of this process asked for last found work (another
         # process's, or one whose process died): its looks are frequent for a while then.
         self._active = 0.0
-        self._at_due = False  # the wait ends when a run this process indexed falls due
         self.concurrency = concurrency
         # Slack: about one post a second per channel, ~50 updates a minute per workspace.
         self.posts = posts or SharedPacer(store.redis, "post", rate=1.0, burst=5)
@@ -372,6 +368,7 @@ class Projector:
         self._riders: dict[str, list[Callable[[Any], None]]] = {}
         # Acks first: a claim waits for a lull in this process's Slack requests.
         self.foreground = foreground or Foreground(max_wait=0)
+        self.outbox.dues.gap = poll  # (a burst's moments: a look every poll at most)
         self.outbox.passes = self._pass_in  # a run's end starts its pass (`_pass_in`)
 
     @property
@@ -408,7 +405,7 @@ class Projector:
                     # This process's changes wake it at once; other processes' within a poll.
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(woken.wait(), self._idle_wait(found))
-                    asked = woken.is_set() or self._at_due
+                    asked = woken.is_set()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -573,10 +570,7 @@ class Projector:
         now = time.monotonic()
         if found:
             self._active = now
-        wait = min(self.idle_poll, max(self.poll, (now - self._active) / 4))
-        until = self.outbox.dues.wait(wait, DUE_MARGIN)
-        self._at_due = until is not None
-        return until if until is not None else wait
+        return min(self.idle_poll, max(self.poll, (now - self._active) / 4))
 
     async def stop(self, timeout: float) -> None:
         self._stopping.set()

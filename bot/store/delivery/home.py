@@ -75,7 +75,7 @@ class HomeIndex:
         # its next look, which is for other processes' changes); and when those it made due
         # later fall due (its publisher looks then).
         self.woken = asyncio.Event()
-        self.dues = Dues()
+        self.dues = Dues(self.woken)
         # The viewers as last read (member -> when they opened it, ms), with the version of
         # the index they were read at (`HOME_VIEWERS_VERSION`; None: the key was absent).
         self._known: tuple[str | None, dict[str, float]] | None = None

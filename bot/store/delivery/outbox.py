@@ -234,7 +234,7 @@ class Outbox:
         # When (ms, this process's clock, as the index's scores) the runs this process indexed
         # for later fall due, the earliest first: its projector looks at the index then
         # (`next_due`), not sooner, as its own changes due now wake it (#32).
-        self.dues = Dues()
+        self.dues = Dues(self.woken)
         # This process's projector, when it may start a pass in the round trip of the write
         # that makes a run due (a run's end: `RunStore.finish`), rather than be woken to claim
         # it in a round trip of its own (#32: the output goes sooner).
