@@ -126,9 +126,11 @@ class Settings(BaseSettings):
     projector_poll_seconds: float = Field(
         default=0.05, alias="APPROVAL_BOT_PROJECTOR_POLL_SECONDS", gt=0
     )
-    # ... while the process is busy; idle, its looks (and the App Home publisher's) grow apart
-    # up to this (an idle look costs CPU): another process's change is then shown within it
-    # (every process's own changes wake its projector at once).
+    # ... while those looks find another process's work; else its looks (and the App Home
+    # publisher's) grow apart up to this (an idle look costs CPU): another process's change is
+    # then shown within it (every process's own changes wake its projector and publisher at
+    # once, and what it made due for later wakes them then: a Slack request does not make the
+    # looks frequent, #32).
     projector_idle_poll_seconds: float = Field(
         default=0.5, alias="APPROVAL_BOT_PROJECTOR_IDLE_POLL_SECONDS", gt=0
     )
@@ -140,7 +142,7 @@ class Settings(BaseSettings):
     policy_check_seconds: float = Field(
         default=1.0, alias="APPROVAL_BOT_POLICY_CHECK_SECONDS", ge=0
     )
-    # Between looks at the App Home index when nobody is due.
+    # Between looks at the App Home index while they find Homes another process made due.
     home_poll_seconds: float = Field(default=0.1, alias="APPROVAL_BOT_HOME_POLL_SECONDS", gt=0)
     # The timer loop looks for due timers at least this often (and wakes for the earliest one
     # it knows of): the delay before a timer set by another process, or moved, fires.

@@ -99,7 +99,6 @@ class Foreground:
         self.elsewhere = elsewhere  # the other serving processes' requests (None: alone)
         self._in_flight = 0  # Slack requests and decisions let go, in this process
         self._requests = 0  # of which Slack requests (the count the other processes see)
-        self.seen = 0  # requests so far (the projector polls often while they come)
         # (deadline, future) in arrival order; deadlines ascend as max_wait is fixed.
         self._waiters: collections.deque[tuple[float, asyncio.Future[None]]] = collections.deque()
         self._pump: asyncio.TimerHandle | asyncio.Handle | None = None
@@ -125,7 +124,6 @@ class Foreground:
     def _counted(self, *, shared: bool) -> Iterator[None]:
         """In flight here; `shared`: a Slack request, published to the other processes too."""
         self._in_flight += 1
-        self.seen += 1
         if shared:
             self._requests += 1
             if self.elsewhere is not None:
