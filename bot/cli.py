@@ -87,7 +87,7 @@ TRY_THE_SANDBOX = (
 
 def run_loop(main: Coroutine[Any, Any, None], loop: str) -> None:
     """`asyncio.run(main)`, on uvloop's event loop when `loop` is "uvloop" (checked installed
-    by the configuration check): less CPU per Redis round trip and Web API call."""
+    by the configuration check): a choice, not the default (#32, docs/benchmarks.md)."""
     if loop == "uvloop":
         uvloop = importlib.import_module("uvloop")
         uvloop.run(main)

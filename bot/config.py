@@ -218,8 +218,8 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field(default="text", alias="APPROVAL_BOT_LOG_FORMAT")
     metrics_host: str = Field(default="127.0.0.1", alias="APPROVAL_BOT_METRICS_HOST")
     metrics_port: int = Field(default=9090, alias="APPROVAL_BOT_METRICS_PORT", ge=0, le=65535)
-    # The event loop: asyncio's own, or uvloop (the `uvloop` extra), whose loop costs less CPU
-    # per Redis round trip and Web API call (#17).
+    # The event loop: asyncio's own, or uvloop (the `uvloop` extra). Measured (#32,
+    # docs/benchmarks.md), uvloop cost more CPU per decision in bursts: asyncio stays the default.
     event_loop: Literal["asyncio", "uvloop"] = Field(
         default="asyncio", alias="APPROVAL_BOT_EVENT_LOOP"
     )
