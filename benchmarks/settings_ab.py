@@ -59,7 +59,7 @@ async def main() -> None:
             for turn in range(args.turns + 1):
                 for i in (0, 1) if turn % 2 else (1, 0):  # each first in every other turn
                     block = runs[i][turn * BLOCK : (turn + 1) * BLOCK]
-                    out, _, _, spent = await bots[i].one_at_a_time(block)
+                    out, _, _, (_, spent) = await bots[i].one_at_a_time(block)
                     if turn:  # the first turn warms up
                         taken[i] += out[1:]
                         cpu[i] += spent[1:]
