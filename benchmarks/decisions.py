@@ -1070,7 +1070,8 @@ def report(
                  ""))  # fmt: skip
     rows.append((
         f"  the floor in turns with the bursts ({turns.turns} turns: the SDK's resume "
-        f"{floor.sdk_streamed:.2f} against {first.sdk_streamed:.2f} ms first)",
+        f"{floor.sdk_streamed:.2f} ({min(turns.sdk):.2f}-{max(turns.sdk):.2f}) against "
+        f"{first.sdk_streamed:.2f} ms first)",
         f"first {first.bot:.2f}", f"{floor.bot:.2f}", f"{floor.bot / first.bot:.2f}x", "",
     ))  # fmt: skip
     # (/proc counts 10 ms ticks: means, not medians)
@@ -1180,6 +1181,7 @@ async def main() -> None:
                     idle = await bot.roundtrips()
                     print_roundtrips(before, after, idle, serial.clicked, phase, 2.0)
                 turns = floors.InTurns(floor, server.url, api_url, standin.pid)
+                await turns.start()
                 rounds = await ack_rounds(bare, bot, clicks, args.rounds, counting, turns)
                 await bare.stop()
                 runs = await bot.paused_runs(args.at_once, lambda i: f"deploy once-{i}")
@@ -1188,6 +1190,7 @@ async def main() -> None:
                 async with Profile(bot.pids, "at_once"):
                     at_once = await bot.burst(runs, args.at_once)
                 await turns.turn()
+                await turns.stop()
                 if counting:
                     print_burst_roundtrips(f"{args.at_once} at once", args.at_once, before,
                                            await bot.roundtrips())  # fmt: skip

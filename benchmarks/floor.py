@@ -33,6 +33,7 @@ import dataclasses
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ BURST_GOAL = 1.5  # 200 at once: p99 to final output, times 200 x floor / cores
 # there is none this recent.
 FLOOR_FILE = Path(tempfile.gettempdir()) / "approval-bot-bench-floor.json"
 FLOOR_FRESH_S = 3600.0
+ROOT = Path(__file__).resolve().parents[1]
 TURN_SAMPLES = 20  # each part's samples in one of `InTurns`'s turns
 
 
@@ -203,9 +205,13 @@ class InTurns:
     within the hour on 2026-12-06), so a floor measured minutes before the bursts made their
     ratios say as much about those minutes as about the bot. After each of the bot's bursts, with
     the bot idle again, its three largest parts are measured once more, briefly, in this
-    process: the SDK's streamed resume, a Redis round trip on the bot's server and a Web API
-    call to the stand-in (Bolt's ack, 0.3-0.4 ms, stays `benchmarks/floor.py`'s). `floor()`:
-    `first`, those parts replaced by the medians of their turns'."""
+    process of its own (`--turns`), started before the bursts and idle between its turns, as
+    `benchmarks/floor.py`'s is: the load generator's own heap after a burst would slow what it
+    measured (on 2026-12-08, in the load generator: the SDK's resume 11.67 against 8.39 ms
+    measured first, the bot's CPU 1.01x that floor). The parts: the SDK's streamed resume, a
+    Redis round trip on the bot's server and a Web API call to the stand-in (Bolt's ack,
+    0.3-0.4 ms, stays `benchmarks/floor.py`'s). `floor()`: `first`, those parts replaced by the
+    medians of their turns'."""
 
     def __init__(self, first: Floor, redis_url: str, api_url: str, standin_pid: int) -> None:
         self.first, self.redis_url, self.api_url = first, redis_url, api_url
@@ -213,12 +219,36 @@ class InTurns:
         self.sdk: list[float] = []
         self.rt: list[tuple[float, float]] = []
         self.api: list[tuple[float, float]] = []
+        self.process: asyncio.subprocess.Process | None = None
 
-    async def turn(self, samples: int = TURN_SAMPLES) -> None:
-        """One turn: each part `samples` times (about a second on this machine)."""
-        self.sdk.append(await sdk_streamed_cpu(samples))
-        self.rt.append(await redis_cpu(self.redis_url, samples * 5))
-        self.api.append(await web_api_cpu(self.api_url, self.standin_pid, samples))
+    async def start(self) -> None:
+        """Its process, and a turn of its own that warms it up (not counted)."""
+        root = ROOT
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "benchmarks.floor", "--turns", self.redis_url, self.api_url,
+            str(self.standin_pid), cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        await self._ask()
+
+    async def _ask(self) -> list[float]:
+        assert self.process is not None and self.process.stdin and self.process.stdout
+        self.process.stdin.write(b"turn\n")
+        await self.process.stdin.drain()
+        parts: list[float] = json.loads(await self.process.stdout.readline())
+        return parts
+
+    async def turn(self) -> None:
+        """One turn: each part `TURN_SAMPLES` times (about a second on this machine)."""
+        sdk, rt_ours, rt_server, api_ours, api_standin = await self._ask()
+        self.sdk.append(sdk)
+        self.rt.append((rt_ours, rt_server))
+        self.api.append((api_ours, api_standin))
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.terminate()
+            await self.process.wait()
 
     @property
     def turns(self) -> int:
@@ -235,6 +265,18 @@ class InTurns:
             api_ours=statistics.median(a for a, _ in self.api),
             api_standin=statistics.median(s for _, s in self.api),
         )
+
+
+async def serve_turns(redis_url: str, api_url: str, standin_pid: int) -> None:
+    """`--turns`: for each line read, a turn of `InTurns` measured here, printed as a JSON
+    list (the SDK's streamed resume, a round trip ours and the server's, a Web API call ours
+    and the stand-in's; ms of CPU)."""
+    set_tracing_disabled(True)
+    while await asyncio.to_thread(sys.stdin.readline):
+        sdk = await sdk_streamed_cpu(TURN_SAMPLES)
+        rt = await redis_cpu(redis_url, TURN_SAMPLES * 10)
+        api = await web_api_cpu(api_url, standin_pid, TURN_SAMPLES * 2)
+        print(json.dumps([sdk, *rt, *api]), flush=True)
 
 
 async def sdk_streamed_cpu(samples: int, warmup: int = 3) -> float:
@@ -256,7 +298,13 @@ async def sdk_streamed_cpu(samples: int, warmup: int = 3) -> float:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--turns", nargs=3, metavar=("REDIS_URL", "API_URL", "STANDIN_PID"),
+                        help="measure `InTurns`'s turns, one a line read")  # fmt: skip
     args = parser.parse_args()
+    if args.turns:
+        redis_url, api_url, standin_pid = args.turns
+        await serve_turns(redis_url, api_url, int(standin_pid))
+        return
     f = await measure(args.samples)
     f.save()
     rows = [
